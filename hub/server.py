@@ -1,0 +1,189 @@
+"""Running the hub: in a background thread (tests, demos), in the foreground, or from the CLI.
+
+`running_hub(root)` is the one-liner for tests: it serves `root` on a free loopback port and yields
+the base URL to pass as `HfApi(endpoint=url)`. `serve()` blocks; `main(argv)` is the CLI behind both
+`python -m nkikit.hub` and `nkikit hub serve`. The server is werkzeug's threaded WSGI server, which
+is right for loopback, CI and small teams; put a production WSGI server in front of `create_app`
+for anything larger.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import os
+import sys
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
+
+from .app import DEFAULT_USER, create_app
+from .storage import FAILPOINT_ENV
+
+TOKEN_ENV = "NKIKIT_HUB_TOKEN"
+
+
+class _QuietHandler(WSGIRequestHandler):
+    """Logs errors only, not one line per request."""
+
+    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+        pass
+
+
+class HubServer:
+    """A hub serving `root` from a daemon thread.
+
+    `start()` binds (port 0 = a free port) and returns the base URL; `stop()` shuts the server down
+    and waits for it. Usable as a context manager. Extra keyword options go to `create_app`
+    (user, trusted_orgs, page_size, failpoint).
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        token: str | None = None,
+        quiet: bool = True,
+        **app_options: Any,
+    ):
+        self.app = create_app(root, token=token, **app_options)
+        self._host, self._port, self._quiet = host, port, quiet
+        self._server: BaseWSGIServer | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        """Base URL of the running server, e.g. 'http://127.0.0.1:53127'."""
+        if self._server is None:
+            raise RuntimeError("hub server is not running")
+        host = self._server.server_address[0]
+        if ":" in host:  # IPv6 literal
+            host = f"[{host}]"
+        return f"http://{host}:{self._server.server_port}"
+
+    def start(self) -> str:
+        if self._server is not None:
+            return self.url
+        handler = _QuietHandler if self._quiet else WSGIRequestHandler
+        self._server = make_server(
+            self._host, self._port, self.app, threaded=True, request_handler=handler
+        )
+        self._thread = threading.Thread(
+            target=self._server.serve_forever,
+            name=f"nkikit-hub-{self._server.server_port}",
+            daemon=True,
+        )
+        self._thread.start()
+        return self.url
+
+    def stop(self) -> None:
+        if self._server is None:
+            return
+        self._server.shutdown()
+        self._server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        self._server = self._thread = None
+
+    def __enter__(self) -> HubServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+@contextmanager
+def running_hub(
+    root: str | os.PathLike[str], token: str | None = None, **options: Any
+) -> Iterator[str]:
+    """Serve `root` on a free loopback port for the duration of the block; yields the base URL.
+
+    Options as for HubServer (e.g. page_size=2, trusted_orgs=["org"]).
+    """
+    server = HubServer(root, token=token, **options)
+    try:
+        yield server.start()
+    finally:
+        server.stop()
+
+
+def serve(
+    root: str | os.PathLike[str],
+    host: str = "127.0.0.1",
+    port: int = 0,
+    token: str | None = None,
+    **options: Any,
+) -> None:
+    """Serve `root` until interrupted (Ctrl-C). Prints the base URL on its first stdout line."""
+    server = HubServer(root, host=host, port=port, token=token, **options)
+    url = server.start()
+    print(f"nkikit hub: serving {os.path.abspath(root)} at {url}", flush=True)
+    if token is None and not _is_loopback(host):
+        print(
+            "nkikit hub: warning: no token set and not bound to loopback: anyone can write",
+            file=sys.stderr,
+            flush=True,
+        )
+    try:
+        server._thread.join()  # type: ignore[union-attr]
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="nkikit hub serve",
+        description="Serve a folder as a Hugging Face Hub-compatible registry "
+        "(point huggingface_hub at it with endpoint=URL or HF_ENDPOINT=URL).",
+    )
+    p.add_argument("--root", required=True, help="folder holding the repos (created if missing)")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
+    p.add_argument("--port", type=int, default=0, help="port (default: 0, any free port)")
+    p.add_argument(
+        "--token",
+        default=os.environ.get(TOKEN_ENV),
+        help=f"require 'Authorization: Bearer TOKEN' for writes and private repos (env {TOKEN_ENV})",
+    )
+    p.add_argument("--user", default=DEFAULT_USER, help="account name reported by whoami")
+    p.add_argument(
+        "--trust",
+        action="append",
+        default=[],
+        metavar="ORG",
+        help="report ORG as a trusted kernel publisher (repeatable; '*' for all)",
+    )
+    p.add_argument("--verbose", action="store_true", help="log every request")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """CLI entry point: `python -m nkikit.hub --root DIR [--port N] [--token T]`. Returns an exit code."""
+    args = _parser().parse_args(argv)
+    serve(
+        args.root,
+        host=args.host,
+        port=args.port,
+        token=args.token or None,
+        quiet=not args.verbose,
+        user=args.user,
+        trusted_orgs=args.trust,
+        failpoint=os.environ.get(FAILPOINT_ENV),
+    )
+    return 0

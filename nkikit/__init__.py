@@ -1,0 +1,29 @@
+"""nkikit: write Trainium NKI kernels, run them exactly on any CPU, see how they would run on
+the NeuronCore, and share them on the Hugging Face Hub.
+
+``import nkikit as nki`` is source-compatible with NKI Beta-1's ``neuronxcc.nki``.
+"""
+
+from . import isa, language, typing  # noqa: F401
+from .errors import NkiError
+from .trace.jit import JitKernel, jit
+from .typing import TensorSpec
+
+__version__ = "0.1.0"
+
+
+def simulate_kernel(kernel, *args, **kwargs):
+    """Run ``kernel`` (a jitted kernel, optionally with a grid) on the simulator."""
+    if not isinstance(kernel, JitKernel):
+        kernel = jit(kernel)
+    return kernel(*args, **kwargs)
+
+
+def trace(kernel, *args, **kwargs):
+    """The verified IR of ``kernel`` specialized for these arguments."""
+    if not isinstance(kernel, JitKernel):
+        kernel = jit(kernel)
+    return kernel.ir(*args, **kwargs)
+
+
+__all__ = ["NkiError", "JitKernel", "TensorSpec", "jit", "simulate_kernel", "trace", "isa", "language", "typing"]

@@ -1,0 +1,195 @@
+"""The IR data model: tensors, accesses, ops, loops and the kernel that holds them.
+
+A kernel body is a list of statements: ``Alloc`` (a buffer comes to life, poisoned),
+``Op`` (one instruction: primitive name, output and input accesses, attributes, mask,
+source location) and ``Loop`` (a rolled affine_range / sequential_range with a body).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+import numpy as np
+
+from .. import dtypes
+from ..errors import SourceLoc
+from .affine import Affine, Axis, LoopVar, Predicate, Sym
+
+HBM_BUFFERS = ("hbm", "shared_hbm", "private_hbm")
+ON_CHIP = ("sbuf", "psum")
+
+_tensor_ids = itertools.count()
+
+
+@dataclass(eq=False, slots=True)
+class Tensor:
+    """A named buffer: kernel parameter, output, constant or on-chip tile."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    buffer: str  # one of HBM_BUFFERS + ON_CHIP
+    kind: str = "temp"  # "input" | "output" | "temp" | "const"
+    par_axis: int = 0
+    loc: SourceLoc | None = None
+    scope: tuple[LoopVar, ...] = ()  # loops enclosing its creation
+    base: Tensor | None = None  # a reshape of another HBM tensor
+    mutable: bool = False
+    const_value: np.ndarray | None = None
+    # After ``t[...] = op(...)`` retargets op's result into t, the temporary forwards here.
+    alias: Access | None = None
+    uid: int = field(default_factory=lambda: next(_tensor_ids))
+
+    def __hash__(self) -> int:
+        return self.uid
+
+    @property
+    def is_hbm(self) -> bool:
+        return self.buffer in HBM_BUFFERS
+
+    @property
+    def root(self) -> Tensor:
+        t = self
+        while t.base is not None:
+            t = t.base
+        return t
+
+    @property
+    def partitions(self) -> int:
+        return self.shape[self.par_axis] if self.shape else 1
+
+    @property
+    def bytes_per_partition(self) -> int:
+        n = int(np.prod([s for i, s in enumerate(self.shape) if i != self.par_axis]))
+        return n * self.dtype.itemsize
+
+    def __repr__(self) -> str:
+        return f"%{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class Access:
+    """A tile-shaped window of a tensor: tile element ``(a0, a1, ...)`` is tensor element
+    ``(index[0], index[1], ...)`` evaluated with ``Axis(k) = ak``."""
+
+    tensor: Tensor
+    shape: tuple[int, ...]
+    index: tuple[Affine, ...]
+
+    @staticmethod
+    def whole(tensor: Tensor) -> Access:
+        return Access(tensor, tensor.shape, tuple(Affine.of(Axis(k)) for k in range(len(tensor.shape))))
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.tensor.dtype
+
+    @property
+    def is_whole(self) -> bool:
+        return self.shape == self.tensor.shape and all(
+            a == Affine.of(Axis(k)) for k, a in enumerate(self.index)
+        )
+
+    @property
+    def syms(self) -> tuple[Sym, ...]:
+        return tuple(dict.fromkeys(s for a in self.index for s in a.syms))
+
+    @property
+    def partitions(self) -> int:
+        return self.shape[0] if self.shape else 1
+
+    @property
+    def free_size(self) -> int:
+        return int(np.prod(self.shape[1:])) if len(self.shape) > 1 else 1
+
+    def substitute(self, mapping: dict[Sym, Affine]) -> Access:
+        return Access(self.tensor, self.shape, tuple(a.substitute(mapping) for a in self.index))
+
+    def __repr__(self) -> str:
+        if self.is_whole:
+            return repr(self.tensor)
+        idx = ", ".join(repr(a) for a in self.index)
+        shape = "x".join(map(str, self.shape))
+        return f"{self.tensor!r}[{idx}]<{shape}>"
+
+
+Operand = Union[Access, float, int]
+
+
+@dataclass(eq=False, slots=True)
+class Op:
+    """One instruction.  ``prim`` names an entry of the primitive table (ir/prims.py)."""
+
+    prim: str
+    outs: list[Access]
+    ins: list[Operand]
+    attrs: dict[str, Any]
+    loc: SourceLoc
+    mask: Predicate | None = None
+
+
+@dataclass(eq=False, slots=True)
+class Alloc:
+    """A tensor comes to life here (re-poisoned at every iteration of enclosing loops)."""
+
+    tensor: Tensor
+
+
+@dataclass(eq=False, slots=True)
+class Loop:
+    var: LoopVar
+    body: list[Stmt]
+    loc: SourceLoc
+
+    @property
+    def kind(self) -> str:
+        return self.var.kind
+
+    @property
+    def trip(self) -> int:
+        return self.var.trip
+
+
+Stmt = Union[Op, Alloc, Loop]
+
+
+@dataclass(eq=False, slots=True)
+class Kernel:
+    """A specialized, traced kernel."""
+
+    name: str
+    params: list[Tensor]
+    outputs: list[Tensor]
+    body: list[Stmt]
+    grid: tuple[int, ...] = ()
+    loc: SourceLoc | None = None
+    tensors: list[Tensor] = field(default_factory=list)
+    # how to rebuild the kernel's Python return value from the outputs
+    return_structure: Any = None
+
+    def walk(self):
+        """Yield ``(stmt, enclosing_loops)`` for every statement, depth first."""
+
+        def go(body: list[Stmt], loops: tuple[Loop, ...]):
+            for s in body:
+                yield s, loops
+                if isinstance(s, Loop):
+                    yield from go(s.body, loops + (s,))
+
+        yield from go(self.body, ())
+
+    def ops(self):
+        for s, loops in self.walk():
+            if isinstance(s, Op):
+                yield s, loops
+
+    def __str__(self) -> str:
+        from .printer import print_kernel
+
+        return print_kernel(self)
+
+
+def dtype_str(dt: np.dtype) -> str:
+    return dtypes.name(dt)

@@ -1,0 +1,60 @@
+"""Names of ALU operators, activation functions and reductions, and how user code names them
+(strings, numpy functions such as ``np.add``, or ``nl.*`` functions)."""
+
+from __future__ import annotations
+
+from ..errors import NkiError, caller_loc
+
+ALU_OPS = frozenset(
+    """add subtract multiply divide maximum minimum power mod fmod equal not_equal greater
+    greater_equal less less_equal logical_and logical_or logical_xor logical_not bitwise_and
+    bitwise_or bitwise_xor left_shift right_shift invert abs rsqrt reciprocal bypass
+    arith_shift_right""".split()
+)
+ACTIVATIONS = frozenset(
+    """copy identity exp log tanh sigmoid relu gelu gelu_dx gelu_apprx_tanh gelu_apprx_sigmoid
+    silu silu_dx erf erf_dx softplus mish sqrt rsqrt reciprocal square sin cos tan arctan abs
+    sign negative trunc floor ceil invert logical_not gelu_apprx_sigmoid_dx""".split()
+)
+REDUCE_OPS = frozenset("add subtract multiply max min maximum minimum bitwise_and bitwise_or "
+                       "bitwise_xor logical_and logical_or logical_xor".split())
+
+_ALIASES = {
+    "sum": "add",
+    "amax": "max",
+    "amin": "min",
+    "true_divide": "divide",
+    "negate": "negative",
+    "prod": "multiply",
+    "product": "multiply",
+    "absolute": "abs",
+    "fabs": "abs",
+    "power": "power",
+    "all": "logical_and",
+    "any": "logical_or",
+}
+
+
+def op_name(op: object, kind: str = "alu") -> str:
+    """Normalize ``op`` to a canonical name; ``kind`` is 'alu', 'activation' or 'reduce'."""
+    if op is None:
+        return "bypass" if kind == "alu" else "copy"
+    if isinstance(op, str):
+        name = op
+    else:
+        name = getattr(op, "__nki_op__", None) or getattr(op, "__name__", None) or ""
+    name = _ALIASES.get(name, name)
+    if kind == "reduce":
+        name = {"maximum": "max", "minimum": "min"}.get(name, name)
+        valid = REDUCE_OPS
+    elif kind == "activation":
+        valid = ACTIVATIONS
+    else:
+        name = {"max": "maximum", "min": "minimum"}.get(name, name)
+        valid = ALU_OPS
+    if name not in valid:
+        raise NkiError(
+            "err_invalid_argument", caller_loc(), op=f"{kind} op",
+            why=f"{op!r} is not a supported {kind} operator",
+        )
+    return name

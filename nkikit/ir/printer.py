@@ -1,0 +1,64 @@
+"""A stable, readable text form of the IR (golden-file tested)."""
+
+from __future__ import annotations
+
+import os
+
+from .. import dtypes
+from .core import Access, Alloc, Kernel, Loop, Op, Tensor
+
+
+def _ty(t: Tensor) -> str:
+    shape = ", ".join(str(s) for s in t.shape)
+    par = f" par={t.par_axis}" if t.par_axis else ""
+    return f"{t.buffer}[{shape}] {dtypes.name(t.dtype)}{par}"
+
+
+def _operand(x) -> str:
+    if isinstance(x, Access):
+        return repr(x)
+    if isinstance(x, float) and x.is_integer():
+        return str(int(x)) + ".0"
+    return repr(x)
+
+
+def _attrs(op: Op) -> str:
+    items = []
+    for k, v in op.attrs.items():
+        if v is None or v is False or k == "engine" and v == "vector" and op.prim in ("tensor_copy", "memset", "tensor_tensor", "tensor_scalar"):
+            continue
+        items.append(k if v is True else f"{k}={v!r}" if isinstance(v, str) else f"{k}={v}")
+    return " {" + ", ".join(items) + "}" if items else ""
+
+
+def _loc(loc) -> str:
+    return f"{os.path.basename(loc.file)}:{loc.line}" if loc and loc.line else "?"
+
+
+def print_kernel(k: Kernel) -> str:
+    params = ", ".join(f"%{t.name}: {_ty(t)}" for t in k.params)
+    outs = ", ".join(f"%{t.name}" for t in k.outputs)
+    grid = f"[{', '.join(map(str, k.grid))}]" if k.grid else ""
+    lines = [f"kernel {k.name}{grid}({params}) -> ({outs})"]
+    for t in k.tensors:
+        if t.kind in ("hbm", "output", "const") or (t.base is not None):
+            what = f"reshape(%{t.base.name})" if t.base is not None else t.kind
+            lines.append(f"  %{t.name} = {what} : {_ty(t)}")
+
+    def body(stmts, depth):
+        pad = "  " * depth
+        for s in stmts:
+            if isinstance(s, Alloc):
+                lines.append(f"{pad}%{s.tensor.name} = alloc : {_ty(s.tensor)}")
+            elif isinstance(s, Loop):
+                lines.append(f"{pad}for {s.var.name} in {s.kind}_range({s.trip}):  # {_loc(s.loc)}")
+                body(s.body, depth + 1)
+            else:
+                outs = ", ".join(_operand(o) for o in s.outs)
+                ins = ", ".join(_operand(i) for i in s.ins)
+                mask = f" mask={s.mask!r}" if s.mask is not None else ""
+                lhs = f"{outs} = " if outs else ""
+                lines.append(f"{pad}{lhs}{s.prim}({ins}){_attrs(s)}{mask}  # {_loc(s.loc)}")
+
+    body(k.body, 1)
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,213 @@
+"""Buffers, tensor creation, loops and SPMD queries of ``nki.language``."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from .. import dtypes
+from ..errors import NkiError, SourceLoc, caller_loc
+from ..ir.affine import LoopVar
+from ..ir.core import Tensor
+from ..trace.builder import current, maybe_current
+from ..trace.emit import ParDim
+from ..trace.index import Index, loop_index, program_index
+from ..trace.tile import Tile
+
+
+class Buffer:
+    """A memory: ``nl.sbuf``, ``nl.psum``, ``nl.hbm``, ``nl.shared_hbm``, ``nl.private_hbm``."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"nl.{self.name}"
+
+    def auto_alloc(self) -> Buffer:
+        return self
+
+
+sbuf = Buffer("sbuf")
+psum = Buffer("psum")
+hbm = Buffer("hbm")
+shared_hbm = Buffer("shared_hbm")
+private_hbm = Buffer("private_hbm")
+
+
+def par_dim(n: int) -> ParDim:
+    """Mark the partition dimension in a buffer shape: ``(nblocks, nl.par_dim(128), 512)``."""
+    return ParDim(int(n))
+
+
+def _buffer_name(buffer: object, loc: SourceLoc) -> str:
+    if buffer is None:
+        return "sbuf"
+    if isinstance(buffer, Buffer):
+        return buffer.name
+    if isinstance(buffer, str) and buffer in ("sbuf", "psum", "hbm", "shared_hbm", "private_hbm"):
+        return buffer
+    raise NkiError("err_invalid_argument", loc, op="ndarray", why=f"unknown buffer {buffer!r}")
+
+
+def ndarray(shape, dtype, *, buffer=None, name: str = "", _loc: SourceLoc | None = None, **kwargs) -> Tile:
+    """A new, uninitialized tensor.  ``shape`` may contain ``nl.par_dim(n)`` to mark the
+    partition dimension (default: the first).  Fresh memory is poisoned (NaN) in simulation."""
+    loc = _loc or caller_loc()
+    b = current("nl.ndarray")
+    if not isinstance(shape, tuple | list):
+        shape = (shape,)
+    par_axis = next((i for i, s in enumerate(shape) if isinstance(s, ParDim)), 0)
+    dims = tuple(int(s) for s in shape)
+    buf = _buffer_name(buffer, loc)
+    dt = dtypes.as_dtype(dtype)
+    if buf in ("hbm", "shared_hbm", "private_hbm"):
+        if b.loops and buf == "shared_hbm":
+            raise NkiError("err_shared_hbm_must_in_kernel_level", loc)
+        t = Tensor(b.unique(name) if name else b.name_for(loc, "hbm"), dims, dt, buf, kind="hbm", loc=loc)
+        b.tensors.append(t)
+        return Tile.of(t)
+    t = b.new_tensor(dims, dt, buf, name=name or None, par_axis=par_axis, loc=loc, fallback="buf")
+    return Tile.of(t)
+
+
+def zeros(shape, dtype, *, buffer=None, name: str = "", **kwargs) -> Tile:
+    """A tensor filled with zeros (a memset instruction)."""
+    from .ops import full
+
+    return full(shape, 0.0, dtype, buffer=buffer, name=name)
+
+
+def ones(shape, dtype, *, buffer=None, name: str = "", **kwargs) -> Tile:
+    from .ops import full
+
+    return full(shape, 1.0, dtype, buffer=buffer, name=name)
+
+
+def zeros_like(a: Tile, dtype=None, *, buffer=None, name: str = "", **kwargs) -> Tile:
+    return zeros(a.shape, dtype or a.dtype, buffer=buffer, name=name)
+
+
+def ones_like(a: Tile, dtype=None, *, buffer=None, name: str = "", **kwargs) -> Tile:
+    return ones(a.shape, dtype or a.dtype, buffer=buffer, name=name)
+
+
+def empty_like(a: Tile, dtype=None, *, buffer=None, name: str = "", **kwargs) -> Tile:
+    return ndarray(a.shape, dtype or a.dtype, buffer=buffer, name=name, _loc=caller_loc())
+
+
+def shared_constant(constant, dtype=None, **kwargs) -> Tile:
+    """A constant HBM tensor baked into the kernel."""
+    loc = caller_loc()
+    b = current("nl.shared_constant")
+    value = np.asarray(constant)
+    dt = dtypes.as_dtype(dtype) if dtype is not None else dtypes.as_dtype(
+        {np.dtype(np.float64): np.float32, np.dtype(np.int64): np.int32}.get(value.dtype, value.dtype)
+    )
+    t = Tensor(b.name_for(loc, "const"), value.shape, dt, "shared_hbm", kind="const", loc=loc,
+               const_value=dtypes.cast(value.astype(np.float32) if dtypes.is_float(dt) else value, dt))
+    b.tensors.append(t)
+    return Tile.of(t)
+
+
+def shared_identity_matrix(n: int, dtype=dtypes.uint8, **kwargs) -> Tile:
+    """An n x n identity matrix in HBM."""
+    return shared_constant(np.eye(int(n)), dtype=dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# loops
+
+_FOR = re.compile(r"^\s*for\s+([A-Za-z_]\w*)\s+in\b")
+
+
+class _Range:
+    def __init__(self, kind: str, start, stop=None, step=1) -> None:
+        if stop is None:
+            start, stop = 0, start
+        self.kind = kind
+        self.start, self.stop, self.step = int(start), int(stop), int(step)
+        if self.step == 0:
+            raise ValueError("range step must not be zero")
+        self.trip = len(range(self.start, self.stop, self.step))
+
+    def __len__(self) -> int:
+        return self.trip
+
+    def __iter__(self):
+        b = maybe_current()
+        if b is None:  # outside a kernel: behave like range()
+            yield from range(self.start, self.stop, self.step)
+            return
+        if self.trip == 0:
+            return
+        loc = caller_loc()
+        m = _FOR.match(loc.text)
+        var = LoopVar(b.unique(m.group(1) if m else "i"), self.trip, self.kind)
+        with b.loop(var, loc):
+            idx: Index = loop_index(var)
+            yield idx * self.step + self.start if (self.step != 1 or self.start) else idx
+
+
+def affine_range(start, stop=None, step=1, **kwargs) -> _Range:
+    """A parallel loop: iterations must be independent (except for accumulations)."""
+    return _Range("affine", start, stop, step)
+
+
+def sequential_range(start, stop=None, step=1, **kwargs) -> _Range:
+    """A loop whose iterations may depend on each other; kept rolled."""
+    return _Range("sequential", start, stop, step)
+
+
+def static_range(start, stop=None, step=1, **kwargs) -> range:
+    """A loop unrolled while the kernel is traced."""
+    if stop is None:
+        start, stop = 0, start
+    return range(int(start), int(stop), int(step))
+
+
+# ---------------------------------------------------------------------------------------------
+# SPMD
+
+
+def program_id(axis: int) -> Index:
+    """The index of this kernel instance along launch-grid ``axis``."""
+    b = current("nl.program_id")
+    if axis >= max(len(b.grid), 1):
+        raise NkiError("err_invalid_argument", caller_loc(), op="program_id", why=f"axis {axis} is outside the launch grid {b.grid}")
+    if not b.grid:
+        return Index(program_index(0).affine * 0)
+    return program_index(int(axis))
+
+
+def num_programs(axes: int | None = None) -> int:
+    """The number of kernel instances along ``axes`` of the launch grid."""
+    b = current("nl.num_programs")
+    grid = b.grid or (1,)
+    if axes is None:
+        return int(np.prod(grid))
+    return grid[int(axes)]
+
+
+def program_ndim() -> int:
+    return len(current("nl.program_ndim").grid)
+
+
+class nc:  # noqa: N801 - NKI's name
+    """``nl.nc(n)``: shard a grid dimension over n physical NeuronCores (simulated serially)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = int(n)
+
+
+class spmd_dim(int):  # noqa: N801 - NKI's name
+    """``nl.spmd_dim(size, nl.nc(2))``: a launch-grid dimension; its size is what counts here."""
+
+    def __new__(cls, size, *rest):
+        total = int(size)
+        for r in rest:
+            total *= r.n if isinstance(r, nc) else int(r)
+        return int.__new__(cls, total)

@@ -1,0 +1,457 @@
+"""``nki.language`` operations.  Each call appends IR ops (the ISA instruction(s) the Neuron
+compiler would emit for it) to the kernel being traced and returns a new tile."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import dtypes
+from ..errors import NkiError, SourceLoc, caller_loc
+from ..ir.affine import Affine, Axis
+from ..ir.core import Access
+from ..ir.opnames import op_name
+from ..trace.builder import current
+from ..trace.emit import (
+    Scalar,
+    access_of,
+    as_tile_access,
+    broadcast_access,
+    canon,
+    mask_of,
+    new_tile,
+    operand,
+    result_dtype,
+)
+from ..trace.tile import Tile
+
+
+def _emit(prim, outs, ins, attrs=None, mask=None, loc=None):
+    return current(prim).emit(prim, outs, ins, attrs, mask=mask, loc=loc)
+
+
+# ---------------------------------------------------------------------------------------------
+# memory
+
+
+def load(src: Tile, *, mask=None, dtype=None, **kwargs) -> Tile:
+    """HBM -> SBUF: a new SBUF tile with ``src``'s (canonical 2-D+) shape."""
+    loc = caller_loc()
+    a = access_of(src, loc, "load")
+    if not a.tensor.is_hbm:
+        raise NkiError("err_unsupported_memory", loc, op="load", what="src", allowed="HBM", got=a.tensor.buffer)
+    tile, out = new_tile(a.shape, dtype or a.dtype, loc, fallback="load")
+    _emit("dma_copy", [out], [as_tile_access(a)], mask=mask_of(mask, loc), loc=loc)
+    return tile
+
+
+def load_transpose2d(src: Tile, *, mask=None, dtype=None, **kwargs) -> Tile:
+    """HBM -> SBUF with the two dimensions swapped (a DMA transpose)."""
+    loc = caller_loc()
+    a = as_tile_access(access_of(src, loc, "load_transpose2d"))
+    if not a.tensor.is_hbm:
+        raise NkiError("err_unsupported_memory", loc, op="load_transpose2d", what="src", allowed="HBM", got=a.tensor.buffer)
+    if len(a.shape) != 2:
+        raise NkiError("err_invalid_argument", loc, op="load_transpose2d", why="src must be 2-D")
+    swap = {Axis(0): Affine.of(Axis(1)), Axis(1): Affine.of(Axis(0))}
+    t_src = Access(a.tensor, (a.shape[1], a.shape[0]), tuple(x.substitute(swap) for x in a.index))
+    tile, out = new_tile(t_src.shape, dtype or a.dtype, loc, fallback="load_t")
+    _emit("dma_copy", [out], [t_src], {"transpose": True}, mask=mask_of(mask, loc), loc=loc)
+    return tile
+
+
+def store(dst: Tile, value, *, mask=None, **kwargs) -> None:
+    """SBUF (or PSUM, through an implicit copy) -> HBM."""
+    loc = caller_loc()
+    d = access_of(dst, loc, "store")
+    if not d.tensor.is_hbm:
+        raise NkiError("err_unsupported_memory", loc, op="store", what="dst", allowed="HBM", got=d.tensor.buffer)
+    if isinstance(value, Scalar):
+        value = full(canon(d.shape), value, dtype=d.dtype)
+    v = access_of(value, loc, "store value")
+    if v.tensor.buffer == "psum":
+        value = copy(value, dtype=d.dtype)
+        v = value.access
+    d2 = _fit(d, v.shape)
+    if d2 is None:
+        raise NkiError("err_store_dst_shape_smaller_than_other_shape", loc, op="store", dst=d.shape, src=v.shape)
+    _emit("dma_copy", [d2], [v], mask=mask_of(mask, loc), loc=loc)
+
+
+def _fit(a: Access, shape: tuple[int, ...]) -> Access | None:
+    from ..trace.builder import reshape_access
+
+    return reshape_access(a, shape)
+
+
+def copy_into(dst: Access, src: Access, *, loc: SourceLoc, mask=None) -> None:
+    """``dst[...] = src``: an engine copy on chip, a DMA when HBM is involved."""
+    src = broadcast_access(src, canon(dst.shape), loc, "assignment") if dst.shape != src.shape else src
+    d = _fit(dst, src.shape)
+    if d is None:
+        raise NkiError("err_store_dst_shape_smaller_than_other_shape", loc, op="assignment", dst=dst.shape, src=src.shape)
+    if d.tensor.is_hbm or src.tensor.is_hbm:
+        _emit("dma_copy", [d], [src], mask=mask, loc=loc)
+    else:
+        _emit("tensor_copy", [d], [src], {"engine": "vector"}, mask=mask, loc=loc)
+
+
+def memset_into(dst: Access, value, *, loc: SourceLoc, mask=None) -> None:
+    _emit("memset", [as_tile_access(dst)], [], {"value": float(value), "engine": "vector"}, mask=mask, loc=loc)
+
+
+def copy(src, *, mask=None, dtype=None, **kwargs) -> Tile:
+    """Copy a tile (e.g. PSUM -> SBUF), casting to ``dtype``."""
+    loc = caller_loc()
+    a = as_tile_access(access_of(src, loc, "copy"))
+    tile, out = new_tile(a.shape, dtype or a.dtype, loc, fallback="copy")
+    _emit("tensor_copy", [out], [a], {"engine": "vector"}, mask=mask_of(mask, loc), loc=loc)
+    return tile
+
+
+def broadcast_to(src, shape, **kwargs) -> Tile:
+    """Broadcast a tile: free dims of size 1 by repeated reads, the partition dim (1 -> P)
+    through the TensorE as the hardware does."""
+    loc = caller_loc()
+    shape = canon(tuple(int(s) for s in shape))
+    a = as_tile_access(access_of(src, loc, "broadcast_to"))
+    if a.shape[0] != shape[0]:
+        if a.shape[0] != 1:
+            raise NkiError("err_num_partition_mismatch", loc, op="broadcast_to", a=a.shape[0], b=shape[0])
+        a1 = broadcast_access(a, (1,) + shape[1:], loc, "broadcast_to")
+        tile, out = new_tile(shape, a.dtype, loc, fallback="bcast")
+        _emit("partition_broadcast", [out], [a1], {}, loc=loc)
+        return tile
+    a1 = broadcast_access(a, shape, loc, "broadcast_to")
+    tile, out = new_tile(shape, a.dtype, loc, fallback="bcast")
+    _emit("tensor_copy", [out], [a1], {"engine": "vector"}, loc=loc)
+    return tile
+
+
+# ---------------------------------------------------------------------------------------------
+# elementwise
+
+
+def binary(name: str, x, y, dtype=None, mask=None, loc: SourceLoc | None = None) -> Tile:
+    """``x <name> y`` for tiles and scalars, as tensor_tensor or tensor_scalar."""
+    loc = loc or caller_loc()
+    m = mask_of(mask, loc)
+    x_is_tile, y_is_tile = isinstance(x, Tile), isinstance(y, Tile)
+    if not x_is_tile and not y_is_tile:
+        from ..sim.alu import scalar_alu
+
+        return scalar_alu(name, x, y)
+    out_dtype = result_dtype(dtype, x, y)
+    if x_is_tile and y_is_tile:
+        a = as_tile_access(access_of(x, loc, name))
+        b = as_tile_access(access_of(y, loc, name))
+        if a.shape[0] != b.shape[0]:
+            raise NkiError("err_num_partition_mismatch", loc, op=name, a=a.shape[0], b=b.shape[0])
+        if a.free_size == 1 and b.free_size > 1:
+            return _tensor_scalar(b, name, a, True, out_dtype, m, loc)
+        if b.free_size == 1 and a.free_size > 1:
+            return _tensor_scalar(a, name, b, False, out_dtype, m, loc)
+        shape = tuple(np.broadcast_shapes(a.shape, b.shape)) if len(a.shape) == len(b.shape) else a.shape
+        a, b = broadcast_access(a, shape, loc, name), broadcast_access(b, shape, loc, name)
+        tile, out = new_tile(shape, out_dtype, loc, fallback=name)
+        _emit("tensor_tensor", [out], [a, b], {"op": op_name(name)}, mask=m, loc=loc)
+        return tile
+    if x_is_tile:
+        return _tensor_scalar(as_tile_access(access_of(x, loc, name)), name, operand(y, loc), False, out_dtype, m, loc)
+    return _tensor_scalar(as_tile_access(access_of(y, loc, name)), name, operand(x, loc), True, out_dtype, m, loc)
+
+
+def _tensor_scalar(data: Access, name: str, operand0, reverse: bool, dtype, mask, loc) -> Tile:
+    tile, out = new_tile(data.shape, dtype, loc, fallback=name)
+    _emit(
+        "tensor_scalar", [out], [data, operand0],
+        {"op0": op_name(name), "reverse0": reverse, "op1": None, "reverse1": False},
+        mask=mask, loc=loc,
+    )
+    return tile
+
+
+def unary(name: str, x, dtype=None, mask=None, loc: SourceLoc | None = None) -> Tile:
+    """An elementwise function on ScalarE (``activation``)."""
+    loc = loc or caller_loc()
+    if not isinstance(x, Tile):
+        from ..sim.activations import scalar_activation
+
+        return scalar_activation(name, x)
+    a = as_tile_access(access_of(x, loc, name))
+    tile, out = new_tile(a.shape, dtype or a.dtype, loc, fallback=name)
+    _emit("activation", [out], [a, 0.0, 1.0], {"op": op_name(name, "activation"), "reduce_op": None}, mask=mask_of(mask, loc), loc=loc)
+    return tile
+
+
+def accumulate(dst: Tile, other, name: str, *, loc: SourceLoc) -> Tile:
+    """``dst += other`` (and -=, *=, /=).  A matmul result lands in PSUM with hardware
+    accumulation; anything else is one engine instruction that reads and writes ``dst``."""
+    b = current()
+    d = dst.access
+    if isinstance(other, Tile):
+        t = other._access.tensor
+        op = b.last_op
+        if (
+            name == "add" and d.tensor.buffer == "psum" and op is not None and op.prim == "nc_matmul"
+            and t.kind == "temp" and b.retarget(t, d)
+        ):
+            op.attrs["accumulate"] = True
+            return dst
+        o = as_tile_access(access_of(other, loc, name))
+        dd = as_tile_access(d)
+        if o.free_size == 1 and dd.free_size > 1:
+            _emit("tensor_scalar", [dd], [dd, o], {"op0": op_name(name), "reverse0": False, "op1": None, "reverse1": False, "accumulate": True}, loc=loc)
+        else:
+            o = broadcast_access(o, dd.shape, loc, name)
+            _emit("tensor_tensor", [dd], [dd, o], {"op": op_name(name), "accumulate": True}, loc=loc)
+        return dst
+    dd = as_tile_access(d)
+    _emit("tensor_scalar", [dd], [dd, operand(other, loc)], {"op0": op_name(name), "reverse0": False, "op1": None, "reverse1": False, "accumulate": True}, loc=loc)
+    return dst
+
+
+def _make_binary(name: str):
+    def fn(x, y, *, dtype=None, mask=None, **kwargs):
+        return binary(name, x, y, dtype, mask, caller_loc())
+
+    fn.__name__ = fn.__qualname__ = name
+    fn.__nki_op__ = name
+    fn.__doc__ = f"Elementwise ``{name}`` of two tiles, or a tile and a scalar / (P, 1) tile."
+    return fn
+
+
+def _make_unary(name: str):
+    def fn(x, *, dtype=None, mask=None, **kwargs):
+        return unary(name, x, dtype, mask, caller_loc())
+
+    fn.__name__ = fn.__qualname__ = name
+    fn.__nki_op__ = name
+    fn.__doc__ = f"Elementwise ``{name}`` on the ScalarE."
+    return fn
+
+
+BINARY = """add subtract multiply divide power maximum minimum mod fmod equal not_equal greater
+greater_equal less less_equal logical_and logical_or logical_xor bitwise_and bitwise_or
+bitwise_xor left_shift right_shift""".split()
+UNARY = """exp log tanh sigmoid relu gelu gelu_dx gelu_apprx_tanh gelu_apprx_sigmoid
+gelu_apprx_sigmoid_dx silu silu_dx erf erf_dx softplus mish sqrt rsqrt square sin cos tan arctan
+abs sign negative trunc floor ceil invert logical_not""".split()
+
+_ns = globals()
+for _n in BINARY:
+    _ns[_n] = _make_binary(_n)
+for _n in UNARY:
+    _ns[_n] = _make_unary(_n)
+
+
+def reciprocal(x, *, dtype=None, mask=None, **kwargs) -> Tile:
+    """1 / x on the VectorE."""
+    loc = caller_loc()
+    if not isinstance(x, Tile):
+        return 1.0 / x
+    a = as_tile_access(access_of(x, loc, "reciprocal"))
+    tile, out = new_tile(a.shape, dtype or a.dtype, loc, fallback="reciprocal")
+    _emit("reciprocal", [out], [a], mask=mask_of(mask, loc), loc=loc)
+    return tile
+
+
+reciprocal.__nki_op__ = "reciprocal"
+
+
+def where(condition, x, y, *, dtype=None, mask=None, **kwargs) -> Tile:
+    """``x`` where ``condition`` is non-zero, else ``y`` (tiles or scalars)."""
+    loc = caller_loc()
+    c = as_tile_access(access_of(condition, loc, "where"))
+    shape = c.shape
+    ins = [c]
+    for v in (x, y):
+        ins.append(broadcast_access(as_tile_access(access_of(v, loc, "where")), shape, loc, "where") if isinstance(v, Tile) else float(v))
+    tile, out = new_tile(shape, result_dtype(dtype, x, y), loc, fallback="where")
+    _emit("select", [out], ins, mask=mask_of(mask, loc), loc=loc)
+    return tile
+
+
+# ---------------------------------------------------------------------------------------------
+# reductions
+
+
+def _axes(axis, ndim: int, loc) -> tuple[int, ...]:
+    if axis is None:
+        axes = tuple(range(1, ndim))
+    elif isinstance(axis, int | np.integer):
+        axes = (int(axis),)
+    else:
+        axes = tuple(int(a) for a in axis)
+    axes = tuple(sorted(a % ndim for a in axes))
+    if 0 in axes:
+        raise NkiError(
+            "err_invalid_argument", loc, op="reduction",
+            why="cannot reduce along the partition dimension (axis 0); use nisa.tensor_partition_reduce or transpose first",
+        )
+    return axes
+
+
+def reduce(name: str, x, axis, dtype=None, mask=None, keepdims=False, negate=False, loc=None) -> Tile:
+    loc = loc or caller_loc()
+    a = as_tile_access(access_of(x, loc, name))
+    axes = _axes(axis, len(a.shape), loc)
+    shape = tuple(1 if k in axes else s for k, s in enumerate(a.shape)) if keepdims else tuple(
+        s for k, s in enumerate(a.shape) if k not in axes
+    )
+    tile, out = new_tile(canon(shape), dtype or a.dtype, loc, fallback=name)
+    _emit(
+        "tensor_reduce", [out], [a],
+        {"op": op_name(name, "reduce"), "axes": axes, "negate": bool(negate), "keepdims": bool(keepdims)},
+        mask=mask_of(mask, loc), loc=loc,
+    )
+    return tile
+
+
+def sum(x, axis=None, *, dtype=None, mask=None, keepdims=False, **kwargs) -> Tile:  # noqa: A001
+    """Sum along free axes."""
+    return reduce("add", x, axis, dtype, mask, keepdims, loc=caller_loc())
+
+
+def max(x, axis=None, *, dtype=None, mask=None, keepdims=False, **kwargs) -> Tile:  # noqa: A001
+    """Maximum along free axes."""
+    return reduce("max", x, axis, dtype, mask, keepdims, loc=caller_loc())
+
+
+def min(x, axis=None, *, dtype=None, mask=None, keepdims=False, **kwargs) -> Tile:  # noqa: A001
+    """Minimum along free axes."""
+    return reduce("min", x, axis, dtype, mask, keepdims, loc=caller_loc())
+
+
+def prod(x, axis=None, *, dtype=None, mask=None, keepdims=False, **kwargs) -> Tile:
+    """Product along free axes."""
+    return reduce("multiply", x, axis, dtype, mask, keepdims, loc=caller_loc())
+
+
+def all(x, axis=None, *, dtype=None, mask=None, keepdims=False, **kwargs) -> Tile:  # noqa: A001
+    """Logical and along free axes."""
+    return reduce("logical_and", x, axis, dtype, mask, keepdims, loc=caller_loc())
+
+
+def mean(x, axis=None, *, dtype=None, mask=None, keepdims=False, **kwargs) -> Tile:
+    """Arithmetic mean along free axes (a sum, then a scale by 1/n)."""
+    loc = caller_loc()
+    a = as_tile_access(access_of(x, loc, "mean"))
+    axes = _axes(axis, len(a.shape), loc)
+    n = int(np.prod([a.shape[k] for k in axes]))
+    s = reduce("add", x, axes, dtypes.float32, mask, keepdims, loc=loc)
+    return binary("multiply", s, 1.0 / n, dtype or a.dtype, mask, loc)
+
+
+def var(x, axis=None, *, dtype=None, mask=None, keepdims=False, **kwargs) -> Tile:
+    """Population variance along free axes: mean((x - mean(x))^2)."""
+    loc = caller_loc()
+    a = as_tile_access(access_of(x, loc, "var"))
+    axes = _axes(axis, len(a.shape), loc)
+    n = int(np.prod([a.shape[k] for k in axes]))
+    s = reduce("add", x, axes, dtypes.float32, mask, True, loc=loc)
+    m = binary("multiply", s, 1.0 / n, dtypes.float32, mask, loc)
+    centered = binary("subtract", x, m, dtypes.float32, mask, loc)
+    sq = unary("square", centered, dtypes.float32, mask, loc)
+    s2 = reduce("add", sq, axes, dtypes.float32, mask, keepdims, loc=loc)
+    return binary("multiply", s2, 1.0 / n, dtype or a.dtype, mask, loc)
+
+
+# ---------------------------------------------------------------------------------------------
+# fused and TensorE
+
+
+def matmul(x, y, *, transpose_x: bool = False, mask=None, **kwargs) -> Tile:
+    """``x @ y`` into a PSUM fp32 tile.  With ``transpose_x=True`` x is given as [K, M]
+    (contraction on the partition axis); otherwise x is [M, K] and is transposed on the TensorE."""
+    from ..isa import instructions as I
+
+    loc = caller_loc()
+    if not transpose_x:
+        xt = I.nc_transpose_at(x, loc)
+        x = copy_at(xt, loc)
+    return I.nc_matmul_at(x, y, loc, mask=mask)
+
+
+def copy_at(x, loc: SourceLoc, dtype=None) -> Tile:
+    a = as_tile_access(access_of(x, loc, "copy"))
+    tile, out = new_tile(a.shape, dtype or a.dtype, loc, fallback="copy")
+    _emit("tensor_copy", [out], [a], {"engine": "vector"}, loc=loc)
+    return tile
+
+
+def transpose(x, *, dtype=None, mask=None, **kwargs) -> Tile:
+    """2-D transpose on the TensorE (result in PSUM)."""
+    from ..isa import instructions as I
+
+    return I.nc_transpose_at(x, caller_loc(), dtype=dtype)
+
+
+def softmax(x, axis=-1, *, dtype=None, mask=None, **kwargs) -> Tile:
+    """softmax(x) along the last free axis: max, exp(x - max) with a running sum, 1/sum, scale."""
+    loc = caller_loc()
+    a = as_tile_access(access_of(x, loc, "softmax"))
+    neg_max = reduce("max", x, axis, dtypes.float32, mask, True, negate=True, loc=loc)
+    e, s = activation_reduce_at("exp", x, neg_max, "add", dtypes.float32, loc)
+    r = reciprocal_at(s, loc)
+    return binary("multiply", e, r, dtype or a.dtype, mask, loc)
+
+
+def rms_norm(x, w, axis=-1, n=None, epsilon: float = 1e-6, *, dtype=None, mask=None, **kwargs) -> Tile:
+    """x / sqrt(mean(x^2) + epsilon) * w along the free axis."""
+    loc = caller_loc()
+    a = as_tile_access(access_of(x, loc, "rms_norm"))
+    count = n or a.free_size
+    sq, ss = activation_reduce_at("square", x, 0.0, "add", dtypes.float32, loc)
+    ms = binary("multiply", ss, 1.0 / count, dtypes.float32, None, loc)
+    r = unary("rsqrt", binary("add", ms, float(epsilon), dtypes.float32, None, loc), dtypes.float32, None, loc)
+    y = binary("multiply", x, r, dtypes.float32, mask, loc)
+    wt = w
+    if isinstance(w, Tile) and w.shape[0] != a.shape[0]:
+        wt = broadcast_to(w, a.shape)
+    return binary("multiply", y, wt, dtype or a.dtype, mask, loc)
+
+
+def activation_reduce_at(fn: str, x, bias, reduce_op: str, dtype, loc) -> tuple[Tile, Tile]:
+    a = as_tile_access(access_of(x, loc, fn))
+    tile, out = new_tile(a.shape, dtype, loc, fallback=fn)
+    red, rout = new_tile((a.shape[0], 1), dtypes.float32, loc, fallback=f"{fn}_{reduce_op}")
+    _emit("activation", [out, rout], [a, operand(bias, loc), 1.0], {"op": fn, "reduce_op": reduce_op}, loc=loc)
+    return tile, red
+
+
+def reciprocal_at(x, loc) -> Tile:
+    a = as_tile_access(access_of(x, loc, "reciprocal"))
+    tile, out = new_tile(a.shape, a.dtype, loc, fallback="reciprocal")
+    _emit("reciprocal", [out], [a], loc=loc)
+    return tile
+
+
+# ---------------------------------------------------------------------------------------------
+# creation
+
+
+def full(shape, fill_value, dtype=None, *, buffer=None, name: str = "", **kwargs) -> Tile:
+    from .creation import ndarray
+
+    loc = caller_loc()
+    t = ndarray(shape, dtype=dtype or dtypes.float32, buffer=buffer, name=name, _loc=loc)
+    if t.tensor.is_hbm:
+        raise NkiError("err_invalid_argument", loc, op="zeros/ones/full", why="HBM tensors cannot be created with an initial value (err_hbm_tensor_with_init_value_not_supported)")
+    memset_into(t.access, fill_value, loc=loc)
+    return t
+
+
+def device_print(prefix: str, x, **kwargs) -> None:
+    """Print a tile's value while the kernel is simulated."""
+    loc = caller_loc()
+    a = access_of(x, loc, "device_print")
+    _emit("device_print", [], [a], {"prefix": str(prefix)}, loc=loc)
+
+
+def expand_dims(x, axis: int) -> Tile:
+    """A view with a new unit axis."""
+    if not isinstance(x, Tile):
+        return np.expand_dims(x, axis)
+    key = [slice(None)] * x.ndim
+    key.insert(axis if axis >= 0 else x.ndim + 1 + axis, None)
+    return x[tuple(key)]

@@ -1,0 +1,222 @@
+"""Performance warning rules, modelled on Neuron Explorer's automatic warnings (nki.md §6.2).
+
+Each rule is a function ``(analysis, summary) -> list[warning]`` in :data:`RULES`; adding a
+warning means adding one function there. A warning is a dict with at least
+
+* ``name``: stable identifier (``"small_dma_transfers"``, ``"input_reload"``, ...),
+* ``message``: one paragraph a kernel author can act on, naming the lines,
+* ``source``: the responsible source lines, comma separated, worst first,
+* ``lines``: the same lines as a list,
+
+plus rule-specific numbers (counts, bytes, the engine) for programs to read.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from .model import Instruction, engine_label
+from .units import fmt_bytes, fmt_flops, fmt_percent
+
+if TYPE_CHECKING:
+    from .metrics import Analysis
+
+Warning_ = dict[str, Any]
+
+# Thresholds. DMA: a transfer pays ~1.3 µs of fixed cost, and under ~512 B per partition
+# it is overhead-bound (nki.md §4.4); the 2 KiB floor catches transfers over few bytes on
+# many partitions.
+SMALL_DMA_PARTITION_BYTES = 512
+SMALL_DMA_TOTAL_BYTES = 2048
+LOW_TENSOR_ACTIVE_PERCENT = 50.0
+ENGINE_BOUND_PERCENT = 90.0
+TRANSPOSE_FLOPS_FRACTION = 0.10
+LINES_IN_MESSAGE = 5
+
+_UNKNOWN = "<unknown>"
+
+
+def _warning(name: str, message: str, lines: list[str], **extra: Any) -> Warning_:
+    return {"name": name, "message": message, "source": ", ".join(lines), "lines": lines, **extra}
+
+
+def _named(counts: Counter[str], noun: str) -> str:
+    """``kernel.py:12 (400 transfers), kernel.py:15 (1 transfer) and 3 more lines``."""
+    top = counts.most_common(LINES_IN_MESSAGE)
+    text = ", ".join(f"{src} ({c} {noun}{'s' if c != 1 else ''})" for src, c in top)
+    rest = len(counts) - len(top)
+    return text + (f" and {rest} more line{'s' if rest > 1 else ''}" if rest > 0 else "")
+
+
+def _list(lines: list[str]) -> str:
+    return ", ".join(lines) if lines else "unknown lines"
+
+
+def small_dma_transfers(a: Analysis, s: dict[str, Any]) -> list[Warning_]:
+    """DMA transfers under 512 B per partition or 2 KiB in total."""
+    small: Counter[str] = Counter()
+    for i in a.instructions_on("dma"):
+        b = i.transfer_bytes
+        per_partition = b / i.partitions if i.partitions > 0 else b
+        if per_partition < SMALL_DMA_PARTITION_BYTES or b < SMALL_DMA_TOTAL_BYTES:
+            small[i.source or _UNKNOWN] += 1
+    if not small:
+        return []
+    n = sum(small.values())
+    msg = (
+        f"{n} of {s['dma_transfer_count']} DMA transfers are small (< {SMALL_DMA_PARTITION_BYTES} B "
+        f"per partition or < {fmt_bytes(SMALL_DMA_TOTAL_BYTES)} in total): {_named(small, 'transfer')}. "
+        "Every transfer pays a fixed setup cost of about 1.3 µs, so small ones waste DMA "
+        "bandwidth: move at least 2 KiB per partition per transfer (larger tiles along the "
+        "free dimension, or fewer, merged loads)."
+    )
+    lines = [src for src, _ in small.most_common()]
+    return [_warning("small_dma_transfers", msg, lines, count=n, counts=dict(small))]
+
+
+def input_reload(a: Analysis, s: dict[str, Any]) -> list[Warning_]:
+    """The same HBM byte range of a tensor read more than once; one warning per tensor."""
+    from .metrics import reload_key
+
+    reads: dict[tuple[str, int, int, int, int], list[Instruction]] = defaultdict(list)
+    for i in a.profile.instructions:
+        if i.tensor_name and i.hbm_read_bytes > 0:
+            reads[reload_key(i)].append(i)
+    per_tensor: dict[str, dict[str, Any]] = {}
+    for key, lst in reads.items():
+        t = per_tensor.setdefault(
+            key[0], {"bytes": 0, "times": 0, "ranges": 0, "read": 0, "lines": Counter()}
+        )
+        t["read"] += key[2] * len(lst)
+        if len(lst) > 1:
+            t["bytes"] += (len(lst) - 1) * key[2]
+            t["times"] = max(t["times"], len(lst))
+            t["ranges"] += 1
+            for i in lst:
+                t["lines"][i.source or _UNKNOWN] += 1
+    out = []
+    for name, t in sorted(per_tensor.items(), key=lambda kv: (-kv[1]["bytes"], kv[0])):
+        if t["bytes"] == 0:
+            continue
+        msg = (
+            f"Input reload: {t['ranges']} range{'s' if t['ranges'] > 1 else ''} of {name!r} "
+            f"{'are' if t['ranges'] > 1 else 'is'} read from HBM up to {t['times']} times, "
+            f"{fmt_bytes(t['bytes'])} read again "
+            f"({fmt_percent(100 * t['bytes'] / t['read'])} of its HBM reads), "
+            f"loaded at {_named(t['lines'], 'read')}. Keep the tile in SBUF and reuse it (hoist the "
+            "load out of the loop) to save HBM bandwidth."
+        )
+        lines = [src for src, _ in t["lines"].most_common()]
+        out.append(_warning("input_reload", msg, lines, tensor=name, bytes=t["bytes"], times=t["times"]))
+    return out
+
+
+def low_tensor_utilization(a: Analysis, s: dict[str, Any]) -> list[Warning_]:
+    """TensorE active under 50% in a kernel that has matmuls."""
+    n = s["matmul_instruction_count"]
+    tensor = s["tensor_active_percent"]
+    if n == 0 or tensor >= LOW_TENSOR_ACTIVE_PERCENT:
+        return []
+    bound = s["bound_by"]
+    if bound == "tensor":
+        lines = a.top_lines("tensor", pred=lambda i: i.is_matmul)
+        why = (
+            "No engine is busy half of the time, so dependencies serialize the engines: "
+            "pipeline the loop (more buffers, so loads, matmuls and stores of different "
+            f"iterations overlap). Matmul lines: {_list(lines)}."
+        )
+    else:
+        lines = a.top_lines(bound)
+        why = (
+            f"{engine_label(bound)} is the busiest ({fmt_percent(s['engine_active_percent'][bound])} "
+            f"active) and keeps TensorE waiting; its hottest lines are {_list(lines)}. Overlap "
+            "that work with the matmuls or shrink it."
+        )
+    msg = (
+        f"TensorE is active only {fmt_percent(tensor)} of the time in a kernel with {n} "
+        f"matmul instruction{'s' if n > 1 else ''} (MFU {fmt_percent(s['mfu_percent'])}). {why}"
+    )
+    return [_warning("low_tensor_utilization", msg, lines, tensor_active_percent=tensor)]
+
+
+_ENGINE_ADVICE = {
+    "vector": "fuse elementwise steps, or move some to ScalarE (activation with scale and bias) or GpSimd",
+    "scalar": "fuse multiply, add and activation into one activation instruction, or move plain arithmetic to VectorE",
+    "gpsimd": "move elementwise work and reductions to VectorE, which is faster for them",
+    "sync": "issue fewer, larger DMAs",
+    "dma": "reuse tiles already in SBUF and make transfers larger; the kernel is memory-bound",
+}
+
+
+def engine_bound(a: Analysis, s: dict[str, Any]) -> list[Warning_]:
+    """A non-Tensor engine (or the DMA queues) over 90% active while TensorE is under 50%."""
+    tensor = s["tensor_active_percent"]
+    if tensor >= LOW_TENSOR_ACTIVE_PERCENT:
+        return []
+    out = []
+    for engine in ("vector", "scalar", "gpsimd", "sync", "dma"):
+        pct = s["engine_active_percent"][engine]
+        if pct <= ENGINE_BOUND_PERCENT:
+            continue
+        label = engine_label(engine)
+        lines = a.top_lines(engine)
+        extra = f" (MBU {fmt_percent(s['mbu_percent'])})" if engine == "dma" else ""
+        msg = (
+            f"{label} is active {fmt_percent(pct)} of the time while TensorE is active "
+            f"{fmt_percent(tensor)}: the kernel is {label}-bound{extra}. Its hottest lines are "
+            f"{_list(lines)}; to go faster, {_ENGINE_ADVICE[engine]}."
+        )
+        out.append(_warning("engine_bound", msg, lines, engine=engine, active_percent=pct))
+    return out
+
+
+def spill(a: Analysis, s: dict[str, Any]) -> list[Warning_]:
+    """Any bytes spilled from SBUF to HBM."""
+    if s["spill_bytes"] <= 0:
+        return []
+    times: Counter[str] = Counter()
+    for i in a.profile.instructions:
+        if "SPILL" in i.opcode.upper():
+            times[i.source or _UNKNOWN] += 1
+    lines = [src for src, _ in times.most_common()]
+    where = f" at {_named(times, 'instruction')}" if times else ""
+    msg = (
+        f"{fmt_bytes(s['spill_bytes'])} spilled between SBUF and HBM{where}: the live tiles do "
+        "not fit in SBUF. Use smaller tiles or fewer buffers alive at once."
+    )
+    return [_warning("spill", msg, lines, bytes=s["spill_bytes"])]
+
+
+def transpose_flops(a: Analysis, s: dict[str, Any]) -> list[Warning_]:
+    """TensorE transposes over 10% of all TensorE FLOPs."""
+    hw, tr = s["hardware_flops"], s["transpose_flops"]
+    if hw <= 0 or tr <= TRANSPOSE_FLOPS_FRACTION * hw:
+        return []
+    flops: Counter[str] = Counter()
+    for i in a.instructions_on("tensor"):
+        if i.is_transpose:
+            flops[i.source or _UNKNOWN] += i.flops
+    lines = [src for src, _ in flops.most_common()]
+    msg = (
+        f"Transposes are {fmt_percent(100 * tr / hw)} of TensorE FLOPs ({fmt_flops(tr)}), "
+        f"at {_list(lines[:LINES_IN_MESSAGE])}. They use TensorE without useful work: load the "
+        "data already transposed (a transposed DMA access pattern) or transpose once and reuse."
+    )
+    return [_warning("transpose_flops", msg, lines, percent=100 * tr / hw)]
+
+
+RULES: list[Callable[[Analysis, dict[str, Any]], list[Warning_]]] = [
+    small_dma_transfers,
+    input_reload,
+    low_tensor_utilization,
+    engine_bound,
+    spill,
+    transpose_flops,
+]
+
+
+def collect_warnings(a: Analysis, summary: dict[str, Any]) -> list[Warning_]:
+    """Run every rule in order; ``summary`` must already hold all other metrics."""
+    return [w for rule in RULES for w in rule(a, summary)]

@@ -1,0 +1,96 @@
+"""ScalarE activation functions as numpy functions (computed in float64, rounded by the caller)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+_SQRT2 = np.sqrt(2.0)
+_SQRT_2_OVER_PI = np.sqrt(2.0 / np.pi)
+
+
+def erf(x: np.ndarray) -> np.ndarray:
+    """erf with absolute error < 1.5e-7 (Abramowitz & Stegun 7.1.26), enough for fp32 outputs."""
+    x = np.asarray(x, dtype=np.float64)
+    s = np.sign(x)
+    a = np.abs(x)
+    t = 1.0 / (1.0 + 0.3275911 * a)
+    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
+    return s * (1.0 - poly * np.exp(-a * a))
+
+
+def _sigmoid(x):
+    with np.errstate(over="ignore"):
+        return 1.0 / (1.0 + np.exp(-x))
+
+
+def _softplus(x):
+    return np.logaddexp(0.0, x)
+
+
+def _gelu(x):
+    return 0.5 * x * (1.0 + erf(x / _SQRT2))
+
+
+def _gelu_dx(x):
+    return 0.5 * (1.0 + erf(x / _SQRT2)) + x * np.exp(-0.5 * x * x) / np.sqrt(2 * np.pi)
+
+
+def _gelu_tanh(x):
+    return 0.5 * x * (1.0 + np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x**3)))
+
+
+def _silu_dx(x):
+    s = _sigmoid(x)
+    return s * (1.0 + x * (1.0 - s))
+
+
+def _gelu_sigmoid_dx(x):
+    s = _sigmoid(1.702 * x)
+    return s + 1.702 * x * s * (1.0 - s)
+
+
+ACT = {
+    "copy": lambda x: x,
+    "identity": lambda x: x,
+    "exp": np.exp,
+    "log": np.log,
+    "tanh": np.tanh,
+    "sigmoid": _sigmoid,
+    "relu": lambda x: np.maximum(x, 0.0),
+    "gelu": _gelu,
+    "gelu_dx": _gelu_dx,
+    "gelu_apprx_tanh": _gelu_tanh,
+    "gelu_apprx_sigmoid": lambda x: x * _sigmoid(1.702 * x),
+    "gelu_apprx_sigmoid_dx": _gelu_sigmoid_dx,
+    "silu": lambda x: x * _sigmoid(x),
+    "silu_dx": _silu_dx,
+    "erf": erf,
+    "erf_dx": lambda x: 2.0 / np.sqrt(np.pi) * np.exp(-x * x),
+    "softplus": _softplus,
+    "mish": lambda x: x * np.tanh(_softplus(x)),
+    "sqrt": np.sqrt,
+    "rsqrt": lambda x: 1.0 / np.sqrt(x),
+    "reciprocal": lambda x: 1.0 / x,
+    "square": np.square,
+    "sin": np.sin,
+    "cos": np.cos,
+    "tan": np.tan,
+    "arctan": np.arctan,
+    "abs": np.abs,
+    "sign": np.sign,
+    "negative": np.negative,
+    "trunc": np.trunc,
+    "floor": np.floor,
+    "ceil": np.ceil,
+    "invert": lambda x: np.invert(np.asarray(x).astype(np.int64)).astype(np.float64),
+    "logical_not": lambda x: (x == 0).astype(np.float64),
+}
+
+
+def activate(name: str, x: np.ndarray) -> np.ndarray:
+    with np.errstate(all="ignore"):
+        return ACT[name](x)
+
+
+def scalar_activation(name: str, x) -> float:
+    return float(activate(name, np.float64(x)))

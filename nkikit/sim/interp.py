@@ -1,0 +1,254 @@
+"""The reference interpreter: runs a kernel's IR on numpy arrays with NKI semantics.
+
+Memory is numpy arrays in each tensor's dtype.  Every op reads its inputs (widened to fp32),
+applies its rule, and writes each output once, rounded to the output's dtype.  Fresh buffers
+are poisoned (NaN for floats).  Accesses are bounds-checked; masked-off elements are neither
+read nor written.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import dtypes
+from ..errors import NkiError
+from ..ir.affine import Axis, LoopVar, ProgramId, axis_env
+from ..ir.core import Access, Alloc, Kernel, Loop, Op, Tensor
+from .rules import RAW, RULES
+
+# primitives whose mask is evaluated over their (first) input rather than their output
+_MASK_ON_INPUT = {"tensor_reduce", "bn_stats", "tensor_partition_reduce", "max8"}
+
+
+class _Plan:
+    """How to turn an access into numpy indexing: basic slices when each tensor dimension
+    follows at most one tile axis in order, otherwise broadcast index arrays."""
+
+    __slots__ = ("basic", "dims", "shape", "reshape")
+
+    def __init__(self, access: Access) -> None:
+        self.shape = access.shape
+        axes_seen: list[int] = []
+        basic = True
+        dims = []
+        for a in access.index:
+            ax = [(s.k, c) for s, c in a.terms if isinstance(s, Axis)]
+            if len(ax) > 1 or (ax and ax[0][1] <= 0):
+                basic = False
+            if ax:
+                axes_seen.append(ax[0][0])
+            dims.append(ax[0] if len(ax) == 1 else None)
+        if basic and (axes_seen != sorted(axes_seen) or len(set(axes_seen)) != len(axes_seen)):
+            basic = False
+        self.basic = basic
+        self.dims = dims
+        if basic:
+            kept = [self.shape[k] for k in axes_seen]
+            self.reshape = tuple(kept) != tuple(self.shape)
+        else:
+            self.reshape = False
+
+
+class Interpreter:
+    """Runs one kernel.  ``run(args)`` returns the output arrays."""
+
+    def __init__(self, kernel: Kernel, *, seed: int = 0) -> None:
+        self.kernel = kernel
+        self.seed = seed
+        self.mem: dict[int, np.ndarray] = {}
+        self.plans: dict[int, _Plan] = {}
+
+    # -- memory -------------------------------------------------------------------------------
+    def storage(self, t: Tensor) -> np.ndarray:
+        if t.base is not None:
+            return self.storage(t.base).reshape(t.shape)
+        return self.mem[t.uid]
+
+    def _plan(self, access: Access) -> _Plan:
+        p = self.plans.get(id(access))
+        if p is None:
+            p = self.plans[id(access)] = _Plan(access)
+        return p
+
+    def _bounds_error(self, access: Access, dim: int, index: int, op: Op) -> NkiError:
+        return NkiError(
+            "err_tensor_access_out_of_bound", op.loc,
+            tensor=access.tensor.name, dim=dim, index=index, size=access.tensor.shape[dim],
+        )
+
+    def _index(self, access: Access, env: dict, op: Op, valid: np.ndarray | None):
+        """numpy index for ``access`` and whether it is basic slicing.  Masked-off elements may
+        lie out of bounds; they are not checked."""
+        plan = self._plan(access)
+        tshape = access.tensor.shape
+        if plan.basic:
+            idx = []
+            oob = None
+            for d, (a, ax) in enumerate(zip(access.index, plan.dims)):
+                base = a.const
+                for s, c in a.terms:
+                    if not isinstance(s, Axis):
+                        base += c * env[s]
+                if ax is None:
+                    if not 0 <= base < tshape[d]:
+                        oob = (d, base)
+                        break
+                    idx.append(base)
+                else:
+                    k, c = ax
+                    last = base + c * (plan.shape[k] - 1)
+                    if base < 0 or last >= tshape[d]:
+                        oob = (d, last if last >= tshape[d] else base)
+                        break
+                    idx.append(slice(base, last + 1, c))
+            if oob is None:
+                return tuple(idx), True
+            if valid is None:
+                raise self._bounds_error(access, oob[0], oob[1], op)
+        full = {**env, **axis_env(plan.shape)}
+        idx = []
+        for d, a in enumerate(access.index):
+            v = np.broadcast_to(np.asarray(a.evaluate(full)), plan.shape)
+            if valid is not None:
+                v = np.where(valid, v, 0)
+            if v.size:
+                lo, hi = int(v.min()), int(v.max())
+                if lo < 0 or hi >= tshape[d]:
+                    raise self._bounds_error(access, d, hi if hi >= tshape[d] else lo, op)
+            idx.append(v)
+        return tuple(idx), False
+
+    def read(self, access: Access, env: dict, op: Op, valid=None) -> np.ndarray:
+        store = self.storage(access.tensor)
+        if valid is not None and valid.shape != access.shape:
+            valid = None
+        idx, basic = self._index(access, env, op, valid)
+        x = store[idx]
+        if basic:
+            plan = self._plan(access)
+            if plan.reshape:
+                x = x.reshape(plan.shape)
+            return x
+        return np.broadcast_to(x, access.shape)
+
+    def write(self, access: Access, value, env: dict, op: Op, valid=None) -> None:
+        store = self.storage(access.tensor)
+        value = np.asarray(value)
+        if value.shape != access.shape:
+            value = value.reshape(access.shape) if value.size == int(np.prod(access.shape)) else np.broadcast_to(value, access.shape)
+        value = dtypes.cast(value, access.tensor.dtype)
+        if dtypes.is_tf32(access.tensor.dtype):
+            value = value.astype(np.float32)
+        if valid is not None and valid.shape != access.shape:
+            valid = _fit_valid(valid, access.shape)
+        idx, basic = self._index(access, env, op, valid)
+        if basic:
+            plan = self._plan(access)
+            view = store[idx]
+            if plan.reshape:
+                view = view.reshape(plan.shape)
+            if valid is None:
+                view[...] = value
+            else:
+                np.copyto(view, value, where=np.broadcast_to(valid, view.shape))
+            return
+        if valid is None:
+            store[idx] = value
+        else:
+            store[tuple(i[valid] for i in idx)] = value[valid]
+
+    # -- execution ----------------------------------------------------------------------------
+    def run(self, args: list[np.ndarray]) -> list[np.ndarray]:
+        k = self.kernel
+        for t, a in zip(k.params, args):
+            self.mem[t.uid] = a
+        for t in k.tensors:
+            if t.base is None and t.kind in ("hbm", "output"):
+                self.mem[t.uid] = dtypes.new_buffer(t.shape, t.dtype)
+            elif t.kind == "const":
+                self.mem[t.uid] = t.const_value
+        grid = k.grid or (1,)
+        for pid in np.ndindex(*grid):
+            env = {ProgramId(i): int(v) for i, v in enumerate(pid)}
+            self.exec_body(k.body, env)
+        return [self.mem[t.uid] for t in k.outputs]
+
+    def exec_body(self, body, env: dict) -> None:
+        for s in body:
+            if isinstance(s, Op):
+                self.exec_op(s, env)
+            elif isinstance(s, Alloc):
+                t = s.tensor
+                self.mem[t.uid] = dtypes.new_buffer(t.shape, t.dtype)
+            elif isinstance(s, Loop):
+                var: LoopVar = s.var
+                for i in range(s.trip):
+                    env[var] = i
+                    self.exec_body(s.body, env)
+                env.pop(var, None)
+
+    def _mask(self, op: Op, env: dict) -> np.ndarray | None:
+        if op.mask is None:
+            return None
+        ref = op.ins[0] if op.prim in _MASK_ON_INPUT and op.ins else op.outs[0]
+        shape = ref.shape
+        full = {**env, **axis_env(shape)}
+        for s in op.mask.syms:
+            if isinstance(s, Axis) and s.k >= len(shape):
+                raise NkiError("err_unsupported_expression_in_mask", op.loc, got=f"{op.mask} for a tile of shape {shape}")
+        return np.broadcast_to(np.asarray(op.mask.evaluate(full), dtype=bool), shape)
+
+    def exec_op(self, op: Op, env: dict) -> None:
+        valid = self._mask(op, env)
+        raw = op.prim in RAW
+        ins = []
+        for x in op.ins:
+            if isinstance(x, Access):
+                v = self.read(x, env, op, valid)
+                ins.append(v if raw else dtypes.to_f32(v))
+            else:
+                ins.append(x)
+        if op.prim == "affine_select":
+            shape = op.outs[0].shape
+            keep = np.broadcast_to(np.asarray(op.attrs["pred"].evaluate({**env, **axis_env(shape)}), dtype=bool), shape)
+            results = [np.where(keep, ins[0], np.float32(op.attrs["on_false"]))]
+        elif op.prim == "nc_stream_shuffle":
+            dst = self.read(op.outs[0], env, op).copy()
+            src = ins[0]
+            for i, m in enumerate(op.attrs["shuffle_mask"][: dst.shape[0]]):
+                if m != 255:
+                    q = (i // 32) * 32 + m
+                    dst[i] = src[q]
+            results = [dst]
+        else:
+            if op.prim == "dropout":
+                op.attrs.setdefault("seed", self.seed)
+            results = RULES[op.prim](op, ins, valid)
+        if op.prim == "nc_matmul" and op.attrs.get("accumulate"):
+            results = [dtypes.to_f32(self.read(op.outs[0], env, op)) + results[0]]
+        elif op.prim == "dma_copy" and op.attrs.get("rmw_op"):
+            from .alu import alu
+
+            results = [alu(op.attrs["rmw_op"], dtypes.to_f32(self.read(op.outs[0], env, op)), dtypes.to_f32(ins[0]))]
+        for out, r in zip(op.outs, results):
+            if r is not None:
+                self.write(out, r, env, op, valid)
+
+
+def _fit_valid(valid: np.ndarray, shape: tuple[int, ...]) -> np.ndarray | None:
+    """The mask of an op's iteration space, as seen by an output of another shape."""
+    if valid.ndim == len(shape):
+        axes = tuple(k for k, (a, b) in enumerate(zip(valid.shape, shape)) if a != b and b == 1)
+        v = valid.any(axis=axes, keepdims=True) if axes else valid
+        if v.shape == tuple(shape):
+            return v
+    p = valid.shape[0]
+    if shape and shape[0] == p:
+        v = valid.reshape(p, -1).any(axis=1)
+        return np.broadcast_to(v.reshape((p,) + (1,) * (len(shape) - 1)), shape)
+    return None
+
+
+def simulate(kernel: Kernel, args: list[np.ndarray], *, seed: int = 0) -> list[np.ndarray]:
+    """Run ``kernel`` on ``args`` (numpy arrays in the kernel's parameter dtypes)."""
+    return Interpreter(kernel, seed=seed).run(args)

@@ -1,0 +1,275 @@
+"""Simulation rules: one numpy implementation per IR primitive.
+
+A rule gets the op, its inputs (fp32 arrays for tiles, Python floats for immediates; raw
+dtype arrays for the ``RAW`` primitives) and the op's mask as a boolean array (or None), and
+returns one array per output (None leaves that output untouched).  Rounding to the output
+dtype and masking the write are the interpreter's job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from ..ir.affine import axis_env
+from ..ir.core import Op
+from .activations import activate
+from .alu import alu, reduce
+
+Rule = Callable[[Op, list, "np.ndarray | None"], list]
+RULES: dict[str, Rule] = {}
+# primitives that move bits rather than compute: inputs arrive in their storage dtype
+RAW = {"dma_copy", "tensor_copy", "partition_broadcast", "nc_stream_shuffle", "local_gather"}
+
+
+def rule(name: str):
+    def deco(fn: Rule) -> Rule:
+        RULES[name] = fn
+        return fn
+
+    return deco
+
+
+def _free_reduce(name: str, x: np.ndarray, valid) -> np.ndarray:
+    axes = tuple(range(1, x.ndim))
+    return reduce(name, x, axes, True, valid).reshape(x.shape[0], 1)
+
+
+@rule("dma_copy")
+def _dma(op, ins, valid):
+    rmw = op.attrs.get("rmw_op")
+    return [ins[0]] if rmw is None else [None]
+
+
+@rule("tensor_copy")
+def _copy(op, ins, valid):
+    return [ins[0]]
+
+
+@rule("partition_broadcast")
+def _pbcast(op, ins, valid):
+    return [np.broadcast_to(ins[0], op.outs[0].shape)]
+
+
+@rule("memset")
+def _memset(op, ins, valid):
+    return [np.full(op.outs[0].shape, op.attrs["value"], dtype=np.float32)]
+
+
+@rule("iota")
+def _iota(op, ins, valid):
+    shape = op.outs[0].shape
+    env = axis_env(shape)
+    return [np.broadcast_to(np.asarray(op.attrs["expr"].evaluate(env)), shape).astype(np.float64)]
+
+
+@rule("nc_matmul")
+def _matmul(op, ins, valid):
+    s, m = ins
+    return [np.matmul(s.T, m, dtype=np.float32)]
+
+
+@rule("nc_transpose")
+def _transpose(op, ins, valid):
+    return [ins[0].T]
+
+
+@rule("activation")
+def _activation(op, ins, valid):
+    data, bias, scale = ins
+    y = activate(op.attrs["op"], data * scale + bias if (scale != 1.0 if isinstance(scale, float) else True) else data + bias)
+    outs = [y]
+    if op.attrs.get("reduce_op"):
+        outs.append(_free_reduce(op.attrs["reduce_op"], np.asarray(y, dtype=np.float32), valid))
+    return outs
+
+
+@rule("tensor_tensor")
+def _tt(op, ins, valid):
+    return [alu(op.attrs["op"], ins[0], ins[1])]
+
+
+@rule("tensor_scalar")
+def _ts(op, ins, valid):
+    a = op.attrs
+    y = alu(a["op0"], ins[0], ins[1], a["reverse0"])
+    if a.get("op1"):
+        y = alu(a["op1"], y, ins[2], a["reverse1"])
+    outs = [y]
+    if a.get("reduce_op"):
+        outs.append(_free_reduce(a["reduce_op"], np.asarray(y, dtype=np.float32), valid))
+    return outs
+
+
+@rule("scalar_tensor_tensor")
+def _stt(op, ins, valid):
+    a = op.attrs
+    y = alu(a["op0"], ins[0], ins[1], a["reverse0"])
+    return [alu(a["op1"], y, ins[2], a["reverse1"])]
+
+
+@rule("tensor_reduce")
+def _reduce(op, ins, valid):
+    a = op.attrs
+    y = reduce(a["op"], ins[0], a["axes"], True, valid)
+    if a["negate"]:
+        y = -y
+    return [y]
+
+
+@rule("tensor_partition_reduce")
+def _preduce(op, ins, valid):
+    return [reduce(op.attrs["op"], ins[0], 0, True, valid)]
+
+
+@rule("tensor_tensor_scan")
+def _scan(op, ins, valid):
+    d0, d1, init = ins
+    op0, op1 = op.attrs["op0"], op.attrs["op1"]
+    p = d0.shape[0]
+    d0 = d0.reshape(p, -1)
+    d1 = d1.reshape(p, -1)
+    out = np.empty_like(d0, dtype=np.float32)
+    r = np.broadcast_to(np.asarray(init, dtype=np.float32).reshape(-1, 1) if not isinstance(init, float) else np.float32(init), (p, 1)).astype(np.float32)
+    # step by step: the hardware rounds the running value to fp32 at every element
+    for i in range(d0.shape[1]):
+        r = alu(op1, alu(op0, d0[:, i : i + 1], r), d1[:, i : i + 1]).astype(np.float32)
+        out[:, i : i + 1] = r
+    return [out.reshape(op.outs[0].shape)]
+
+
+@rule("reciprocal")
+def _recip(op, ins, valid):
+    with np.errstate(divide="ignore"):
+        return [1.0 / ins[0]]
+
+
+@rule("select")
+def _select(op, ins, valid):
+    c, x, y = ins
+    return [np.where(c != 0, x, y)]
+
+
+@rule("range_select")
+def _range_select(op, ins, valid):
+    data, b0, b1 = ins
+    a = op.attrs
+    idx = np.arange(data.shape[-1], dtype=np.float32).reshape((1,) * (data.ndim - 1) + (-1,)) + a["range_start"]
+    keep = (alu(a["comp_op0"], idx, b0) != 0) & (alu(a["comp_op1"], idx, b1) != 0)
+    y = np.where(keep, data, np.float32(a["on_false"]))
+    outs = [y]
+    if len(op.outs) > 1:
+        outs.append(_free_reduce(a["reduce_op"], y, valid))
+    return outs
+
+
+@rule("select_reduce")
+def _select_reduce(op, ins, valid):
+    p, t, f = ins
+    cond = (p != 0) ^ op.attrs["reverse"]
+    y = np.where(cond, t, f)
+    outs = [y]
+    if len(op.outs) > 1:
+        outs.append(_free_reduce(op.attrs["reduce_op"], np.asarray(y, dtype=np.float32), valid))
+    return outs
+
+
+@rule("bn_stats")
+def _bn_stats(op, ins, valid):
+    x = ins[0].reshape(ins[0].shape[0], -1).astype(np.float64)
+    v = np.ones_like(x, dtype=bool) if valid is None else np.broadcast_to(valid, ins[0].shape).reshape(x.shape)
+    out = np.empty((x.shape[0], 6), dtype=np.float64)
+    for half in (0, 1):
+        xs, vs = x[:, half::2], v[:, half::2]
+        n = vs.sum(axis=1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mean = np.where(vs, xs, 0).sum(axis=1) / np.maximum(n, 1)
+            m2 = np.where(vs, (xs - mean[:, None]) ** 2, 0).sum(axis=1)
+        out[:, 3 * half] = n
+        out[:, 3 * half + 1] = mean
+        out[:, 3 * half + 2] = m2
+    return [out]
+
+
+@rule("bn_aggr")
+def _bn_aggr(op, ins, valid):
+    s = ins[0].reshape(ins[0].shape[0], -1, 3).astype(np.float64)
+    n, mean, m2 = s[..., 0], s[..., 1], s[..., 2]
+    total = n.sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mu = (n * mean).sum(axis=1) / total
+        var = (m2 + n * (mean - mu[:, None]) ** 2).sum(axis=1) / total
+    return [np.stack([mu, var], axis=1)]
+
+
+@rule("dropout")
+def _dropout(op, ins, valid):
+    data, prob = ins
+    rng = np.random.default_rng(op.attrs.get("seed", 0) + id(op) % 9973)
+    keep = rng.random(data.shape) >= np.asarray(prob, dtype=np.float32)
+    return [np.where(keep, data, 0.0)]
+
+
+@rule("max8")
+def _max8(op, ins, valid):
+    x = ins[0].reshape(ins[0].shape[0], -1)
+    return [-np.sort(-x, axis=1)[:, :8]]
+
+
+@rule("nc_find_index8")
+def _find8(op, ins, valid):
+    x = ins[0].reshape(ins[0].shape[0], -1)
+    vals = ins[1].reshape(ins[1].shape[0], -1)[:, :8]
+    out = np.full(vals.shape, np.iinfo(np.uint32).max, dtype=np.float64)
+    for j in range(vals.shape[1]):
+        hit = x == vals[:, j : j + 1]
+        found = hit.any(axis=1)
+        out[found, j] = hit.argmax(axis=1)[found]
+    return [out]
+
+
+@rule("nc_match_replace8")
+def _replace8(op, ins, valid):
+    x = ins[0].reshape(ins[0].shape[0], -1).copy()
+    vals = ins[1].reshape(ins[1].shape[0], -1)[:, :8]
+    idx = np.zeros(vals.shape, dtype=np.float64)
+    rows = np.arange(x.shape[0])
+    for j in range(vals.shape[1]):
+        hit = x == vals[:, j : j + 1]
+        found = hit.any(axis=1)
+        pos = hit.argmax(axis=1)
+        x[rows[found], pos[found]] = op.attrs["imm"]
+        idx[:, j] = pos
+    outs = [x.reshape(op.outs[0].shape)]
+    if len(op.outs) > 1:
+        outs.append(idx)
+    return outs
+
+
+@rule("nc_stream_shuffle")
+def _shuffle(op, ins, valid):
+    return [None]  # needs the destination's old value: done in the interpreter
+
+
+@rule("local_gather")
+def _local_gather(op, ins, valid):
+    src, index = ins
+    p = src.shape[0]
+    per = op.attrs["num_elem_per_idx"]
+    flat_src = src.reshape(p, -1)
+    idx = index.reshape(p, -1).astype(np.int64)
+    out = np.zeros((p, idx.shape[1] * per), dtype=src.dtype)
+    for g in range(0, p, 16):
+        group = flat_src[g : g + 16].reshape(-1)  # partition-major within the group
+        gi = idx[g : g + 16]
+        for e in range(per):
+            vals = group[np.clip(gi * per + e, 0, group.size - 1)]
+            out[g : g + 16, e::per] = vals
+    return [out]
+
+
+@rule("device_print")
+def _print(op, ins, valid):
+    print(op.attrs["prefix"], np.asarray(ins[0]))
+    return []

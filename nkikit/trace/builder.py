@@ -1,0 +1,181 @@
+"""Trace-time state: the kernel under construction, the open loop bodies, naming and scoping."""
+
+from __future__ import annotations
+
+import re
+import threading
+from contextlib import contextmanager
+
+import numpy as np
+
+from ..errors import NkiError, SourceLoc, caller_loc
+from ..ir.affine import Affine, Axis, LoopVar, Sym
+from ..ir.core import ON_CHIP, Access, Alloc, Loop, Op, Operand, Stmt, Tensor
+
+_state = threading.local()
+_ASSIGN = re.compile(r"^\s*([A-Za-z_]\w*)\s*(?::[^=]+)?=[^=]")
+
+
+class Builder:
+    """Collects the IR of one kernel while its Python function runs on proxies."""
+
+    def __init__(self, name: str, grid: tuple[int, ...]) -> None:
+        self.name = name
+        self.grid = grid
+        self.body: list[Stmt] = []
+        self.bodies: list[list[Stmt]] = [self.body]
+        self.loops: list[LoopVar] = []
+        self.tensors: list[Tensor] = []
+        self.names: dict[str, int] = {}
+        self.last_op: Op | None = None
+        self.fresh: set[int] = set()  # uids of temporaries no one has read yet
+
+    # -- naming ---------------------------------------------------------------------------
+    def unique(self, base: str) -> str:
+        n = self.names.get(base, 0)
+        self.names[base] = n + 1
+        return base if n == 0 else f"{base}.{n}"
+
+    def name_for(self, loc: SourceLoc, fallback: str) -> str:
+        m = _ASSIGN.match(loc.text) if loc.line else None
+        return self.unique(m.group(1) if m else fallback)
+
+    # -- tensors --------------------------------------------------------------------------
+    def new_tensor(
+        self,
+        shape: tuple[int, ...],
+        dtype: np.dtype,
+        buffer: str,
+        *,
+        kind: str = "temp",
+        name: str | None = None,
+        par_axis: int = 0,
+        loc: SourceLoc | None = None,
+        fallback: str = "t",
+    ) -> Tensor:
+        loc = loc or caller_loc()
+        tname = self.unique(name) if name else self.name_for(loc, fallback)
+        t = Tensor(
+            tname, tuple(int(s) for s in shape), dtype, buffer, kind=kind, par_axis=par_axis,
+            loc=loc, scope=tuple(self.loops),
+        )
+        self.tensors.append(t)
+        if kind == "temp":
+            self.bodies[-1].append(Alloc(t))
+        return t
+
+    def check_scope(self, tensor: Tensor, loc: SourceLoc) -> None:
+        root = tensor.root
+        if root.kind != "temp":
+            return
+        scope = root.scope
+        if tuple(self.loops[: len(scope)]) != scope:
+            raise NkiError("err_local_variable_used_out_of_scope", loc, tensor=root.name)
+
+    # -- statements -------------------------------------------------------------------------
+    def emit(
+        self,
+        prim: str,
+        outs: list[Access],
+        ins: list[Operand],
+        attrs: dict | None = None,
+        *,
+        mask=None,
+        loc: SourceLoc | None = None,
+    ) -> Op:
+        loc = loc or caller_loc()
+        for a in list(outs) + list(ins):
+            if isinstance(a, Access):
+                self.check_scope(a.tensor, loc)
+                self.fresh.discard(a.tensor.uid)
+        op = Op(prim, list(outs), list(ins), dict(attrs or {}), loc, mask)
+        self.bodies[-1].append(op)
+        self.last_op = op
+        return op
+
+    @contextmanager
+    def loop(self, var: LoopVar, loc: SourceLoc):
+        body: list[Stmt] = []
+        self.bodies[-1].append(Loop(var, body, loc))
+        self.bodies.append(body)
+        self.loops.append(var)
+        self.last_op = None
+        try:
+            yield
+        finally:
+            self.bodies.pop()
+            self.loops.pop()
+            self.last_op = None
+
+    def retarget(self, temp: Tensor, dst: Access) -> bool:
+        """Make the op that just produced ``temp`` write ``dst`` instead (``dst[...] = op(...)``).
+
+        Only valid when that op is the last one in the current body and nothing read ``temp``.
+        """
+        op = self.last_op
+        if op is None or temp.uid not in self.fresh or not op.outs or op.outs[0].tensor is not temp:
+            return False
+        if temp.alias is not None or not op.outs[0].is_whole:
+            return False
+        target = reshape_access(dst, temp.shape)
+        if target is None:
+            return False
+        op.outs[0] = target
+        temp.alias = target
+        body = self.bodies[-1]
+        for i in range(len(body) - 1, -1, -1):
+            s = body[i]
+            if isinstance(s, Alloc) and s.tensor is temp:
+                del body[i]
+                break
+        self.tensors.remove(temp)
+        self.fresh.discard(temp.uid)
+        return True
+
+
+def reshape_access(access: Access, shape: tuple[int, ...]) -> Access | None:
+    """View ``access`` with ``shape`` when both have the same non-unit dimensions in order."""
+    if access.shape == shape:
+        return access
+    src = [k for k, s in enumerate(access.shape) if s != 1]
+    dst = [k for k, s in enumerate(shape) if s != 1]
+    if [access.shape[k] for k in src] != [shape[k] for k in dst]:
+        return None
+    mapping: dict[Sym, Affine] = {Axis(k): Affine() for k, s in enumerate(access.shape) if s == 1}
+    for a, b in zip(src, dst):
+        mapping[Axis(a)] = Affine.of(Axis(b))
+    return Access(access.tensor, shape, tuple(x.substitute(mapping) for x in access.index))
+
+
+def resolve(access: Access) -> Access:
+    """Follow retargeted temporaries to where their data really lives."""
+    while access.tensor.alias is not None:
+        target = access.tensor.alias
+        mapping = {Axis(k): a for k, a in enumerate(access.index)}
+        access = Access(target.tensor, access.shape, tuple(x.substitute(mapping) for x in target.index))
+    return access
+
+
+def current(api: str = "this API") -> Builder:
+    b = getattr(_state, "builder", None)
+    if b is None:
+        raise NkiError("err_nki_api_outside_of_nki_kernel", caller_loc(), api=api)
+    return b
+
+
+def maybe_current() -> Builder | None:
+    return getattr(_state, "builder", None)
+
+
+@contextmanager
+def tracing(builder: Builder):
+    prev = getattr(_state, "builder", None)
+    _state.builder = builder
+    try:
+        yield builder
+    finally:
+        _state.builder = prev
+
+
+def is_on_chip(t: Tensor) -> bool:
+    return t.buffer in ON_CHIP

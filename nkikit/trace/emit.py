@@ -1,0 +1,136 @@
+"""Helpers shared by ``nl`` and ``nisa``: turn user arguments into IR operands and new tiles."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import dtypes
+from ..errors import NkiError, SourceLoc
+from ..ir.affine import Affine, Axis, Predicate
+from ..ir.core import Access, Tensor
+from .builder import current
+from .index import Index, Pred
+from .tile import Tile
+
+Scalar = (int, float, np.integer, np.floating, bool)
+
+
+class ParDim(int):
+    """``nl.par_dim(n)``: marks the partition dimension of a buffer's shape."""
+
+    def __repr__(self) -> str:
+        return f"par_dim({int(self)})"
+
+
+def canon(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """On-chip tiles have a partition and at least one free dimension."""
+    shape = tuple(int(s) for s in shape)
+    if len(shape) == 0:
+        return (1, 1)
+    if len(shape) == 1:
+        return (shape[0], 1)
+    return shape
+
+
+def access_of(x: object, loc: SourceLoc, what: str = "operand") -> Access:
+    if isinstance(x, Tile):
+        acc = x.access
+        current().check_scope(acc.tensor, loc)
+        return acc
+    raise NkiError(
+        "err_invalid_argument", loc, op=what, why=f"expected a tile, got {type(x).__name__}"
+    )
+
+
+def as_tile_access(x: Access) -> Access:
+    """View a 0-d/1-d access as a 2-d tile (P, 1)."""
+    shape = canon(x.shape)
+    if shape == x.shape:
+        return x
+    from .builder import reshape_access
+
+    r = reshape_access(x, shape)
+    assert r is not None
+    return r
+
+
+def broadcast_access(a: Access, shape: tuple[int, ...], loc: SourceLoc, op: str) -> Access:
+    """Broadcast along free dimensions by repeating reads (stride 0)."""
+    a = as_tile_access(a)
+    if a.shape == shape:
+        return a
+    if len(a.shape) != len(shape):
+        from .builder import reshape_access
+
+        r = reshape_access(a, shape)
+        if r is not None:
+            return r
+        raise NkiError(
+            "err_invalid_argument", loc, op=op, why=f"shapes {a.shape} and {shape} do not broadcast"
+        )
+    if a.shape[0] != shape[0]:
+        raise NkiError("err_num_partition_mismatch", loc, op=op, a=a.shape[0], b=shape[0])
+    mapping = {}
+    for k, (s, t) in enumerate(zip(a.shape, shape)):
+        if s == t:
+            continue
+        if s != 1:
+            raise NkiError(
+                "err_invalid_argument", loc, op=op, why=f"shapes {a.shape} and {shape} do not broadcast"
+            )
+        mapping[Axis(k)] = Affine()
+    return Access(a.tensor, shape, tuple(x.substitute(mapping) for x in a.index))
+
+
+def new_tile(
+    shape: tuple[int, ...], dtype: np.dtype, loc: SourceLoc, buffer: str = "sbuf", fallback: str = "t"
+) -> tuple[Tile, Access]:
+    b = current()
+    t = b.new_tensor(canon(shape), dtypes.as_dtype(dtype), buffer, loc=loc, fallback=fallback)
+    b.fresh.add(t.uid)
+    tile = Tile.of(t)
+    return tile, tile._access
+
+
+def mask_of(mask: object, loc: SourceLoc) -> Predicate | None:
+    if mask is None:
+        return None
+    if isinstance(mask, Pred):
+        return mask.predicate
+    if isinstance(mask, bool):
+        if mask:
+            return None
+    raise NkiError("err_unsupported_expression_in_mask", loc, got=repr(mask))
+
+
+def operand(x: object, loc: SourceLoc, what: str = "operand") -> Access | float:
+    """A scalar immediate or a (P, 1) tile."""
+    if isinstance(x, Scalar):
+        return float(x)
+    if isinstance(x, Index) and not x.sizes and x.affine.is_const:
+        return float(x.affine.const)
+    return as_tile_access(access_of(x, loc, what))
+
+
+def dtype_of(x: object) -> np.dtype:
+    if isinstance(x, Tile):
+        return x.dtype
+    if isinstance(x, Access):
+        return x.dtype
+    return dtypes.scalar_dtype(x)
+
+
+def result_dtype(dtype: object, *xs: object) -> np.dtype:
+    if dtype is not None:
+        return dtypes.as_dtype(dtype)
+    out = None
+    for x in xs:
+        if x is None:
+            continue
+        d = dtype_of(x)
+        out = d if out is None else dtypes.promote(out, d)
+    return out if out is not None else dtypes.float32
+
+
+def is_tensor(t: Tensor, *buffers: str) -> bool:
+    return t.buffer in buffers

@@ -1,0 +1,364 @@
+"""User-facing index values (``nl.arange``, ``nl.mgrid``, loop variables, program ids) and the
+translation of a Python index tuple into an IR ``Access``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import NkiError, caller_loc
+from ..ir.affine import Affine, Axis, LoopVar, NonAffineError, Predicate, ProgramId, Sym
+from ..ir.core import Access
+
+
+def _broadcast_sizes(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+    if not a:
+        return b
+    if not b:
+        return a
+    if len(a) != len(b):
+        raise NkiError("err_1d_arange_not_supported", caller_loc())
+    out = []
+    for x, y in zip(a, b):
+        if x != y and 1 not in (x, y):
+            raise NkiError(
+                "err_invalid_argument", caller_loc(), op="index", why=f"index shapes {a} and {b} differ"
+            )
+        out.append(max(x, y))
+    return tuple(out)
+
+
+class Index:
+    """An affine index value: an arange (with axis positions), a loop variable, a program id
+    or arithmetic on them.  ``sizes`` is its broadcast shape (``()`` for a scalar)."""
+
+    __slots__ = ("affine", "sizes")
+    __array_priority__ = 1000  # numpy scalars defer to our operators
+
+    def __init__(self, affine: Affine, sizes: tuple[int, ...] = ()) -> None:
+        self.affine = affine
+        self.sizes = sizes
+
+    # -- arithmetic ---------------------------------------------------------------------
+    def _binary(self, other: object, fn) -> Index:
+        if isinstance(other, Index):
+            sizes = _broadcast_sizes(self.sizes, other.sizes)
+            return Index(fn(self.affine, other.affine), sizes)
+        if isinstance(other, int | np.integer) and not isinstance(other, bool):
+            return Index(fn(self.affine, Affine.of(int(other))), self.sizes)
+        return NotImplemented
+
+    def __add__(self, o):
+        return self._binary(o, lambda a, b: a + b)
+
+    def __radd__(self, o):
+        return self._binary(o, lambda a, b: b + a)
+
+    def __sub__(self, o):
+        return self._binary(o, lambda a, b: a - b)
+
+    def __rsub__(self, o):
+        return self._binary(o, lambda a, b: b - a)
+
+    def __mul__(self, o):
+        try:
+            return self._binary(o, lambda a, b: a * b)
+        except NonAffineError:
+            raise NkiError("err_non_affine_index", caller_loc(), expr=f"{self} * {o}") from None
+
+    __rmul__ = __mul__
+
+    def __neg__(self):
+        return Index(-self.affine, self.sizes)
+
+    def __pos__(self):
+        return self
+
+    def __floordiv__(self, o):
+        try:
+            return Index(self.affine.floordiv(int(o)), self.sizes)
+        except (NonAffineError, TypeError):
+            raise NkiError("err_non_affine_index", caller_loc(), expr=f"{self} // {o}") from None
+
+    def __mod__(self, o):
+        try:
+            return Index(self.affine.mod(int(o)), self.sizes)
+        except (NonAffineError, TypeError):
+            raise NkiError("err_non_affine_index", caller_loc(), expr=f"{self} % {o}") from None
+
+    # -- comparisons build predicates (masks) ----------------------------------------------
+    def _cmp(self, other: object, op: str) -> Pred:
+        o = other if isinstance(other, Index) else Index(Affine.of(int(other)))  # type: ignore[arg-type]
+        sizes = _broadcast_sizes(self.sizes, o.sizes)
+        return Pred(Predicate(((self.affine - o.affine, op),)), sizes)
+
+    def __lt__(self, o):
+        return self._cmp(o, "<")
+
+    def __le__(self, o):
+        return self._cmp(o, "<=")
+
+    def __gt__(self, o):
+        return self._cmp(o, ">")
+
+    def __ge__(self, o):
+        return self._cmp(o, ">=")
+
+    def __eq__(self, o):  # type: ignore[override]
+        if not isinstance(o, Index | int | np.integer):
+            return NotImplemented
+        return self._cmp(o, "==")
+
+    def __ne__(self, o):  # type: ignore[override]
+        if not isinstance(o, Index | int | np.integer):
+            return NotImplemented
+        return self._cmp(o, "!=")
+
+    def __hash__(self) -> int:
+        return hash((self.affine, self.sizes))
+
+    # -- things that cannot be known while tracing ----------------------------------------
+    def __bool__(self) -> bool:
+        raise _control_flow_error(self.affine.syms, repr(self))
+
+    def __index__(self) -> int:
+        if self.affine.is_const and not self.sizes:
+            return self.affine.const
+        raise _control_flow_error(self.affine.syms, repr(self))
+
+    __int__ = __index__
+
+    # -- arange axis placement: nl.arange(n)[:, None] ----------------------------------------
+    def __getitem__(self, key) -> Index:
+        if not isinstance(key, tuple):
+            key = (key,)
+        mapping: dict[Sym, Affine] = {}
+        sizes: list[int] = []
+        old = 0
+        for item in key:
+            if item is None:
+                sizes.append(1)
+            elif isinstance(item, slice) and item == slice(None):
+                if old >= len(self.sizes):
+                    raise IndexError("too many ':' for this index")
+                mapping[Axis(old)] = Affine.of(Axis(len(sizes)))
+                sizes.append(self.sizes[old])
+                old += 1
+            else:
+                raise NkiError(
+                    "err_invalid_argument",
+                    caller_loc(),
+                    op="arange indexing",
+                    why="only ':' and None may index an arange, e.g. nl.arange(n)[:, None]",
+                )
+        if old != len(self.sizes):
+            raise IndexError("every axis of the arange must be placed with ':'")
+        return Index(self.affine.substitute(mapping), tuple(sizes))
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.sizes
+
+    def __repr__(self) -> str:
+        return repr(self.affine)
+
+
+class Pred:
+    """A mask / predicate under construction (comparisons of Index values joined by ``&``)."""
+
+    __slots__ = ("predicate", "sizes")
+
+    def __init__(self, predicate: Predicate, sizes: tuple[int, ...]) -> None:
+        self.predicate = predicate
+        self.sizes = sizes
+
+    def __and__(self, other: Pred) -> Pred:
+        if not isinstance(other, Pred):
+            return NotImplemented
+        return Pred(self.predicate & other.predicate, _broadcast_sizes(self.sizes, other.sizes))
+
+    def __bool__(self) -> bool:
+        raise _control_flow_error(self.predicate.syms, repr(self.predicate))
+
+    def __or__(self, other):
+        raise NkiError("err_unsupported_expression_in_mask", caller_loc(), got="'|' (use '&' only)")
+
+    def __repr__(self) -> str:
+        return repr(self.predicate)
+
+
+def _control_flow_error(syms, expr: str) -> NkiError:
+    if any(isinstance(s, Axis) for s in syms):
+        return NkiError("err_control_flow_condition_depending_on_arange", caller_loc(), expr=expr)
+    return NkiError("err_dynamic_control_flow_not_supported", caller_loc(), expr=expr)
+
+
+def arange(start: int, stop: int | None = None, step: int = 1) -> Index:
+    """``nl.arange``: a 1-D index; place it with ``[:, None]`` (partition) or ``[None, :]``."""
+    if stop is None:
+        start, stop = 0, start
+    n = len(range(int(start), int(stop), int(step)))
+    return Index(Affine.of(Axis(0)) * int(step) + int(start), (n,))
+
+
+class MgridResult(tuple):
+    """``nl.mgrid[...]``: a tuple of indices with ``.p`` (partition) and ``.x, .y, .z`` (free)."""
+
+    @property
+    def p(self) -> Index:
+        return self[0]
+
+    @property
+    def x(self) -> Index:
+        return self[1]
+
+    @property
+    def y(self) -> Index:
+        return self[2]
+
+    @property
+    def z(self) -> Index:
+        return self[3]
+
+
+class _Mgrid:
+    def __getitem__(self, key) -> MgridResult:
+        if not isinstance(key, tuple):
+            key = (key,)
+        ranges = []
+        for s in key:
+            if not isinstance(s, slice):
+                raise TypeError("nl.mgrid takes slices, e.g. nl.mgrid[0:128, 0:512]")
+            ranges.append(range(s.start or 0, s.stop, s.step or 1))
+        sizes = tuple(len(r) for r in ranges)
+        return MgridResult(
+            Index(Affine.of(Axis(k)) * r.step + r.start, tuple(1 if j != k else sizes[k] for j in range(len(sizes))))
+            for k, r in enumerate(ranges)
+        )
+
+
+mgrid = _Mgrid()
+
+
+@dataclass(frozen=True)
+class DynSlice:
+    """``nl.ds(start, size)``: a slice whose start may be a loop variable."""
+
+    start: object
+    size: int
+
+
+def ds(start: object, size: int) -> DynSlice:
+    return DynSlice(start, int(size))
+
+
+def loop_index(var: LoopVar) -> Index:
+    return Index(Affine.of(var))
+
+
+def program_index(axis: int) -> Index:
+    return Index(Affine.of(ProgramId(axis)))
+
+
+# --------------------------------------------------------------------------------------------
+# index tuple -> Access
+
+
+def _scalar_affine(x: object) -> Affine:
+    if isinstance(x, Index):
+        if x.sizes and any(s != 1 for s in x.sizes):
+            raise NkiError("err_unsupported_mixing_basic_advanced_tensor_indexing", caller_loc())
+        return x.affine
+    if isinstance(x, int | np.integer) and not isinstance(x, bool):
+        return Affine.of(int(x))
+    raise NkiError("err_invalid_argument", caller_loc(), op="indexing", why=f"cannot index with {x!r}")
+
+
+def index_access(base: Access, key: object) -> Access:
+    """The access ``base[key]`` with numpy semantics (basic slicing or arange indexing)."""
+    if not isinstance(key, tuple):
+        key = (key,)
+    ndim = len(base.shape)
+    if any(k is Ellipsis for k in key):
+        pos = next(i for i, k in enumerate(key) if k is Ellipsis)
+        fill = ndim - (len(key) - 1 - sum(1 for k in key if k is None))
+        key = key[:pos] + (slice(None),) * fill + key[pos + 1 :]
+    n_real = sum(1 for k in key if k is not None)
+    if n_real > ndim:
+        raise NkiError(
+            "err_invalid_argument", caller_loc(), op="indexing",
+            why=f"{n_real} indices for a tensor of {ndim} dimensions",
+        )
+    advanced = any(isinstance(k, Index) and k.sizes for k in key)
+    if advanced:
+        return _advanced(base, key)
+    return _basic(base, key)
+
+
+def _advanced(base: Access, key: tuple) -> Access:
+    if any(isinstance(k, slice | DynSlice) for k in key) or any(k is None for k in key):
+        raise NkiError("err_unsupported_mixing_basic_advanced_tensor_indexing", caller_loc())
+    if len(key) != len(base.shape):
+        raise NkiError(
+            "err_invalid_argument", caller_loc(), op="indexing",
+            why=f"arange indexing needs one index per dimension ({len(base.shape)}), got {len(key)}",
+        )
+    sizes: tuple[int, ...] = ()
+    for k in key:
+        if isinstance(k, Index) and k.sizes:
+            if len(k.sizes) == 1 and len(key) > 1:
+                raise NkiError("err_1d_arange_not_supported", caller_loc())
+            sizes = _broadcast_sizes(sizes, k.sizes)
+    new = [k.affine if isinstance(k, Index) else _scalar_affine(k) for k in key]
+    return _compose(base, new, sizes)
+
+
+def _basic(base: Access, key: tuple) -> Access:
+    new: list[Affine] = []
+    sizes: list[int] = []
+    dim = 0
+    for k in key:
+        if k is None:
+            sizes.append(1)
+            continue
+        extent = base.shape[dim]
+        if isinstance(k, slice):
+            start, stop, step = k.start, k.stop, k.step
+            step = 1 if step is None else int(step)
+            if step <= 0:
+                raise NkiError("err_invalid_argument", caller_loc(), op="slicing", why="slice step must be positive")
+            if isinstance(start, Index) or isinstance(stop, Index):
+                a0 = _scalar_affine(start if start is not None else 0)
+                a1 = _scalar_affine(stop if stop is not None else extent)
+                span = a1 - a0
+                if not span.is_const:
+                    raise NkiError(
+                        "err_invalid_argument", caller_loc(), op="slicing",
+                        why=f"slice size {span} must not depend on a loop variable",
+                    )
+                size = len(range(0, span.const, step))
+            else:
+                r = range(extent)[slice(start, stop, step)]
+                a0, size = Affine.of(r.start if len(r) else 0), len(r)
+            new.append(a0 + Affine.of(Axis(len(sizes))) * step)
+            sizes.append(size)
+        elif isinstance(k, DynSlice):
+            new.append(_scalar_affine(k.start) + Axis(len(sizes)))
+            sizes.append(k.size)
+        else:
+            a = _scalar_affine(k)
+            if a.is_const and a.const < 0:
+                a = Affine.of(a.const + extent)
+            new.append(a)
+        dim += 1
+    while dim < len(base.shape):
+        new.append(Affine.of(Axis(len(sizes))))
+        sizes.append(base.shape[dim])
+        dim += 1
+    return _compose(base, new, tuple(sizes))
+
+
+def _compose(base: Access, new: list[Affine], sizes: tuple[int, ...]) -> Access:
+    mapping = {Axis(d): a for d, a in enumerate(new)}
+    return Access(base.tensor, tuple(sizes), tuple(a.substitute(mapping) for a in base.index))

@@ -1,0 +1,221 @@
+"""``@nki.jit``: specialize a kernel on its arguments, trace it to IR once, and run it.
+
+A call with numpy arrays (or CPU torch tensors) traces the kernel for those shapes, dtypes,
+non-array arguments and launch grid, verifies the IR, caches it, and runs it on the
+simulator.  Results come back as the same kind of array the caller passed.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .. import dtypes
+from ..errors import NkiError, SourceLoc, hide_internal_frames
+from ..ir.core import Kernel, Tensor
+from ..typing import TensorSpec, mutable_tensor
+from .builder import Builder, tracing
+from .tile import Tile
+
+
+def _is_torch(x: object) -> bool:
+    return type(x).__module__.startswith("torch") and hasattr(x, "detach")
+
+
+def _spec_of(x: object) -> tuple[tuple[int, ...], np.dtype] | None:
+    if isinstance(x, TensorSpec):
+        return x.shape, x.dtype
+    if isinstance(x, np.ndarray):
+        return tuple(x.shape), dtypes.as_dtype(x.dtype)
+    if _is_torch(x):
+        return tuple(x.shape), dtypes.as_dtype(x.dtype)
+    return None
+
+
+def to_numpy(x: object, dtype: np.dtype) -> np.ndarray:
+    """A C-contiguous numpy array of ``dtype`` with the values of ``x`` (no copy if possible)."""
+    if _is_torch(x):
+        import torch
+
+        t = x.detach()
+        if t.device.type != "cpu":
+            raise TypeError(f"nkikit simulates on the CPU; move the tensor from {t.device} to 'cpu' first")
+        t = t.contiguous()
+        if t.dtype == torch.bfloat16:
+            return t.view(torch.int16).numpy().view(dtypes.bfloat16)
+        return t.numpy()
+    a = np.asarray(x)
+    if a.dtype != dtypes.storage_dtype(dtype):
+        a = a.astype(dtypes.storage_dtype(dtype))
+    return np.ascontiguousarray(a)
+
+
+def from_numpy(a: np.ndarray, like: object) -> object:
+    if _is_torch(like):
+        import torch
+
+        if a.dtype == dtypes.bfloat16:
+            return torch.from_numpy(np.ascontiguousarray(a).view(np.int16)).view(torch.bfloat16)
+        return torch.from_numpy(np.ascontiguousarray(a))
+    return a
+
+
+def _const_key(v: object) -> object:
+    try:
+        hash(v)
+        return (type(v).__name__, v)
+    except TypeError:
+        return (type(v).__name__, repr(v))
+
+
+class JitKernel:
+    """A kernel decorated with ``@nki.jit``.  Call it to simulate; index it with a grid
+    (``kernel[g0, g1](...)``) for an SPMD launch; ``.ir(*args)`` returns the traced IR."""
+
+    def __init__(self, func: Callable, grid: tuple[int, ...] = (), options: dict | None = None, cache=None) -> None:
+        self.func = func
+        self.grid = grid
+        self.options = options or {}
+        self.signature = inspect.signature(func)
+        self._cache: dict = {} if cache is None else cache
+        functools.update_wrapper(self, func)
+
+    def __getitem__(self, grid) -> JitKernel:
+        if not isinstance(grid, tuple):
+            grid = (grid,)
+        return JitKernel(self.func, tuple(int(g) for g in grid), self.options, self._cache)
+
+    def __repr__(self) -> str:
+        return f"<nki.jit kernel {self.func.__name__}{list(self.grid) if self.grid else ''}>"
+
+    # -- specialization -----------------------------------------------------------------------
+    def bind(self, args: tuple, kwargs: dict) -> inspect.BoundArguments:
+        try:
+            bound = self.signature.bind(*args, **kwargs)
+        except TypeError as e:
+            raise TypeError(f"{self.func.__name__}(): {e}") from None
+        bound.apply_defaults()
+        return bound
+
+    def _key(self, bound: inspect.BoundArguments) -> tuple:
+        parts: list[Any] = [self.grid]
+        for name, v in bound.arguments.items():
+            spec = _spec_of(v)
+            parts.append((name, spec[0], dtypes.name(spec[1])) if spec else (name, _const_key(v)))
+        return tuple(parts)
+
+    def specialize(self, *args, **kwargs) -> tuple[Kernel, inspect.BoundArguments]:
+        """The verified IR for these arguments (traced once per specialization, then cached)."""
+        bound = self.bind(args, kwargs)
+        key = self._key(bound)
+        kernel = self._cache.get(key)
+        if kernel is None:
+            kernel = self._trace(bound)
+            from ..ir.verify import verify
+
+            verify(kernel)
+            self._cache[key] = kernel
+        return kernel, bound
+
+    def _trace(self, bound: inspect.BoundArguments) -> Kernel:
+        code = self.func.__code__
+        loc = SourceLoc(code.co_filename, code.co_firstlineno, self.func.__name__)
+        b = Builder(self.func.__name__, self.grid)
+        call_args = {}
+        params: list[Tensor] = []
+        for name, v in bound.arguments.items():
+            spec = _spec_of(v)
+            if spec is None:
+                call_args[name] = v
+                continue
+            ann = self.signature.parameters[name].annotation
+            mutable = ann is mutable_tensor or getattr(ann, "mutable", False) is True
+            t = Tensor(name, spec[0], spec[1], "shared_hbm", kind="input", loc=loc, mutable=bool(mutable))
+            b.names[name] = 1
+            b.tensors.append(t)
+            params.append(t)
+            call_args[name] = Tile.of(t)
+        with tracing(b):
+            result = self.func(**call_args)
+        outputs: list[Tensor] = []
+
+        def collect(r):
+            if r is None:
+                return None
+            if isinstance(r, Tile):
+                t = r.access.tensor
+                if not t.is_hbm or t.kind not in ("hbm", "output"):
+                    raise NkiError(
+                        "err_invalid_argument", loc, op="return",
+                        why=f"the kernel returns {t.name!r} ({t.buffer}); return HBM tensors created with nl.ndarray(..., buffer=nl.shared_hbm)",
+                    )
+                t.kind = "output"
+                outputs.append(t)
+                return len(outputs) - 1
+            if isinstance(r, tuple | list):
+                return type(r)(collect(x) for x in r)
+            raise NkiError("err_invalid_argument", loc, op="return", why=f"cannot return a {type(r).__name__}")
+
+        structure = collect(result)
+        return Kernel(self.func.__name__, params, outputs, b.body, self.grid, loc, b.tensors, structure)
+
+    def ir(self, *args, **kwargs) -> Kernel:
+        """Trace (and verify) for these arguments; ``print()`` the result to read the IR."""
+        try:
+            return self.specialize(*args, **kwargs)[0]
+        except NkiError as e:
+            raise hide_internal_frames(e) from None
+
+    # -- execution ------------------------------------------------------------------------------
+    def __call__(self, *args, **kwargs):
+        try:
+            kernel, bound = self.specialize(*args, **kwargs)
+            return run(kernel, bound)
+        except NkiError as e:
+            raise hide_internal_frames(e) from None
+
+
+def run(kernel: Kernel, bound: inspect.BoundArguments):
+    from ..sim.interp import simulate
+
+    arrays = []
+    like = None
+    for t in kernel.params:
+        v = bound.arguments[t.name]
+        if isinstance(v, TensorSpec):
+            raise TypeError(f"argument {t.name!r} is abstract (nt.tensor[...]); pass an array to simulate")
+        a = to_numpy(v, t.dtype)
+        if not t.mutable and a is v:
+            a = a.copy()
+        arrays.append(a)
+        like = like if like is not None else v
+    outs = simulate(kernel, arrays)
+    for t, a in zip(kernel.params, arrays):  # write back mutable numpy arguments
+        v = bound.arguments[t.name]
+        if t.mutable and _is_torch(v):
+            import torch
+
+            v.copy_(torch.as_tensor(np.asarray(a, dtype=np.float32) if a.dtype == dtypes.bfloat16 else a).to(v.dtype))
+    results = [from_numpy(o, like) for o in outs]
+
+    def build(s):
+        if s is None:
+            return None
+        if isinstance(s, int):
+            return results[s]
+        return type(s)(build(x) for x in s)
+
+    return build(kernel.return_structure)
+
+
+def jit(func: Callable | None = None, **options) -> JitKernel | Callable[[Callable], JitKernel]:
+    """Decorate an NKI kernel: ``@nki.jit`` or ``@nki.jit(mode=...)``."""
+    if func is None:
+        return lambda f: JitKernel(f, options=options)
+    if isinstance(func, JitKernel):
+        return func
+    return JitKernel(func, options=options)

@@ -1,0 +1,251 @@
+"""The proxy tensor a kernel sees while it is traced: a view (Access) of an IR tensor."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import dtypes
+from ..errors import NkiError, caller_loc
+from ..ir.core import Access, Tensor
+from .builder import current, reshape_access, resolve
+from .index import index_access
+
+
+class Tile:
+    """A tensor or tile inside a traced kernel (NKI's ``nki.tensor``).
+
+    Supports ``.shape``, ``.dtype``, indexing (basic slicing, ``nl.arange``/``nl.mgrid``
+    indices, ``nl.ds``), assignment ``t[...] = value``, Python arithmetic operators
+    (each one instruction), ``reshape`` (HBM tensors) and ``broadcast_to``.
+    """
+
+    __slots__ = ("_access",)
+    __array_priority__ = 1000
+
+    def __init__(self, access: Access) -> None:
+        self._access = access
+
+    @staticmethod
+    def of(tensor: Tensor) -> Tile:
+        return Tile(Access.whole(tensor))
+
+    @property
+    def access(self) -> Access:
+        return resolve(self._access)
+
+    @property
+    def tensor(self) -> Tensor:
+        return self.access.tensor
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._access.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.access.tensor.dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def itemsize(self) -> int:
+        return self.dtype.itemsize
+
+    @property
+    def buffer(self) -> str:
+        return self.access.tensor.buffer
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def __bool__(self) -> bool:
+        raise NkiError("err_ambiguous_tensor_truth_value", caller_loc())
+
+    def __iter__(self):
+        raise NkiError(
+            "err_invalid_argument", caller_loc(), op="iteration",
+            why="tiles cannot be iterated in Python; loop with nl.affine_range over an index",
+        )
+
+    def __array__(self, *args, **kwargs):
+        raise NkiError(
+            "err_invalid_argument", caller_loc(), op="numpy conversion",
+            why="a tile has no value while the kernel is traced; use nl.* / nisa.* on it",
+        )
+
+    def __repr__(self) -> str:
+        a = self.access
+        return f"Tile({a!r}, shape={self.shape}, dtype={dtypes.name(self.dtype)}, buffer={a.tensor.buffer})"
+
+    # -- indexing ---------------------------------------------------------------------------
+    def __getitem__(self, key) -> Tile:
+        return Tile(index_access(self.access, key))
+
+    def __setitem__(self, key, value) -> None:
+        from ..language import ops as L
+
+        dst = index_access(self.access, key)
+        b = current()
+        loc = caller_loc()
+        if isinstance(value, Tile):
+            src = value.access
+            if src == dst:
+                return  # the tail of `t[...] += x`, already done in __iadd__
+            if value._access.tensor.kind == "temp" and b.retarget(value._access.tensor, dst):
+                return
+            L.copy_into(dst, src, loc=loc)
+        elif isinstance(value, int | float | np.integer | np.floating | bool):
+            L.memset_into(dst, value, loc=loc)
+        else:
+            raise NkiError(
+                "err_invalid_argument", loc, op="assignment",
+                why=f"cannot assign a {type(value).__name__} to a tile",
+            )
+
+    def _accumulate(self, other, op: str) -> Tile:
+        from ..language import ops as L
+
+        return L.accumulate(self, other, op, loc=caller_loc())
+
+    def __iadd__(self, other):
+        return self._accumulate(other, "add")
+
+    def __isub__(self, other):
+        return self._accumulate(other, "subtract")
+
+    def __imul__(self, other):
+        return self._accumulate(other, "multiply")
+
+    def __itruediv__(self, other):
+        return self._accumulate(other, "divide")
+
+    def __imax__(self, other):  # pragma: no cover - not a Python operator
+        return self._accumulate(other, "maximum")
+
+    # -- views ------------------------------------------------------------------------------
+    def reshape(self, shape) -> Tile:
+        """Reshape an HBM tensor (row-major, same number of elements)."""
+        shape = tuple(int(s) for s in (shape if isinstance(shape, tuple | list) else (shape,)))
+        a = self.access
+        loc = caller_loc()
+        if not a.tensor.is_hbm or not a.is_whole:
+            raise NkiError(
+                "err_invalid_argument", loc, op="reshape",
+                why="only whole HBM tensors can be reshaped; index the result instead",
+            )
+        if int(np.prod(shape)) != int(np.prod(a.shape)):
+            raise NkiError("err_invalid_argument", loc, op="reshape", why=f"cannot reshape {a.shape} to {shape}")
+        b = current()
+        t = Tensor(
+            b.unique(f"{a.tensor.name}.reshape"), shape, a.tensor.dtype, a.tensor.buffer,
+            kind=a.tensor.kind, loc=loc, base=a.tensor, mutable=a.tensor.mutable,
+        )
+        b.tensors.append(t)
+        return Tile.of(t)
+
+    def broadcast_to(self, shape) -> Tile:
+        from ..language import ops as L
+
+        return L.broadcast_to(self, shape)
+
+    def view_as(self, shape) -> Tile | None:
+        a = reshape_access(self.access, tuple(shape))
+        return None if a is None else Tile(a)
+
+    def astype(self, dtype) -> Tile:
+        from ..language import ops as L
+
+        return L.copy(self, dtype=dtype)
+
+    # -- arithmetic ---------------------------------------------------------------------------
+    def _bin(self, other, name: str, reverse: bool = False):
+        from ..language import ops as L
+
+        fn = getattr(L, name)
+        return fn(other, self) if reverse else fn(self, other)
+
+    def __add__(self, o):
+        return self._bin(o, "add")
+
+    def __radd__(self, o):
+        return self._bin(o, "add", True)
+
+    def __sub__(self, o):
+        return self._bin(o, "subtract")
+
+    def __rsub__(self, o):
+        return self._bin(o, "subtract", True)
+
+    def __mul__(self, o):
+        return self._bin(o, "multiply")
+
+    def __rmul__(self, o):
+        return self._bin(o, "multiply", True)
+
+    def __truediv__(self, o):
+        return self._bin(o, "divide")
+
+    def __rtruediv__(self, o):
+        return self._bin(o, "divide", True)
+
+    def __pow__(self, o):
+        return self._bin(o, "power")
+
+    def __rpow__(self, o):
+        return self._bin(o, "power", True)
+
+    def __mod__(self, o):
+        return self._bin(o, "mod")
+
+    def __and__(self, o):
+        return self._bin(o, "bitwise_and")
+
+    def __or__(self, o):
+        return self._bin(o, "bitwise_or")
+
+    def __xor__(self, o):
+        return self._bin(o, "bitwise_xor")
+
+    def __lshift__(self, o):
+        return self._bin(o, "left_shift")
+
+    def __rshift__(self, o):
+        return self._bin(o, "right_shift")
+
+    def __lt__(self, o):
+        return self._bin(o, "less")
+
+    def __le__(self, o):
+        return self._bin(o, "less_equal")
+
+    def __gt__(self, o):
+        return self._bin(o, "greater")
+
+    def __ge__(self, o):
+        return self._bin(o, "greater_equal")
+
+    def __eq__(self, o):  # type: ignore[override]
+        return self._bin(o, "equal")
+
+    def __ne__(self, o):  # type: ignore[override]
+        return self._bin(o, "not_equal")
+
+    def __neg__(self):
+        from ..language import ops as L
+
+        return L.negative(self)
+
+    def __abs__(self):
+        from ..language import ops as L
+
+        return L.abs(self)
+
+    def __invert__(self):
+        from ..language import ops as L
+
+        return L.invert(self)
