@@ -24,7 +24,7 @@ class _Plan:
     """How to turn an access into numpy indexing: basic slices when each tensor dimension
     follows at most one tile axis in order, otherwise broadcast index arrays."""
 
-    __slots__ = ("basic", "dims", "shape", "reshape")
+    __slots__ = ("basic", "dims", "shape", "reshape", "bshape", "bcast")
 
     def __init__(self, access: Access) -> None:
         self.shape = access.shape
@@ -42,11 +42,11 @@ class _Plan:
             basic = False
         self.basic = basic
         self.dims = dims
-        if basic:
-            kept = [self.shape[k] for k in axes_seen]
-            self.reshape = tuple(kept) != tuple(self.shape)
-        else:
-            self.reshape = False
+        # tile axes no tensor dimension follows are broadcast (read with stride 0)
+        self.bshape = tuple(s if k in axes_seen else 1 for k, s in enumerate(self.shape))
+        self.bcast = self.bshape != tuple(self.shape)
+        kept = [self.shape[k] for k in axes_seen]
+        self.reshape = basic and tuple(kept) != self.bshape
 
 
 class Interpreter:
@@ -76,12 +76,12 @@ class Interpreter:
             tensor=access.tensor.name, dim=dim, index=index, size=access.tensor.shape[dim],
         )
 
-    def _index(self, access: Access, env: dict, op: Op, valid: np.ndarray | None):
+    def _index(self, access: Access, env: dict, op: Op, valid: np.ndarray | None, writing: bool = False):
         """numpy index for ``access`` and whether it is basic slicing.  Masked-off elements may
         lie out of bounds; they are not checked."""
         plan = self._plan(access)
         tshape = access.tensor.shape
-        if plan.basic:
+        if plan.basic and not (writing and plan.bcast):
             idx = []
             oob = None
             for d, (a, ax) in enumerate(zip(access.index, plan.dims)):
@@ -127,8 +127,8 @@ class Interpreter:
         if basic:
             plan = self._plan(access)
             if plan.reshape:
-                x = x.reshape(plan.shape)
-            return x
+                x = x.reshape(plan.bshape)
+            return np.broadcast_to(x, plan.shape) if plan.bcast else x
         return np.broadcast_to(x, access.shape)
 
     def write(self, access: Access, value, env: dict, op: Op, valid=None) -> None:
@@ -141,7 +141,7 @@ class Interpreter:
             value = value.astype(np.float32)
         if valid is not None and valid.shape != access.shape:
             valid = _fit_valid(valid, access.shape)
-        idx, basic = self._index(access, env, op, valid)
+        idx, basic = self._index(access, env, op, valid, writing=True)
         if basic:
             plan = self._plan(access)
             view = store[idx]
