@@ -22,7 +22,7 @@ import os
 import traceback
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from urllib.parse import quote, unquote, urlencode, urlsplit
+from urllib.parse import quote, unquote_to_bytes, urlencode, urlsplit
 
 import yaml
 from flask import Flask, Request, Response, jsonify, request, send_file
@@ -69,7 +69,6 @@ def create_app(
     api = HubApi(Storage(root, failpoint=failpoint), token, user, trusted_orgs, page_size)
     app = Flask("nkikit.hub")
     app.url_map.merge_slashes = False  # 'a//b' must reach the path check, not be redirected
-    app.config["MAX_CONTENT_LENGTH"] = None
 
     @app.route("/", defaults={"_path": ""}, methods=_ALL_METHODS)
     @app.route("/<path:_path>", methods=_ALL_METHODS)
@@ -91,7 +90,6 @@ def create_app(
         log.error("internal error:\n%s", traceback.format_exc())
         return _error_response(HubError(f"Internal error: {type(err).__name__}: {err}", status=500))
 
-    app.extensions["nkikit.hub"] = api
     return app
 
 
@@ -118,10 +116,26 @@ def _raw_path(environ: dict) -> str:
     """The request path exactly as the client sent it (still percent-encoded)."""
     raw = environ.get("RAW_URI") or environ.get("REQUEST_URI")
     if not raw:  # a server that keeps no raw URI: re-quote the decoded path (loses '%2F')
-        return quote(environ.get("SCRIPT_NAME", "") + environ.get("PATH_INFO", ""))
+        # WSGI strings carry the request's bytes as latin-1 characters.
+        return quote(
+            (environ.get("SCRIPT_NAME", "") + environ.get("PATH_INFO", "")).encode("latin-1")
+        )
     if "://" in raw.split("?", 1)[0]:  # absolute-form request target
         return urlsplit(raw).path
     return raw.split("?", 1)[0]
+
+
+def _route_segments(environ: dict) -> list[str]:
+    """The decoded segments of the request path below the app's mount point."""
+    raw = _raw_path(environ)
+    mount = quote(environ.get("SCRIPT_NAME", "").encode("latin-1"))
+    if mount and raw.startswith(mount):
+        raw = raw[len(mount) :]
+    try:
+        # Decode each segment on its own, so an encoded '/' stays inside its segment.
+        return [unquote_to_bytes(s.encode("latin-1")).decode() for s in raw.split("/")[1:]]
+    except UnicodeError:
+        raise BadRequest("Request path is not valid UTF-8") from None
 
 
 def _front_matter(text: str) -> dict | None:
@@ -221,18 +235,19 @@ class HubApi:
 
     @staticmethod
     def _base_url(req: Request) -> str:
-        return req.host_url.rstrip("/")
+        """The hub's root URL (including the mount point when served under a path prefix)."""
+        return req.root_url.rstrip("/")
 
     def _next_link(self, req: Request, **params: str) -> str:
         """Absolute URL of the next page: same raw path, query with `params` replaced."""
         query = {k: v for k, v in req.args.items(multi=True) if k not in params}
         query.update(params)
-        return f"{self._base_url(req)}{_raw_path(req.environ)}?{urlencode(query)}"
+        return f"{req.host_url.rstrip('/')}{_raw_path(req.environ)}?{urlencode(query)}"
 
     # -- dispatch ----------------------------------------------------------------------------
 
     def dispatch(self, req: Request) -> Response:
-        segs = [unquote(s) for s in _raw_path(req.environ).split("/")[1:]]
+        segs = _route_segments(req.environ)
         method = req.method
         match (method, segs):
             case ("GET", ["api", "whoami-v2"]):
@@ -378,11 +393,10 @@ class HubApi:
         repo_type = body.get("type") or "model"
         if repo_type not in names.REPO_TYPES:
             raise BadRequest(f"Invalid repo type {repo_type!r}")
-        ref = self._ref(
-            names.REPO_TYPES[repo_type],
-            body.get("organization") or self.user,
-            str(body.get("name")),
-        )
+        name = body.get("name")
+        if not isinstance(name, str):
+            raise BadRequest("'name' is required")
+        ref = self._ref(names.REPO_TYPES[repo_type], body.get("organization") or self.user, name)
         self.storage.delete_repo(ref)
         return jsonify({"deleted": ref.id})
 
@@ -608,14 +622,18 @@ class HubApi:
 
     def list_commits(self, req: Request, plural: str, ns: str, name: str, rev: str) -> Response:
         meta = self._read_repo(req, plural, ns, name)
-        commit = self.storage.resolve(meta.ref, rev)
-        page_arg = req.args.get("p", "0")
-        page_no = int(page_arg) if page_arg.isdigit() else 0
-        per_page = 50
-        skip = page_no * per_page
+        cursor = req.args.get("cursor")
+        if cursor:
+            # Later pages walk back from the commit the first page started at, not from the
+            # branch's current head, so a commit landing mid-listing shifts nothing.
+            sha, offset = self._decode_cursor(cursor)
+            head = self.storage.read_commit(meta.ref, sha)
+        else:
+            head, offset = self.storage.resolve(meta.ref, rev), 0
+        per_page = min(self.page_size, 50)
         out, more = [], False
-        for i, c in enumerate(self.storage.history(meta.ref, commit)):
-            if i < skip:
+        for i, c in enumerate(self.storage.history(meta.ref, head)):
+            if i < offset:
                 continue
             if len(out) == per_page:
                 more = True
@@ -631,8 +649,8 @@ class HubApi:
             )
         resp = jsonify(out)
         if more:
-            # Pages after the first are relative to the commit listed first, not the moving branch.
-            resp.headers["Link"] = f'<{self._next_link(req, p=str(page_no + 1))}>; rel="next"'
+            next_cursor = self._encode_cursor(head.sha, offset + per_page)
+            resp.headers["Link"] = f'<{self._next_link(req, cursor=next_cursor)}>; rel="next"'
         return resp
 
     # -- writes ------------------------------------------------------------------------------
@@ -673,8 +691,8 @@ class HubApi:
             ref,
             rev,
             ops,
-            title=header.get("summary") or "update",
-            message=header.get("description") or "",
+            title=str(header.get("summary") or "update"),
+            message=str(header.get("description") or ""),
             author=self.user,
             parent_commit=header.get("parentCommit"),
         )
@@ -763,7 +781,7 @@ class HubApi:
             # huggingface_hub.
             resp = Response(status=307)
             resp.headers["Location"] = (
-                f"/{meta.ref.url_path}/resolve/{commit.sha}/{quote(file_path)}"
+                f"{req.script_root}/{meta.ref.url_path}/resolve/{commit.sha}/{quote(file_path)}"
             )
             resp.headers["X-Repo-Commit"] = commit.sha
             return resp
@@ -772,7 +790,11 @@ class HubApi:
             resp = self._broken_download(blob, entry.size)
         else:
             resp = send_file(
-                blob, mimetype="application/octet-stream", conditional=True, etag=entry.oid
+                blob,
+                mimetype="application/octet-stream",
+                download_name=file_path.rsplit("/", 1)[-1],
+                conditional=True,
+                etag=entry.oid,
             )
         resp.headers["X-Repo-Commit"] = commit.sha
         resp.headers["Cache-Control"] = "private, max-age=0, must-revalidate"

@@ -73,13 +73,20 @@ class HubServer:
         self._server = make_server(
             self._host, self._port, self.app, threaded=True, request_handler=handler
         )
+        server = self._server
         self._thread = threading.Thread(
-            target=self._server.serve_forever,
+            # A short poll interval makes stop() quick (the default 0.5 s adds up in test suites).
+            target=lambda: server.serve_forever(poll_interval=0.05),
             name=f"nkikit-hub-{self._server.server_port}",
             daemon=True,
         )
         self._thread.start()
         return self.url
+
+    def wait(self) -> None:
+        """Block until the server stops (Ctrl-C raises KeyboardInterrupt here)."""
+        if self._thread is not None:
+            self._thread.join()
 
     def stop(self) -> None:
         if self._server is None:
@@ -131,7 +138,7 @@ def serve(
             flush=True,
         )
     try:
-        server._thread.join()  # type: ignore[union-attr]
+        server.wait()
     except KeyboardInterrupt:
         pass
     finally:
@@ -159,7 +166,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--token",
         default=os.environ.get(TOKEN_ENV),
-        help=f"require 'Authorization: Bearer TOKEN' for writes and private repos (env {TOKEN_ENV})",
+        help="require 'Authorization: Bearer TOKEN' for writes and private repos "
+        f"(prefer the env var {TOKEN_ENV}: command lines are visible to other users)",
     )
     p.add_argument("--user", default=DEFAULT_USER, help="account name reported by whoami")
     p.add_argument(
@@ -176,14 +184,18 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI entry point: `python -m nkikit.hub --root DIR [--port N] [--token T]`. Returns an exit code."""
     args = _parser().parse_args(argv)
-    serve(
-        args.root,
-        host=args.host,
-        port=args.port,
-        token=args.token or None,
-        quiet=not args.verbose,
-        user=args.user,
-        trusted_orgs=args.trust,
-        failpoint=os.environ.get(FAILPOINT_ENV),
-    )
+    try:
+        serve(
+            args.root,
+            host=args.host,
+            port=args.port,
+            token=args.token or None,
+            quiet=not args.verbose,
+            user=args.user,
+            trusted_orgs=args.trust,
+            failpoint=os.environ.get(FAILPOINT_ENV),
+        )
+    except OSError as e:  # port taken, root not writable, ...
+        print(f"nkikit hub: cannot serve {args.root}: {e}", file=sys.stderr)
+        return 1
     return 0

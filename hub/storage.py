@@ -31,6 +31,7 @@ import os
 import shutil
 import tempfile
 import threading
+import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
@@ -231,7 +232,7 @@ class Storage:
         self.failpoint = Failpoint(failpoint)
         self._cache: OrderedDict[tuple[str, str], Commit] = OrderedDict()
         self._cache_guard = threading.Lock()
-        self._empty_trash()
+        self._sweep()
 
     # -- paths -------------------------------------------------------------------------------
 
@@ -248,10 +249,34 @@ class Storage:
     def _lock(self, ref: RepoRef):
         return self._locks.hold(f"{ref.plural}--{ref.namespace}--{ref.name}")
 
-    def _empty_trash(self) -> None:
-        # Finishes deletions a crash interrupted; the repos were already invisible.
+    def _sweep(self) -> None:
+        """Remove what crashed writers left behind; none of it was ever visible.
+
+        Trash is finished off (the repos were already renamed away). Temporary files inside a repo
+        are removed under the repo's lock, where no writer can be using them. Staging folders of
+        repo creation are removed once an hour old (a live creation takes milliseconds). Blobs and
+        commit objects written by a commit that never moved its branch stay: they are complete,
+        unreferenced, and harmless.
+        """
         for leftover in (self.root / "trash").iterdir():
             shutil.rmtree(leftover, ignore_errors=True)
+        hour_ago = time.time() - 3600
+        for staging in (self.root / "tmp").iterdir():
+            try:
+                if staging.stat().st_mtime < hour_ago:
+                    shutil.rmtree(staging, ignore_errors=True)
+            except FileNotFoundError:
+                continue
+        for repo_type in REPO_TYPES:
+            for meta in self.list_repos(repo_type):
+                with self._lock(meta.ref):
+                    repo_dir = self._repo_dir(meta.ref)
+                    for tmp in (
+                        *repo_dir.glob(".tmp-*"),
+                        *repo_dir.glob("blobs/*/.tmp-*"),
+                        *repo_dir.glob("commits/*/.tmp-*"),
+                    ):
+                        tmp.unlink(missing_ok=True)
 
     # -- repos -------------------------------------------------------------------------------
 

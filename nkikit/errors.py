@@ -136,6 +136,25 @@ CATALOGUE: dict[str, str] = {
     "err_matmul_dtype_mismatch": (
         "nc_matmul: fp32/tfloat32 operands can only be combined with each other, got {a} and {b}"
     ),
+    # -- verifier (nkikit/ir/verify.py) ---------------------------------------------------------
+    "err_leading_dimension_of_tensor_must_be_partition": (
+        "{op}: {operand} {access} must walk the partition dimension (dimension {par}) of "
+        "{tensor} with tile axis 0 at stride 1 ({why}); put the partition index "
+        "(nl.arange(n)[:, None] or a slice) on the partition dimension and nowhere else"
+    ),
+    "err_loop_variable_used_out_of_scope": (
+        "{op} uses loop variable '{var}' outside of its loop (line {line}); a loop index "
+        "only exists inside the loop body"
+    ),
+    "err_psum_total_capacity_exceeded": (
+        "PSUM usage of {used} bytes per partition exceeds the capacity of {limit} bytes "
+        "({banks} banks of 2 KiB); largest live PSUM tensors: {tensors}; copy results to SBUF "
+        "sooner or create PSUM tiles inside the loop that uses them"
+    ),
+    "err_spmd_output_dependencies": (
+        "{op} writes {tensor} at the same location from every instance along SPMD grid "
+        "axis {axis} (size {size}); index the destination by nl.program_id({axis})"
+    ),
 }
 
 

@@ -1,10 +1,950 @@
-"""The verifier: architecture rules the Neuron compiler and hardware enforce."""
+"""The verifier: architecture rules the Neuron compiler and hardware enforce.
+
+``verify(kernel)`` walks a traced kernel once and raises ``NkiError`` for the first rule it
+breaks, with the NKI error name and the kernel's own source line.  Rules are data:
+
+- ``OP_RULES``: functions ``rule(site)`` run on every op, in order, where a ``Site`` is the op
+  with its enclosing loops and the value range of every symbol its indices may use;
+- ``PRIM_RULES``: per-primitive constraints (matmul limits, activation bias/scale, ...), run
+  for an op before the generic shape rules so the most specific message wins;
+- ``ENGINES``: which engine runs each primitive, which decides the legal memories;
+- ``TENSOR_RULES``: per on-chip tensor (partition limit, PSUM bank size), run when the walk
+  first meets the tensor;
+- ``KERNEL_RULES``: whole-kernel rules run after the walk (outputs written, SBUF/PSUM
+  capacity).
+
+Every check is symbolic: index ranges come from ``Affine.bounds`` over loop trip counts,
+SPMD grid sizes and tile axis sizes, never from enumerating elements, so verifying a kernel
+costs time proportional to its IR, not to its data.
+"""
 
 from __future__ import annotations
 
-from .core import Kernel
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from .. import dtypes
+from ..errors import UNKNOWN_LOC, NkiError, SourceLoc
+from .affine import Affine, Axis, LoopVar, Predicate, ProgramId, Sym
+from .core import ON_CHIP, Access, Alloc, Kernel, Loop, Op, Tensor
+
+# ---------------------------------------------------------------------------------------------
+# targets
 
 
-def verify(kernel: Kernel) -> None:
-    """Raise NkiError for the first rule ``kernel`` breaks."""
+@dataclass(frozen=True, slots=True)
+class Target:
+    """Architecture limits of one NeuronCore generation (per partition unless stated)."""
+
+    name: str
+    sbuf_bytes: int  # SBUF capacity per partition
+    psum_bytes: int = 16 * 1024  # 8 banks of 2 KiB
+    psum_tile_bytes: int = 2 * 1024  # one PSUM tile (a bank) per partition
+    pmax: int = 128
+    gemm_stationary_fmax: int = 128
+    gemm_moving_fmax: int = 512
+    bn_stats_fmax: int = 512
+    sbuf_fmax: int = 64 * 1024  # elements per partition one Vector/Scalar/GpSimd op may touch
+    psum_fmax: int = 4 * 1024  # same, in PSUM
+    max_tile_dims: int = 5  # partition + a 4-D free access pattern
+
+
+TARGETS: dict[str, Target] = {
+    "trn1": Target("trn1", sbuf_bytes=192 * 1024),
+    "inf2": Target("inf2", sbuf_bytes=192 * 1024),
+    "trn2": Target("trn2", sbuf_bytes=224 * 1024),
+    # NC-v4: a matmul may fill the whole PSUM (4096 fp32 moving columns)
+    "trn3": Target("trn3", sbuf_bytes=256 * 1024, psum_tile_bytes=16 * 1024, gemm_moving_fmax=4096),
+}
+DEFAULT_TARGET = "trn1"
+
+
+def get_target(target: str | Target | None) -> Target:
+    """The ``Target`` for a name (``trn1``, ``inf2``, ``trn2``, ``trn3``) or a Target."""
+    if isinstance(target, Target):
+        return target
+    name = (target or DEFAULT_TARGET).lower()
+    alias = {"gen2": "trn1", "gen3": "trn2", "gen4": "trn3"}
+    if alias.get(name, name) not in TARGETS:
+        raise ValueError(f"unknown target {target!r}; known targets: {sorted(TARGETS)}")
+    return TARGETS[alias.get(name, name)]
+
+
+# ---------------------------------------------------------------------------------------------
+# the op in context
+
+
+@dataclass(slots=True)
+class Site:
+    """One op as the rules see it: the op, its enclosing loops (outermost first), the value
+    range ``[0, n)`` of every loop variable and program id in scope, and the target."""
+
+    op: Op
+    loops: tuple[Loop, ...]
+    ranges: dict[Sym, int]
+    target: Target
+    kernel: Kernel
+    operands: list[tuple[str, Access, bool]] = field(init=False)
+
+    def __post_init__(self) -> None:
+        # (role, access, is_write) of every tile operand, computed once for all rules
+        self.operands = list(_operands(self.op))
+
+    @property
+    def loc(self) -> SourceLoc:
+        return self.op.loc
+
+    def fail(self, name: str, **fields: object) -> NkiError:
+        return NkiError(name, self.op.loc, **fields)
+
+
+Rule = Callable[[Site], None]
+
+# Names of operands in messages, by primitive: ins first, then outs.
+_IN_NAMES: dict[str, tuple[str, ...]] = {
+    "dma_copy": ("src",),
+    "tensor_copy": ("src",),
+    "tensor_reduce": ("data",),
+    "tensor_partition_reduce": ("data",),
+    "partition_broadcast": ("src",),
+    "reciprocal": ("data",),
+    "bn_stats": ("data",),
+    "bn_aggr": ("data",),
+    "max8": ("src",),
+    "nc_stream_shuffle": ("src",),
+    "nc_matmul": ("stationary", "moving"),
+    "nc_transpose": ("data",),
+    "activation": ("data", "bias", "scale"),
+    "tensor_tensor": ("data1", "data2"),
+    "tensor_scalar": ("data", "operand0", "operand1"),
+    "scalar_tensor_tensor": ("data", "operand0", "operand1"),
+    "tensor_tensor_scan": ("data0", "data1", "initial"),
+    "select": ("condition", "x", "y"),
+    "select_reduce": ("predicate", "on_true", "on_false"),
+    "range_select": ("on_true_tile", "bound0", "bound1"),
+    "affine_select": ("on_true_tile",),
+    "local_gather": ("src_buffer", "index"),
+    "nc_find_index8": ("data", "vals"),
+    "nc_match_replace8": ("data", "vals"),
+    "dropout": ("data", "prob"),
+}
+_OUT_NAMES = ("dst", "reduce_res")
+
+
+def _in_name(op: Op, i: int) -> str:
+    names = _IN_NAMES.get(op.prim, ())
+    return names[i] if i < len(names) else f"input {i}"
+
+
+def _out_name(i: int) -> str:
+    return _OUT_NAMES[i] if i < len(_OUT_NAMES) else f"output {i}"
+
+
+def _operands(op: Op) -> Iterable[tuple[str, Access, bool]]:
+    """``(role, access, is_write)`` for every tile operand of ``op``."""
+    for i, a in enumerate(op.outs):
+        yield _out_name(i), a, True
+    for i, a in enumerate(op.ins):
+        if isinstance(a, Access):
+            yield _in_name(op, i), a, False
+
+
+_MEM = {"sbuf": "SBUF", "psum": "PSUM", "hbm": "HBM", "shared_hbm": "HBM", "private_hbm": "HBM"}
+
+
+def _mem(t: Tensor) -> str:
+    return _MEM.get(t.buffer, t.buffer)
+
+
+def _fsize(a: Access) -> int:
+    """Elements per partition of tile ``a`` (Access.free_size without numpy's overhead)."""
+    n = 1
+    for x in a.shape[1:]:
+        n *= x
+    return n
+
+
+def _bytes(t: Tensor) -> int:
+    """Bytes per partition of ``t`` (Tensor.bytes_per_partition without numpy's overhead)."""
+    n = t.dtype.itemsize
+    for i, x in enumerate(t.shape):
+        if i != t.par_axis:
+            n *= x
+    return n
+
+
+def _tile(a: Access) -> str:
+    return f"{a.tensor.name}{list(a.shape)}"
+
+
+# ---------------------------------------------------------------------------------------------
+# engines and legal memories (rule 3)
+
+# Instructions whose engine is fixed; the rest take attrs["engine"] (default Vector).
+_FIXED_ENGINE = {
+    "dma_copy": "dma",
+    "nc_matmul": "tensor",
+    "partition_broadcast": "broadcast",
+    "activation": "scalar",
+    "iota": "gpsimd",
+    "affine_select": "gpsimd",
+    "tensor_partition_reduce": "gpsimd",
+    "local_gather": "gpsimd",
+    "device_print": "debug",
+}
+# Known instructions that run on the Vector engine unless attrs say otherwise.
+_VECTOR_DEFAULT = frozenset(
+    """tensor_copy memset tensor_tensor tensor_scalar scalar_tensor_tensor tensor_reduce
+    tensor_tensor_scan reciprocal select range_select select_reduce bn_stats bn_aggr dropout
+    max8 nc_find_index8 nc_match_replace8 nc_stream_shuffle""".split()
+)
+
+
+def engine_of(op: Op) -> str | None:
+    """The engine that executes ``op`` ("dma", "tensor", "vector", "scalar", "gpsimd", ...),
+    or None for a primitive the verifier does not know (its memories are not checked)."""
+    if op.prim in _FIXED_ENGINE:
+        return _FIXED_ENGINE[op.prim]
+    if op.prim == "nc_transpose":
+        return "vector" if op.attrs.get("engine") == "vector" else "tensor"
+    if op.prim == "tensor_tensor" and op.attrs.get("op") == "power":
+        return "gpsimd"  # power runs on the GpSimd engine
+    if op.prim in _VECTOR_DEFAULT:
+        return str(op.attrs.get("engine") or "vector")
     return None
+
+
+def _require(site: Site, role: str, a: Access, allowed: tuple[str, ...]) -> None:
+    if a.tensor.buffer not in allowed:
+        names = " or ".join(dict.fromkeys(_MEM[b] for b in allowed))
+        raise site.fail(
+            "err_unsupported_memory",
+            op=site.op.prim,
+            what=f"{role} {a.tensor.name!r}",
+            allowed=names,
+            got=_mem(a.tensor),
+        )
+
+
+_HBM_SBUF = ("hbm", "shared_hbm", "private_hbm", "sbuf")
+
+
+def rule_memory(site: Site) -> None:
+    """Each engine reads and writes only the memories wired to it."""
+    op = site.op
+    eng = engine_of(op)
+    if eng is None or eng == "debug":
+        return
+    if eng == "dma":
+        # DMA moves HBM<->SBUF, SBUF<->SBUF and HBM<->HBM; it cannot touch PSUM (NKI >= 0.3)
+        for role, a, _ in site.operands:
+            _require(site, role, a, _HBM_SBUF)
+        return
+    if eng == "tensor":  # TensorE reads SBUF, writes PSUM
+        for role, a, write in site.operands:
+            _require(site, role, a, ("psum",) if write else ("sbuf",))
+        return
+    if eng == "gpsimd":  # GpSimd has no path to PSUM
+        for role, a, _ in site.operands:
+            _require(site, role, a, ("sbuf",))
+        return
+    for role, a, _ in site.operands:  # Vector / Scalar (and the broadcast idiom): on chip
+        _require(site, role, a, ON_CHIP)
+    pair = _TWO_TILE_INPUTS.get(op.prim)
+    if pair is not None and max(pair) < len(op.ins):
+        x, y = op.ins[pair[0]], op.ins[pair[1]]
+        if (
+            isinstance(x, Access)
+            and isinstance(y, Access)
+            and x.tensor.buffer == y.tensor.buffer == "psum"
+        ):
+            raise site.fail(
+                "err_unsupported_memory",
+                op=op.prim,
+                what=f"{_in_name(op, pair[0])} and {_in_name(op, pair[1])}",
+                allowed="SBUF for at least one of them (copy one input to SBUF first)",
+                got="both in PSUM",
+            )
+
+
+# instructions that stream two tiles through one engine: at most one of them may be in PSUM
+_TWO_TILE_INPUTS = {"tensor_tensor": (0, 1), "scalar_tensor_tensor": (0, 2)}
+
+
+# ---------------------------------------------------------------------------------------------
+# scoping and masks (rules 4, 6)
+
+
+def _affines(op: Op) -> Iterable[Affine]:
+    for a in op.outs:
+        yield from a.index
+    for a in op.ins:
+        if isinstance(a, Access):
+            yield from a.index
+    if op.mask is not None:
+        yield from (c for c, _ in op.mask.clauses)
+    for v in op.attrs.values():
+        if isinstance(v, Affine):
+            yield v
+        elif isinstance(v, Predicate):
+            yield from (c for c, _ in v.clauses)
+
+
+def rule_loop_scope(site: Site) -> None:
+    """An index may only use the variables of loops that enclose the op."""
+    for aff in _affines(site.op):
+        for s, _ in aff.terms:
+            if isinstance(s, LoopVar) and s not in site.ranges:
+                loop = next(
+                    (x for x, _ in site.kernel.walk() if isinstance(x, Loop) and x.var is s), None
+                )
+                raise site.fail(
+                    "err_loop_variable_used_out_of_scope",
+                    op=site.op.prim,
+                    var=s.name,
+                    line=loop.loc.line if loop is not None else "?",
+                )
+
+
+# primitives whose mask (and iteration space) is the shape of their first input
+_MASK_ON_INPUT = frozenset({"tensor_reduce", "bn_stats", "tensor_partition_reduce", "max8"})
+
+
+def _mask_ref(op: Op) -> Access | None:
+    if op.prim in _MASK_ON_INPUT and op.ins and isinstance(op.ins[0], Access):
+        return op.ins[0]
+    if op.outs:
+        return op.outs[0]
+    return next((a for a in op.ins if isinstance(a, Access)), None)
+
+
+def _check_predicate(site: Site, pred: Predicate, shape: tuple[int, ...], what: str) -> None:
+    for aff, cmp in pred.clauses:
+        if cmp == "!=":
+            raise site.fail(
+                "err_unsupported_expression_in_mask",
+                got=f"{pred!r} ({what} cannot use '!='; combine '<' and '>' clauses with &)",
+            )
+        for s in aff.syms:
+            if isinstance(s, Axis) and s.k >= len(shape):
+                raise site.fail(
+                    "err_unsupported_expression_in_mask",
+                    got=f"{pred!r}: {what} uses tile axis {s.k}, but the tile "
+                    f"{list(shape)} has {len(shape)} axes",
+                )
+
+
+def rule_mask(site: Site) -> None:
+    """A mask compares affine expressions of the op's own tile axes."""
+    op = site.op
+    if op.mask is not None:
+        ref = _mask_ref(op)
+        _check_predicate(site, op.mask, ref.shape if ref is not None else (), "the mask")
+    pred = op.attrs.get("pred")
+    if isinstance(pred, Predicate) and op.outs:
+        _check_predicate(site, pred, op.outs[0].shape, "the predicate")
+
+
+# ---------------------------------------------------------------------------------------------
+# per-primitive rules (rules 2, 9, 13, 14)
+
+
+def _size_error(site: Site, what: str, size: int, limit: int) -> NkiError:
+    return site.fail("err_size_of_dimension_exceed_arch_limit", what=what, size=size, limit=limit)
+
+
+def prim_nc_matmul(site: Site) -> None:
+    """stationary [K, M] and moving [K, N]: K equal and <= pmax, M <= 128, N <= 512;
+    fp32/tf32 only with each other."""
+    op, t = site.op, site.target
+    st, mv = op.ins[0], op.ins[1]
+    assert isinstance(st, Access) and isinstance(mv, Access)
+    if st.partitions != mv.partitions:
+        raise site.fail(
+            "err_num_partition_mismatch",
+            op="nc_matmul (contraction dimension)",
+            a=st.partitions,
+            b=mv.partitions,
+        )
+    if _fsize(st) > t.gemm_stationary_fmax:
+        raise _size_error(
+            site, f"nc_matmul stationary {_tile(st)}", _fsize(st), t.gemm_stationary_fmax
+        )
+    if _fsize(mv) > t.gemm_moving_fmax:
+        raise _size_error(site, f"nc_matmul moving {_tile(mv)}", _fsize(mv), t.gemm_moving_fmax)
+    wide = {"float32", "tfloat32"}
+    a, b = dtypes.name(st.dtype), dtypes.name(mv.dtype)
+    if (a in wide) != (b in wide):
+        raise site.fail("err_matmul_dtype_mismatch", a=a, b=b)
+
+
+def prim_nc_transpose(site: Site) -> None:
+    """TensorE transposes up to 128x128, VectorE up to 32x32."""
+    a = site.op.ins[0]
+    assert isinstance(a, Access)
+    limit = 32 if engine_of(site.op) == "vector" else site.target.pmax
+    eng = "VectorE" if limit == 32 else "TensorE"
+    if _fsize(a) > limit:
+        raise _size_error(site, f"nc_transpose ({eng}) input {_tile(a)}", _fsize(a), limit)
+    if a.partitions > limit:
+        raise site.fail("err_num_partition_exceed_arch_limit", size=a.partitions, limit=limit)
+
+
+_BIAS_DTYPES = frozenset({"float32", "float16", "bfloat16"})
+
+
+def prim_activation(site: Site) -> None:
+    """bias: a (P, 1) fp32/fp16/bf16 tile (or an immediate); scale: a float or (P, 1) fp32."""
+    op = site.op
+    bias = op.ins[1] if len(op.ins) > 1 else None
+    scale = op.ins[2] if len(op.ins) > 2 else None
+    if isinstance(bias, Access) and (
+        _fsize(bias) != 1 or dtypes.name(bias.dtype) not in _BIAS_DTYPES
+    ):
+        raise site.fail(
+            "err_activation_bias_invalid_type",
+            got=f"{_tile(bias)} of {dtypes.name(bias.dtype)}",
+        )
+    if isinstance(scale, Access):
+        if _fsize(scale) != 1:
+            raise site.fail("err_activation_scale_scalar_or_vector", got=list(scale.shape))
+        if dtypes.name(scale.dtype) != "float32":
+            raise site.fail("err_activation_scale_invalid_type", got=dtypes.name(scale.dtype))
+
+
+def prim_bn_stats(site: Site) -> None:
+    """bn_stats takes at most bn_stats_fmax elements per partition per instruction."""
+    a = site.op.ins[0]
+    assert isinstance(a, Access)
+    limit = site.target.bn_stats_fmax
+    if _fsize(a) > limit:
+        raise _size_error(site, f"bn_stats input {_tile(a)}", _fsize(a), limit)
+
+
+def _scalar_operands(*positions: int) -> Rule:
+    """Operands at ``positions`` are immediates or (P, 1) tiles (one value per partition)."""
+
+    def rule(site: Site) -> None:
+        op = site.op
+        for i in positions:
+            x = op.ins[i] if i < len(op.ins) else None
+            if isinstance(x, Access) and _fsize(x) != 1:
+                raise site.fail(
+                    "err_invalid_argument",
+                    op=op.prim,
+                    why=f"{_in_name(op, i)} must be a scalar or a (P, 1) tile, got "
+                    f"{_tile(x)}; use tensor_tensor for elementwise operands",
+                )
+
+    rule.__doc__ = f"operands {positions} are scalars or (P, 1) tiles"
+    return rule
+
+
+PRIM_RULES: dict[str, list[Rule]] = {
+    "nc_matmul": [prim_nc_matmul],
+    "nc_transpose": [prim_nc_transpose],
+    "activation": [prim_activation],
+    "bn_stats": [prim_bn_stats],
+    "tensor_scalar": [_scalar_operands(1, 2)],
+    "scalar_tensor_tensor": [_scalar_operands(1)],
+    "tensor_tensor_scan": [_scalar_operands(2)],
+    "range_select": [_scalar_operands(1, 2)],
+    "dropout": [_scalar_operands(1)],
+}
+
+
+def rule_prim(site: Site) -> None:
+    """Dispatch to the op's entries of ``PRIM_RULES``."""
+    for rule in PRIM_RULES.get(site.op.prim, ()):
+        rule(site)
+
+
+# ---------------------------------------------------------------------------------------------
+# tile shape rules (rules 1, 8, 13, 15)
+
+
+def _on_chip(a: Access) -> bool:
+    return a.tensor.buffer in ON_CHIP
+
+
+# Instructions the compiler splits per block when they cover a blocked tensor whole, e.g. the
+# memset of nl.zeros((nblocks, nl.par_dim(128), 512)) or a DMA of all its blocks.
+_BLOCK_SPLIT = frozenset({"memset", "dma_copy"})
+
+
+def _lead(op: Op, a: Access) -> int:
+    """How many leading tile axes of ``a`` iterate over block dimensions (dimensions before the
+    partition dimension) of a blocked tensor; the tile proper starts after them."""
+    par = a.tensor.par_axis
+    if par == 0 or op.prim not in _BLOCK_SPLIT or not _on_chip(a):
+        return 0
+    lead = 0
+    while lead < min(par, len(a.shape) - 1):
+        ax = Axis(lead)
+        if any(x.coef(ax) != 0 for d, x in enumerate(a.index) if d >= par):
+            break
+        lead += 1
+    return lead
+
+
+def _parts(op: Op, a: Access) -> int:
+    """Partitions of the tile ``a`` (after leading block axes)."""
+    k = _lead(op, a)
+    return a.shape[k] if len(a.shape) > k else 1
+
+
+def _free(op: Op, a: Access) -> int:
+    """Elements per partition of the tile ``a`` (after leading block axes)."""
+    n = 1
+    for s in a.shape[_lead(op, a) + 1 :]:
+        n *= s
+    return n
+
+
+def rule_partitions(site: Site) -> None:
+    """An on-chip tile spans at most pmax partitions."""
+    limit = site.target.pmax
+    for _, a, _ in site.operands:
+        if _on_chip(a) and _parts(site.op, a) > limit:
+            raise site.fail(
+                "err_num_partition_exceed_arch_limit", size=_parts(site.op, a), limit=limit
+            )
+
+
+def rule_tile_dims(site: Site) -> None:
+    """An on-chip access is a partition dimension plus at most a 4-D free pattern."""
+    limit = site.target.max_tile_dims
+    for role, a, _ in site.operands:
+        ndim = len(a.shape) - _lead(site.op, a)
+        if _on_chip(a) and ndim > limit:
+            raise site.fail(
+                "err_exceed_max_supported_dimension",
+                what=f"{site.op.prim} {role} {_tile(a)}",
+                ndim=ndim,
+                limit=limit,
+            )
+
+
+def _partition_axis_problem(a: Access, lead: int) -> str | None:
+    """Why the partition axis (tile axis ``lead``) of on-chip access ``a`` does not walk its
+    tensor's partitions, if it does not."""
+    if len(a.shape) <= lead or a.shape[lead] <= 1:
+        return None  # one partition: nothing to walk
+    par = a.tensor.par_axis
+    if par >= len(a.index):
+        return "the tensor has no partition index"
+    p_axis = Axis(lead)
+    p_index = a.index[par]
+    stride = p_index.coef(p_axis)
+    if stride == 0:
+        return (
+            f"the partition index does not use tile axis {lead}; broadcasting along "
+            "partitions needs broadcast_to"
+        )
+    if stride != 1:
+        return f"partition stride {stride}; partitions cannot be strided"
+    for s in p_index.syms:
+        if isinstance(s, Axis) and s.k != lead and a.shape[s.k] > 1:
+            return f"the partition index also depends on tile axis {s.k}"
+    for d, x in enumerate(a.index):
+        if d != par and x.coef(p_axis) != 0:
+            return f"tile axis {lead} also indexes dimension {d}"
+    return None
+
+
+def rule_partition_axis(site: Site) -> None:
+    """Tile axis 0 of every on-chip access is the tensor's partition dimension, stride 1.
+
+    For a DMA only the on-chip side is constrained: HBM has no partitions, so a DMA may
+    read HBM in any order (that is how load_transpose2d works)."""
+    for role, a, _ in site.operands:
+        if not _on_chip(a):
+            continue
+        why = _partition_axis_problem(a, _lead(site.op, a))
+        if why is not None:
+            raise site.fail(
+                "err_leading_dimension_of_tensor_must_be_partition",
+                op=site.op.prim,
+                operand=role,
+                access=repr(a),
+                par=a.tensor.par_axis,
+                tensor=a.tensor.name,
+                why=why,
+            )
+
+
+# primitives whose operands legitimately differ in partition count
+_PARTITION_FREE = frozenset(
+    {
+        "dma_copy",
+        "nc_matmul",
+        "nc_transpose",
+        "partition_broadcast",
+        "nc_stream_shuffle",
+        "device_print",
+        "tensor_partition_reduce",
+    }
+)
+
+
+def rule_partition_match(site: Site) -> None:
+    """All tile operands of an engine instruction span the same partitions (scalar operands
+    are (P, 1) tiles with the same P)."""
+    op = site.op
+    if op.prim in _PARTITION_FREE or engine_of(op) is None:
+        return
+    ops = site.operands
+    if not ops:
+        return
+    p0 = _parts(op, ops[0][1])
+    for _, a, _ in ops[1:]:
+        if _parts(op, a) != p0:
+            raise site.fail("err_num_partition_mismatch", op=op.prim, a=p0, b=_parts(op, a))
+
+
+def rule_partition_reduce(site: Site) -> None:
+    """tensor_partition_reduce folds all partitions into one."""
+    op = site.op
+    if op.prim == "tensor_partition_reduce" and op.outs and op.outs[0].partitions != 1:
+        raise site.fail("err_num_partition_mismatch", op=op.prim, a=op.outs[0].partitions, b=1)
+
+
+def rule_free_size(site: Site) -> None:
+    """Vector/Scalar/GpSimd instructions stream at most 64K elements per partition from SBUF
+    (4K from PSUM)."""
+    if engine_of(site.op) not in ("vector", "scalar", "gpsimd"):
+        return
+    t = site.target
+    for role, a, _ in site.operands:
+        limit = t.psum_fmax if a.tensor.buffer == "psum" else t.sbuf_fmax
+        if _on_chip(a) and _free(site.op, a) > limit:
+            raise _size_error(site, f"{site.op.prim} {role} {_tile(a)}", _free(site.op, a), limit)
+
+
+# ---------------------------------------------------------------------------------------------
+# writes (rules 5, 11)
+
+
+def _accumulates(op: Op) -> bool:
+    return bool(op.attrs.get("accumulate")) or bool(op.attrs.get("rmw_op"))
+
+
+def rule_immutable(site: Site) -> None:
+    """Kernel parameters are read-only unless annotated ``nt.mutable_tensor``."""
+    for a in site.op.outs:
+        root = a.tensor.root
+        if root.kind == "input" and not root.mutable:
+            raise site.fail("err_cannot_update_immutable_parameter", tensor=root.name)
+        if root.kind == "const":
+            raise site.fail(
+                "err_invalid_argument",
+                op=site.op.prim,
+                why=f"{root.name} is a constant (nl.shared_constant) and cannot be written",
+            )
+
+
+def rule_distinct_writes(site: Site) -> None:
+    """Each iteration of an affine_range loop writes its own locations: a write to a tensor
+    that outlives the loop must be indexed by the loop variable (accumulations excepted)."""
+    op = site.op
+    if _accumulates(op):
+        return
+    for a in op.outs:
+        root = a.tensor.root
+        scope = set(root.scope)
+        for loop in site.loops:
+            var = loop.var
+            if var.kind != "affine" or var.trip <= 1 or var in scope:
+                continue
+            if not any(x.coef(var) != 0 for x in a.index):
+                raise site.fail(
+                    "err_unexpected_output_dependencies",
+                    op=op.prim,
+                    tensor=root.name,
+                    loop=var.name,
+                )
+
+
+def rule_spmd_writes(site: Site) -> None:
+    """SPMD instances run in parallel: a write to shared HBM is indexed by every program id
+    of a grid axis with more than one instance."""
+    op, grid = site.op, site.kernel.grid
+    if not grid or _accumulates(op):
+        return
+    for a in op.outs:
+        root = a.tensor.root
+        if root.buffer != "shared_hbm":
+            continue
+        for axis, size in enumerate(grid):
+            pid = ProgramId(axis)
+            if size > 1 and not any(x.coef(pid) != 0 for x in a.index):
+                raise site.fail(
+                    "err_spmd_output_dependencies",
+                    op=op.prim,
+                    tensor=root.name,
+                    axis=axis,
+                    size=size,
+                )
+
+
+# ---------------------------------------------------------------------------------------------
+# bounds (rule 10)
+
+
+def rule_bounds(site: Site) -> None:
+    """Every element an unmasked op touches lies inside its tensor.  (Masked ops are left to
+    the simulator, which checks the elements the mask keeps.)"""
+    if site.op.mask is not None:
+        return
+    ranges = site.ranges
+    for _, a, _ in site.operands:
+        tshape = a.tensor.shape
+        shape = a.shape
+        if 0 in shape:
+            continue
+        for d, x in enumerate(a.index[: len(tshape)]):
+            # Affine.bounds, inlined: each term sweeps [0, n) of its symbol
+            lo = hi = x.const
+            for sym, c in x.terms:
+                n = shape[sym.k] if isinstance(sym, Axis) else ranges.get(sym, 1)
+                top = c * (n - 1)
+                if top < 0:
+                    lo += top
+                else:
+                    hi += top
+            if lo < 0 or hi >= tshape[d]:
+                raise site.fail(
+                    "err_tensor_access_out_of_bound",
+                    tensor=a.tensor.name,
+                    dim=d,
+                    index=f"{lo if lo < 0 else hi} (index range [{lo}, {hi}])",
+                    size=tshape[d],
+                )
+
+
+OP_RULES: list[Rule] = [
+    rule_loop_scope,
+    rule_mask,
+    rule_memory,
+    rule_prim,
+]
+# run after the tensor rules of the tensors the op touches
+OP_SHAPE_RULES: list[Rule] = [
+    rule_partitions,
+    rule_tile_dims,
+    rule_partition_axis,
+    rule_partition_match,
+    rule_partition_reduce,
+    rule_free_size,
+    rule_immutable,
+    rule_distinct_writes,
+    rule_spmd_writes,
+    rule_bounds,
+]
+
+
+# ---------------------------------------------------------------------------------------------
+# tensor rules (rules 1, 2)
+
+
+def _tensor_loc(t: Tensor) -> SourceLoc:
+    return t.loc or UNKNOWN_LOC
+
+
+def tensor_partitions(t: Tensor, target: Target) -> None:
+    """An SBUF/PSUM tensor spans at most pmax partitions."""
+    if t.partitions > target.pmax:
+        raise NkiError(
+            "err_num_partition_exceed_arch_limit",
+            _tensor_loc(t),
+            size=t.partitions,
+            limit=target.pmax,
+        )
+
+
+def tensor_psum_tile(t: Tensor, target: Target) -> None:
+    """One PSUM tile (the dims after the partition dim) fits a 2 KiB bank per partition."""
+    if t.buffer != "psum":
+        return
+    n = 1
+    for s in t.shape[t.par_axis + 1 :]:
+        n *= s
+    used = n * t.dtype.itemsize
+    if used > target.psum_tile_bytes:
+        raise NkiError(
+            "err_psum_capacity_exceeded",
+            _tensor_loc(t),
+            tensor=t.name,
+            used=used,
+            limit=target.psum_tile_bytes,
+        )
+
+
+TENSOR_RULES: list[Callable[[Tensor, Target], None]] = [tensor_partitions, tensor_psum_tile]
+
+
+# ---------------------------------------------------------------------------------------------
+# kernel rules (rules 7, 12)
+
+
+def kernel_outputs_written(kernel: Kernel, target: Target) -> None:
+    """Every returned tensor is written by some instruction."""
+    written = {a.tensor.root.uid for op, _ in kernel.ops() for a in op.outs}
+    for t in kernel.outputs:
+        if t.root.uid not in written:  # a returned reshape is written through its base
+            raise NkiError(
+                "err_tensor_output_not_written_to",
+                t.loc or kernel.loc or UNKNOWN_LOC,
+                tensor=t.name,
+            )
+
+
+class _Liveness:
+    """Peak SBUF/PSUM bytes per partition under a simple, conservative liveness.
+
+    Within a body, a tensor is live from its Alloc to the last statement that uses it (a use
+    inside a nested loop counts for the whole loop).  A tensor allocated in a loop body counts
+    once, not per iteration: rolled loops reuse one buffer.  Walking in program order, the
+    first allocation that pushes a memory past its capacity is reported."""
+
+    def __init__(self, kernel: Kernel, target: Target) -> None:
+        self.limits = {"sbuf": target.sbuf_bytes, "psum": target.psum_bytes}
+        self.loop_uses: dict[int, set[int]] = {}
+
+    def uses(self, stmt: object) -> set[int]:
+        if isinstance(stmt, Op):
+            out = {a.tensor.uid for a in stmt.outs}
+            out.update(a.tensor.uid for a in stmt.ins if isinstance(a, Access))
+            return out
+        if isinstance(stmt, Loop):
+            got = self.loop_uses.get(id(stmt))
+            if got is None:
+                got = set()
+                for s in stmt.body:
+                    got |= self.uses(s)
+                self.loop_uses[id(stmt)] = got
+            return got
+        return set()
+
+    def run(self, body: list, outer: dict[str, int], chain: list) -> None:
+        n = len(body)
+        allocs: list[tuple[int, Tensor]] = []
+        last: dict[int, int] = {}
+        for i, s in enumerate(body):
+            if isinstance(s, Alloc) and s.tensor.buffer in self.limits:
+                allocs.append((i, s.tensor))
+                last[s.tensor.uid] = i
+        if not allocs and not any(isinstance(s, Loop) for s in body):
+            return
+        if allocs:
+            for i, s in enumerate(body):
+                if isinstance(s, Op | Loop):
+                    for uid in self.uses(s):
+                        if uid in last:
+                            last[uid] = i
+        delta = {b: [0] * (n + 1) for b in self.limits}
+        for i, t in allocs:
+            size = _bytes(t)
+            delta[t.buffer][i] += size
+            delta[t.buffer][last[t.uid] + 1] -= size
+        cur = dict.fromkeys(self.limits, 0)
+        frame = (allocs, last)
+        for i, s in enumerate(body):
+            for b in cur:
+                cur[b] += delta[b][i]
+            if isinstance(s, Alloc) and s.tensor.buffer in self.limits:
+                b = s.tensor.buffer
+                if outer[b] + cur[b] > self.limits[b]:
+                    self.fail(s.tensor, outer[b] + cur[b], chain + [(frame, i)])
+            elif isinstance(s, Loop):
+                inner = {b: outer[b] + cur[b] for b in cur}
+                self.run(s.body, inner, chain + [(frame, i)])
+
+    def fail(self, t: Tensor, used: int, chain: list) -> None:
+        buffer = t.buffer
+        live: list[Tensor] = []
+        for (allocs, last), pos in chain:
+            live.extend(x for a, x in allocs if x.buffer == buffer and a <= pos <= last[x.uid])
+        live.sort(key=lambda x: -_bytes(x))
+        shown = ", ".join(
+            f"{x.name} ({_bytes(x)} B, line {x.loc.line if x.loc else '?'})" for x in live[:5]
+        )
+        if len(live) > 5:
+            shown += f", and {len(live) - 5} more"
+        limit = self.limits[buffer]
+        if buffer == "psum":
+            raise NkiError(
+                "err_psum_total_capacity_exceeded",
+                _tensor_loc(t),
+                used=used,
+                limit=limit,
+                banks=limit // 2048,
+                tensors=shown,
+            )
+        raise NkiError(
+            "err_sbuf_capacity_exceeded",
+            _tensor_loc(t),
+            buffer="SBUF",
+            used=used,
+            limit=limit,
+            tensors=shown,
+        )
+
+
+def kernel_capacity(kernel: Kernel, target: Target) -> None:
+    """Live SBUF and PSUM tensors fit the per-partition capacity of the target."""
+    _Liveness(kernel, target).run(kernel.body, {"sbuf": 0, "psum": 0}, [])
+
+
+KERNEL_RULES: list[Callable[[Kernel, Target], None]] = [kernel_outputs_written, kernel_capacity]
+
+
+# ---------------------------------------------------------------------------------------------
+# the driver
+
+
+@dataclass(slots=True)
+class _Walk:
+    kernel: Kernel
+    target: Target
+    checked: set[int] = field(default_factory=set)
+
+    def tensor(self, t: Tensor) -> None:
+        if t.uid in self.checked:
+            return
+        self.checked.add(t.uid)
+        if t.buffer in ON_CHIP:
+            for rule in TENSOR_RULES:
+                rule(t, self.target)
+
+    def run(self) -> None:
+        k = self.kernel
+        base: dict[Sym, int] = {ProgramId(i): g for i, g in enumerate(k.grid)}
+        self.body(k.body, (), base)
+        for t in k.tensors:
+            self.tensor(t)
+        for rule in KERNEL_RULES:
+            rule(k, self.target)
+
+    def body(self, stmts: list, loops: tuple[Loop, ...], ranges: dict[Sym, int]) -> None:
+        for s in stmts:
+            if isinstance(s, Op):
+                site = Site(s, loops, ranges, self.target, self.kernel)
+                for rule in OP_RULES:
+                    rule(site)
+                for _, a, _ in site.operands:
+                    self.tensor(a.tensor)
+                for rule in OP_SHAPE_RULES:
+                    rule(site)
+            elif isinstance(s, Loop):
+                inner = dict(ranges)
+                inner[s.var] = s.trip
+                self.body(s.body, loops + (s,), inner)
+
+
+def verify(kernel: Kernel, target: str | Target | None = None) -> None:
+    """Raise ``NkiError`` for the first architecture rule ``kernel`` breaks, in program order.
+
+    ``target`` (a name in ``TARGETS`` or a ``Target``; default trn1, NeuronCore-v2) sets the
+    capacity and tile limits.  Returns None when the kernel is legal."""
+    _Walk(kernel, get_target(target)).run()

@@ -275,6 +275,11 @@ def affine_select(pred, on_true_tile, on_false_value, *, mask=None, dtype=None, 
     if not isinstance(pred, Pred):
         raise NkiError("err_unsupported_expression_in_mask", loc, got=repr(pred))
     a = _tile(on_true_tile, loc, "affine_select")
+    if a.tensor.buffer == "psum":
+        # GpSimd cannot read PSUM; NKI Beta-1 stages a PSUM input through SBUF (a copy).
+        from ..language.ops import copy_at
+
+        a = copy_at(Tile(a), loc).access
     tile, out = new_tile(a.shape, dtype or a.dtype, loc, fallback="select")
     _emit("affine_select", [out], [a], {"pred": pred.predicate, "on_false": float(on_false_value)}, mask=mask_of(mask, loc), loc=loc)
     return tile

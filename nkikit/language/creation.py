@@ -67,7 +67,8 @@ def ndarray(shape, dtype, *, buffer=None, name: str = "", _loc: SourceLoc | None
     if buf in ("hbm", "shared_hbm", "private_hbm"):
         if b.loops and buf == "shared_hbm":
             raise NkiError("err_shared_hbm_must_in_kernel_level", loc)
-        t = Tensor(b.unique(name) if name else b.name_for(loc, "hbm"), dims, dt, buf, kind="hbm", loc=loc)
+        t = Tensor(b.unique(name) if name else b.name_for(loc, "hbm"), dims, dt, buf, kind="hbm", loc=loc,
+                   scope=tuple(b.loops))
         b.tensors.append(t)
         return Tile.of(t)
     t = b.new_tensor(dims, dt, buf, name=name or None, par_axis=par_axis, loc=loc, fallback="buf")
@@ -176,10 +177,10 @@ def static_range(start, stop=None, step=1, **kwargs) -> range:
 def program_id(axis: int) -> Index:
     """The index of this kernel instance along launch-grid ``axis``."""
     b = current("nl.program_id")
-    if axis >= max(len(b.grid), 1):
-        raise NkiError("err_invalid_argument", caller_loc(), op="program_id", why=f"axis {axis} is outside the launch grid {b.grid}")
-    if not b.grid:
+    if not b.grid:  # launched without a grid: one instance
         return Index(program_index(0).affine * 0)
+    if not 0 <= axis < len(b.grid):
+        raise NkiError("err_invalid_argument", caller_loc(), op="program_id", why=f"axis {axis} is outside the launch grid {b.grid}")
     return program_index(int(axis))
 
 

@@ -10,14 +10,30 @@
 * ``bound_by`` is the resource with the highest active percent: an engine name or ``"dma"``.
 
 Every percentage is of the kernel's total time and 0 for an empty profile.
+
+Summary keys: ``kernel``, ``target``, ``total_ns``, ``total_us``, ``instruction_count``;
+FLOPs ``model_flops``, ``hardware_flops``, ``transpose_flops``, ``transpose_flops_percent``,
+``matmul_dtype``, ``peak_flops_per_s``, ``mfu``/``hfu``/``mbu`` and their ``*_percent``;
+bytes ``{hbm,sbuf,psum}_{read,write}_bytes``, ``hbm_bytes``, ``achieved_hbm_bytes_per_s``,
+``mm_arithmetic_intensity``, ``reload_bytes``, ``useful_read_percent``, ``spill_bytes``;
+activity ``engine_active_percent`` (dict over the five engines and ``"dma"``),
+``{tensor,vector,scalar,gpsimd,sync}_active_percent``, ``dma_active_percent``,
+``dma_queue_active_percent`` (dict per queue); counts ``instruction_count_by_engine``,
+``{engine}_instruction_count``, ``matmul_instruction_count``,
+``transpose_instruction_count``, ``dma_transfer_count``, ``dma_bytes``,
+``dma_transfer_average_bytes``; ``bound_by``; ``warnings`` (see :mod:`.rules`).
 """
 
 from __future__ import annotations
 
+import math
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
+from .columns import Columns, union_ns
 from .model import COMPUTE_ENGINES, Instruction, engine_sort_key, is_dma_engine
 
 if TYPE_CHECKING:
@@ -62,70 +78,41 @@ def dtype_class(dtype: str) -> str:
     return "bf16"
 
 
-def merge_intervals(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    """Sorted, disjoint union of half-open ``(start, end)`` intervals; empty ones dropped."""
-    out: list[tuple[float, float]] = []
-    for s, e in sorted(iv for iv in intervals if iv[1] > iv[0]):
-        if out and s <= out[-1][1]:
-            if e > out[-1][1]:
-                out[-1] = (out[-1][0], e)
-        else:
-            out.append((s, e))
-    return out
-
-
-def union_ns(intervals: list[tuple[float, float]]) -> float:
-    """Length of the union of half-open intervals."""
-    return sum(e - s for s, e in merge_intervals(intervals))
-
-
 @dataclass(slots=True)
 class Analysis:
-    """Facts derived once from a Profile and shared by the summary and the warning rules."""
+    """Facts derived once from a Profile and shared by the summary, rules and outputs."""
 
     profile: Profile
+    cols: Columns
+    start_ns: float
+    end_ns: float
     total_ns: float
-    by_engine: dict[str, list[Instruction]]
     busy_ns: dict[str, float]
     active_percent: dict[str, float]
-    line_engine_ns: dict[str, dict[str, float]]
-    line_text: dict[str, str]
 
-    def top_lines(self, engine: str, n: int = 3, pred: Any = None) -> list[str]:
+    def top_lines(self, engine: str, n: int = 3, mask: np.ndarray | None = None) -> list[str]:
         """Source lines with the most time on ``engine`` (``"dma"`` = all queues).
 
-        With ``pred``, only instructions for which ``pred(ins)`` is true count.
+        With ``mask``, only the instructions it selects count.
         """
-        times: Counter[str] = Counter()
-        for ins in self.instructions_on(engine):
-            if ins.source and (pred is None or pred(ins)):
-                times[ins.source] += ins.duration_ns
-        return [src for src, _ in times.most_common(n)]
-
-    def instructions_on(self, engine: str) -> list[Instruction]:
-        if engine == "dma":
-            return [i for e, lst in self.by_engine.items() if is_dma_engine(e) for i in lst]
-        return self.by_engine.get(engine, [])
+        m = self.cols.on(engine)
+        if mask is not None:
+            m = m & mask
+        return list(self.cols.per_source(m, self.cols.dur))[:n]
 
 
 def analyze(profile: Profile) -> Analysis:
-    """Group instructions by engine and line and compute busy time per engine."""
-    by_engine: dict[str, list[Instruction]] = defaultdict(list)
-    line_engine_ns: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-    line_text: dict[str, str] = {}
-    for ins in profile.instructions:
-        by_engine[ins.engine].append(ins)
-        src = ins.source or "<unknown>"
-        line_engine_ns[src][ins.engine] += ins.duration_ns
-        if ins.source_text and src not in line_text:
-            line_text[src] = ins.source_text
-
-    total = profile.total_ns
+    """Build the column view and the busy time of every engine, queue and all DMA."""
+    cols = Columns.build(profile.instructions)
+    start = float(cols.start.min()) if cols.n else 0.0
+    end = float(cols.end.max()) if cols.n else 0.0
+    total = end - start
     busy: dict[str, float] = {}
-    for engine, lst in by_engine.items():
-        busy[engine] = union_ns([(i.start_ns, i.end_ns) for i in lst])
-    dma_ivs = [(i.start_ns, i.end_ns) for e, lst in by_engine.items() if is_dma_engine(e) for i in lst]
-    busy["dma"] = union_ns(dma_ivs)
+    for code, engine in enumerate(cols.engines):
+        m = cols.engine == code
+        busy[engine] = union_ns(cols.start[m], cols.end[m])
+    dma = cols.on("dma")
+    busy["dma"] = union_ns(cols.start[dma], cols.end[dma])
 
     def pct(ns: float) -> float:
         return 100.0 * ns / total if total > 0 else 0.0
@@ -133,20 +120,20 @@ def analyze(profile: Profile) -> Analysis:
     active = {e: pct(busy.get(e, 0.0)) for e in COMPUTE_ENGINES}
     active["dma"] = pct(busy["dma"])
     queues = {f"dma{q}" for q in range(profile.target.dma_queues)} | {
-        e for e in by_engine if is_dma_engine(e)
+        e for e in cols.engines if is_dma_engine(e)
     }
     for q in sorted(queues, key=engine_sort_key):
         active[q] = pct(busy.get(q, 0.0))
-    for e in by_engine:  # engines outside the contract still get a number
+    for e in cols.engines:  # engines outside the contract still get a number
         active.setdefault(e, pct(busy[e]))
     return Analysis(
         profile=profile,
+        cols=cols,
+        start_ns=start,
+        end_ns=end,
         total_ns=total,
-        by_engine=dict(by_engine),
         busy_ns=busy,
         active_percent=active,
-        line_engine_ns={k: dict(v) for k, v in line_engine_ns.items()},
-        line_text=line_text,
     )
 
 
@@ -155,36 +142,29 @@ def compute_summary(profile: Profile, analysis: Analysis | None = None) -> dict[
     from .rules import collect_warnings
 
     a = analysis or analyze(profile)
-    ins = profile.instructions
+    c = a.cols
     total = a.total_ns
     target = profile.target
 
-    hw_flops = model_flops = transpose_flops = 0.0
-    flops_by_class: Counter[str] = Counter()
-    matmuls = transposes = 0
-    sums = Counter()
-    for i in ins:
-        if i.engine == "tensor":
-            # flops are TensorE work by contract; other engines' numbers would not be
-            # comparable to the TensorE peak, so they are ignored.
-            hw_flops += i.flops
-            model_flops += i.model_flops
-            if i.is_transpose:
-                transposes += 1
-                transpose_flops += i.flops
-            elif i.is_matmul:
-                matmuls += 1
-                flops_by_class[dtype_class(i.dtype)] += i.flops
-        sums["hbm_read_bytes"] += i.hbm_read_bytes
-        sums["hbm_write_bytes"] += i.hbm_write_bytes
-        sums["sbuf_read_bytes"] += i.sbuf_read_bytes
-        sums["sbuf_write_bytes"] += i.sbuf_write_bytes
-        sums["psum_read_bytes"] += i.psum_read_bytes
-        sums["psum_write_bytes"] += i.psum_write_bytes
+    # flops are TensorE work by contract; other engines' numbers would not be comparable
+    # to the TensorE peak, so they are ignored.
+    tensor = c.on("tensor")
+    hw_flops = float(c.flops[tensor].sum())
+    model_flops = float(c.model_flops[tensor].sum())
+    transposes = c.transpose_mask()
+    matmuls = c.matmul_mask()
+    transpose_flops = float(c.flops[transposes].sum())
 
     # The dominant dtype sets the peak: a bf16 kernel with one fp32 matmul is a bf16 kernel.
-    matmul_dtype = flops_by_class.most_common(1)[0][0] if flops_by_class else "bf16"
+    by_dtype = np.bincount(c.dtype[matmuls], weights=c.flops[matmuls], minlength=len(c.dtypes))
+    by_class: Counter[str] = Counter()
+    for code, f in enumerate(by_dtype):
+        if f > 0:
+            by_class[dtype_class(c.dtypes[code])] += float(f)
+    matmul_dtype = by_class.most_common(1)[0][0] if by_class else "bf16"
     peak = target.peak_flops(matmul_dtype)
+
+    sums = {k: int(c.ints[k].sum()) for k in _BYTE_KEYS}
     seconds = total * 1e-9
     compute_capacity = peak * seconds
     hbm_bytes = sums["hbm_read_bytes"] + sums["hbm_write_bytes"]
@@ -193,12 +173,13 @@ def compute_summary(profile: Profile, analysis: Analysis | None = None) -> dict[
     hfu = hw_flops / compute_capacity if compute_capacity > 0 else 0.0
     mbu = hbm_bytes / hbm_capacity if hbm_capacity > 0 else 0.0
 
-    dma = a.instructions_on("dma")
-    dma_bytes = sum(i.transfer_bytes for i in dma)
-    counts = {e: len(a.by_engine.get(e, ())) for e in COMPUTE_ENGINES}
-    counts["dma"] = len(dma)
+    dma = c.on("dma")
+    n_dma = int(dma.sum())
+    dma_bytes = int(c.transfer_bytes()[dma].sum())
+    counts = {e: int(c.on(e).sum()) for e in COMPUTE_ENGINES}
+    counts["dma"] = n_dma
 
-    reload_bytes = input_reload_bytes(ins)
+    reload_bytes = sum(g["bytes"] for g in reload_groups(c).values())
     hbm_read = sums["hbm_read_bytes"]
 
     active = a.active_percent
@@ -207,7 +188,7 @@ def compute_summary(profile: Profile, analysis: Analysis | None = None) -> dict[
         "target": target.name,
         "total_ns": total,
         "total_us": total / 1000.0,
-        "instruction_count": len(ins),
+        "instruction_count": c.n,
         "model_flops": model_flops,
         "hardware_flops": hw_flops,
         "transpose_flops": transpose_flops,
@@ -220,7 +201,7 @@ def compute_summary(profile: Profile, analysis: Analysis | None = None) -> dict[
         "mfu_percent": 100.0 * mfu,
         "hfu_percent": 100.0 * hfu,
         "mbu_percent": 100.0 * mbu,
-        **{k: sums[k] for k in _BYTE_KEYS},
+        **sums,
         "hbm_bytes": hbm_bytes,
         "achieved_hbm_bytes_per_s": hbm_bytes / seconds if seconds > 0 else 0.0,
         "mm_arithmetic_intensity": model_flops / hbm_bytes if hbm_bytes else 0.0,
@@ -230,15 +211,15 @@ def compute_summary(profile: Profile, analysis: Analysis | None = None) -> dict[
         "dma_queue_active_percent": {e: v for e, v in active.items() if is_dma_engine(e)},
         "instruction_count_by_engine": counts,
         **{f"{e}_instruction_count": counts[e] for e in COMPUTE_ENGINES},
-        "matmul_instruction_count": matmuls,
-        "transpose_instruction_count": transposes,
-        "dma_transfer_count": len(dma),
+        "matmul_instruction_count": int(matmuls.sum()),
+        "transpose_instruction_count": int(transposes.sum()),
+        "dma_transfer_count": n_dma,
         "dma_bytes": dma_bytes,
-        "dma_transfer_average_bytes": dma_bytes / len(dma) if dma else 0.0,
+        "dma_transfer_average_bytes": dma_bytes / n_dma if n_dma else 0.0,
         "reload_bytes": reload_bytes,
         "useful_read_percent": 100.0 * (hbm_read - reload_bytes) / hbm_read if hbm_read else 100.0,
         "spill_bytes": profile.spill_bytes,
-        "bound_by": _bound_by(active, bool(ins)),
+        "bound_by": _bound_by(active, c.n > 0),
     }
     s["warnings"] = collect_warnings(a, s)
     return s
@@ -262,36 +243,73 @@ def _bound_by(active: dict[str, float], nonempty: bool) -> str | None:
     return max(candidates, key=lambda e: active[e])
 
 
-def reload_key(i: Instruction) -> tuple[str, int, int, int, int]:
-    """What makes two HBM reads "the same data" for the input-reload metric."""
-    return (i.tensor_name, i.hbm_offset, i.hbm_read_bytes, i.partitions, i.elements)
+RELOAD_KEY_FIELDS = ("hbm_offset", "hbm_read_bytes", "partitions", "elements")
+"""With the tensor name, what makes two HBM reads "the same data" for input reload."""
 
 
-def input_reload_bytes(instructions: list[Instruction]) -> int:
-    """HBM bytes read again: for each tensor range read n > 1 times, (n - 1) x its bytes."""
-    seen: Counter[tuple[str, int, int, int, int]] = Counter()
-    for i in instructions:
-        if i.tensor_name and i.hbm_read_bytes > 0:
-            seen[reload_key(i)] += 1
-    return sum((n - 1) * key[2] for key, n in seen.items() if n > 1)
+def reload_groups(c: Columns) -> dict[str, dict[str, Any]]:
+    """Per tensor with a range read more than once: reloaded bytes, times, lines.
+
+    Reloaded bytes count (n - 1) x size for each range read n > 1 times. Each entry has
+    ``bytes``, ``times`` (most reads of one range), ``ranges`` (how many ranges were
+    re-read), ``read`` (all HBM bytes read from the tensor) and ``lines`` (source line ->
+    reads of re-read ranges, most first).
+    """
+    named = np.array([bool(t) for t in c.tensors], dtype=bool)
+    m = named[c.tensor] & (c.ints["hbm_read_bytes"] > 0) if c.n else np.zeros(0, dtype=bool)
+    rows = np.flatnonzero(m)
+    if rows.size == 0:
+        return {}
+    keys = np.stack([c.tensor[rows], *(c.ints[f][rows] for f in RELOAD_KEY_FIELDS)], axis=1)
+    uniq, inverse, counts = np.unique(keys, axis=0, return_inverse=True, return_counts=True)
+    inverse = inverse.reshape(-1)
+    out: dict[str, dict[str, Any]] = {}
+    for t in np.unique(uniq[:, 0]):
+        mine = uniq[:, 0] == t
+        sizes, n = uniq[mine, 2], counts[mine]
+        again = int(((n - 1) * sizes).sum())
+        if again == 0:
+            continue
+        in_repeat = (counts[inverse] > 1) & (uniq[inverse, 0] == t)
+        sel = np.zeros(c.n, dtype=bool)
+        sel[rows[in_repeat]] = True
+        out[c.tensors[int(t)]] = {
+            "bytes": again,
+            "times": int(n.max()),
+            "ranges": int((n > 1).sum()),
+            "read": int((sizes * n).sum()),
+            "lines": {k: int(v) for k, v in c.per_source(sel).items()},
+        }
+    return out
 
 
 def per_line(profile: Profile, analysis: Analysis | None = None) -> list[LineStat]:
     """One :class:`LineStat` per source line, hottest first (ties by line name)."""
     a = analysis or analyze(profile)
-    counts: Counter[str] = Counter(i.source or "<unknown>" for i in profile.instructions)
-    grand = sum(sum(e.values()) for e in a.line_engine_ns.values())
+    c = a.cols
+    if c.n == 0:
+        return []
+    n_eng = len(c.engines)
+    grid = np.bincount(c.source * n_eng + c.engine, weights=c.dur, minlength=len(c.sources) * n_eng)
+    grid = grid.reshape(len(c.sources), n_eng)
+    counts = np.bincount(c.source, minlength=len(c.sources))
+    grand = float(grid.sum())
+    eng_order = sorted(range(n_eng), key=lambda k: engine_sort_key(c.engines[k]))
     stats = []
-    for src, engines in a.line_engine_ns.items():
-        t = sum(engines.values())
+    for k, src in enumerate(c.sources):
+        t = float(grid[k].sum())
         stats.append(
             LineStat(
                 source=src,
-                code=a.line_text.get(src, ""),
+                code=c.source_text[k],
                 time_ns=t,
                 share=t / grand if grand > 0 else 0.0,
-                count=counts[src],
-                engines=dict(sorted(engines.items(), key=lambda kv: engine_sort_key(kv[0]))),
+                count=int(counts[k]),
+                engines={
+                    c.engines[e]: float(grid[k, e])
+                    for e in eng_order
+                    if counts[k] and grid[k, e] > 0
+                },
             )
         )
     stats.sort(key=lambda st: (-st.time_ns, st.source))
@@ -308,15 +326,21 @@ def validate_profile(profile: Profile) -> list[str]:
         if i.id in ids:
             problems.append(f"{where}: duplicate id")
         ids[i.id] = i
-        if not (i.engine in COMPUTE_ENGINES or (is_dma_engine(i.engine) and int(i.engine[3:]) < nq)):
+        if not (
+            i.engine in COMPUTE_ENGINES or (is_dma_engine(i.engine) and int(i.engine[3:]) < nq)
+        ):
             problems.append(f"{where}: unknown engine {i.engine!r}")
-        if i.end_ns < i.start_ns:
+        if not (math.isfinite(i.start_ns) and math.isfinite(i.end_ns)):
+            problems.append(f"{where}: times must be finite, got {i.start_ns}..{i.end_ns}")
+        elif i.end_ns < i.start_ns:
             problems.append(f"{where}: ends ({i.end_ns}) before it starts ({i.start_ns})")
         for name in _BYTE_KEYS:
             if getattr(i, name) < 0:
                 problems.append(f"{where}: negative {name}")
         if i.flops < 0 or i.model_flops < 0 or i.model_flops > i.flops * (1 + 1e-9):
-            problems.append(f"{where}: need 0 <= model_flops <= flops, got {i.model_flops} / {i.flops}")
+            problems.append(
+                f"{where}: need 0 <= model_flops <= flops, got {i.model_flops} / {i.flops}"
+            )
     eps = 1e-6
     for i in profile.instructions:
         for d in i.deps:

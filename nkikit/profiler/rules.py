@@ -13,11 +13,13 @@ plus rule-specific numbers (counts, bytes, the engine) for programs to read.
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .model import Instruction, engine_label
+import numpy as np
+
+from .metrics import reload_groups
+from .model import engine_label
 from .units import fmt_bytes, fmt_flops, fmt_percent
 
 if TYPE_CHECKING:
@@ -35,16 +37,14 @@ ENGINE_BOUND_PERCENT = 90.0
 TRANSPOSE_FLOPS_FRACTION = 0.10
 LINES_IN_MESSAGE = 5
 
-_UNKNOWN = "<unknown>"
-
 
 def _warning(name: str, message: str, lines: list[str], **extra: Any) -> Warning_:
     return {"name": name, "message": message, "source": ", ".join(lines), "lines": lines, **extra}
 
 
-def _named(counts: Counter[str], noun: str) -> str:
+def _named(counts: dict[str, int], noun: str) -> str:
     """``kernel.py:12 (400 transfers), kernel.py:15 (1 transfer) and 3 more lines``."""
-    top = counts.most_common(LINES_IN_MESSAGE)
+    top = list(counts.items())[:LINES_IN_MESSAGE]
     text = ", ".join(f"{src} ({c} {noun}{'s' if c != 1 else ''})" for src, c in top)
     rest = len(counts) - len(top)
     return text + (f" and {rest} more line{'s' if rest > 1 else ''}" if rest > 0 else "")
@@ -54,62 +54,57 @@ def _list(lines: list[str]) -> str:
     return ", ".join(lines) if lines else "unknown lines"
 
 
+def _counts(d: dict[str, float]) -> dict[str, int]:
+    return {k: int(v) for k, v in d.items()}
+
+
 def small_dma_transfers(a: Analysis, s: dict[str, Any]) -> list[Warning_]:
     """DMA transfers under 512 B per partition or 2 KiB in total."""
-    small: Counter[str] = Counter()
-    for i in a.instructions_on("dma"):
-        b = i.transfer_bytes
-        per_partition = b / i.partitions if i.partitions > 0 else b
-        if per_partition < SMALL_DMA_PARTITION_BYTES or b < SMALL_DMA_TOTAL_BYTES:
-            small[i.source or _UNKNOWN] += 1
-    if not small:
+    c = a.cols
+    size = c.transfer_bytes()
+    parts = c.ints["partitions"]
+    per_partition = size / np.where(parts > 0, parts, 1)
+    small = c.on("dma") & (
+        (per_partition < SMALL_DMA_PARTITION_BYTES) | (size < SMALL_DMA_TOTAL_BYTES)
+    )
+    if not small.any():
         return []
-    n = sum(small.values())
+    by_line = _counts(c.per_source(small))
+    n = int(small.sum())
     msg = (
         f"{n} of {s['dma_transfer_count']} DMA transfers are small (< {SMALL_DMA_PARTITION_BYTES} B "
-        f"per partition or < {fmt_bytes(SMALL_DMA_TOTAL_BYTES)} in total): {_named(small, 'transfer')}. "
-        "Every transfer pays a fixed setup cost of about 1.3 µs, so small ones waste DMA "
-        "bandwidth: move at least 2 KiB per partition per transfer (larger tiles along the "
-        "free dimension, or fewer, merged loads)."
+        f"per partition or < {fmt_bytes(SMALL_DMA_TOTAL_BYTES)} in total): "
+        f"{_named(by_line, 'transfer')}. Every transfer pays a fixed setup cost of about 1.3 µs, "
+        "so small ones waste DMA bandwidth: move at least 2 KiB per partition per transfer "
+        "(larger tiles along the free dimension, or fewer, merged loads)."
     )
-    lines = [src for src, _ in small.most_common()]
-    return [_warning("small_dma_transfers", msg, lines, count=n, counts=dict(small))]
+    return [_warning("small_dma_transfers", msg, list(by_line), count=n, counts=by_line)]
 
 
 def input_reload(a: Analysis, s: dict[str, Any]) -> list[Warning_]:
     """The same HBM byte range of a tensor read more than once; one warning per tensor."""
-    from .metrics import reload_key
-
-    reads: dict[tuple[str, int, int, int, int], list[Instruction]] = defaultdict(list)
-    for i in a.profile.instructions:
-        if i.tensor_name and i.hbm_read_bytes > 0:
-            reads[reload_key(i)].append(i)
-    per_tensor: dict[str, dict[str, Any]] = {}
-    for key, lst in reads.items():
-        t = per_tensor.setdefault(
-            key[0], {"bytes": 0, "times": 0, "ranges": 0, "read": 0, "lines": Counter()}
-        )
-        t["read"] += key[2] * len(lst)
-        if len(lst) > 1:
-            t["bytes"] += (len(lst) - 1) * key[2]
-            t["times"] = max(t["times"], len(lst))
-            t["ranges"] += 1
-            for i in lst:
-                t["lines"][i.source or _UNKNOWN] += 1
+    groups = reload_groups(a.cols)
     out = []
-    for name, t in sorted(per_tensor.items(), key=lambda kv: (-kv[1]["bytes"], kv[0])):
-        if t["bytes"] == 0:
-            continue
+    for name, g in sorted(groups.items(), key=lambda kv: (-kv[1]["bytes"], kv[0])):
+        many = g["ranges"] > 1
         msg = (
-            f"Input reload: {t['ranges']} range{'s' if t['ranges'] > 1 else ''} of {name!r} "
-            f"{'are' if t['ranges'] > 1 else 'is'} read from HBM up to {t['times']} times, "
-            f"{fmt_bytes(t['bytes'])} read again "
-            f"({fmt_percent(100 * t['bytes'] / t['read'])} of its HBM reads), "
-            f"loaded at {_named(t['lines'], 'read')}. Keep the tile in SBUF and reuse it (hoist the "
-            "load out of the loop) to save HBM bandwidth."
+            f"Input {name!r} is reloaded: {g['ranges']} range{'s' if many else ''} "
+            f"{'are' if many else 'is'} read from HBM up to {g['times']} times, "
+            f"{fmt_bytes(g['bytes'])} read again "
+            f"({fmt_percent(100 * g['bytes'] / g['read'])} of its HBM reads), "
+            f"loaded at {_named(g['lines'], 'read')}. Keep the tile in SBUF and reuse it (hoist "
+            "the load out of the loop) to save HBM bandwidth."
         )
-        lines = [src for src, _ in t["lines"].most_common()]
-        out.append(_warning("input_reload", msg, lines, tensor=name, bytes=t["bytes"], times=t["times"]))
+        out.append(
+            _warning(
+                "input_reload",
+                msg,
+                list(g["lines"]),
+                tensor=name,
+                bytes=g["bytes"],
+                times=g["times"],
+            )
+        )
     return out
 
 
@@ -121,7 +116,7 @@ def low_tensor_utilization(a: Analysis, s: dict[str, Any]) -> list[Warning_]:
         return []
     bound = s["bound_by"]
     if bound == "tensor":
-        lines = a.top_lines("tensor", pred=lambda i: i.is_matmul)
+        lines = a.top_lines("tensor", mask=a.cols.matmul_mask())
         why = (
             "No engine is busy half of the time, so dependencies serialize the engines: "
             "pipeline the loop (more buffers, so loads, matmuls and stores of different "
@@ -173,20 +168,16 @@ def engine_bound(a: Analysis, s: dict[str, Any]) -> list[Warning_]:
 
 
 def spill(a: Analysis, s: dict[str, Any]) -> list[Warning_]:
-    """Any bytes spilled from SBUF to HBM."""
+    """Any bytes spilled from SBUF to HBM; blames instructions whose opcode says SPILL."""
     if s["spill_bytes"] <= 0:
         return []
-    times: Counter[str] = Counter()
-    for i in a.profile.instructions:
-        if "SPILL" in i.opcode.upper():
-            times[i.source or _UNKNOWN] += 1
-    lines = [src for src, _ in times.most_common()]
-    where = f" at {_named(times, 'instruction')}" if times else ""
+    by_line = _counts(a.cols.per_source(a.cols.opcode_contains("SPILL")))
+    where = f" at {_named(by_line, 'instruction')}" if by_line else ""
     msg = (
         f"{fmt_bytes(s['spill_bytes'])} spilled between SBUF and HBM{where}: the live tiles do "
         "not fit in SBUF. Use smaller tiles or fewer buffers alive at once."
     )
-    return [_warning("spill", msg, lines, bytes=s["spill_bytes"])]
+    return [_warning("spill", msg, list(by_line), bytes=s["spill_bytes"])]
 
 
 def transpose_flops(a: Analysis, s: dict[str, Any]) -> list[Warning_]:
@@ -194,11 +185,7 @@ def transpose_flops(a: Analysis, s: dict[str, Any]) -> list[Warning_]:
     hw, tr = s["hardware_flops"], s["transpose_flops"]
     if hw <= 0 or tr <= TRANSPOSE_FLOPS_FRACTION * hw:
         return []
-    flops: Counter[str] = Counter()
-    for i in a.instructions_on("tensor"):
-        if i.is_transpose:
-            flops[i.source or _UNKNOWN] += i.flops
-    lines = [src for src, _ in flops.most_common()]
+    lines = list(a.cols.per_source(a.cols.transpose_mask(), a.cols.flops))
     msg = (
         f"Transposes are {fmt_percent(100 * tr / hw)} of TensorE FLOPs ({fmt_flops(tr)}), "
         f"at {_list(lines[:LINES_IN_MESSAGE])}. They use TensorE without useful work: load the "

@@ -71,7 +71,10 @@ def summary_renderable(profile: Profile) -> Any:
         lt.add_column("time", justify="right")
         lt.add_column("share", justify="right")
         for ln in lines:
-            lt.add_row(ln.source, ln.code, fmt_ns(ln.time_ns), fmt_percent(100 * ln.share))
+            # Text(), not str: kernel code like "a[i]" must not be read as rich markup.
+            lt.add_row(
+                Text(ln.source), Text(ln.code), fmt_ns(ln.time_ns), fmt_percent(100 * ln.share)
+            )
         parts.append(lt)
     for w in s["warnings"]:
         parts.append(Text.assemble(("⚠ " + w["name"], "bold yellow"), ": ", w["message"]))
@@ -85,6 +88,8 @@ def summary_text(profile: Profile, width: int = 100) -> str:
     from rich.console import Console
 
     buf = io.StringIO()
-    console = Console(file=buf, width=width, color_system=None, force_terminal=False, highlight=False)
+    console = Console(
+        file=buf, width=width, color_system=None, force_terminal=False, highlight=False
+    )
     console.print(summary_renderable(profile))
     return buf.getvalue().rstrip() + "\n"

@@ -171,7 +171,7 @@ class Interpreter:
         for pid in np.ndindex(*grid):
             env = {ProgramId(i): int(v) for i, v in enumerate(pid)}
             self.exec_body(k.body, env)
-        return [self.mem[t.uid] for t in k.outputs]
+        return [self.storage(t) for t in k.outputs]  # an output may be a reshape of its base
 
     def exec_body(self, body, env: dict) -> None:
         for s in body:

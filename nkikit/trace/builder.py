@@ -87,6 +87,8 @@ class Builder:
         for a in list(outs) + list(ins):
             if isinstance(a, Access):
                 self.check_scope(a.tensor, loc)
+        for a in ins:  # a temporary stays fresh (retargetable) until something reads it
+            if isinstance(a, Access):
                 self.fresh.discard(a.tensor.uid)
         op = Op(prim, list(outs), list(ins), dict(attrs or {}), loc, mask)
         self.bodies[-1].append(op)
@@ -116,6 +118,10 @@ class Builder:
         if op is None or temp.uid not in self.fresh or not op.outs or op.outs[0].tensor is not temp:
             return False
         if temp.alias is not None or not op.outs[0].is_whole:
+            return False
+        if dst.tensor.buffer != temp.buffer:
+            # e.g. a TensorE result (PSUM) assigned into SBUF, or a load assigned into PSUM:
+            # the instruction cannot write there, so keep the temporary and copy.
             return False
         target = reshape_access(dst, temp.shape)
         if target is None:

@@ -133,6 +133,11 @@ class JitKernel:
                 call_args[name] = v
                 continue
             ann = self.signature.parameters[name].annotation
+            if isinstance(ann, str):  # postponed (`from __future__ import annotations`): resolve
+                try:
+                    ann = eval(ann, self.func.__globals__)  # the user's own annotation text
+                except Exception:
+                    ann = None
             mutable = ann is mutable_tensor or getattr(ann, "mutable", False) is True
             t = Tensor(name, spec[0], spec[1], "shared_hbm", kind="input", loc=loc, mutable=bool(mutable))
             b.names[name] = 1
@@ -172,6 +177,7 @@ class JitKernel:
 
     # -- execution ------------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
+        __tracebackhide__ = True
         try:
             kernel, bound = self.specialize(*args, **kwargs)
             return run(kernel, bound)

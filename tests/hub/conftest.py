@@ -28,7 +28,6 @@ _hub_shim.ensure_importable()
 
 from huggingface_hub import HfApi, constants  # noqa: E402
 from huggingface_hub.utils import disable_progress_bars  # noqa: E402
-
 from nkikit.hub import running_hub  # noqa: E402
 
 TOKEN = "nkikit-test-token"
@@ -90,7 +89,9 @@ def make_tree(tmp_path: Path) -> Callable[[dict[str, bytes | str]], Path]:
     return make
 
 
+@pytest.fixture
 def free_port() -> int:
+    """A loopback port that was free a moment ago (for servers that must restart on one port)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

@@ -1,35 +1,13 @@
-"""Fixtures for the profiler tests.
-
-nkikit.profiler imports nothing from the rest of nkikit, so these tests must not depend on
-the rest of the package importing cleanly: if ``import nkikit`` fails (a half-written
-sibling module), nkikit is replaced by a bare package over its folder, which skips
-nkikit/__init__.py and lets ``nkikit.profiler`` load on its own.
-"""
+"""Fixtures for the profiler tests."""
 
 from __future__ import annotations
 
-import sys
-import types
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-try:
-    import nkikit  # noqa: F401
-except Exception:  # any error inside someone else's half-written module
-    for name in [m for m in sys.modules if m == "nkikit" or m.startswith("nkikit.")]:
-        del sys.modules[name]
-    _pkg = types.ModuleType("nkikit")
-    _pkg.__path__ = [str(ROOT / "nkikit")]
-    sys.modules["nkikit"] = _pkg
-
-from nkikit.profiler import Instruction, Profile, TargetInfo  # noqa: E402
+from nkikit.profiler import Instruction, Profile, TargetInfo
 
 
 @pytest.fixture
@@ -68,23 +46,104 @@ def paper_profile(make_profile: Callable[..., Profile]) -> Profile:
     """A 400 ns kernel whose every metric is worked out in test_profile_metrics.py."""
     return make_profile(
         [
-            ("dma0", "DMA_LOAD", 0, 100, dict(hbm_read_bytes=4096, sbuf_write_bytes=4096,
-             partitions=2, elements=1024, dtype="bf16", tensor_name="a", source="k.py:10",
-             source_text="a_t = nl.load(a)")),
-            ("dma1", "DMA_LOAD", 50, 150, dict(hbm_read_bytes=8192, sbuf_write_bytes=8192,
-             partitions=4, elements=1024, dtype="bf16", tensor_name="b", source="k.py:11",
-             source_text="b_t = nl.load(b)")),
-            ("tensor", "MATMUL", 150, 250, dict(flops=100_000, model_flops=100_000,
-             dtype="bf16", psum_write_bytes=2048, sbuf_read_bytes=4096, deps=(0, 1),
-             source="k.py:12", source_text="c = nisa.nc_matmul(a_t, b_t)")),
-            ("tensor", "TRANSPOSE", 250, 300, dict(flops=20_000, model_flops=0, dtype="bf16",
-             deps=(2,), source="k.py:13", source_text="t = nisa.nc_transpose(c)")),
-            ("vector", "TENSOR_TENSOR", 300, 350, dict(psum_read_bytes=2048,
-             sbuf_write_bytes=1024, deps=(3,), source="k.py:14", source_text="d = t + 1")),
-            ("scalar", "ACTIVATE", 300, 340, dict(deps=(3,), source="k.py:15",
-             source_text="e = nl.exp(t)")),
-            ("dma2", "DMA_STORE", 350, 400, dict(hbm_write_bytes=4096, sbuf_read_bytes=4096,
-             partitions=128, elements=16, dtype="bf16", tensor_name="out", deps=(4, 5),
-             source="k.py:16", source_text="nl.store(out, d)")),
+            (
+                "dma0",
+                "DMA_LOAD",
+                0,
+                100,
+                dict(
+                    hbm_read_bytes=4096,
+                    sbuf_write_bytes=4096,
+                    partitions=2,
+                    elements=1024,
+                    dtype="bf16",
+                    tensor_name="a",
+                    source="k.py:10",
+                    source_text="a_t = nl.load(a)",
+                ),
+            ),
+            (
+                "dma1",
+                "DMA_LOAD",
+                50,
+                150,
+                dict(
+                    hbm_read_bytes=8192,
+                    sbuf_write_bytes=8192,
+                    partitions=4,
+                    elements=1024,
+                    dtype="bf16",
+                    tensor_name="b",
+                    source="k.py:11",
+                    source_text="b_t = nl.load(b)",
+                ),
+            ),
+            (
+                "tensor",
+                "MATMUL",
+                150,
+                250,
+                dict(
+                    flops=100_000,
+                    model_flops=100_000,
+                    dtype="bf16",
+                    psum_write_bytes=2048,
+                    sbuf_read_bytes=4096,
+                    deps=(0, 1),
+                    source="k.py:12",
+                    source_text="c = nisa.nc_matmul(a_t, b_t)",
+                ),
+            ),
+            (
+                "tensor",
+                "TRANSPOSE",
+                250,
+                300,
+                dict(
+                    flops=20_000,
+                    model_flops=0,
+                    dtype="bf16",
+                    deps=(2,),
+                    source="k.py:13",
+                    source_text="t = nisa.nc_transpose(c)",
+                ),
+            ),
+            (
+                "vector",
+                "TENSOR_TENSOR",
+                300,
+                350,
+                dict(
+                    psum_read_bytes=2048,
+                    sbuf_write_bytes=1024,
+                    deps=(3,),
+                    source="k.py:14",
+                    source_text="d = t + 1",
+                ),
+            ),
+            (
+                "scalar",
+                "ACTIVATE",
+                300,
+                340,
+                dict(deps=(3,), source="k.py:15", source_text="e = nl.exp(t)"),
+            ),
+            (
+                "dma2",
+                "DMA_STORE",
+                350,
+                400,
+                dict(
+                    hbm_write_bytes=4096,
+                    sbuf_read_bytes=4096,
+                    partitions=128,
+                    elements=16,
+                    dtype="bf16",
+                    tensor_name="out",
+                    deps=(4, 5),
+                    source="k.py:16",
+                    source_text="nl.store(out, d)",
+                ),
+            ),
         ]
     )

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from nkikit.profiler import Instruction, Profile, TargetInfo
 from nkikit.profiler.html import render_html
-from nkikit.profiler.timeline import _spread, build_timeline
+from nkikit.profiler.timeline import build_timeline, busy_per_bin
 
 
 def big_profile(iterations: int) -> Profile:
@@ -22,17 +22,86 @@ def big_profile(iterations: int) -> Profile:
     for it in range(iterations):
         b = len(ins)
         q = it % 16
-        append(Instruction(b, f"dma{q}", "DMA_LOAD", t, t + 900, "mm.py:20", "a = nl.load(a_hbm[i])",
-                           hbm_read_bytes=65536, sbuf_write_bytes=65536, partitions=128, elements=256,
-                           dtype="bf16", tensor_name="a", hbm_offset=65536 * it))
-        append(Instruction(b + 1, "tensor", "MATMUL", t + 900, t + 1000, "mm.py:22", "c = nisa.nc_matmul(a, b)",
-                           flops=2 * 128 * 128 * 512, model_flops=2 * 128 * 128 * 512, dtype="bf16", deps=(b,)))
-        append(Instruction(b + 2, "vector", "TENSOR_COPY", t + 1000, t + 1040, "mm.py:23", "o = nl.copy(c)", deps=(b + 1,)))
-        append(Instruction(b + 3, "scalar", "ACTIVATE", t + 1000, t + 1030, "mm.py:24", "e = nl.exp(c)", deps=(b + 1,)))
-        append(Instruction(b + 4, "sync", "EVENT_SEMAPHORE", t + 1040, t + 1045, "mm.py:25", "", deps=(b + 2,)))
-        append(Instruction(b + 5, f"dma{(q + 8) % 16}", "DMA_STORE", t + 1045, t + 1300, "mm.py:26", "nl.store(out[i], o)",
-                           hbm_write_bytes=65536, sbuf_read_bytes=65536, partitions=128, elements=256,
-                           tensor_name="out", hbm_offset=65536 * it, deps=(b + 4,)))
+        append(
+            Instruction(
+                b,
+                f"dma{q}",
+                "DMA_LOAD",
+                t,
+                t + 900,
+                "mm.py:20",
+                "a = nl.load(a_hbm[i])",
+                hbm_read_bytes=65536,
+                sbuf_write_bytes=65536,
+                partitions=128,
+                elements=256,
+                dtype="bf16",
+                tensor_name="a",
+                hbm_offset=65536 * it,
+            )
+        )
+        append(
+            Instruction(
+                b + 1,
+                "tensor",
+                "MATMUL",
+                t + 900,
+                t + 1000,
+                "mm.py:22",
+                "c = nisa.nc_matmul(a, b)",
+                flops=2 * 128 * 128 * 512,
+                model_flops=2 * 128 * 128 * 512,
+                dtype="bf16",
+                deps=(b,),
+            )
+        )
+        append(
+            Instruction(
+                b + 2,
+                "vector",
+                "TENSOR_COPY",
+                t + 1000,
+                t + 1040,
+                "mm.py:23",
+                "o = nl.copy(c)",
+                deps=(b + 1,),
+            )
+        )
+        append(
+            Instruction(
+                b + 3,
+                "scalar",
+                "ACTIVATE",
+                t + 1000,
+                t + 1030,
+                "mm.py:24",
+                "e = nl.exp(c)",
+                deps=(b + 1,),
+            )
+        )
+        append(
+            Instruction(
+                b + 4, "sync", "EVENT_SEMAPHORE", t + 1040, t + 1045, "mm.py:25", "", deps=(b + 2,)
+            )
+        )
+        append(
+            Instruction(
+                b + 5,
+                f"dma{(q + 8) % 16}",
+                "DMA_STORE",
+                t + 1045,
+                t + 1300,
+                "mm.py:26",
+                "nl.store(out[i], o)",
+                hbm_write_bytes=65536,
+                sbuf_read_bytes=65536,
+                partitions=128,
+                elements=256,
+                tensor_name="out",
+                hbm_offset=65536 * it,
+                deps=(b + 4,),
+            )
+        )
         t += 1100.0
     return Profile("big_matmul", TargetInfo.preset("trn2"), ins)
 
@@ -61,6 +130,17 @@ def test_html_contains_the_numbers(paper_profile: Profile, tmp_path: Path) -> No
     assert "aggregated-note" not in page
 
 
+def test_html_shows_scalar_meta(paper_profile: Profile) -> None:
+    paper_profile.meta = {
+        "compile_s": 0.101618121999,
+        "target_description": "Trainium2",
+        "big": [1],
+    }
+    page = render_html(paper_profile)
+    assert "compile_s: 0.1016" in page and "target_description: Trainium2" in page
+    assert "big:" not in page
+
+
 def test_html_is_self_contained(paper_profile: Profile) -> None:
     page = render_html(paper_profile)
     assert not re.search(r'(src|href)\s*=\s*["\']?(https?:)?//', page)
@@ -74,7 +154,9 @@ def test_html_escapes_source_text(make_profile) -> None:
     page = render_html(p)
     assert "<script>alert(1)" not in page
     assert "&lt;/script&gt;" in page  # in the lines table
-    data = re.search(r'<script type="application/json" id="timeline-data">(.*?)</script>', page, re.S)
+    data = re.search(
+        r'<script type="application/json" id="timeline-data">(.*?)</script>', page, re.S
+    )
     assert data is not None and json.loads(data.group(1))["code"] == [evil]
 
 
@@ -91,12 +173,11 @@ def test_timeline_raw_keeps_every_instruction(paper_profile: Profile) -> None:
     assert [tl["lines"][k] for k in t["l"]] == ["k.py:12", "k.py:13"]
 
 
-def test_spread_over_bins() -> None:
-    acc = [0.0] * 4
-    _spread(acc, 5.0, 27.0, 10.0, 4)  # bins of 10: 5 in bin 0, 10 in bin 1, 7 in bin 2
-    assert acc == [5.0, 10.0, 7.0, 0.0]
-    _spread(acc, 39.0, 40.0, 10.0, 4)  # the end of the last bin stays in it
-    assert acc[3] == 1.0
+def test_busy_per_bin() -> None:
+    # bins of 10 ns: [5, 27) puts 5 in bin 0, 10 in bin 1, 7 in bin 2; [24, 30) overlaps it;
+    # [39, 40) ends exactly at the last edge and stays in the last bin
+    busy = busy_per_bin(np.array([5.0, 24.0, 39.0]), np.array([27.0, 30.0, 40.0]), 10.0, 4)
+    assert busy.tolist() == [5.0, 10.0, 10.0, 1.0]
 
 
 def test_timeline_bins_preserve_busy_time() -> None:
@@ -108,24 +189,24 @@ def test_timeline_bins_preserve_busy_time() -> None:
         assert len(t["i"]) <= 500 and all(0 < b <= 1 for b in t["b"])
         busy = sum(t["b"]) * tl["bin_ns"]
         engine = t["engine"]
-        expected = s["engine_active_percent"].get(engine, s["dma_queue_active_percent"].get(engine, 0))
-        assert busy == pytest.approx(expected / 100 * p.total_ns, rel=0.01, abs=1.0)
+        expected = s["engine_active_percent"].get(
+            engine, s["dma_queue_active_percent"].get(engine, 0)
+        )
+        # each bin's fraction is rounded to 3 decimals (floored at 0.001)
+        slack = 0.001 * tl["bin_ns"] * len(t["i"])
+        assert busy == pytest.approx(expected / 100 * p.total_ns, abs=slack + 1e-6)
 
 
 def test_aggregated_html_for_300k_instructions(tmp_path: Path) -> None:
     p = big_profile(50_000)  # 300k instructions
-    t0 = time.perf_counter()
     path = p.to_html(tmp_path / "big.html")
-    elapsed = time.perf_counter() - t0
     page = path.read_text()
     assert 'id="aggregated-note"' in page and "300,000 instructions" in page
     assert path.stat().st_size < 3_000_000
     s = p.summary
     assert s["instruction_count"] == 300_000
     assert s["tensor_active_percent"] == pytest.approx(100 * 50_000 * 100 / p.total_ns)
-    # the brief asks for "a few seconds"; the bound is loose so a slow CI box does not flake,
-    # but it still catches anything quadratic
-    assert elapsed < 30, elapsed
+    # the report's rendering time is measured by benchmarks/, not asserted here
 
 
 def test_max_events_switches_to_bins(paper_profile: Profile, tmp_path: Path) -> None:
@@ -162,3 +243,8 @@ def test_table_is_a_rich_renderable(paper_profile: Profile) -> None:
     buf2 = io.StringIO()
     Console(file=buf2, width=120).print(paper_profile)  # via __rich__
     assert "MFU" in buf2.getvalue()
+
+
+def test_terminal_prints_code_verbatim(make_profile) -> None:
+    p = make_profile([("vector", "TENSOR_COPY", 0, 10, dict(source_text="x = a[i] + b[bold]"))])
+    assert "x = a[i] + b[bold]" in str(p)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 
 from nkikit.profiler import Profile, TargetInfo, dtype_class
-from nkikit.profiler.metrics import merge_intervals, union_ns
+from nkikit.profiler.columns import merge_intervals, union_ns
 
 
 def test_total_time(paper_profile: Profile) -> None:
@@ -77,7 +77,12 @@ def test_counts_and_dma_stats(paper_profile: Profile) -> None:
     s = paper_profile.summary
     assert s["instruction_count"] == 7
     assert s["instruction_count_by_engine"] == {
-        "tensor": 2, "vector": 1, "scalar": 1, "gpsimd": 0, "sync": 0, "dma": 3,
+        "tensor": 2,
+        "vector": 1,
+        "scalar": 1,
+        "gpsimd": 0,
+        "sync": 0,
+        "dma": 3,
     }
     assert s["tensor_instruction_count"] == 2
     assert s["vector_instruction_count"] == 1
@@ -238,9 +243,10 @@ def test_dtype_class(name: str, cls: str) -> None:
 
 
 def test_interval_union() -> None:
-    assert merge_intervals([(5, 6), (0, 2), (1, 3), (3, 4), (7, 7)]) == [(0, 4), (5, 6)]
-    assert union_ns([(0, 10), (2, 3), (20, 25)]) == 15
-    assert union_ns([]) == 0
+    s, e = merge_intervals([5, 0, 1, 3, 7], [6, 2, 3, 4, 7])
+    assert (s.tolist(), e.tolist()) == ([0, 5], [4, 6])  # touching merge, empty dropped
+    assert union_ns([0, 2, 20], [10, 3, 25]) == 15
+    assert union_ns([], []) == 0
 
 
 def test_target_presets() -> None:

@@ -32,10 +32,21 @@ def test_instruction_properties() -> None:
 def test_engine_names() -> None:
     assert is_dma_engine("dma0") and is_dma_engine("dma15")
     assert not is_dma_engine("dma") and not is_dma_engine("tensor")
-    assert [engine_label(e) for e in ("tensor", "gpsimd", "dma3", "dma")] == ["Tensor", "GpSimd", "DMA q3", "DMA"]
+    assert [engine_label(e) for e in ("tensor", "gpsimd", "dma3", "dma")] == [
+        "Tensor",
+        "GpSimd",
+        "DMA q3",
+        "DMA",
+    ]
     engines = ["dma10", "sync", "dma2", "tensor", "scalar", "gpsimd", "vector"]
     assert sorted(engines, key=engine_sort_key) == [
-        "tensor", "vector", "scalar", "gpsimd", "sync", "dma2", "dma10",
+        "tensor",
+        "vector",
+        "scalar",
+        "gpsimd",
+        "sync",
+        "dma2",
+        "dma10",
     ]
 
 
@@ -58,10 +69,16 @@ def test_from_dict_is_forward_compatible(paper_profile: Profile) -> None:
     # a newer writer added a column; an older one lacked "operands"
     drop = fields.index("operands")
     d["instructions"]["fields"] = [f for f in fields if f != "operands"] + ["future_field"]
-    d["instructions"]["rows"] = [r[:drop] + r[drop + 1 :] + ["x"] for r in d["instructions"]["rows"]]
+    d["instructions"]["rows"] = [
+        [*r[:drop], *r[drop + 1 :], "x"] for r in d["instructions"]["rows"]
+    ]
     back = Profile.from_dict(d)
     assert [i.id for i in back.instructions] == [i.id for i in paper_profile.instructions]
     assert all(i.operands == "" for i in back.instructions)
+
+
+def test_dict_round_trip_in_memory(paper_profile: Profile) -> None:
+    assert Profile.from_dict(paper_profile.to_dict()) == paper_profile
 
 
 def test_from_dict_rejects_other_formats(paper_profile: Profile) -> None:
@@ -90,12 +107,16 @@ def test_validate_accepts_a_good_profile(paper_profile: Profile) -> None:
     ("rows", "message"),
     [
         ([("tensor", "MATMUL", 10, 5)], "ends"),
+        ([("tensor", "MATMUL", 0, float("nan"))], "finite"),
         ([("vpu", "X", 0, 1)], "unknown engine 'vpu'"),
         ([("dma16", "DMA_LOAD", 0, 1)], "unknown engine 'dma16'"),
         ([("vector", "A", 0, 10), ("vector", "B", 5, 15)], "overlap"),
         ([("tensor", "MATMUL", 0, 1, dict(flops=1, model_flops=2))], "model_flops"),
         ([("vector", "A", 0, 10, dict(deps=(7,)))], "unknown id 7"),
-        ([("vector", "A", 0, 10), ("scalar", "B", 5, 15, dict(deps=(0,)))], "before its dependency 0"),
+        (
+            [("vector", "A", 0, 10), ("scalar", "B", 5, 15, dict(deps=(0,)))],
+            "before its dependency 0",
+        ),
         ([("dma0", "DMA_LOAD", 0, 10, dict(hbm_read_bytes=-1))], "negative hbm_read_bytes"),
     ],
 )
@@ -105,7 +126,11 @@ def test_validate_rejects(make_profile, rows, message: str) -> None:
 
 
 def test_validate_rejects_duplicate_ids(paper_target: TargetInfo) -> None:
-    p = Profile("k", paper_target, [Instruction(1, "vector", "A", 0, 1), Instruction(1, "scalar", "B", 0, 1)])
+    p = Profile(
+        "k",
+        paper_target,
+        [Instruction(1, "vector", "A", 0, 1), Instruction(1, "scalar", "B", 0, 1)],
+    )
     with pytest.raises(ValueError, match="duplicate id"):
         p.validate()
 

@@ -21,7 +21,13 @@ from nkikit.profiler import perfetto as perfetto_mod
 from nkikit.profiler.perfetto import trace_events
 
 PHASES = set("BEXIiCbnesMPOND") | {"s", "t", "f", "R", "c", "(", ")"}
-METADATA = {"process_name", "process_labels", "process_sort_index", "thread_name", "thread_sort_index"}
+METADATA = {
+    "process_name",
+    "process_labels",
+    "process_sort_index",
+    "thread_name",
+    "thread_sort_index",
+}
 
 
 def _is_num(x: Any) -> bool:
@@ -60,7 +66,9 @@ def validate_trace(doc: Any) -> list[str]:
             args = e.get("args", {})
             if e.get("name", "").endswith("_name") and not isinstance(args.get("name"), str):
                 errors.append(f"{where}: metadata name needs args.name string")
-            if e.get("name", "").endswith("sort_index") and not isinstance(args.get("sort_index"), int):
+            if e.get("name", "").endswith("sort_index") and not isinstance(
+                args.get("sort_index"), int
+            ):
                 errors.append(f"{where}: sort_index must be an integer")
             if e.get("name") == "thread_name":
                 named_threads.add(track)
@@ -95,7 +103,9 @@ def validate_trace(doc: Any) -> list[str]:
             errors.append(f"flow {fid}: needs a start and an end, has {sorted(phs)}")
     for e, track in flow_points:
         if not any(s <= e["ts"] <= end for s, end in slices[track]):
-            errors.append(f"flow {e.get('id')} ({e['ph']}): no slice on {track} encloses ts {e['ts']}")
+            errors.append(
+                f"flow {e.get('id')} ({e['ph']}): no slice on {track} encloses ts {e['ts']}"
+            )
     return errors
 
 
@@ -136,7 +146,9 @@ def test_complete_events_carry_instructions(paper_profile: Profile) -> None:
     doc = trace_events(paper_profile)
     xs = [e for e in doc["traceEvents"] if e["ph"] == "X"]
     assert len(xs) == len(paper_profile.instructions)
-    names = {e["tid"]: e["args"]["name"] for e in doc["traceEvents"] if e.get("name") == "thread_name"}
+    names = {
+        e["tid"]: e["args"]["name"] for e in doc["traceEvents"] if e.get("name") == "thread_name"
+    }
     mm = next(e for e in xs if e["name"] == "MATMUL")
     assert names[mm["tid"]] == "Tensor"
     assert mm["ts"] == pytest.approx(0.150) and mm["dur"] == pytest.approx(0.100)
@@ -158,7 +170,9 @@ def test_flows_follow_cross_engine_dependencies(paper_profile: Profile) -> None:
     # cross-engine deps: 2<-0, 2<-1, 4<-3, 5<-3, 6<-4, 6<-5 (3<-2 is on the same engine)
     assert len(starts) == len(ends) == 6
     assert validate_trace(doc) == []
-    assert not [e for e in trace_events(paper_profile, flows=False)["traceEvents"] if e["ph"] in "sf"]
+    assert not [
+        e for e in trace_events(paper_profile, flows=False)["traceEvents"] if e["ph"] in "sf"
+    ]
 
 
 def test_flows_auto_off_for_large_profiles(paper_profile: Profile, monkeypatch) -> None:

@@ -20,7 +20,11 @@ def only(p: Profile, name: str) -> dict:
 def test_paper_profile_warnings(paper_profile: Profile) -> None:
     # 37.5 % TensorE with a matmul, 1/6 of TensorE FLOPs are transposes, and the store moves
     # 4 KiB over 128 partitions (32 B each); nothing is > 90 % busy, nothing reloaded/spilled.
-    assert names(paper_profile) == ["small_dma_transfers", "low_tensor_utilization", "transpose_flops"]
+    assert names(paper_profile) == [
+        "small_dma_transfers",
+        "low_tensor_utilization",
+        "transpose_flops",
+    ]
     for w in paper_profile.summary["warnings"]:
         assert set(w) >= {"name", "message", "source", "lines"}
         assert w["source"] and w["lines"]
@@ -35,12 +39,30 @@ def test_small_dma_fires_per_partition_and_total(make_profile) -> None:
     p = make_profile(
         [
             # 128 partitions x 256 B: 32 KiB in total but small per partition
-            ("dma0", "DMA_LOAD", 0, 100, dict(hbm_read_bytes=32768, partitions=128, source="k.py:3")),
-            ("dma1", "DMA_LOAD", 0, 100, dict(hbm_read_bytes=32768, partitions=128, source="k.py:3")),
+            (
+                "dma0",
+                "DMA_LOAD",
+                0,
+                100,
+                dict(hbm_read_bytes=32768, partitions=128, source="k.py:3"),
+            ),
+            (
+                "dma1",
+                "DMA_LOAD",
+                0,
+                100,
+                dict(hbm_read_bytes=32768, partitions=128, source="k.py:3"),
+            ),
             # 1 partition x 1 KiB: under 2 KiB in total
             ("dma2", "DMA_LOAD", 0, 100, dict(hbm_read_bytes=1024, partitions=1, source="k.py:7")),
             # big enough: 128 x 4 KiB
-            ("dma3", "DMA_LOAD", 0, 100, dict(hbm_read_bytes=524288, partitions=128, source="k.py:9")),
+            (
+                "dma3",
+                "DMA_LOAD",
+                0,
+                100,
+                dict(hbm_read_bytes=524288, partitions=128, source="k.py:9"),
+            ),
         ]
     )
     w = only(p, "small_dma_transfers")
@@ -56,8 +78,20 @@ def test_small_dma_boundary_does_not_fire(make_profile) -> None:
     # exactly 512 B per partition and exactly 2 KiB in total is not small
     p = make_profile(
         [
-            ("dma0", "DMA_LOAD", 0, 100, dict(hbm_read_bytes=2048, sbuf_write_bytes=2048, partitions=4)),
-            ("dma1", "DMA_STORE", 0, 100, dict(hbm_write_bytes=65536, sbuf_read_bytes=65536, partitions=128)),
+            (
+                "dma0",
+                "DMA_LOAD",
+                0,
+                100,
+                dict(hbm_read_bytes=2048, sbuf_write_bytes=2048, partitions=4),
+            ),
+            (
+                "dma1",
+                "DMA_STORE",
+                0,
+                100,
+                dict(hbm_write_bytes=65536, sbuf_read_bytes=65536, partitions=128),
+            ),
         ]
     )
     assert "small_dma_transfers" not in names(p)
@@ -87,7 +121,9 @@ def test_input_reload_fires(make_profile) -> None:
 def test_input_reload_one_warning_per_tensor(make_profile) -> None:
     a = dict(hbm_read_bytes=4096, tensor_name="a", partitions=128, elements=16)
     b = dict(hbm_read_bytes=8192, tensor_name="b", partitions=128, elements=32)
-    p = make_profile([("dma0", "DMA_LOAD", k * 10, k * 10 + 10, a if k % 2 else b) for k in range(4)])
+    p = make_profile(
+        [("dma0", "DMA_LOAD", k * 10, k * 10 + 10, a if k % 2 else b) for k in range(4)]
+    )
     ws = [w for w in p.summary["warnings"] if w["name"] == "input_reload"]
     assert [(w["tensor"], w["bytes"], w["times"]) for w in ws] == [("b", 8192, 2), ("a", 4096, 2)]
 
@@ -104,7 +140,9 @@ def test_input_reload_one_warning_per_tensor(make_profile) -> None:
 )
 def test_input_reload_does_not_fire(make_profile, second: dict) -> None:
     first = dict(hbm_read_bytes=4096, tensor_name="a", hbm_offset=0, partitions=128, elements=16)
-    p = make_profile([("dma0", "DMA_LOAD", 0, 100, first), ("dma1", "DMA_LOAD", 0, 100, {**first, **second})])
+    p = make_profile(
+        [("dma0", "DMA_LOAD", 0, 100, first), ("dma1", "DMA_LOAD", 0, 100, {**first, **second})]
+    )
     assert "input_reload" not in names(p)
     assert p.summary["reload_bytes"] == 0
 
@@ -115,7 +153,13 @@ def test_input_reload_does_not_fire(make_profile, second: dict) -> None:
 def test_low_tensor_names_the_bound_engine_lines(make_profile) -> None:
     p = make_profile(
         [
-            ("dma0", "DMA_LOAD", 0, 300, dict(hbm_read_bytes=1 << 20, partitions=128, source="k.py:4")),
+            (
+                "dma0",
+                "DMA_LOAD",
+                0,
+                300,
+                dict(hbm_read_bytes=1 << 20, partitions=128, source="k.py:4"),
+            ),
             ("tensor", "MATMUL", 300, 400, dict(flops=10, model_flops=10, source="k.py:6")),
         ]
     )
@@ -157,7 +201,10 @@ def test_low_tensor_does_not_fire_when_busy(make_profile) -> None:
 
 def test_engine_bound_fires_for_vector(make_profile) -> None:
     p = make_profile(
-        [("vector", "TENSOR_TENSOR", k * 100, k * 100 + 100, dict(source=f"k.py:{30 + k % 2}")) for k in range(19)]
+        [
+            ("vector", "TENSOR_TENSOR", k * 100, k * 100 + 100, dict(source=f"k.py:{30 + k % 2}"))
+            for k in range(19)
+        ]
         + [("scalar", "ACTIVATE", 1900, 2000, dict(source="k.py:40"))]
     )
     w = only(p, "engine_bound")
@@ -169,7 +216,12 @@ def test_engine_bound_fires_for_vector(make_profile) -> None:
 
 def test_engine_bound_fires_for_dma(make_profile) -> None:
     big = dict(hbm_read_bytes=1 << 20, partitions=128, source="k.py:2")
-    p = make_profile([("dma0", "DMA_LOAD", 0, 960, big), ("tensor", "MATMUL", 960, 1000, dict(flops=1, model_flops=1))])
+    p = make_profile(
+        [
+            ("dma0", "DMA_LOAD", 0, 960, big),
+            ("tensor", "MATMUL", 960, 1000, dict(flops=1, model_flops=1)),
+        ]
+    )
     ws = [w for w in p.summary["warnings"] if w["name"] == "engine_bound"]
     assert [w["engine"] for w in ws] == ["dma"]
     assert ws[0]["lines"] == ["k.py:2"] and "MBU" in ws[0]["message"]
@@ -181,8 +233,11 @@ def test_engine_bound_fires_for_dma(make_profile) -> None:
         # exactly 90 % is not > 90 %
         [("vector", "TENSOR_TENSOR", 0, 90), ("scalar", "ACTIVATE", 90, 100)],
         # vector 95 % but TensorE 60 % busy: the kernel is using TensorE fine
-        [("vector", "TENSOR_TENSOR", 0, 95), ("tensor", "MATMUL", 0, 60, dict(flops=1, model_flops=1)),
-         ("scalar", "ACTIVATE", 95, 100)],
+        [
+            ("vector", "TENSOR_TENSOR", 0, 95),
+            ("tensor", "MATMUL", 0, 60, dict(flops=1, model_flops=1)),
+            ("scalar", "ACTIVATE", 95, 100),
+        ],
     ],
 )
 def test_engine_bound_does_not_fire(make_profile, rows) -> None:

@@ -1,0 +1,1 @@
+"""nkikit.library: the kernel library, one publishable package per kernel."""

@@ -1,0 +1,70 @@
+"""LayerNorm against its numpy reference: hypothesis over row counts (ragged last tiles), free
+sizes (ragged last bn_stats chunk) and dtypes, plus fixed examples, the manifest and errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from nkikit.testing import check_kernel, check_manifest, random_inputs
+from nkikit.testing import strategies as nst
+
+from . import kernel, reference
+
+OP_KIND = "normalization"
+
+
+@given(
+    rows=nst.row_counts(3 * 128),
+    d=nst.free_sizes(1200),
+    dtype=nst.nki_dtypes(kernel.DTYPES),
+    eps=st.sampled_from([1e-5, 1e-3]),
+    offset=st.sampled_from([0.0, 4.0]),
+    seed=nst.seeds(),
+)
+def test_layernorm_matches_reference(rows, d, dtype, eps, offset, seed):
+    x, w, b = random_inputs([(rows, d), (d,), (d,)], dtype, seed)
+    # a mean far from zero exercises the variance computation (no E[x^2] - E[x]^2 cancellation)
+    x = x + np.asarray(offset, dtype=x.dtype)
+    check_kernel(
+        kernel.layernorm, reference.layernorm, x, w, b, dtype=dtype, op_kind=OP_KIND, eps=eps
+    )
+
+
+@pytest.mark.parametrize("dtype", kernel.DTYPES)
+@pytest.mark.parametrize("shape", [(128, 512), (129, 513), (1, 1), (3, 5, 1024)])
+def test_layernorm_fixed_shapes(shape, dtype):
+    x, w, b = random_inputs([shape, shape[-1:], shape[-1:]], dtype, seed=3)
+    check_kernel(kernel.layernorm, reference.layernorm, x, w, b, dtype=dtype, op_kind=OP_KIND)
+
+
+def test_layernorm_normalizes():
+    # with unit weight and zero bias every row has mean 0 and variance ~1
+    x = np.random.default_rng(0).normal(3.0, 2.0, size=(200, 700)).astype(np.float32)
+    y = kernel.layernorm(x, np.ones(700, np.float32), np.zeros(700, np.float32), eps=0.0)
+    np.testing.assert_allclose(y.mean(axis=1), 0.0, atol=1e-5)
+    np.testing.assert_allclose(y.var(axis=1), 1.0, rtol=1e-4)
+
+
+def test_layernorm_manifest():
+    check_manifest(Path(__file__).parent, __package__, op_kind=OP_KIND)
+
+
+def test_layernorm_rejects_bad_inputs():
+    x = np.zeros((4, 8), np.float32)
+    p = np.zeros(8, np.float32)
+    with pytest.raises(ValueError, match="bias must have shape"):
+        kernel.layernorm(x, p, np.zeros(9, np.float32))
+    with pytest.raises(TypeError, match="float32, bfloat16"):
+        kernel.layernorm(x, p, p.astype(np.float16))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", kernel.DTYPES)
+def test_layernorm_large(dtype):
+    x, w, b = random_inputs([(1000, 4000), (4000,), (4000,)], dtype, seed=4)
+    check_kernel(kernel.layernorm, reference.layernorm, x, w, b, dtype=dtype, op_kind=OP_KIND)

@@ -1,0 +1,52 @@
+"""The compiler pipeline on IR: allocate -> lower -> schedule -> Program."""
+
+from __future__ import annotations
+
+import time
+
+from ..ir.core import Kernel
+from .allocate import allocate
+from .lower import DMA, ENGINES, lower
+from .program import InstrInfo, Program
+from .schedule import schedule
+from .targets import Target, get_target
+
+
+def build_program(kernel: Kernel, target: str | Target | None = None) -> Program:
+    """Compile a traced, verified kernel for ``target`` (default: see ``default_target_name``)."""
+    t0 = time.perf_counter()
+    tgt = get_target(target)
+    alloc = allocate(kernel, tgt)
+    lk = lower(kernel, tgt, alloc)
+    tr = schedule(lk)
+    infos = [
+        InstrInfo(
+            engine="dma" if si.engine == DMA else ENGINES[si.engine],
+            opcode=si.opcode,
+            partitions=si.partitions,
+            elements=si.elements,
+            bytes=dict(si.bytes),
+            flops=si.flops,
+            model_flops=si.model_flops,
+            dtype=si.dtype,
+            source=si.source,
+            text=si.text,
+            operands=si.operands,
+            tensor_name=si.tensor_name,
+            cycles=si.cycles,
+            duration_ns=si.duration_ns,
+        )
+        for si in lk.instrs
+    ]
+    names = list(ENGINES) + [f"dma{q}" for q in range(tgt.dma_queues)]
+    engine = [names[e] for e in tr.engine]
+    meta = {
+        "allocation": [p.to_dict() for p in alloc.placements.values()],
+        "allocation_mode": alloc.mode,
+        "sbuf_bytes_used": alloc.used.get("sbuf", 0),
+        "psum_bytes_used": alloc.used.get("psum", 0),
+        "notes": list(lk.notes),
+        "target_description": tgt.description,
+        "compile_s": time.perf_counter() - t0,
+    }
+    return Program(kernel.name, tgt, infos, engine, tr.sid, tr.start, tr.end, tr.parts, tr.hbm_offset, tr.deps, meta)

@@ -1,0 +1,745 @@
+"""The fast simulator: the reference interpreter's semantics, compiled once per kernel.
+
+``simulate(kernel, args)`` returns exactly (bit for bit, NaN for NaN) what
+``nkikit.sim.interp.simulate`` returns, and raises the same errors, but does most of the work
+once per specialized kernel instead of once per executed instruction:
+
+* **One straight-line Python program per kernel.**  The IR is translated to Python source
+  (loops stay ``for`` loops over ``range``) and compiled with ``compile()``.  Every access
+  becomes an inline numpy slice whose start is an integer expression of the loop variables;
+  nothing is looked up or re-derived while the kernel runs.
+* **Bounds and masks are decided at compile time.**  Affine indices have known ranges, so an
+  access that provably stays in bounds needs no check, and a mask clause that provably holds
+  is dropped.  A mask that may cut a ragged tile is tested with one integer comparison per
+  iteration; only when it really masks something does that instruction go to the reference
+  interpreter, which shares this program's memory.
+* **Buffers are allocated once per call and reused.**  Poisoning (NaN fill) is kept only
+  where a read could observe it: a buffer whose first touch is a write of every element
+  (proved by enumerating the writes' tiles) is not filled.
+* **No per-instruction temporaries where numpy can write in place.**  Copies, memsets and
+  elementwise ALU/activation instructions with an fp32 destination compute straight into
+  the destination's memory (``out=``), which gives the same bits as computing and copying.
+
+Everything else -- the order of rounding, which numpy call computes each value, the layout of
+every array handed to BLAS or to a reduction -- is kept identical to the reference, because
+bit-identical results depend on it (e.g. ``np.matmul`` takes another code path for a
+non-BLAS-able layout, and a reduction's summation order follows the memory layout).
+Instructions this module has no compiled form for run through the reference interpreter's
+``exec_op``; that is always correct, only slower.
+
+``explain(kernel)`` returns the generated source, for debugging and for the curious.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections import OrderedDict
+from typing import Any
+
+import numpy as np
+
+from .. import dtypes
+from ..ir.affine import Affine, Axis, LoopVar, ProgramId, Sym, axis_env
+from ..ir.core import Access, Alloc, Kernel, Loop, Op, Tensor
+from .activations import ACT
+from .alu import ALU
+from .interp import _MASK_ON_INPUT, Interpreter
+from .rules import RAW, RULES
+
+__all__ = ["simulate", "explain", "compile_kernel"]
+
+# Compiled programs, keyed by id(kernel); the kernel is kept alive by its entry so the id
+# cannot be reused while cached.  Bounded, because property tests trace thousands of kernels.
+_CACHE: OrderedDict[int, tuple[Kernel, _Program]] = OrderedDict()
+_CACHE_SIZE = 256
+
+# Largest buffer (elements) and number of loop iterations the coverage proof enumerates;
+# beyond them the buffer is simply poisoned, as the reference does.
+_COVER_MAX_ELEMS = 1 << 26
+_COVER_MAX_ITERS = 1 << 16
+
+# prims whose executor needs more than the op's rule (env-dependent, stateful or printing)
+_ALWAYS_REFERENCE = {"nc_stream_shuffle", "dropout", "device_print", "iota"}
+
+# ALU ops that are plain ufuncs (same function the reference's table calls), for ``out=``
+# prims whose rule returns one array per output (so an unmasked op writes all of each)
+_WRITES_ALL = {
+    "dma_copy", "tensor_copy", "memset", "tensor_tensor", "tensor_scalar", "activation",
+    "scalar_tensor_tensor", "nc_matmul", "nc_transpose", "tensor_reduce", "affine_select",
+    "select", "reciprocal", "bn_stats", "bn_aggr", "partition_broadcast", "range_select",
+    "select_reduce", "max8", "tensor_partition_reduce",
+}
+
+_UFUNC_ALU = {
+    "add": np.add,
+    "subtract": np.subtract,
+    "multiply": np.multiply,
+    "maximum": np.maximum,
+    "minimum": np.minimum,
+}
+# activation functions that are one ufunc applied to the fp32 argument
+_UFUNC_ACT = {"exp": np.exp, "tanh": np.tanh, "square": np.square, "sqrt": np.sqrt,
+              "abs": np.abs, "negative": np.negative, "sin": np.sin, "cos": np.cos,
+              "log": np.log, "floor": np.floor, "ceil": np.ceil, "trunc": np.trunc}
+
+
+def simulate(kernel: Kernel, args: list[np.ndarray], *, seed: int = 0) -> list[np.ndarray]:
+    """Run ``kernel`` on ``args`` (numpy arrays in the kernel's parameter dtypes) and return
+    the output arrays; same contract and results as ``nkikit.sim.interp.simulate``."""
+    return compile_kernel(kernel).run(args, seed)
+
+
+def compile_kernel(kernel: Kernel) -> _Program:
+    """The compiled program for ``kernel`` (built on first use, then cached)."""
+    key = id(kernel)
+    hit = _CACHE.get(key)
+    if hit is not None and hit[0] is kernel:
+        _CACHE.move_to_end(key)
+        return hit[1]
+    prog = _Compiler(kernel).build()
+    _CACHE[key] = (kernel, prog)
+    if len(_CACHE) > _CACHE_SIZE:
+        _CACHE.popitem(last=False)
+    return prog
+
+
+def explain(kernel: Kernel) -> str:
+    """The Python source the fast path runs for ``kernel``."""
+    return compile_kernel(kernel).source
+
+
+# ---------------------------------------------------------------------------------------------
+# runtime helpers (called from generated code)
+
+
+def _f32(x: np.ndarray) -> np.ndarray:
+    return x if x.dtype == np.float32 else x.astype(np.float32)
+
+
+def _write(view: np.ndarray, value: Any, shape: tuple[int, ...], size: int, dt: np.dtype) -> None:
+    """The reference's ``Interpreter.write`` for an unmasked, in-bounds, precomputed view."""
+    value = np.asarray(value)
+    if value.shape != shape:
+        value = value.reshape(shape) if value.size == size else np.broadcast_to(value, shape)
+    value = dtypes.cast(value, dt)
+    if dtypes.is_tf32(dt):
+        value = value.astype(np.float32)
+    view[...] = value
+
+
+def _copy(view: np.ndarray, value: np.ndarray, dt: np.dtype) -> None:
+    """``_write`` for a value already of the destination's shape: same-dtype and plain
+    float-to-float casts go straight into the destination (numpy's cast loop is the one
+    ``astype`` uses, so the bits are the same)."""
+    if value.dtype == dt or (value.dtype == np.float32 and dt in _DIRECT_CAST):
+        np.copyto(view, value, casting="unsafe")
+    else:
+        _write(view, value, view.shape, view.size, dt)
+
+
+_DIRECT_CAST = {dtypes.float32, dtypes.bfloat16, dtypes.float16}
+
+
+class _Program:
+    """A compiled kernel: ``run(args, seed)`` executes it."""
+
+    def __init__(self, kernel: Kernel, source: str, namespace: dict, slots: dict[int, int],
+                 poison_at_start: dict[int, bool], n_fallback: int) -> None:
+        self.kernel = kernel
+        self.source = source
+        self.slots = slots
+        self.poison_at_start = poison_at_start
+        self.n_fallback = n_fallback
+        code = compile(source, f"<nkikit.sim.fast {kernel.name}>", "exec")
+        exec(code, namespace)  # noqa: S102 - our own generated source
+        self._fn = namespace["_kernel"]
+
+    def run(self, args: list[np.ndarray], seed: int = 0) -> list[np.ndarray]:
+        k = self.kernel
+        mem: dict[int, np.ndarray] = {}
+        for t, a in zip(k.params, args):
+            mem[t.uid] = a
+        for t in k.tensors:
+            if t.base is None and t.kind in ("hbm", "output"):
+                if self.poison_at_start.get(t.uid, True):
+                    mem[t.uid] = dtypes.new_buffer(t.shape, t.dtype)
+                else:
+                    mem[t.uid] = np.empty(t.shape, dtypes.storage_dtype(t.dtype))
+            elif t.kind == "const":
+                mem[t.uid] = t.const_value
+        interp = Interpreter(k, seed=seed)
+        interp.mem = mem
+        self._fn(mem, interp)
+        return [mem[t.uid] for t in k.outputs]
+
+
+# ---------------------------------------------------------------------------------------------
+# compile-time analysis
+
+
+def _cmp_always(lo: int, hi: int, op: str) -> bool:
+    """Does ``x <op> 0`` hold for every integer x in [lo, hi]?"""
+    if op == ">=":
+        return lo >= 0
+    if op == ">":
+        return lo > 0
+    if op == "<=":
+        return hi <= 0
+    if op == "<":
+        return hi < 0
+    if op == "==":
+        return lo == hi == 0
+    if op == "!=":
+        return lo > 0 or hi < 0
+    return False
+
+
+class _AccessCode:
+    """How generated code reaches an access: ``expr`` is a numpy expression for its value
+    (read) or its destination view (write)."""
+
+    __slots__ = ("expr", "layout_exact")
+
+    def __init__(self, expr: str, layout_exact: bool) -> None:
+        self.expr = expr
+        # False when the expression has the reference's values but not its memory layout
+        # (a transposed view where the reference fancy-indexes a fresh array)
+        self.layout_exact = layout_exact
+
+
+class _Compiler:
+    def __init__(self, kernel: Kernel) -> None:
+        self.k = kernel
+        self.lines: list[str] = []
+        self.ns: dict[str, Any] = {
+            "np": np, "_f32": _f32, "_write": _write, "_copy": _copy, "_bt": np.broadcast_to,
+            "_cast": dtypes.cast, "_where": np.where,
+        }
+        self.slots: dict[int, int] = {}
+        self.names: dict[Sym, str] = {}
+        self.ranges: dict[Sym, int] = {}
+        self.n_fallback = 0
+        self.n_const = 0
+        self.conds: list[str] = []
+        grid = kernel.grid or (1,)
+        for i, g in enumerate(grid):
+            self.names[ProgramId(i)] = f"p{i}"
+            self.ranges[ProgramId(i)] = g
+        self.tensors: dict[int, Tensor] = {}
+        for t in kernel.params + kernel.tensors:
+            self.tensors[t.uid] = t
+        for s, _ in kernel.walk():
+            if isinstance(s, Op):
+                for a in list(s.outs) + [x for x in s.ins if isinstance(x, Access)]:
+                    self.tensors.setdefault(a.tensor.uid, a.tensor)
+                    r = a.tensor
+                    while r.base is not None:
+                        r = r.base
+                        self.tensors.setdefault(r.uid, r)
+            elif isinstance(s, Alloc):
+                self.tensors.setdefault(s.tensor.uid, s.tensor)
+            elif isinstance(s, Loop):
+                self.names[s.var] = f"v{len(self.names)}"
+                self.ranges[s.var] = s.trip
+
+    # -- small helpers ------------------------------------------------------------------------
+    def const(self, value: Any, prefix: str = "C") -> str:
+        name = f"{prefix}{self.n_const}"
+        self.n_const += 1
+        self.ns[name] = value
+        return name
+
+    def slot(self, t: Tensor) -> str:
+        return f"m{t.uid}"
+
+    def aff(self, a: Affine, skip_axes: bool = True) -> str:
+        parts = []
+        for s, c in a.terms:
+            if isinstance(s, Axis) and skip_axes:
+                continue
+            n = self.names[s]
+            parts.append(n if c == 1 else f"{c}*{n}")
+        if a.const or not parts:
+            parts.append(str(a.const))
+        return "+".join(parts).replace("+-", "-")
+
+    def sym_range(self, a: Affine, axis_shape: tuple[int, ...] | None = None) -> tuple[int, int]:
+        lo = hi = a.const
+        for s, c in a.terms:
+            if isinstance(s, Axis):
+                if axis_shape is None:
+                    continue
+                n = axis_shape[s.k] if s.k < len(axis_shape) else 1
+            else:
+                n = self.ranges[s]
+            top = c * (n - 1)
+            lo += min(0, top)
+            hi += max(0, top)
+        return lo, hi
+
+    # -- accesses -----------------------------------------------------------------------------
+    def access(self, acc: Access, write: bool, raw_consumer: bool, dynamic: bool = True) -> _AccessCode | None:
+        """Code for an access, or None when only the reference can do it.  Bounds that
+        cannot be proved for every iteration become runtime conditions (appended to
+        ``self.conds``; when one fails, the reference runs the op and reports the error),
+        unless ``dynamic`` is False."""
+        t = acc.tensor
+        tshape = t.shape
+        dims: list[tuple[int, int] | None] = []
+        axes_seen: list[int] = []
+        for a in acc.index:
+            ax = [(s.k, c) for s, c in a.terms if isinstance(s, Axis)]
+            if len(ax) > 1 or (ax and ax[0][1] <= 0):
+                return None
+            if ax:
+                axes_seen.append(ax[0][0])
+            dims.append(ax[0] if ax else None)
+        if len(set(axes_seen)) != len(axes_seen):
+            return None
+        shape = acc.shape
+        idx = []
+        conds: list[str] = []
+        for d, (a, ax) in enumerate(zip(acc.index, dims)):
+            lo, hi = self.sym_range(a)
+            base = self.aff(a)
+            if ax is None:
+                if lo < 0 or hi >= tshape[d]:
+                    if not dynamic:
+                        return None
+                    conds.append(f"0 <= {base} < {tshape[d]}")
+                idx.append(base)
+            else:
+                k, c = ax
+                span = c * (shape[k] - 1)
+                if lo < 0 or hi + span >= tshape[d]:
+                    if not dynamic:
+                        return None
+                    conds.append(f"0 <= {base} < {tshape[d] - span}")
+                if base.isdigit():
+                    b = int(base)
+                    idx.append(f"{b}:{b + span + 1}" + (f":{c}" if c != 1 else ""))
+                else:
+                    idx.append(f"({base}):({base})+{span + 1}" + (f":{c}" if c != 1 else ""))
+        ix = ", ".join(idx) if idx else "()"
+        if len(idx) == 1:
+            ix += ","
+        expr = f"{self.slot(t)}[{ix}]"
+        self.conds.extend(conds)
+        bshape = tuple(s if k in axes_seen else 1 for k, s in enumerate(shape))
+        bcast = bshape != tuple(shape)
+        kept = tuple(shape[k] for k in axes_seen)
+        basic = axes_seen == sorted(axes_seen)
+        if write:
+            if bcast:
+                return None
+            if basic:
+                if kept != bshape:
+                    expr += f".reshape({shape!r})"
+                return _AccessCode(expr, True)
+            perm = tuple(int(i) for i in np.argsort(axes_seen))
+            return _AccessCode(f"{expr}.transpose({perm!r})", False)
+        if basic:
+            if kept != bshape:
+                expr += f".reshape({bshape!r})"
+            if bcast:
+                expr = f"_bt({expr}, {shape!r})"
+            return _AccessCode(expr, True)
+        # axes out of order: the reference fancy-indexes a fresh C-ordered array
+        perm = tuple(int(i) for i in np.argsort(axes_seen))
+        expr = f"{expr}.transpose({perm!r})"
+        if tuple(sorted(axes_seen)) and bshape != tuple(shape[k] for k in sorted(axes_seen)):
+            expr += f".reshape({bshape!r})"
+        if bcast:
+            expr = f"_bt({expr}, {shape!r})"
+        if raw_consumer:
+            return _AccessCode(expr, False)
+        return _AccessCode(f"np.ascontiguousarray({expr})", True)
+
+    # -- masks --------------------------------------------------------------------------------
+    def mask_plan(self, op: Op) -> tuple[str, str | None] | None:
+        """("static" | "dynamic", runtime all-true condition) or None when the reference's
+        mask handling must run every time."""
+        if op.mask is None:
+            return ("none", None)
+        ref = op.ins[0] if op.prim in _MASK_ON_INPUT and op.ins else op.outs[0]
+        if not isinstance(ref, Access):
+            return None
+        shape = ref.shape
+        conds = []
+        for a, cmp in op.mask.clauses:
+            for s in a.syms:
+                if isinstance(s, Axis) and s.k >= len(shape):
+                    return None  # the reference raises err_unsupported_expression_in_mask
+            lo, hi = self.sym_range(a, shape)
+            if _cmp_always(lo, hi, cmp):
+                continue
+            # per iteration: the clause over the tile's axes spans [base + alo, base + ahi]
+            alo, ahi = self.sym_range(Affine(tuple((s, c) for s, c in a.terms if isinstance(s, Axis)), 0), shape)
+            base = self.aff(Affine(tuple((s, c) for s, c in a.terms if not isinstance(s, Axis)), a.const))
+            if cmp == ">=":
+                conds.append(f"({base}){alo:+d} >= 0")
+            elif cmp == ">":
+                conds.append(f"({base}){alo:+d} > 0")
+            elif cmp == "<=":
+                conds.append(f"({base}){ahi:+d} <= 0")
+            elif cmp == "<":
+                conds.append(f"({base}){ahi:+d} < 0")
+            else:
+                return None
+        if not conds:
+            return ("static", None)
+        return ("dynamic", " and ".join(conds))
+
+    def valid_const(self, op: Op) -> str:
+        """An all-true mask array with the strides the reference's would have."""
+        if op.mask is None:
+            return "None"
+        ref = op.ins[0] if op.prim in _MASK_ON_INPUT and op.ins else op.outs[0]
+        shape = ref.shape
+        env: dict[Sym, Any] = {s: 0 for s in self.ranges}
+        env.update(axis_env(shape))
+        evshape = np.asarray(op.mask.evaluate(env), dtype=bool).shape
+        return self.const(np.broadcast_to(np.ones(evshape, dtype=bool), shape), "VALID")
+
+    # -- poisoning ------------------------------------------------------------------------------
+    def _cover(self, t: Tensor, writes: list[Access], free: set[Sym]) -> bool:
+        """Do ``writes`` (unmasked, in bounds), over every value of the symbols in ``free``,
+        write every element of ``t``?"""
+        n = int(np.prod(t.shape)) if t.shape else 1
+        if n > _COVER_MAX_ELEMS:
+            return False
+        cov = np.zeros(t.shape, dtype=bool)
+        for acc in writes:
+            syms = [s for s in acc.syms if not isinstance(s, Axis)]
+            if any(s not in free for s in syms):
+                return False
+            trips = [self.ranges[s] for s in syms]
+            if math.prod(trips) > _COVER_MAX_ITERS:
+                return False
+            target = cov
+            if acc.tensor is not t:
+                target = cov.reshape(acc.tensor.shape)
+            for vals in itertools.product(*(range(x) for x in trips)):
+                env = dict(zip(syms, vals))
+                idx = []
+                for a in acc.index:
+                    ax = [(s.k, c) for s, c in a.terms if isinstance(s, Axis)]
+                    base = a.const + sum(c * env[s] for s, c in a.terms if not isinstance(s, Axis))
+                    if ax:
+                        k, c = ax[0]
+                        idx.append(slice(base, base + c * (acc.shape[k] - 1) + 1, c))
+                    else:
+                        idx.append(base)
+                target[tuple(idx)] = True
+        return bool(cov.all())
+
+    def _touches(self, stmts: list, t_root: Tensor) -> tuple[bool, list[tuple[Op, Access]], bool]:
+        """(reads, writes, all writes compilable-unmasked) of tensor ``t_root`` in ``stmts``."""
+        reads = False
+        writes: list[tuple[Op, Access]] = []
+        clean = True
+        stack = list(stmts)
+        while stack:
+            s = stack.pop()
+            if isinstance(s, Loop):
+                stack.extend(s.body)
+                continue
+            if not isinstance(s, Op):
+                continue
+            for x in s.ins:
+                if isinstance(x, Access) and x.tensor.root is t_root:
+                    reads = True
+            for o in s.outs:
+                if o.tensor.root is t_root:
+                    if (s.prim == "nc_matmul" and s.attrs.get("accumulate")) or (
+                        s.prim == "dma_copy" and s.attrs.get("rmw_op")) or s.prim == "nc_stream_shuffle":
+                        reads = True
+                    mp = self.mask_plan(s)
+                    if mp is None or mp[0] == "dynamic":
+                        clean = False
+                    if s.prim in ("dma_copy",) and s.attrs.get("rmw_op"):
+                        clean = False
+                    if s.prim not in _WRITES_ALL or self.access(o, True, True, dynamic=False) is None:
+                        clean = False
+                    writes.append((s, o))
+        return reads, writes, clean
+
+    def needs_poison_hbm(self, t: Tensor) -> bool:
+        reads, writes, clean = self._touches(self.k.body, t)
+        if reads or not clean or not writes:
+            return True
+        free = set(self.ranges)
+        return not self._cover(t, [w for _, w in writes], free)
+
+    def needs_poison_temp(self, t: Tensor, rest: list) -> bool:
+        """``rest``: the statements after the Alloc in its body."""
+        for s in rest:
+            reads, writes, clean = self._touches([s], t)
+            if not reads and not writes:
+                continue
+            if reads or not clean:
+                return True
+            free = {x.var for x, _ in _loops_in(s)} if isinstance(s, Loop) else set()
+            return not self._cover(t, [w for _, w in writes], free)
+        return False  # never touched again
+
+    # -- code generation ------------------------------------------------------------------------
+    def emit(self, line: str, depth: int) -> None:
+        self.lines.append("    " * depth + line)
+
+    def build(self) -> _Program:
+        k = self.k
+        self.emit("def _kernel(mem, interp):", 0)
+        self.emit("env = {}", 1)
+        # storage: parameters, HBM tensors and constants come from mem; temporaries are
+        # allocated once per call; reshaped HBM tensors are views of their base.
+        temps = []
+        for t in self.tensors.values():
+            if t.base is None and t.kind == "temp":
+                temps.append(t)
+        for t in self.tensors.values():
+            if t.base is None and t.kind != "temp":
+                self.emit(f"{self.slot(t)} = mem[{t.uid}]", 1)
+        for t in temps:
+            dt = self.const(dtypes.storage_dtype(t.dtype), "DT")
+            self.emit(f"{self.slot(t)} = mem[{t.uid}] = np.empty({t.shape!r}, {dt})", 1)
+        # reshapes, outermost base first
+        done: set[int] = set()
+
+        def view(t: Tensor) -> None:
+            if t.base is None or t.uid in done:
+                return
+            view(t.base)
+            done.add(t.uid)
+            self.emit(f"{self.slot(t)} = {self.slot(t.base)}.reshape({t.shape!r})", 1)
+
+        for t in self.tensors.values():
+            view(t)
+        poison_start = {}
+        for t in self.tensors.values():
+            if t.base is None and t.kind in ("hbm", "output"):
+                poison_start[t.uid] = self.needs_poison_hbm(t)
+        depth = 1
+        grid = k.grid or (1,)
+        for i, g in enumerate(grid):
+            self.emit(f"for p{i} in range({g}):", depth)
+            depth += 1
+            self.emit(f"env[PID{i}] = p{i}", depth)
+            self.ns[f"PID{i}"] = ProgramId(i)
+        self.body(k.body, depth)
+        self.emit("return None", 1)
+        source = "\n".join(self.lines) + "\n"
+        return _Program(k, source, self.ns, self.slots, poison_start, self.n_fallback)
+
+    def body(self, stmts: list, depth: int) -> None:
+        if not stmts:
+            self.emit("pass", depth)
+            return
+        for i, s in enumerate(stmts):
+            if isinstance(s, Alloc):
+                t = s.tensor
+                if self.needs_poison_temp(t, stmts[i + 1:]):
+                    pv = self.const(dtypes.poison_value(t.dtype), "POISON")
+                    self.emit(f"{self.slot(t)}.fill({pv})", depth)
+            elif isinstance(s, Loop):
+                n = self.names[s.var]
+                lv = self.const(s.var, "LV")
+                self.emit(f"for {n} in range({s.trip}):", depth)
+                self.emit(f"env[{lv}] = {n}", depth + 1)
+                self.body(s.body, depth + 1)
+                self.emit(f"env.pop({lv}, None)", depth)
+            else:
+                self.op(s, depth)
+
+    def fallback(self, op: Op, depth: int) -> None:
+        self.n_fallback += 1
+        name = self.const(op, "OP")
+        self.emit(f"interp.exec_op({name}, env)", depth)
+
+    def op(self, op: Op, depth: int) -> None:
+        self.emit(f"# {op.prim} {op.loc}", depth)
+        mp = self.mask_plan(op)
+        if op.prim in _ALWAYS_REFERENCE or mp is None:
+            self.fallback(op, depth)
+            return
+        self.conds = [] if mp[1] is None else [mp[1]]
+        lines = self.op_lines(op, mp[0] != "none")
+        if lines is None:
+            self.fallback(op, depth)
+            return
+        if self.conds:
+            self.emit(f"if {' and '.join(dict.fromkeys(self.conds))}:", depth)
+            for ln in lines:
+                self.emit(ln, depth + 1)
+            self.emit("else:", depth)
+            self.fallback(op, depth + 1)
+        else:
+            for ln in lines:
+                self.emit(ln, depth)
+
+    def op_lines(self, op: Op, masked: bool) -> list[str] | None:
+        """Generated lines for an op that runs unmasked (its mask, if any, holds)."""
+        prim = op.prim
+        raw = prim in RAW
+        outs = []
+        for o in op.outs:
+            w = self.access(o, True, raw)
+            if w is None:
+                return None
+            outs.append(w)
+        special = self.special(op, outs, masked)
+        if special is not None:
+            return special
+        lines = []
+        ins = []
+        for j, x in enumerate(op.ins):
+            if isinstance(x, Access):
+                r = self.access(x, False, False)
+                if r is None:
+                    return None
+                e = r.expr
+                if not raw and dtypes.storage_dtype(x.tensor.dtype) != np.float32:
+                    e = f"_f32({e})"
+                lines.append(f"x{j} = {e}")
+                ins.append(f"x{j}")
+            else:
+                ins.append(repr(float(x)) if isinstance(x, float) else repr(x))
+        valid = self.valid_const(op) if masked else "None"
+        opn = self.const(op, "OP")
+        if prim == "affine_select":
+            shape = op.outs[0].shape
+            keep = self.predicate_code(op.attrs["pred"], shape)
+            if keep is None:
+                return None
+            lines.append(f"R = [_where({keep}, {ins[0]}, {self.const(np.float32(op.attrs['on_false']), 'F')})]")
+        else:
+            rule = self.const(RULES[prim], "RULE")
+            lines.append(f"R = {rule}({opn}, [{', '.join(ins)}], {valid})")
+        if prim == "nc_matmul" and op.attrs.get("accumulate"):
+            r = self.access(op.outs[0], False, False)
+            if r is None:
+                return None
+            lines.append(f"R = [_f32({r.expr}) + R[0]]")
+        elif prim == "dma_copy" and op.attrs.get("rmw_op"):
+            r = self.access(op.outs[0], False, False)
+            if r is None:
+                return None
+            fn = self.const(ALU[op.attrs["rmw_op"]], "ALU")
+            lines.append(f"R = [{fn}(_f32({r.expr}), _f32({ins[0]}))]")
+        for j, (o, w) in enumerate(zip(op.outs, outs)):
+            dt = self.const(o.tensor.dtype, "DT")
+            size = int(np.prod(o.shape))
+            lines.append(f"if R[{j}] is not None: _write({w.expr}, R[{j}], {tuple(o.shape)!r}, {size}, {dt})")
+        return lines
+
+    def predicate_code(self, pred, shape) -> str | None:
+        """Code for the reference's ``np.broadcast_to(pred.evaluate(env + axes), shape)``:
+        integer arithmetic on the same axis aranges, so the same booleans."""
+        for a, _ in pred.clauses:
+            for s in a.syms:
+                if isinstance(s, Axis) and s.k >= len(shape):
+                    return None
+        parts = []
+        axes = self.const(axis_env(shape), "AXES")
+        for a, cmp in pred.clauses:
+            terms = []
+            for s, c in a.terms:
+                if isinstance(s, Axis):
+                    ax = self.const(s, "AX")
+                    terms.append(f"{axes}[{ax}]" + (f"*{c}" if c != 1 else ""))
+            base = self.aff(Affine(tuple((s, c) for s, c in a.terms if not isinstance(s, Axis)), a.const))
+            expr = "+".join(terms + [f"({base})"]) if terms else f"({base})"
+            parts.append(f"(({expr}) {cmp} 0)")
+        return f"np.broadcast_to(np.asarray({' & '.join(parts)}, dtype=bool), {tuple(shape)!r})"
+
+    # -- specialized executors ------------------------------------------------------------------
+    def special(self, op: Op, outs: list[_AccessCode], masked: bool) -> list[str] | None:
+        """Cheaper code with the reference's exact results for the hottest instructions."""
+        prim = op.prim
+        out = op.outs[0] if op.outs else None
+        if out is None or len(op.outs) != 1:
+            return None
+        odt = out.tensor.dtype
+        o_f32 = dtypes.storage_dtype(odt) == np.float32 and not dtypes.is_tf32(odt)
+        w = outs[0].expr
+        if prim in ("dma_copy", "tensor_copy") and not op.attrs.get("rmw_op"):
+            src = op.ins[0]
+            if not isinstance(src, Access) or src.shape != out.shape:
+                return None
+            r = self.access(src, False, True)
+            if r is None:
+                return None
+            dt = self.const(odt, "DT")
+            if dtypes.is_tf32(odt) or odt not in _DIRECT_CAST and src.tensor.dtype != odt:
+                return [f"_write({w}, {r.expr}, {tuple(out.shape)!r}, {int(np.prod(out.shape))}, {dt})"]
+            return [f"_copy({w}, {r.expr}, {dt})"]
+        if prim == "memset":
+            v = dtypes.cast(np.full((1,), op.attrs["value"], dtype=np.float32), odt)
+            if dtypes.is_tf32(odt):
+                v = v.astype(np.float32)
+            return [f"{w}[...] = {self.const(v[0], 'V')}"]
+        if not o_f32 or not outs[0].layout_exact:
+            return None
+        if prim in ("tensor_tensor", "tensor_scalar", "activation"):
+            ins = []
+            for x in op.ins:
+                if isinstance(x, Access):
+                    if x.shape != out.shape and not (x.shape[0] == out.shape[0] and x.free_size == 1 and len(x.shape) == len(out.shape)):
+                        return None
+                    r = self.access(x, False, False)
+                    if r is None:
+                        return None
+                    e = r.expr
+                    if dtypes.storage_dtype(x.tensor.dtype) != np.float32:
+                        e = f"_f32({e})"
+                    ins.append(e)
+                else:
+                    ins.append(repr(float(x)))
+            if prim == "tensor_tensor":
+                fn = _UFUNC_ALU.get(op.attrs["op"])
+                if fn is None or op.ins[0].shape != out.shape or op.ins[1].shape != out.shape:
+                    return None
+                return [f"{self.const(fn, 'UF')}({ins[0]}, {ins[1]}, out={w})"]
+            if prim == "tensor_scalar":
+                a = op.attrs
+                if a.get("reduce_op") or op.ins[0].shape != out.shape:
+                    return None
+                f0 = _UFUNC_ALU.get(a["op0"])
+                f1 = _UFUNC_ALU.get(a["op1"]) if a.get("op1") else None
+                if f0 is None or (a.get("op1") and f1 is None):
+                    return None
+                lines = []
+                first = (ins[1], ins[0]) if a["reverse0"] else (ins[0], ins[1])
+                if f1 is None:
+                    return [f"{self.const(f0, 'UF')}({first[0]}, {first[1]}, out={w})"]
+                # two ALU stages: the intermediate stays fp32 exactly as in the reference
+                lines.append(f"y = {self.const(f0, 'UF')}({first[0]}, {first[1]})")
+                second = (ins[2], "y") if a["reverse1"] else ("y", ins[2])
+                lines.append(f"{self.const(f1, 'UF')}({second[0]}, {second[1]}, out={w})")
+                return lines
+            if prim == "activation":
+                a = op.attrs
+                fn = _UFUNC_ACT.get(a["op"])
+                if a.get("reduce_op") or fn is None or op.ins[0].shape != out.shape:
+                    return None
+                data, bias, scale = ins
+                scale_is_one = isinstance(op.ins[2], float) and op.ins[2] == 1.0
+                pre = f"{data} + {bias}" if scale_is_one else f"{data} * {scale} + {bias}"
+                return [
+                    "with np.errstate(all='ignore'):",
+                    f"    {self.const(fn, 'UF')}({pre}, out={w})",
+                ]
+        return None
+
+
+def _loops_in(s: Loop):
+    """(loop, depth) for ``s`` and every loop nested in it."""
+    out = [(s, 0)]
+    for x in s.body:
+        if isinstance(x, Loop):
+            out.extend(_loops_in(x))
+    return out
+
+
+_ = (LoopVar, ACT)

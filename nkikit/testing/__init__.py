@@ -1,0 +1,62 @@
+"""``nkikit.testing``: check kernels against numpy references on the simulator.
+
+* ``check_kernel(kernel, reference, *args, dtype=..., op_kind=...)``: run both, compare with
+  the per-dtype tolerance, fail with a message that locates the error.
+* ``assert_close``, ``compare``: the comparison alone.
+* ``tolerance(dtype, op_kind)``, ``Tolerance``, ``DTYPE_TOLERANCES``, ``OP_KINDS``.
+* ``random_inputs(shapes, dtype, seed)``, ``round_to(x, dtype)``.
+* ``check_manifest(folder, package)``: a library kernel's ``kernel.toml`` matches its code and
+  its example runs against the reference in every listed dtype.
+* ``nkikit.testing.strategies`` (needs hypothesis): tile-legal shapes, NKI dtypes, inputs.
+* ``load_profile()`` / ``register_profiles()`` (needs hypothesis): the ``ci``/``dev``
+  settings profiles.
+
+Importing this package does not import hypothesis; ``strategies``, ``load_profile`` and
+``register_profiles`` do, on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from .check import assert_close, check_kernel, compare
+from .inputs import random_inputs, round_to
+from .manifest import check_manifest, load_manifest, manifest_problems
+from .tolerances import DTYPE_TOLERANCES, OP_KINDS, Tolerance, loosest_tolerance, tolerance
+
+_LAZY = {
+    "strategies": ("nkikit.testing.strategies", None),
+    "load_profile": ("nkikit.testing.profiles", "load_profile"),
+    "register_profiles": ("nkikit.testing.profiles", "register_profiles"),
+    "profile_name": ("nkikit.testing.profiles", "profile_name"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        module, attr = _LAZY[name]
+        m = importlib.import_module(module)
+        return m if attr is None else getattr(m, attr)
+    raise AttributeError(f"module 'nkikit.testing' has no attribute {name!r}")
+
+
+__all__ = [
+    "DTYPE_TOLERANCES",
+    "OP_KINDS",
+    "Tolerance",
+    "assert_close",
+    "check_kernel",
+    "check_manifest",
+    "compare",
+    "load_manifest",
+    "load_profile",
+    "loosest_tolerance",
+    "manifest_problems",
+    "profile_name",
+    "random_inputs",
+    "register_profiles",
+    "round_to",
+    "strategies",
+    "tolerance",
+]

@@ -1,0 +1,214 @@
+"""A kernel function as a torch custom op: `torch.ops.<namespace>.<function>`.
+
+For each function of a build (registry.runtime.KernelFunction) this registers, with
+`torch.library.custom_op`:
+  - the op, schema `(Tensor x, Tensor weight, float eps=1e-06) -> Tensor` from the manifest
+    (inputs are tensors, attrs keep the type of their default); its implementation converts to
+    numpy and runs the kernel on the simulator;
+  - a fake implementation giving the outputs' shapes and dtypes from the kernel's trace (no
+    simulation), so torch.compile and export see through the op;
+  - when the manifest names a backward kernel, a second op `<function>_backward` (returning one
+    gradient per input) and `register_autograd` wiring it in.
+
+Errors (KernelCallError): an input of an undeclared dtype, or on a device other than the CPU.
+A shape the kernel cannot take fails in the kernel's own trace (an NkiError naming its line),
+eagerly and under torch.compile alike.
+
+Eager calls that need no autograd and run under no torch transform skip the dispatcher and call
+the implementation directly (`TorchBinding.call`), which saves the ~20-60 µs that a Python
+custom op costs per call; everything else (autograd, compile, export, vmap, modes) goes through
+the registered op, so semantics are the same either way.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from ..registry.errors import KernelCallError
+from .convert import dtype_name, from_numpy, to_numpy, torch_dtype
+
+if TYPE_CHECKING:
+    from ..registry.runtime import KernelFunction
+
+_FAKE_DEVICES = ("cpu", "meta")
+
+
+def _schema_args(fn: KernelFunction) -> list[str]:
+    spec = fn.spec
+    args = [f"Tensor {n}" for n in spec.inputs]
+    args += [f"{_attr_type(k, v)} {k}={_attr_default(v)}" for k, v in spec.attrs.items()]
+    return args
+
+
+def schema_of(fn: KernelFunction) -> str:
+    """The op schema for a kernel function, e.g. `(Tensor x, Tensor weight, float eps=1e-06) -> Tensor`."""
+    spec = fn.spec
+    n = spec.outputs or 1
+    ret = "(" + ", ".join(["Tensor"] * n) + ")" if spec.returns_tuple else "Tensor"
+    return f"({', '.join(_schema_args(fn))}) -> {ret}"
+
+
+def backward_schema_of(fn: KernelFunction) -> str:
+    """The backward op's schema: the forward's arguments after the output gradient, one
+    gradient per input out."""
+    return f"({', '.join(['Tensor grad', *_schema_args(fn)])}) -> Tensor[]"
+
+
+def _attr_type(name: str, v: object) -> str:
+    if isinstance(v, bool):
+        return "bool"
+    if isinstance(v, int):
+        return "int"
+    if isinstance(v, float):
+        return "float"
+    if isinstance(v, str):
+        return "str"
+    if isinstance(v, list):
+        return "float[]" if any(isinstance(x, float) for x in v) else "int[]"
+    raise TypeError(f"attr {name}: unsupported default {v!r}")
+
+
+def _attr_default(v: object) -> str:
+    if isinstance(v, str):
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(v, list):
+        return "[" + ", ".join(repr(x) for x in v) + "]"
+    return repr(v)
+
+
+class TorchBinding:
+    """The torch ops of one kernel function. `op` is the forward OpOverload, `backward_op` the
+    backward one (or None); `call(full_args)` is what KernelFunction uses for torch inputs."""
+
+    def __init__(self, fn: KernelFunction):
+        self.fn = fn
+        self.nin = len(fn.spec.inputs)
+        self.attr_defaults = tuple(fn.spec.attrs.values())
+        self.returns_tuple = fn.spec.returns_tuple
+        ns = fn.namespace
+        self.qualname = f"{ns}::{fn.name}"
+        self.op_def = torch.library.custom_op(
+            self.qualname, self._impl, mutates_args=(), schema=schema_of(fn)
+        )
+        self.op_def.register_fake(self._fake)
+        self.backward_op = None
+        if fn.backward is not None:
+            if fn.spec.returns_tuple:
+                raise KernelCallError(f"{fn.name}: a backward kernel needs a single-output function")
+            self.bwd_def = torch.library.custom_op(
+                f"{ns}::{fn.name}_backward",
+                self._backward_impl,
+                mutates_args=(),
+                schema=backward_schema_of(fn),
+            )
+            self.bwd_def.register_fake(self._backward_fake)
+            self.op_def.register_autograd(self._autograd_backward, setup_context=self._setup_context)
+            self.backward_op = getattr(getattr(torch.ops, ns), f"{fn.name}_backward").default
+        self.op = getattr(getattr(torch.ops, ns), fn.name).default
+
+    # -- argument handling -------------------------------------------------------------------
+
+    def _split(self, args: tuple, kwargs: dict) -> tuple[tuple[torch.Tensor, ...], tuple]:
+        """The dispatcher passes the arguments as given: fill in the attrs' defaults."""
+        tensors = args[: self.nin]
+        attrs = list(args[self.nin :]) + list(self.attr_defaults[len(args) - self.nin :])
+        for i, k in enumerate(self.fn.spec.attrs):
+            if k in kwargs:
+                attrs[i] = kwargs[k]
+        return tensors, tuple(attrs)
+
+    def _check(self, tensors: tuple[torch.Tensor, ...], devices: tuple[str, ...] = ("cpu",)) -> None:
+        for name, t in zip(self.fn.spec.inputs, tensors):
+            if not isinstance(t, torch.Tensor):
+                raise KernelCallError(f"{self.fn.name}(): input {name!r} must be a tensor, got {type(t).__name__}")
+            if t.device.type not in devices:
+                raise KernelCallError(
+                    f"{self.fn.name}(): input {name!r} is on {t.device}; nkikit runs kernels on the "
+                    "CPU simulator, so move the inputs to 'cpu' (on Trainium, pull the kernel with "
+                    "backend='neuron')"
+                )
+            self.fn.check_dtype(name, dtype_name(t.dtype))
+
+    # -- forward -----------------------------------------------------------------------------
+
+    def _run(self, tensors: tuple[torch.Tensor, ...], attrs: tuple) -> Any:
+        arrays = tuple(to_numpy(t) for t in tensors)
+        result = self.fn.entry(*arrays, **dict(zip(self.fn.spec.attrs, attrs)))
+        if self.returns_tuple:
+            return tuple(from_numpy(r, arrays) for r in result)
+        return from_numpy(result, arrays)
+
+    def _impl(self, *args: Any, **kwargs: Any) -> Any:
+        tensors, attrs = self._split(args, kwargs)
+        self._check(tensors)
+        return self._run(tensors, attrs)
+
+    def _fake(self, *args: Any, **kwargs: Any) -> Any:
+        tensors, attrs = self._split(args, kwargs)
+        self._check(tensors, _FAKE_DEVICES)
+        specs = tuple((tuple(int(s) for s in t.shape), dtype_name(t.dtype)) for t in tensors)
+        outs = self.fn.output_specs(specs, attrs)
+        device = tensors[0].device
+        made = tuple(torch.empty(shape, dtype=torch_dtype(dt), device=device) for shape, dt in outs)
+        return made if self.returns_tuple else made[0]
+
+    def call(self, full: tuple) -> Any:
+        """Call with (inputs..., attrs...) as KernelFunction.normalize returns them."""
+        tensors = full[: self.nin]
+        if _eager_plain(tensors):
+            self._check(tensors)
+            return self._run(tensors, full[self.nin :])
+        return self.op(*full)
+
+    # -- backward ----------------------------------------------------------------------------
+
+    def _setup_context(self, ctx: Any, inputs: tuple, output: Any) -> None:
+        ctx.save_for_backward(*inputs[: self.nin])
+        ctx.attrs = tuple(inputs[self.nin :])
+
+    def _autograd_backward(self, ctx: Any, grad: torch.Tensor) -> tuple:
+        grads = self.backward_op(grad, *ctx.saved_tensors, *ctx.attrs)
+        return (*grads, *([None] * len(ctx.attrs)))
+
+    def _backward_impl(self, *args: Any, **kwargs: Any) -> list[torch.Tensor]:
+        grad, rest = args[0], args[1:]
+        tensors, attrs = self._split(rest, kwargs)
+        self._check(tensors)
+        arrays = tuple(to_numpy(t) for t in tensors)
+        g = to_numpy(grad.to(tensors[0].dtype)) if grad.dtype != tensors[0].dtype else to_numpy(grad)
+        grads = self.fn.backward(g, *arrays, **dict(zip(self.fn.spec.attrs, attrs)))  # type: ignore[misc]
+        grads = grads if isinstance(grads, tuple | list) else (grads,)
+        if len(grads) != self.nin:
+            raise KernelCallError(
+                f"{self.fn.name}: the backward kernel returned {len(grads)} gradients for {self.nin} inputs"
+            )
+        out = []
+        for t, gr in zip(tensors, grads):
+            gt = from_numpy(gr, arrays + (g,))
+            if gt.dtype != t.dtype:  # autograd wants each gradient in its input's dtype
+                gt = gt.to(t.dtype)
+            if tuple(gt.shape) != tuple(t.shape):
+                raise KernelCallError(
+                    f"{self.fn.name}: the backward kernel returned a gradient of shape "
+                    f"{tuple(gt.shape)} for an input of shape {tuple(t.shape)}"
+                )
+            out.append(gt)
+        return out
+
+    def _backward_fake(self, *args: Any, **kwargs: Any) -> list[torch.Tensor]:
+        tensors, _ = self._split(args[1:], kwargs)
+        return [torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in tensors]
+
+
+def _eager_plain(tensors: tuple) -> bool:
+    """True when a call can skip the dispatcher: plain CPU tensors, no autograd needed, no
+    compile/export tracing, no dispatch mode and no functorch transform active."""
+    if torch.compiler.is_compiling():
+        return False
+    grad = torch.is_grad_enabled()
+    for t in tensors:
+        if type(t) is not torch.Tensor or (grad and t.requires_grad):
+            return False
+    return torch._C._len_torch_dispatch_stack() == 0 and not torch._C._are_functorch_transforms_active()
