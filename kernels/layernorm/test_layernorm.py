@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import nkikit.typing as nt
 from nkikit.testing import check_kernel, check_manifest, random_inputs
 from nkikit.testing import strategies as nst
 
@@ -61,6 +62,14 @@ def test_layernorm_rejects_bad_inputs():
         kernel.layernorm(x, p, np.zeros(9, np.float32))
     with pytest.raises(TypeError, match="float32, bfloat16"):
         kernel.layernorm(x, p, p.astype(np.float16))
+
+
+@pytest.mark.parametrize("dtype", kernel.DTYPES)
+def test_layernorm_largest_row_fits_sbuf(dtype):
+    # trace + verify only (SBUF capacity is a verifier rule); no simulation
+    d = kernel.MAX_D
+    spec = nt.tensor[[d], dtype]
+    kernel.layernorm_kernel.ir(nt.tensor[[256, d], dtype], spec, spec, 1e-5)
 
 
 @pytest.mark.slow

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 
+import nkikit.typing as nt
 from nkikit.testing import check_kernel, check_manifest, random_inputs
 from nkikit.testing import strategies as nst
 
@@ -64,6 +65,13 @@ def test_matmul_rejects_bad_inputs():
         kernel.matmul(np.zeros(3, np.float32), np.zeros((3, 2), np.float32))
     with pytest.raises(TypeError, match="share one of"):
         kernel.matmul(np.zeros((3, 2), np.float32), np.zeros((3, 2), np.float16))
+
+
+@pytest.mark.parametrize("dtype", kernel.DTYPES)
+def test_matmul_largest_k_fits_sbuf(dtype):
+    # trace + verify only (SBUF capacity is a verifier rule); no simulation
+    k = kernel.MAX_K
+    kernel.matmul_kernel.ir(nt.tensor[[k, 300], dtype], nt.tensor[[k, 1100], dtype])
 
 
 @pytest.mark.slow

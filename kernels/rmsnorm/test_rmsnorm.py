@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import nkikit.typing as nt
 from nkikit.testing import check_kernel, check_manifest, random_inputs
 from nkikit.testing import strategies as nst
 
@@ -59,6 +60,13 @@ def test_rmsnorm_rejects_bad_inputs():
         kernel.rmsnorm(
             np.zeros((1, kernel.MAX_D + 1), np.float32), np.zeros(kernel.MAX_D + 1, np.float32)
         )
+
+
+@pytest.mark.parametrize("dtype", kernel.DTYPES)
+def test_rmsnorm_largest_row_fits_sbuf(dtype):
+    # trace + verify only (SBUF capacity is a verifier rule); no simulation
+    d = kernel.MAX_D
+    kernel.rmsnorm_kernel.ir(nt.tensor[[256, d], dtype], nt.tensor[[d], dtype], 1e-6)
 
 
 @pytest.mark.slow

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import nkikit.typing as nt
 from nkikit.testing import check_kernel, check_manifest, random_inputs
 from nkikit.testing import strategies as nst
 
@@ -56,6 +57,12 @@ def test_softmax_rejects_bad_inputs():
         kernel.softmax(np.zeros((2, 2), np.int32))
     with pytest.raises(ValueError, match="last dimension"):
         kernel.softmax(np.zeros((2, 0), np.float32))
+
+
+@pytest.mark.parametrize("dtype", kernel.DTYPES)
+def test_softmax_largest_row_fits_sbuf(dtype):
+    # trace + verify only (SBUF capacity is a verifier rule); no simulation
+    kernel.softmax_kernel.ir(nt.tensor[[256, kernel.MAX_D], dtype])
 
 
 @pytest.mark.slow

@@ -84,38 +84,24 @@ class Program:
             out.setdefault(e, []).append(i)
         return out
 
-    def instruction(self, i: int) -> Instruction:
+    def instruction(self, i: int, _cache: dict | None = None) -> Instruction:
         """Instruction ``i`` as the profiler's record."""
-        info = self.infos[self.sid[i]]
+        sid = self.sid[i]
+        info = self.infos[sid]
         parts = self.partitions[i]
-        scale = parts / info.partitions if info.partitions else 1.0
-        b = info.bytes
-        if scale == 1.0:
-            by = b
-        else:
-            by = {k: int(round(v * scale)) for k, v in b.items()}
+        key = (sid, parts)
+        by = _cache.get(key) if _cache is not None else None
+        if by is None:
+            scale = parts / info.partitions if info.partitions else 1.0
+            by = tuple(int(round(info.bytes[k] * scale)) for k in BYTE_FIELDS)
+            if _cache is not None:
+                _cache[key] = by
         return Instruction(
-            id=i,
-            engine=self.engine[i],
-            opcode=info.opcode,
-            start_ns=self.start[i],
-            end_ns=self.end[i],
-            source=info.source,
-            source_text=info.text,
-            flops=info.flops,
-            model_flops=info.model_flops,
-            hbm_read_bytes=by["hbm_read_bytes"],
-            hbm_write_bytes=by["hbm_write_bytes"],
-            sbuf_read_bytes=by["sbuf_read_bytes"],
-            sbuf_write_bytes=by["sbuf_write_bytes"],
-            psum_read_bytes=by["psum_read_bytes"],
-            psum_write_bytes=by["psum_write_bytes"],
-            partitions=parts,
-            elements=info.elements,
-            dtype=info.dtype,
-            deps=self.deps[i],
-            operands=info.operands,
-            tensor_name=info.tensor_name,
+            id=i, engine=self.engine[i], opcode=info.opcode, start_ns=self.start[i], end_ns=self.end[i],
+            source=info.source, source_text=info.text, flops=info.flops, model_flops=info.model_flops,
+            hbm_read_bytes=by[0], hbm_write_bytes=by[1], sbuf_read_bytes=by[2], sbuf_write_bytes=by[3],
+            psum_read_bytes=by[4], psum_write_bytes=by[5], partitions=parts, elements=info.elements,
+            dtype=info.dtype, deps=self.deps[i], operands=info.operands, tensor_name=info.tensor_name,
             hbm_offset=self.hbm_offset[i],
         )
 
@@ -123,7 +109,8 @@ class Program:
         """The profiler's view: every instruction with engine, opcode, times, bytes, FLOPs and
         source line.  Times start at 0."""
         t0 = min(self.start) if self.start else 0.0
-        instrs = [self.instruction(i) for i in range(len(self.sid))]
+        cache: dict = {}
+        instrs = [self.instruction(i, cache) for i in range(len(self.sid))]
         if t0:
             for ins in instrs:
                 ins.start_ns -= t0

@@ -32,6 +32,8 @@ from bisect import bisect_right
 from .lower import ALLOC, DMA, LOOP, OP, LoweredKernel, Region, StaticInstr, Tracked
 
 _MAX_DEPS = 6
+_MAX_GAPS = 256
+_MIN_GAP_NS = 1.0
 
 
 class Trace:
@@ -61,8 +63,9 @@ class Scheduler:
         self.target = t
         self.env = [0] * max(lk.env_size, 1)
         self.free = [0.0] * 5  # compute engines
-        self.q_start: list[list[float]] = [[] for _ in range(t.dma_queues)]
-        self.q_end: list[list[float]] = [[] for _ in range(t.dma_queues)]
+        self.q_tail = [0.0] * t.dma_queues  # when each queue is idle for good
+        self.gap_start: list[list[float]] = [[] for _ in range(t.dma_queues)]
+        self.gap_end: list[list[float]] = [[] for _ in range(t.dma_queues)]
         self.next_q = 0
         self.trace = Trace()
         # granule state, one flat list per field; index = tracked.base + buffer * granules + cell
@@ -264,25 +267,38 @@ class Scheduler:
 
     # -- DMA ---------------------------------------------------------------------------------------
     def _place(self, q: int, t: float, d: float) -> float:
-        starts, ends = self.q_start[q], self.q_end[q]
-        if not ends or t >= ends[-1]:
-            starts.append(t)
-            ends.append(t + d)
+        """Start time of a piece of duration ``d`` ready at ``t`` on queue ``q``: the first idle
+        gap that fits, else after the last piece.  Only the latest ``_MAX_GAPS`` gaps are
+        remembered (a ring's reordering window is finite), which also keeps this O(1)."""
+        tail = self.q_tail[q]
+        gs, ge = self.gap_start[q], self.gap_end[q]
+        if t >= tail:
+            if t - tail > _MIN_GAP_NS:
+                gs.append(tail)
+                ge.append(t)
+                if len(gs) > _MAX_GAPS:
+                    del gs[0], ge[0]
+            self.q_tail[q] = t + d
             return t
-        i = bisect_right(ends, t)
-        cur = t
-        n = len(starts)
+        i = bisect_right(ge, t)
+        n = len(gs)
         while i < n:
-            if cur + d <= starts[i]:
-                starts.insert(i, cur)
-                ends.insert(i, cur + d)
-                return cur
-            if ends[i] > cur:
-                cur = ends[i]
+            s = gs[i] if gs[i] > t else t
+            if s + d <= ge[i]:
+                lo, hi = gs[i], ge[i]
+                if s - lo > _MIN_GAP_NS:
+                    ge[i] = s
+                    if hi - (s + d) > _MIN_GAP_NS:
+                        gs.insert(i + 1, s + d)
+                        ge.insert(i + 1, hi)
+                elif hi - (s + d) > _MIN_GAP_NS:
+                    gs[i] = s + d
+                else:
+                    del gs[i], ge[i]
+                return s
             i += 1
-        starts.append(cur)
-        ends.append(cur + d)
-        return cur
+        self.q_tail[q] = tail + d
+        return tail
 
     def _dma(self, si: StaticInstr) -> None:
         ready, deps, cells = self._ready(si, DMA)

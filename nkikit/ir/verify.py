@@ -7,15 +7,19 @@ breaks, with the NKI error name and the kernel's own source line.  Rules are dat
   with its enclosing loops and the value range of every symbol its indices may use;
 - ``PRIM_RULES``: per-primitive constraints (matmul limits, activation bias/scale, ...), run
   for an op before the generic shape rules so the most specific message wins;
-- ``ENGINES``: which engine runs each primitive, which decides the legal memories;
+- ``engine_of`` (``_FIXED_ENGINE`` / ``_VECTOR_DEFAULT``): which engine runs each primitive,
+  which decides the memories it may touch; a primitive it does not know is not checked for
+  memories, so a new instruction is never rejected by accident;
 - ``TENSOR_RULES``: per on-chip tensor (partition limit, PSUM bank size), run when the walk
-  first meets the tensor;
+  first meets the tensor, after the rules of that op (so ``nc_matmul`` with 256 stationary
+  columns reports the matmul limit, not the 256-partition result);
+- ``OP_SHAPE_RULES``: generic tile rules (partitions, access pattern, bounds, writes);
 - ``KERNEL_RULES``: whole-kernel rules run after the walk (outputs written, SBUF/PSUM
   capacity).
 
-Every check is symbolic: index ranges come from ``Affine.bounds`` over loop trip counts,
-SPMD grid sizes and tile axis sizes, never from enumerating elements, so verifying a kernel
-costs time proportional to its IR, not to its data.
+Every check is symbolic: index ranges are bounded like ``Affine.bounds`` does, over loop trip
+counts, SPMD grid sizes and tile axis sizes, never by enumerating elements, so verifying a
+kernel costs time proportional to its IR, not to its data (well under a millisecond per op).
 """
 
 from __future__ import annotations
@@ -320,10 +324,12 @@ def _mask_ref(op: Op) -> Access | None:
 
 def _check_predicate(site: Site, pred: Predicate, shape: tuple[int, ...], what: str) -> None:
     for aff, cmp in pred.clauses:
-        if cmp == "!=":
+        if cmp == "!=" and what == "the mask":
+            # a mask shrinks the instruction to a box; "not equal" is a hole, not a box
             raise site.fail(
                 "err_unsupported_expression_in_mask",
-                got=f"{pred!r} ({what} cannot use '!='; combine '<' and '>' clauses with &)",
+                got=f"{pred!r} (a mask cannot use '!='; describe the kept region with "
+                "<, <=, >, >= and &)",
             )
         for s in aff.syms:
             if isinstance(s, Axis) and s.k >= len(shape):
@@ -342,6 +348,12 @@ def rule_mask(site: Site) -> None:
         _check_predicate(site, op.mask, ref.shape if ref is not None else (), "the mask")
     pred = op.attrs.get("pred")
     if isinstance(pred, Predicate) and op.outs:
+        if op.prim == "affine_select" and len(pred.clauses) > 1:
+            raise site.fail(
+                "err_unsupported_expression_in_mask",
+                got=f"{pred!r} (affine_select evaluates one comparison; chain two "
+                "affine_select calls or use nl.where for a combined predicate)",
+            )
         _check_predicate(site, pred, op.outs[0].shape, "the predicate")
 
 
@@ -643,6 +655,14 @@ def rule_immutable(site: Site) -> None:
             )
 
 
+def _varies_with(op: Op, a: Access, sym: Sym) -> bool:
+    """Whether the elements ``op`` writes through ``a`` change with ``sym``: through the index,
+    or through a mask that selects on it (e.g. only iteration 0 writes)."""
+    if any(x.coef(sym) != 0 for x in a.index):
+        return True
+    return op.mask is not None and any(c.coef(sym) != 0 for c, _ in op.mask.clauses)
+
+
 def rule_distinct_writes(site: Site) -> None:
     """Each iteration of an affine_range loop writes its own locations: a write to a tensor
     that outlives the loop must be indexed by the loop variable (accumulations excepted)."""
@@ -656,7 +676,7 @@ def rule_distinct_writes(site: Site) -> None:
             var = loop.var
             if var.kind != "affine" or var.trip <= 1 or var in scope:
                 continue
-            if not any(x.coef(var) != 0 for x in a.index):
+            if not _varies_with(op, a, var):
                 raise site.fail(
                     "err_unexpected_output_dependencies",
                     op=op.prim,
@@ -677,7 +697,7 @@ def rule_spmd_writes(site: Site) -> None:
             continue
         for axis, size in enumerate(grid):
             pid = ProgramId(axis)
-            if size > 1 and not any(x.coef(pid) != 0 for x in a.index):
+            if size > 1 and not _varies_with(op, a, pid):
                 raise site.fail(
                     "err_spmd_output_dependencies",
                     op=op.prim,

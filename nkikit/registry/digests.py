@@ -97,7 +97,9 @@ def verify_folder(variant_dir: Path, digest: Mapping[str, object], *, label: str
                 "snapshot folder and pull again.",
                 path=str(path),
             )
-    extra = [rel for rel in variant_files(variant_dir) if rel not in files and rel not in _UNDIGESTED]
+    extra = [
+        rel for rel in variant_files(variant_dir) if rel not in files and rel not in _UNDIGESTED
+    ]
     if extra:
         path = variant_dir / extra[0]
         raise IntegrityError(

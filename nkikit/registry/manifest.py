@@ -32,9 +32,6 @@ from .names import kernel_name
 
 MANIFEST_FILE = "kernel.toml"
 
-#: dtypes a kernel may declare: what the simulator and the torch binding both understand.
-KNOWN_DTYPES = ("float32", "bfloat16", "float16", "float8_e4m3", "float8_e5m2", "int8", "int32")
-
 _ATTR_TYPES = (bool, int, float, str)
 
 
@@ -141,7 +138,9 @@ class Manifest:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], *, path: Path | None = None, where: str = "manifest") -> Manifest:
+    def from_dict(
+        cls, data: Mapping[str, Any], *, path: Path | None = None, where: str = "manifest"
+    ) -> Manifest:
         """Build a Manifest from `kernel.json` data (or the tables of a `kernel.toml`).
 
         Raises ManifestError naming the first problem found.
@@ -159,7 +158,9 @@ class Manifest:
         license_ = data.get("license", "")
         description = data.get("description", "")
         if not isinstance(license_, str) or not license_:
-            raise ManifestError(f"{where}: [kernel] license is required (an SPDX id, e.g. 'Apache-2.0')")
+            raise ManifestError(
+                f"{where}: [kernel] license is required (an SPDX id, e.g. 'Apache-2.0')"
+            )
         if not isinstance(description, str):
             raise ManifestError(f"{where}: [kernel] description must be a string")
         raw_functions = data.get("functions")
@@ -204,7 +205,9 @@ def _module_file(folder: Path, module: str) -> bool:
 
 def _check_version(value: object, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ManifestError(f"{where} must be a non-negative integer (the major version), got {value!r}")
+        raise ManifestError(
+            f"{where} must be a non-negative integer (the major version), got {value!r}"
+        )
     return value
 
 
@@ -213,16 +216,32 @@ def _parse_function(name: str, spec: object, where: str) -> FunctionSpec:
         raise ManifestError(f"{where}: the function name must be a Python identifier")
     if not isinstance(spec, Mapping):
         raise ManifestError(f"{where}: expected a table")
-    known = {"entry", "reference", "inputs", "attrs", "dtypes", "example", "backward", "outputs", "returns_tuple"}
+    known = {
+        "entry",
+        "reference",
+        "inputs",
+        "attrs",
+        "dtypes",
+        "example",
+        "backward",
+        "outputs",
+        "returns_tuple",
+    }
     unknown = set(spec) - known
     if unknown:
         raise ManifestError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
     entry = Symbol.parse(spec.get("entry"), f"{where} entry")
-    reference = Symbol.parse(spec["reference"], f"{where} reference") if "reference" in spec else None
+    reference = (
+        Symbol.parse(spec["reference"], f"{where} reference") if "reference" in spec else None
+    )
     backward = Symbol.parse(spec["backward"], f"{where} backward") if "backward" in spec else None
 
     inputs = spec.get("inputs")
-    if not isinstance(inputs, list) or not inputs or not all(isinstance(i, str) and i.isidentifier() for i in inputs):
+    if (
+        not isinstance(inputs, list)
+        or not inputs
+        or not all(isinstance(i, str) and i.isidentifier() for i in inputs)
+    ):
         raise ManifestError(f"{where}: inputs must be a non-empty list of argument names")
     if len(set(inputs)) != len(inputs):
         raise ManifestError(f"{where}: inputs has duplicate names")
@@ -232,7 +251,9 @@ def _parse_function(name: str, spec: object, where: str) -> FunctionSpec:
         raise ManifestError(f"{where}: attrs must be a table of name = default")
     for k, v in attrs.items():
         if not k.isidentifier() or k in inputs:
-            raise ManifestError(f"{where}: attr {k!r} must be an identifier distinct from the inputs")
+            raise ManifestError(
+                f"{where}: attr {k!r} must be an identifier distinct from the inputs"
+            )
         if not _is_attr_value(v):
             raise ManifestError(
                 f"{where}: attr {k} = {v!r}: defaults must be bool, int, float, str or a list of numbers"
@@ -241,9 +262,11 @@ def _parse_function(name: str, spec: object, where: str) -> FunctionSpec:
     dtypes = spec.get("dtypes", ["float32"])
     if not isinstance(dtypes, list) or not dtypes or not all(isinstance(d, str) for d in dtypes):
         raise ManifestError(f"{where}: dtypes must be a non-empty list of dtype names")
-    bad = [d for d in dtypes if d not in KNOWN_DTYPES]
+    bad = [d for d in dtypes if not _is_nki_dtype(d)]
     if bad:
-        raise ManifestError(f"{where}: unknown dtype(s) {bad}; known: {', '.join(KNOWN_DTYPES)}")
+        raise ManifestError(
+            f"{where}: unknown dtype(s) {bad}; use NKI dtype names (float32, bfloat16, ...)"
+        )
 
     example = spec.get("example", {})
     if not isinstance(example, Mapping):
@@ -258,12 +281,18 @@ def _parse_function(name: str, spec: object, where: str) -> FunctionSpec:
     shapes: dict[str, tuple[int, ...]] = {}
     for k in inputs:
         shape = example[k]
-        if not isinstance(shape, list) or not all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in shape):
-            raise ManifestError(f"{where}: example.{k} must be a list of positive ints, got {shape!r}")
+        if not isinstance(shape, list) or not all(
+            isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in shape
+        ):
+            raise ManifestError(
+                f"{where}: example.{k} must be a list of positive ints, got {shape!r}"
+            )
         shapes[k] = tuple(shape)
 
     outputs = spec.get("outputs")
-    if outputs is not None and (not isinstance(outputs, int) or isinstance(outputs, bool) or outputs < 1):
+    if outputs is not None and (
+        not isinstance(outputs, int) or isinstance(outputs, bool) or outputs < 1
+    ):
         raise ManifestError(f"{where}: outputs must be a positive int")
     returns_tuple = spec.get("returns_tuple", False)
     if not isinstance(returns_tuple, bool):
@@ -280,6 +309,16 @@ def _parse_function(name: str, spec: object, where: str) -> FunctionSpec:
         outputs=outputs,
         returns_tuple=returns_tuple,
     )
+
+
+def _is_nki_dtype(name: str) -> bool:
+    from .. import dtypes
+
+    try:
+        dtypes.as_dtype(name)
+    except TypeError:
+        return False
+    return True
 
 
 def _is_attr_value(v: object) -> bool:

@@ -29,130 +29,184 @@ def relative_imports(source: str, filename: str, siblings: Collection[str], kern
     the folder) to relative imports. `kernel` is the folder's Python name (for
     `nkikit.library.<kernel>` imports). Raises BuildError for an import of another library
     kernel, which a build cannot carry."""
-    return _rewrite(source, filename, siblings, kernel, nki_target=None)
+    return _Rewriter(filename, siblings, kernel, None).run(source)
 
 
 def neuron_imports(
-    source: str, filename: str, siblings: Collection[str], kernel: str, target: str = "neuronxcc.nki"
+    source: str,
+    filename: str,
+    siblings: Collection[str],
+    kernel: str,
+    target: str = "neuronxcc.nki",
 ) -> str:
     """`relative_imports`, plus nkikit's NKI modules mapped onto `target` (`neuronxcc.nki` for the
-    Neuron SDK's NKI Beta-1, or `nki`). Raises BuildError for an nkikit import with no NKI
-    counterpart (e.g. `nkikit.testing`)."""
-    return _rewrite(source, filename, siblings, kernel, nki_target=target)
+    Neuron SDK's NKI Beta-1, or `nki`) and nkikit's portable helpers (VENDORED) onto the copies
+    the build carries. Raises BuildError for an nkikit import with no NKI counterpart (e.g.
+    `nkikit.testing`)."""
+    return _Rewriter(filename, siblings, kernel, target).run(source)
 
 
-def _rewrite(
-    source: str, filename: str, siblings: Collection[str], kernel: str, nki_target: str | None
-) -> str:
-    try:
-        tree = ast.parse(source, filename)
-    except SyntaxError as e:
-        raise BuildError(f"{filename}:{e.lineno}: cannot parse: {e.msg}") from None
-    own_pkg = f"{LIBRARY_PACKAGE}.{kernel}"
-    edits: list[tuple[ast.stmt, str]] = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            new = _rewrite_import(node, filename, siblings, own_pkg, nki_target)
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            new = _rewrite_from(node, filename, siblings, own_pkg, nki_target)
-        else:
-            continue
-        if new is not None:
-            edits.append((node, new))
-    return _apply(source, edits)
+#: Pure-numpy nkikit modules a Neuron build carries a copy of: nkikit module -> build module.
+VENDORED = {"dtypes": "_nkikit_dtypes"}
 
 
-def _where(filename: str, node: ast.stmt) -> str:
-    return f"{filename}:{node.lineno}"
-
-
-def _relative_name(module: str, siblings: Collection[str], own_pkg: str) -> str | None:
-    """The module's name relative to the kernel folder, or None if it is not one of its modules."""
-    if module == own_pkg:
-        return ""
-    if module.startswith(own_pkg + "."):
-        return module[len(own_pkg) + 1 :]
-    if module in siblings or module.split(".")[0] in {s.split(".")[0] for s in siblings}:
-        return module
-    return None
-
-
-def _nki_name(module: str, target: str, filename: str, node: ast.stmt) -> str | None:
-    """`nkikit[.language|.isa|.typing]` -> the same under `target`; None if not an nkikit import."""
-    if module != "nkikit" and not module.startswith("nkikit."):
-        return None
-    rest = module[len("nkikit") :].lstrip(".")
-    if rest and rest.split(".")[0] not in NKI_MODULES:
-        raise BuildError(
-            f"{_where(filename, node)}: imports {module}, which has no NKI counterpart; a kernel "
-            f"published for Neuron may only use nkikit.{{{', '.join(NKI_MODULES)}}} and nkikit itself"
-        )
-    return f"{target}.{rest}" if rest else target
-
-
-def _check_library(module: str, filename: str, node: ast.stmt, own_pkg: str) -> None:
-    if (module == LIBRARY_PACKAGE or module.startswith(LIBRARY_PACKAGE + ".")) and not (
-        module == own_pkg or module.startswith(own_pkg + ".")
+class _Rewriter:
+    def __init__(
+        self, filename: str, siblings: Collection[str], kernel: str, nki_target: str | None
     ):
+        self.filename = filename
+        self.siblings = set(siblings)
+        self.tops = {s.split(".")[0] for s in siblings}
+        self.own_pkg = f"{LIBRARY_PACKAGE}.{kernel}"
+        self.nki = nki_target
+
+    def run(self, source: str) -> str:
+        try:
+            tree = ast.parse(source, self.filename)
+        except SyntaxError as e:
+            raise BuildError(f"{self.filename}:{e.lineno}: cannot parse: {e.msg}") from None
+        edits: list[tuple[ast.stmt, str]] = []
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                parts = [self._one_import(node, a) for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                parts = self._import_from(node)
+            else:
+                continue
+            if any(p is not None for p in parts):
+                if isinstance(node, ast.Import):  # untouched names keep their own statement
+                    parts = [p or _import_text(a) for p, a in zip(parts, node.names)]
+                edits.append((node, "; ".join(p for p in parts if p)))
+        return _apply(source, edits)
+
+    def where(self, node: ast.stmt) -> str:
+        return f"{self.filename}:{node.lineno}"
+
+    def relative(self, module: str) -> str | None:
+        """The module's name relative to the kernel folder, or None if it is not one of its own."""
+        if module == self.own_pkg:
+            return ""
+        if module.startswith(self.own_pkg + "."):
+            return module[len(self.own_pkg) + 1 :]
+        if module.split(".")[0] in self.tops:
+            return module
+        return None
+
+    def check_library(self, module: str, node: ast.stmt) -> None:
+        if (
+            module == LIBRARY_PACKAGE or module.startswith(LIBRARY_PACKAGE + ".")
+        ) and self.relative(module) is None:
+            raise BuildError(
+                f"{self.where(node)}: imports {module}: a published kernel must be self-contained "
+                "(copy what it needs into its folder)"
+            )
+
+    def nkikit_module(self, module: str, node: ast.stmt) -> tuple[str, bool] | None:
+        """(new module path, is relative) for an nkikit module in a Neuron build, None if `module`
+        is not nkikit's. Raises BuildError for a module with no counterpart."""
+        if self.nki is None or (module != "nkikit" and not module.startswith("nkikit.")):
+            return None
+        rest = module[len("nkikit") :].lstrip(".")
+        head = rest.split(".")[0]
+        if not rest:
+            return self.nki, False
+        if head in NKI_MODULES:
+            return f"{self.nki}.{rest}", False
+        if rest in VENDORED:
+            return VENDORED[rest], True
         raise BuildError(
-            f"{_where(filename, node)}: imports {module}: a published kernel must be self-contained "
-            "(copy what it needs into its folder)"
+            f"{self.where(node)}: imports {module}, which has no NKI counterpart; a kernel published "
+            f"for Neuron may only use nkikit itself, nkikit.{{{', '.join(NKI_MODULES)}}} and "
+            f"nkikit.{{{', '.join(VENDORED)}}}"
         )
 
-
-def _rewrite_import(
-    node: ast.Import, filename: str, siblings: Collection[str], own_pkg: str, nki_target: str | None
-) -> str | None:
-    parts: list[str] = []
-    changed = False
-    for alias in node.names:
-        _check_library(alias.name, filename, node, own_pkg)
-        rel = _relative_name(alias.name, siblings, own_pkg)
+    def _one_import(self, node: ast.Import, alias: ast.alias) -> str | None:
+        name, asname = alias.name, alias.asname
+        self.check_library(name, node)
+        rel = self.relative(name)
         if rel is not None:
             if rel == "":
-                raise BuildError(f"{_where(filename, node)}: a kernel module cannot import its own package")
+                raise BuildError(
+                    f"{self.where(node)}: a kernel module cannot import its own package"
+                )
+            if asname is None and "." in rel:
+                raise BuildError(
+                    f"{self.where(node)}: write `import {name} as <alias>` or `from ... import`: "
+                    "a dotted import of a kernel's own module cannot be made relative"
+                )
             head, _, last = rel.rpartition(".")
-            bound = alias.asname or rel.split(".")[0]
-            if alias.asname is None and "." in rel:
-                # `import a.b` binds `a`: import the top module relatively, submodule with it.
-                parts.append(f"from . import {rel.split('.')[0]}")
-                parts.append(f"from .{head} import {last} as _{last}_submodule")
+            bound = asname or last
+            return f"from .{head} import {last}" + (f" as {bound}" if bound != last else "")
+        target = self.nkikit_module(name, node)
+        if target is None:
+            return None
+        new, is_rel = target
+        if is_rel:
+            if asname is None:
+                raise BuildError(
+                    f"{self.where(node)}: write `from nkikit import {name.split('.')[-1]}`"
+                )
+            return f"from . import {new} as {asname}"
+        if asname:
+            return f"import {new} as {asname}"
+        if name == "nkikit":
+            return f"import {new} as nkikit"
+        # `import nkikit.language` binds `nkikit` with .language loaded
+        return f"import {new}; import {self.nki} as nkikit"
+
+    def _import_from(self, node: ast.ImportFrom) -> list[str | None]:
+        module = node.module or ""
+        names = [a.name + (f" as {a.asname}" if a.asname else "") for a in node.names]
+        self.check_library(module, node)
+        rel = self.relative(module)
+        if rel is not None:
+            return [
+                f"from .{rel} import ({', '.join(names)})"
+                if rel
+                else f"from . import ({', '.join(names)})"
+            ]
+        target = self.nkikit_module(module, node)
+        if target is None:
+            return [None]
+        new, is_rel = target
+        if is_rel:
+            return [f"from .{new} import ({', '.join(names)})"]
+        if module != "nkikit":
+            return [f"from {new} import ({', '.join(names)})"]
+        # `from nkikit import language as nl, dtypes`: NKI names and vendored helpers split up
+        keep, out = [], []
+        for a in node.names:
+            if a.name in VENDORED:
+                out.append(f"from . import {VENDORED[a.name]} as {a.asname or a.name}")
             else:
-                parts.append(f"from .{head} import {last} as {bound}" if head else f"from . import {last}" + (f" as {bound}" if bound != last else ""))
-            changed = True
-            continue
-        if nki_target is not None:
-            new = _nki_name(alias.name, nki_target, filename, node)
-            if new is not None:
-                if alias.asname:
-                    parts.append(f"import {new} as {alias.asname}")
-                elif alias.name == "nkikit":
-                    parts.append(f"import {new} as nkikit")
-                else:  # `import nkikit.language` binds `nkikit`, with .language loaded
-                    parts.append(f"import {new}")
-                    parts.append(f"import {nki_target} as nkikit")
-                changed = True
-                continue
-        parts.append(f"import {alias.name}" + (f" as {alias.asname}" if alias.asname else ""))
-    return "; ".join(parts) if changed else None
+                if a.name in _NOT_NKI:
+                    self.nkikit_module(f"nkikit.{a.name}", node)  # raises: not part of NKI
+                keep.append(a.name + (f" as {a.asname}" if a.asname else ""))
+        if keep:
+            out.insert(0, f"from {new} import ({', '.join(keep)})")
+        return ["; ".join(out)]
 
 
-def _rewrite_from(
-    node: ast.ImportFrom, filename: str, siblings: Collection[str], own_pkg: str, nki_target: str | None
-) -> str | None:
-    module = node.module or ""
-    names = ", ".join(a.name + (f" as {a.asname}" if a.asname else "") for a in node.names)
-    _check_library(module, filename, node, own_pkg)
-    if module == LIBRARY_PACKAGE:
-        raise BuildError(f"{_where(filename, node)}: imports from {module}: a published kernel must be self-contained")
-    rel = _relative_name(module, siblings, own_pkg)
-    if rel is not None:
-        return f"from .{rel} import ({names})" if rel else f"from . import ({names})"
-    if nki_target is not None:
-        new = _nki_name(module, nki_target, filename, node)
-        if new is not None:
-            return f"from {new} import ({names})"
-    return None
+# nkikit submodules that are nkikit's own machinery, never part of NKI.
+_NOT_NKI = {
+    "registry",
+    "testing",
+    "sim",
+    "trace",
+    "ir",
+    "errors",
+    "compiler",
+    "profiler",
+    "torch",
+    "kernels",
+    "library",
+    "hub",
+    "cli",
+}
+
+
+def _import_text(alias: ast.alias) -> str:
+    return f"import {alias.name}" + (f" as {alias.asname}" if alias.asname else "")
 
 
 def _apply(source: str, edits: list[tuple[ast.stmt, str]]) -> str:

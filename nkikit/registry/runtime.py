@@ -70,7 +70,9 @@ class KernelFunction:
         self._binding: Any = None
         self._bind_lock = threading.Lock()
         self._spec_cache: dict[tuple, tuple[Spec, ...]] = {}
-        params = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in spec.inputs]
+        params = [
+            inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in spec.inputs
+        ]
         params += [
             inspect.Parameter(k, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=v)
             for k, v in spec.attrs.items()
@@ -142,7 +144,9 @@ class KernelFunction:
             specs = [TensorSpec(shape, np.dtype(_np_dtype(dt))) for shape, dt in inputs]
             kernel, _ = entry.specialize(*specs, **kwargs)
             order = _flatten_structure(kernel.return_structure)
-            result = tuple((tuple(kernel.outputs[i].shape), dtype_name(kernel.outputs[i].dtype)) for i in order)
+            result = tuple(
+                (tuple(kernel.outputs[i].shape), dtype_name(kernel.outputs[i].dtype)) for i in order
+            )
         else:
             arrays = [np.zeros(shape, dtype=_np_dtype(dt)) for shape, dt in inputs]
             outs = entry(*arrays, **kwargs)
@@ -226,7 +230,9 @@ def bind_functions(package: str, manifest: Manifest, namespace: str) -> dict[str
         try:
             return getattr(module, sym.attr)
         except AttributeError:
-            raise RegistryError(f"{package}.{sym.module} has no {sym.attr!r} (named in kernel.json)") from None
+            raise RegistryError(
+                f"{package}.{sym.module} has no {sym.attr!r} (named in kernel.json)"
+            ) from None
 
     functions = {}
     for name, spec in manifest.functions.items():
@@ -249,7 +255,8 @@ def bind_build(package: str, init_file: str) -> Build:
     there for code that expects it, as HF kernels does); otherwise on first torch use.
     Raises RegistryError for a malformed build.
     """
-    root = Path(init_file).resolve().parent
+    # not resolve(): in the HF cache files are symlinks into blobs/, the package is the folder
+    root = Path(init_file).absolute().parent
     data = read_build_file(root)
     manifest = Manifest.from_dict(data["manifest"], where=str(root / BUILD_FILE))
     build = Build(data["id"], manifest, bind_functions(package, manifest, data["id"]), root)

@@ -198,6 +198,9 @@ def check_kernel(
     Tolerance: ``rtol``/``atol`` when given, else ``tolerance(d, op_kind)`` for the loosest of
     ``dtype`` and each output's dtype (see ``nkikit.testing.tolerances``).
 
+    ``dtype``, ``rtol``, ``atol`` and ``op_kind`` belong to ``check_kernel``; a kernel keyword
+    argument with one of these names cannot be passed through (wrap the kernel in a lambda).
+
     Returns the kernel's outputs as a list of numpy arrays.  Raises ``AssertionError`` when the
     number of outputs, a shape or a value does not match (see ``compare`` for the message).
     """

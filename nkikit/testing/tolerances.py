@@ -14,6 +14,10 @@ has two sources:
 ``torch.testing.assert_close`` where torch has the dtype (fp32, fp16, bf16) and is derived from
 the mantissa width elsewhere (tf32, fp8: two ulps relative, an absolute floor near the smallest
 normal).  Integers compare exactly.  ``allclose`` semantics: ``|out - ref| <= atol + rtol*|ref|``.
+
+The absolute parts assume inputs of unit scale (``random_inputs`` draws standard normals) and
+matmul contractions up to a few thousand; for data of scale s, or much longer reductions, pass
+an ``atol`` scaled accordingly.
 """
 
 from __future__ import annotations

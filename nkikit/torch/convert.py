@@ -20,8 +20,24 @@ TORCH_DTYPE_NAMES: dict[torch.dtype, str] = {
     torch.int32: "int32",
     torch.int64: "int64",
     torch.bool: "bool",
+    torch.float8_e4m3fn: "float8_e4m3fn",
+    torch.float8_e5m2: "float8_e5m2",
+    torch.uint8: "uint8",
+    torch.int16: "int16",
 }
 _BY_NAME = {v: k for k, v in TORCH_DTYPE_NAMES.items()}
+
+# torch dtype -> (same-width integer torch dtype, ml_dtypes numpy dtype), and back.
+_VIEWS: dict[torch.dtype, tuple[torch.dtype, np.dtype]] = {
+    torch.bfloat16: (torch.int16, dtypes.bfloat16),
+    torch.float8_e4m3fn: (torch.uint8, dtypes.float8_e4m3fn),
+    torch.float8_e5m2: (torch.uint8, dtypes.float8_e5m2),
+}
+_BACK: dict[np.dtype, tuple[type, torch.dtype]] = {
+    dtypes.bfloat16: (np.int16, torch.bfloat16),
+    dtypes.float8_e4m3fn: (np.uint8, torch.float8_e4m3fn),
+    dtypes.float8_e5m2: (np.uint8, torch.float8_e5m2),
+}
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -42,8 +58,9 @@ def to_numpy(t: torch.Tensor) -> np.ndarray:
     t = t.detach()
     if not t.is_contiguous():
         t = t.contiguous()
-    if t.dtype == torch.bfloat16:
-        return t.view(torch.int16).numpy().view(dtypes.bfloat16)
+    view_as = _VIEWS.get(t.dtype)
+    if view_as is not None:  # dtypes numpy only knows through ml_dtypes: cross as raw bits
+        return t.view(view_as[0]).numpy().view(view_as[1])
     return t.numpy()
 
 
@@ -53,8 +70,13 @@ def from_numpy(a: np.ndarray, inputs: tuple[np.ndarray, ...] = ()) -> torch.Tens
     Arrays that may alias one of `inputs` are copied: a custom op must never return its input.
     """
     a = np.asarray(a)
-    if not a.flags.c_contiguous or not a.flags.writeable or any(np.may_share_memory(a, i) for i in inputs):
+    if (
+        not a.flags.c_contiguous
+        or not a.flags.writeable
+        or any(np.may_share_memory(a, i) for i in inputs)
+    ):
         a = np.array(a, order="C", copy=True)
-    if a.dtype == dtypes.bfloat16:
-        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+    back = _BACK.get(a.dtype)
+    if back is not None:
+        return torch.from_numpy(a.view(back[0])).view(back[1])
     return torch.from_numpy(a)

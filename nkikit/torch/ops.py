@@ -96,7 +96,9 @@ class TorchBinding:
         self.backward_op = None
         if fn.backward is not None:
             if fn.spec.returns_tuple:
-                raise KernelCallError(f"{fn.name}: a backward kernel needs a single-output function")
+                raise KernelCallError(
+                    f"{fn.name}: a backward kernel needs a single-output function"
+                )
             self.bwd_def = torch.library.custom_op(
                 f"{ns}::{fn.name}_backward",
                 self._backward_impl,
@@ -104,7 +106,9 @@ class TorchBinding:
                 schema=backward_schema_of(fn),
             )
             self.bwd_def.register_fake(self._backward_fake)
-            self.op_def.register_autograd(self._autograd_backward, setup_context=self._setup_context)
+            self.op_def.register_autograd(
+                self._autograd_backward, setup_context=self._setup_context
+            )
             self.backward_op = getattr(getattr(torch.ops, ns), f"{fn.name}_backward").default
         self.op = getattr(getattr(torch.ops, ns), fn.name).default
 
@@ -119,10 +123,14 @@ class TorchBinding:
                 attrs[i] = kwargs[k]
         return tensors, tuple(attrs)
 
-    def _check(self, tensors: tuple[torch.Tensor, ...], devices: tuple[str, ...] = ("cpu",)) -> None:
+    def _check(
+        self, tensors: tuple[torch.Tensor, ...], devices: tuple[str, ...] = ("cpu",)
+    ) -> None:
         for name, t in zip(self.fn.spec.inputs, tensors):
             if not isinstance(t, torch.Tensor):
-                raise KernelCallError(f"{self.fn.name}(): input {name!r} must be a tensor, got {type(t).__name__}")
+                raise KernelCallError(
+                    f"{self.fn.name}(): input {name!r} must be a tensor, got {type(t).__name__}"
+                )
             if t.device.type not in devices:
                 raise KernelCallError(
                     f"{self.fn.name}(): input {name!r} is on {t.device}; nkikit runs kernels on the "
@@ -177,7 +185,11 @@ class TorchBinding:
         tensors, attrs = self._split(rest, kwargs)
         self._check(tensors)
         arrays = tuple(to_numpy(t) for t in tensors)
-        g = to_numpy(grad.to(tensors[0].dtype)) if grad.dtype != tensors[0].dtype else to_numpy(grad)
+        g = (
+            to_numpy(grad.to(tensors[0].dtype))
+            if grad.dtype != tensors[0].dtype
+            else to_numpy(grad)
+        )
         grads = self.fn.backward(g, *arrays, **dict(zip(self.fn.spec.attrs, attrs)))  # type: ignore[misc]
         grads = grads if isinstance(grads, tuple | list) else (grads,)
         if len(grads) != self.nin:
@@ -211,4 +223,7 @@ def _eager_plain(tensors: tuple) -> bool:
     for t in tensors:
         if type(t) is not torch.Tensor or (grad and t.requires_grad):
             return False
-    return torch._C._len_torch_dispatch_stack() == 0 and not torch._C._are_functorch_transforms_active()
+    return (
+        torch._C._len_torch_dispatch_stack() == 0
+        and not torch._C._are_functorch_transforms_active()
+    )

@@ -251,6 +251,15 @@ def mask_not_equal(a):
     return out
 
 
+@nki.jit
+def affine_select_two_clauses(a):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    ip, jf = nl.mgrid[0:128, 0:64]
+    m = nisa.affine_select((ip - jf >= 0) & (jf < 32), nl.load(a), -1.0)  # BAD
+    nl.store(out, value=m)
+    return out
+
+
 def test_mask_axes_must_exist():
     err = rejects(mask_on_missing_axis, "err_unsupported_expression_in_mask", f32(128, 64))
     assert "tile axis 2" in str(err)
@@ -258,6 +267,10 @@ def test_mask_axes_must_exist():
 
 def test_mask_cannot_use_not_equal():
     rejects(mask_not_equal, "err_unsupported_expression_in_mask", f32(128, 64))
+
+
+def test_affine_select_takes_one_comparison():
+    rejects(affine_select_two_clauses, "err_unsupported_expression_in_mask", f32(128, 64))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -299,6 +312,28 @@ def spmd_instances_write_same_tile(a):
     t = nl.load(a[nl.ds(nl.program_id(0) * 128, 128), :])
     nl.store(out, value=t)  # BAD
     return out
+
+
+@nki.jit
+def one_iteration_writes(a):
+    out = nl.ndarray((128, 64), dtype=a.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(4):
+        t = nl.load(a[:, nl.ds(i * 64, 64)])
+        nl.store(out, value=t, mask=(i == 2))
+    return out
+
+
+@nki.jit
+def one_instance_writes(a):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    nl.store(out, value=nl.load(a), mask=(nl.program_id(0) == 0))
+    return out
+
+
+def test_a_write_selected_by_a_mask_is_distinct():
+    a = f32(128, 256)
+    np.testing.assert_array_equal(one_iteration_writes(a), a[:, 128:192])
+    np.testing.assert_array_equal(one_instance_writes[3](a[:, :64]), a[:, :64])
 
 
 def test_affine_range_writes_must_be_distinct():
@@ -376,6 +411,18 @@ def output_written_in_dead_loop(a):
 def test_output_must_be_written():
     rejects(output_never_written, "err_tensor_output_not_written_to", f32(128, 64))
     rejects(output_written_in_dead_loop, "err_tensor_output_not_written_to", f32(128, 64))
+
+
+@nki.jit
+def returns_a_reshape(a):
+    out = nl.ndarray((128, 64), dtype=a.dtype, buffer=nl.shared_hbm)
+    nl.store(out, value=nl.load(a))
+    return out.reshape((64, 128))
+
+
+def test_returned_reshape_is_written_through_its_base():
+    a = f32(128, 64)
+    np.testing.assert_array_equal(returns_a_reshape(a), a.reshape(64, 128))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -958,6 +1005,21 @@ def test_tensor_engine_result_assigned_into_sbuf_goes_through_psum():
     ir = str(transpose_into_sbuf.ir(a))
     assert "psum" in ir and "tensor_copy" in ir
     np.testing.assert_array_equal(transpose_into_sbuf(a), a.T)
+
+
+@nki.jit
+def hbm_scratch_per_iteration(a):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(a.shape[1] // 64):
+        scratch = nl.ndarray((128, 64), dtype=a.dtype, buffer=nl.hbm)
+        nl.store(scratch, value=nl.load(a[:, nl.ds(i * 64, 64)]))
+        nl.store(out[:, nl.ds(i * 64, 64)], value=nl.exp(nl.load(scratch)))
+    return out
+
+
+def test_private_hbm_scratch_created_inside_the_loop():
+    a = f32(128, 192)
+    np.testing.assert_allclose(hbm_scratch_per_iteration(a), np.exp(a), rtol=1e-5)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,1 @@
+"""The IR: data model (core), affine indices, printer and verifier."""

@@ -1,0 +1,48 @@
+"""The few things the registry needs from `huggingface_hub`, in one place.
+
+huggingface_hub is imported lazily (here and only here for the registry's client side), so
+`import nkikit` and loading a cached kernel for numpy use do not pay for it when it is not needed.
+Its settings are read at *its* import time (HF_ENDPOINT, HF_HUB_CACHE, HF_HUB_OFFLINE): use the
+`endpoint=` / `cache_dir=` arguments to point one call elsewhere.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+def hf_api(endpoint: str | None, token: str | None) -> Any:
+    """An `HfApi` for `endpoint` (default: HF_ENDPOINT / huggingface.co)."""
+    from huggingface_hub import HfApi
+
+    return HfApi(endpoint=endpoint, token=token)
+
+
+def transport_errors() -> tuple[type[BaseException], ...]:
+    """Exception types that mean 'the Hub could not be reached or went away mid-transfer'."""
+    errors: list[type[BaseException]] = [OSError, ConnectionError, TimeoutError]
+    try:
+        from huggingface_hub.utils import httpx  # huggingface_hub >= 1.30 (httpx or httpx2)
+    except ImportError:  # pragma: no cover - older huggingface_hub
+        try:
+            import httpx  # type: ignore[no-redef]
+        except ImportError:
+            httpx = None  # type: ignore[assignment]
+    if httpx is not None:
+        errors.append(httpx.TransportError)
+    return tuple(errors)
+
+
+def is_offline() -> bool:
+    """HF_HUB_OFFLINE as huggingface_hub sees it (read per call, so tests may patch it)."""
+    from huggingface_hub import constants
+
+    return bool(constants.HF_HUB_OFFLINE)
+
+
+def default_cache_dir() -> Path:
+    """The HF hub cache (HF_HUB_CACHE, default ~/.cache/huggingface/hub)."""
+    from huggingface_hub import constants
+
+    return Path(constants.HF_HUB_CACHE)

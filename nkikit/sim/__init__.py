@@ -1,0 +1,1 @@
+"""The numpy simulator of the IR."""

@@ -1,0 +1,1 @@
+"""The tracer: proxies, index expressions, loop capture and the specialization cache."""
