@@ -10,6 +10,7 @@ for anything larger.
 from __future__ import annotations
 
 import argparse
+import errno
 import ipaddress
 import os
 import sys
@@ -70,9 +71,15 @@ class HubServer:
         if self._server is not None:
             return self.url
         handler = _QuietHandler if self._quiet else WSGIRequestHandler
-        self._server = make_server(
-            self._host, self._port, self.app, threaded=True, request_handler=handler
-        )
+        try:
+            self._server = make_server(
+                self._host, self._port, self.app, threaded=True, request_handler=handler
+            )
+        except SystemExit:
+            # werkzeug reports a busy port by exiting the process; a library must not.
+            raise OSError(
+                errno.EADDRINUSE, f"{self._host}:{self._port} is already in use"
+            ) from None
         server = self._server
         self._thread = threading.Thread(
             # A short poll interval makes stop() quick (the default 0.5 s adds up in test suites).

@@ -19,11 +19,13 @@ def simulate_kernel(kernel, *args, **kwargs):
     return kernel(*args, **kwargs)
 
 
-def trace(kernel, *args, **kwargs):
-    """The verified IR of ``kernel`` specialized for these arguments."""
-    if not isinstance(kernel, JitKernel):
-        kernel = jit(kernel)
-    return kernel.ir(*args, **kwargs)
-
-
-__all__ = ["NkiError", "JitKernel", "TensorSpec", "jit", "simulate_kernel", "trace", "isa", "language", "typing"]
+__all__ = [
+    "NkiError",
+    "JitKernel",
+    "TensorSpec",
+    "jit",
+    "simulate_kernel",
+    "isa",
+    "language",
+    "typing",
+]

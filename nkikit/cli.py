@@ -29,7 +29,9 @@ def load_kernel(target: str):
         mod, name = target.split(":", 1)
         module = importlib.import_module(mod)
     else:
-        raise SystemExit(f"nkikit: name a kernel as FILE.py::KERNEL or MODULE:KERNEL, got {target!r}")
+        raise SystemExit(
+            f"nkikit: name a kernel as FILE.py::KERNEL or MODULE:KERNEL, got {target!r}"
+        )
     try:
         return getattr(module, name)
     except AttributeError:
@@ -67,7 +69,9 @@ def _materialize(args: dict[str, object], seed: int = 0) -> dict[str, object]:
     for k, v in args.items():
         if isinstance(v, TensorSpec):
             x = rng.standard_normal(v.shape).astype(np.float32)
-            real[k] = dtypes.cast(x, v.dtype) if dtypes.is_float(v.dtype) else (x * 10).astype(v.dtype)
+            real[k] = (
+                dtypes.cast(x, v.dtype) if dtypes.is_float(v.dtype) else (x * 10).astype(v.dtype)
+            )
         else:
             real[k] = v
     return real
@@ -84,8 +88,10 @@ def cmd_run(ns) -> int:
     outs = out if isinstance(out, tuple | list) else [out]
     for i, o in enumerate(outs):
         a = np.asarray(o, dtype=np.float32)
-        print(f"output {i}: shape={a.shape} dtype={np.asarray(o).dtype} mean={np.nanmean(a):.6g} "
-              f"min={np.nanmin(a):.6g} max={np.nanmax(a):.6g} nan={int(np.isnan(a).sum())}")
+        print(
+            f"output {i}: shape={a.shape} dtype={np.asarray(o).dtype} mean={np.nanmean(a):.6g} "
+            f"min={np.nanmin(a):.6g} max={np.nanmax(a):.6g} nan={int(np.isnan(a).sum())}"
+        )
     return 0
 
 
@@ -130,16 +136,26 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(fn=cmd_test)
 
     forwarded = {
-        "profile": ("nkikit.compiler.api", "main_profile", "profile a kernel on a NeuronCore model"),
+        "profile": (
+            "nkikit.compiler.api",
+            "main_profile",
+            "profile a kernel on a NeuronCore model",
+        ),
         "publish": ("nkikit.registry.cli", "main_publish", "publish a kernel folder to a Hub"),
         "pull": ("nkikit.registry.cli", "main_pull", "pull a kernel from a Hub"),
         "lock": ("nkikit.registry.cli", "main_lock", "write kernels.lock"),
-        "demo": ("nkikit.demo", "main", "the RMSNorm story: profile three versions, then share one"),
+        "demo": (
+            "nkikit.demo",
+            "main",
+            "the RMSNorm story: profile three versions, then share one",
+        ),
     }
     for name, (_, _, help_text) in forwarded.items():
         p = sub.add_parser(name, help=help_text, add_help=False)
         p.add_argument("rest", nargs=argparse.REMAINDER)
-    p = sub.add_parser("hub", help="Hub-compatible server: `nkikit hub serve --root DIR --port N`", add_help=False)
+    p = sub.add_parser(
+        "hub", help="Hub-compatible server: `nkikit hub serve --root DIR --port N`", add_help=False
+    )
     p.add_argument("rest", nargs=argparse.REMAINDER)
 
     if argv and argv[0] in forwarded:

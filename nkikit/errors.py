@@ -203,5 +203,7 @@ def hide_internal_frames(exc: BaseException) -> BaseException:
         tb = tb.tb_next
     new_tb = None
     for frame_tb in reversed(kept):
-        new_tb = types.TracebackType(new_tb, frame_tb.tb_frame, frame_tb.tb_lasti, frame_tb.tb_lineno)
+        new_tb = types.TracebackType(
+            new_tb, frame_tb.tb_frame, frame_tb.tb_lasti, frame_tb.tb_lineno
+        )
     return exc.with_traceback(new_tb)

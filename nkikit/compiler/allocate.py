@@ -261,7 +261,7 @@ def allocate(kernel: Kernel, target: Target) -> Allocation:
     for info in infos.values():
         t = info.tensor
         size, align = _layout(t, target)
-        want = min(target.max_buffers, info.execs) if info.pipelined else 1
+        want = min(target.max_buffers if info.pipelined else target.sequential_buffers, info.execs) if info.execs > 1 else 1
         if t.buffer == "psum":
             want = min(want, target.psum_banks)
         want = max(want, 1)
@@ -302,7 +302,9 @@ def _fit(items: list[_Item], capacity: int, partitions: int):
             multi = [it for it in items if it.buffers > 1]
             if not multi:
                 break
-            max(multi, key=lambda it: (it.footprint, it.size)).buffers -= 1
+            # keep double buffering as long as possible: shed the third and fourth buffers
+            # of every tensor before any tensor drops to a single buffer
+            max(multi, key=lambda it: (it.buffers > 2, it.footprint, it.size)).buffers -= 1
     return None, high, "static"
 
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 
-from .lower import ALLOC, DMA, LOOP, OP, LoweredKernel, Region, StaticInstr, Tracked
+from .lower import DMA, LOOP, OP, LoweredKernel, Region, StaticInstr, Tracked
 
 _MAX_DEPS = 6
 _MAX_GAPS = 256

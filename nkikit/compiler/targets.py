@@ -80,6 +80,7 @@ class Target:
     semaphore_cycles: int = 100
     dma_row_overhead_bytes: int = 64
     max_buffers: int = 4
+    sequential_buffers: int = 2
     sbuf_align: int = 64
     notes: dict[str, str] = field(default_factory=dict)
 

@@ -21,8 +21,8 @@ def square(x):
     """x * x, tile by tile."""
     out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
     for i in nl.affine_range(x.shape[0] // P):
-        t = nl.load(x[i * P:(i + 1) * P, :])
-        nl.store(out[i * P:(i + 1) * P, :], value=nl.multiply(t, t))
+        t = nl.load(x[i * P : (i + 1) * P, :])
+        nl.store(out[i * P : (i + 1) * P, :], value=nl.multiply(t, t))
     return out
 
 
@@ -31,8 +31,8 @@ def mean_rows(x):
     """Mean of each row: [N, D] -> [N, 1]."""
     out = nl.ndarray((x.shape[0], 1), dtype=x.dtype, buffer=nl.shared_hbm)
     for i in nl.affine_range(x.shape[0] // P):
-        t = nl.load(x[i * P:(i + 1) * P, :])
-        nl.store(out[i * P:(i + 1) * P, :], value=nl.mean(t, axis=1))
+        t = nl.load(x[i * P : (i + 1) * P, :])
+        nl.store(out[i * P : (i + 1) * P, :], value=nl.mean(t, axis=1))
     return out
 
 
@@ -41,8 +41,8 @@ def rsqrt_eps(x, eps):
     """1 / sqrt(x + eps) for a column [N, 1]."""
     out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
     for i in nl.affine_range(x.shape[0] // P):
-        t = nl.load(x[i * P:(i + 1) * P, :])
-        nl.store(out[i * P:(i + 1) * P, :], value=nl.rsqrt(nl.add(t, eps)))
+        t = nl.load(x[i * P : (i + 1) * P, :])
+        nl.store(out[i * P : (i + 1) * P, :], value=nl.rsqrt(nl.add(t, eps)))
     return out
 
 
@@ -51,9 +51,9 @@ def scale_rows(x, r):
     """x * r with r a column [N, 1]."""
     out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
     for i in nl.affine_range(x.shape[0] // P):
-        t = nl.load(x[i * P:(i + 1) * P, :])
-        s = nl.load(r[i * P:(i + 1) * P, :])
-        nl.store(out[i * P:(i + 1) * P, :], value=nl.multiply(t, s))
+        t = nl.load(x[i * P : (i + 1) * P, :])
+        s = nl.load(r[i * P : (i + 1) * P, :])
+        nl.store(out[i * P : (i + 1) * P, :], value=nl.multiply(t, s))
     return out
 
 
@@ -64,8 +64,8 @@ def scale_cols(x, gamma):
     g = nl.load(gamma.reshape((1, gamma.shape[0])))
     g_b = g.broadcast_to((P, gamma.shape[0]))
     for i in nl.affine_range(x.shape[0] // P):
-        t = nl.load(x[i * P:(i + 1) * P, :])
-        nl.store(out[i * P:(i + 1) * P, :], value=nl.multiply(t, g_b))
+        t = nl.load(x[i * P : (i + 1) * P, :])
+        nl.store(out[i * P : (i + 1) * P, :], value=nl.multiply(t, g_b))
     return out
 
 
@@ -110,15 +110,19 @@ def rmsnorm_tuned(x, gamma, eps=1e-6):
     ones = nl.ones((1, P), dtype=x.dtype)
     g_b = nl.ndarray((P, d), dtype=x.dtype)
     for j in nl.affine_range(d // 512):
-        g_b[:, j * 512:(j + 1) * 512] = nl.copy(nisa.nc_matmul(ones, g[:, j * 512:(j + 1) * 512]), dtype=x.dtype)
+        g_b[:, j * 512 : (j + 1) * 512] = nl.copy(
+            nisa.nc_matmul(ones, g[:, j * 512 : (j + 1) * 512]), dtype=x.dtype
+        )
     eps_col = nl.full((P, 1), eps, dtype=nl.float32)
     for i in nl.affine_range(n // P):
-        t = nl.load(x[i * P:(i + 1) * P, :])
+        t = nl.load(x[i * P : (i + 1) * P, :])
         sq_sum = nl.ndarray((P, 1), dtype=nl.float32)
         nisa.activation_reduce(op=nl.square, data=t, reduce_op=np.add, reduce_res=sq_sum)
         r = nisa.activation(op=nl.rsqrt, data=sq_sum, scale=1.0 / d, bias=eps_col)
-        y = nisa.scalar_tensor_tensor(data=t, op0=np.multiply, operand0=r, op1=np.multiply, operand1=g_b)
-        nl.store(out[i * P:(i + 1) * P, :], value=y)
+        y = nisa.scalar_tensor_tensor(
+            data=t, op0=np.multiply, operand0=r, op1=np.multiply, operand1=g_b
+        )
+        nl.store(out[i * P : (i + 1) * P, :], value=y)
     return out
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any
 
 import numpy as np
 
@@ -80,7 +80,9 @@ class Access:
 
     @staticmethod
     def whole(tensor: Tensor) -> Access:
-        return Access(tensor, tensor.shape, tuple(Affine.of(Axis(k)) for k in range(len(tensor.shape))))
+        return Access(
+            tensor, tensor.shape, tuple(Affine.of(Axis(k)) for k in range(len(tensor.shape)))
+        )
 
     @property
     def dtype(self) -> np.dtype:
@@ -115,7 +117,7 @@ class Access:
         return f"{self.tensor!r}[{idx}]<{shape}>"
 
 
-Operand = Union[Access, float, int]
+Operand = Access | float | int
 
 
 @dataclass(eq=False, slots=True)
@@ -152,7 +154,7 @@ class Loop:
         return self.var.trip
 
 
-Stmt = Union[Op, Alloc, Loop]
+Stmt = Op | Alloc | Loop
 
 
 @dataclass(eq=False, slots=True)

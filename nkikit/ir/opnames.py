@@ -16,8 +16,10 @@ ACTIVATIONS = frozenset(
     silu silu_dx erf erf_dx softplus mish sqrt rsqrt reciprocal square sin cos tan arctan abs
     sign negative trunc floor ceil invert logical_not gelu_apprx_sigmoid_dx""".split()
 )
-REDUCE_OPS = frozenset("add subtract multiply max min maximum minimum bitwise_and bitwise_or "
-                       "bitwise_xor logical_and logical_or logical_xor".split())
+REDUCE_OPS = frozenset(
+    "add subtract multiply max min maximum minimum bitwise_and bitwise_or "
+    "bitwise_xor logical_and logical_or logical_xor".split()
+)
 
 _ALIASES = {
     "sum": "add",
@@ -54,7 +56,9 @@ def op_name(op: object, kind: str = "alu") -> str:
         valid = ALU_OPS
     if name not in valid:
         raise NkiError(
-            "err_invalid_argument", caller_loc(), op=f"{kind} op",
+            "err_invalid_argument",
+            caller_loc(),
+            op=f"{kind} op",
             why=f"{op!r} is not a supported {kind} operator",
         )
     return name

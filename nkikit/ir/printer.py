@@ -25,7 +25,13 @@ def _operand(x) -> str:
 def _attrs(op: Op) -> str:
     items = []
     for k, v in op.attrs.items():
-        if v is None or v is False or k == "engine" and v == "vector" and op.prim in ("tensor_copy", "memset", "tensor_tensor", "tensor_scalar"):
+        if (
+            v is None
+            or v is False
+            or k == "engine"
+            and v == "vector"
+            and op.prim in ("tensor_copy", "memset", "tensor_tensor", "tensor_scalar")
+        ):
             continue
         items.append(k if v is True else f"{k}={v!r}" if isinstance(v, str) else f"{k}={v}")
     return " {" + ", ".join(items) + "}" if items else ""

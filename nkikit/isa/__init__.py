@@ -43,4 +43,6 @@ def get_nc_version():
     import os
 
     target = os.environ.get("NEURON_PLATFORM_TARGET_OVERRIDE", "trn2")
-    return {"trn1": nc_version.gen2, "inf2": nc_version.gen2, "trn3": nc_version.gen4}.get(target, nc_version.gen3)
+    return {"trn1": nc_version.gen2, "inf2": nc_version.gen2, "trn3": nc_version.gen4}.get(
+        target, nc_version.gen3
+    )

@@ -11,7 +11,16 @@ from ..errors import NkiError, SourceLoc, caller_loc
 from ..ir.affine import Affine, Axis
 from ..ir.opnames import op_name
 from ..trace.builder import current
-from ..trace.emit import Scalar, access_of, as_tile_access, broadcast_access, mask_of, new_tile, operand, result_dtype
+from ..trace.emit import (
+    Scalar,
+    access_of,
+    as_tile_access,
+    broadcast_access,
+    mask_of,
+    new_tile,
+    operand,
+    result_dtype,
+)
 from ..trace.index import Index, Pred
 from ..trace.tile import Tile
 
@@ -77,31 +86,65 @@ def _tile(x, loc, what):
 def nc_matmul_at(stationary, moving, loc: SourceLoc, mask=None, **attrs) -> Tile:
     s = _tile(stationary, loc, "nc_matmul stationary")
     m = _tile(moving, loc, "nc_matmul moving")
-    tile, out = new_tile((s.free_size, m.free_size), dtypes.float32, loc, buffer="psum", fallback="matmul")
+    tile, out = new_tile(
+        (s.free_size, m.free_size), dtypes.float32, loc, buffer="psum", fallback="matmul"
+    )
     s2 = s if len(s.shape) == 2 else _flatten(s)
     m2 = m if len(m.shape) == 2 else _flatten(m)
-    _emit("nc_matmul", [out], [s2, m2], {"accumulate": False, **attrs}, mask=mask_of(mask, loc), loc=loc)
+    _emit(
+        "nc_matmul",
+        [out],
+        [s2, m2],
+        {"accumulate": False, **attrs},
+        mask=mask_of(mask, loc),
+        loc=loc,
+    )
     return tile
 
 
 def _flatten(a):
-    raise NkiError("err_invalid_argument", caller_loc(), op="nc_matmul", why=f"operands must be 2-D tiles, got shape {a.shape}")
+    raise NkiError(
+        "err_invalid_argument",
+        caller_loc(),
+        op="nc_matmul",
+        why=f"operands must be 2-D tiles, got shape {a.shape}",
+    )
 
 
-def nc_matmul(stationary, moving, is_stationary_onezero=False, is_moving_onezero=False,
-              is_transpose=False, tile_position=(), tile_size=(), *, mask=None, perf_mode=None, **kwargs) -> Tile:
+def nc_matmul(
+    stationary,
+    moving,
+    is_stationary_onezero=False,
+    is_moving_onezero=False,
+    is_transpose=False,
+    tile_position=(),
+    tile_size=(),
+    *,
+    mask=None,
+    perf_mode=None,
+    **kwargs,
+) -> Tile:
     """``stationary.T @ moving`` on the TensorE into a new PSUM fp32 tile
     [stationary free size, moving free size].  Contraction is over the partition axis."""
-    return nc_matmul_at(stationary, moving, caller_loc(), mask=mask,
-                        perf_mode=None if perf_mode is None else str(getattr(perf_mode, "value", perf_mode)))
+    return nc_matmul_at(
+        stationary,
+        moving,
+        caller_loc(),
+        mask=mask,
+        perf_mode=None if perf_mode is None else str(getattr(perf_mode, "value", perf_mode)),
+    )
 
 
 def nc_transpose_at(data, loc: SourceLoc, engine_: str = "tensor", dtype=None) -> Tile:
     a = _tile(data, loc, "nc_transpose")
     if len(a.shape) != 2:
-        raise NkiError("err_invalid_argument", loc, op="nc_transpose", why=f"data must be 2-D, got {a.shape}")
+        raise NkiError(
+            "err_invalid_argument", loc, op="nc_transpose", why=f"data must be 2-D, got {a.shape}"
+        )
     buffer = "psum" if engine_ == "tensor" else "sbuf"
-    tile, out = new_tile((a.shape[1], a.shape[0]), dtype or a.dtype, loc, buffer=buffer, fallback="transpose")
+    tile, out = new_tile(
+        (a.shape[1], a.shape[0]), dtype or a.dtype, loc, buffer=buffer, fallback="transpose"
+    )
     _emit("nc_transpose", [out], [a], {"engine": engine_}, loc=loc)
     return tile
 
@@ -110,7 +153,11 @@ def nc_transpose(data, *, mask=None, dtype=None, engine=engine.unknown, **kwargs
     """Swap partition and free axes: TensorE (up to 128x128, into PSUM) or VectorE (32x32)."""
     loc = caller_loc()
     a = _tile(data, loc, "nc_transpose")
-    default = "vector" if a.shape[0] <= 32 and a.free_size <= 32 and a.tensor.buffer == "psum" else "tensor"
+    default = (
+        "vector"
+        if a.shape[0] <= 32 and a.free_size <= 32 and a.tensor.buffer == "psum"
+        else "tensor"
+    )
     return nc_transpose_at(data, loc, _engine_name(engine, default), dtype)
 
 
@@ -126,23 +173,43 @@ def _activation(op, data, bias, scale, reduce_op, reduce_res, loc, dtype, mask) 
     outs = [out]
     if reduce_op is not None:
         if reduce_res is None:
-            raise NkiError("err_invalid_argument", loc, op="activation", why="reduce_op needs reduce_res")
+            raise NkiError(
+                "err_invalid_argument", loc, op="activation", why="reduce_op needs reduce_res"
+            )
         outs.append(_tile(reduce_res, loc, "reduce_res"))
-    _emit("activation", outs, [a, b, s],
-          {"op": fn, "reduce_op": None if reduce_op is None else op_name(reduce_op, "reduce")},
-          mask=mask_of(mask, loc), loc=loc)
+    _emit(
+        "activation",
+        outs,
+        [a, b, s],
+        {"op": fn, "reduce_op": None if reduce_op is None else op_name(reduce_op, "reduce")},
+        mask=mask_of(mask, loc),
+        loc=loc,
+    )
     return tile
 
 
-def activation(op, data, bias=None, scale=1.0, *, reduce_op=None, reduce_res=None, reduce_cmd=None,
-               mask=None, dtype=None, **kwargs) -> Tile:
+def activation(
+    op,
+    data,
+    bias=None,
+    scale=1.0,
+    *,
+    reduce_op=None,
+    reduce_res=None,
+    reduce_cmd=None,
+    mask=None,
+    dtype=None,
+    **kwargs,
+) -> Tile:
     """``op(data * scale + bias)`` on the ScalarE.  ``bias``: (P, 1) tile; ``scale``: scalar or
     (P, 1) tile.  With ``reduce_op`` (add), the free-axis reduction of the result is written to
     ``reduce_res`` (P, 1)."""
     return _activation(op, data, bias, scale, reduce_op, reduce_res, caller_loc(), dtype, mask)
 
 
-def activation_reduce(op, data, *, reduce_op, reduce_res, bias=None, scale=1.0, mask=None, dtype=None, **kwargs) -> Tile:
+def activation_reduce(
+    op, data, *, reduce_op, reduce_res, bias=None, scale=1.0, mask=None, dtype=None, **kwargs
+) -> Tile:
     """``activation`` plus a free-axis reduction into ``reduce_res``."""
     return _activation(op, data, bias, scale, reduce_op, reduce_res, caller_loc(), dtype, mask)
 
@@ -150,20 +217,43 @@ def activation_reduce(op, data, *, reduce_op, reduce_res, bias=None, scale=1.0, 
 # --- VectorE / GpSimd ------------------------------------------------------------------------
 
 
-def tensor_tensor(data1, data2, op, *, mask=None, dtype=None, engine=engine.unknown, **kwargs) -> Tile:  # noqa: A002
+def tensor_tensor(
+    data1, data2, op, *, mask=None, dtype=None, engine=engine.unknown, **kwargs
+) -> Tile:  # noqa: A002
     """Elementwise ``op(data1, data2)``; both tiles have the same shape."""
     loc = caller_loc()
     a, b = _tile(data1, loc, "tensor_tensor"), _tile(data2, loc, "tensor_tensor")
     if a.shape[0] != b.shape[0]:
-        raise NkiError("err_num_partition_mismatch", loc, op="tensor_tensor", a=a.shape[0], b=b.shape[0])
+        raise NkiError(
+            "err_num_partition_mismatch", loc, op="tensor_tensor", a=a.shape[0], b=b.shape[0]
+        )
     b = broadcast_access(b, a.shape, loc, "tensor_tensor")
     tile, out = new_tile(a.shape, result_dtype(dtype, data1, data2), loc, fallback="tt")
-    _emit("tensor_tensor", [out], [a, b], {"op": op_name(op), "engine": _engine_name(engine, "vector")}, mask=mask_of(mask, loc), loc=loc)
+    _emit(
+        "tensor_tensor",
+        [out],
+        [a, b],
+        {"op": op_name(op), "engine": _engine_name(engine, "vector")},
+        mask=mask_of(mask, loc),
+        loc=loc,
+    )
     return tile
 
 
-def tensor_scalar(data, op0, operand0, reverse0=False, op1=None, operand1=None, reverse1=False, *,
-                  mask=None, dtype=None, engine=engine.unknown, **kwargs) -> Tile:  # noqa: A002
+def tensor_scalar(
+    data,
+    op0,
+    operand0,
+    reverse0=False,
+    op1=None,
+    operand1=None,
+    reverse1=False,
+    *,
+    mask=None,
+    dtype=None,
+    engine=engine.unknown,
+    **kwargs,
+) -> Tile:  # noqa: A002
     """``(data op0 operand0) op1 operand1``; operands are scalars or (P, 1) tiles."""
     loc = caller_loc()
     a = _tile(data, loc, "tensor_scalar")
@@ -171,44 +261,92 @@ def tensor_scalar(data, op0, operand0, reverse0=False, op1=None, operand1=None, 
     if op1 is not None:
         ins.append(operand(operand1, loc))
     tile, out = new_tile(a.shape, dtype or a.dtype, loc, fallback="ts")
-    _emit("tensor_scalar", [out], ins,
-          {"op0": op_name(op0), "reverse0": bool(reverse0), "op1": None if op1 is None else op_name(op1),
-           "reverse1": bool(reverse1), "engine": _engine_name(engine, "vector")},
-          mask=mask_of(mask, loc), loc=loc)
+    _emit(
+        "tensor_scalar",
+        [out],
+        ins,
+        {
+            "op0": op_name(op0),
+            "reverse0": bool(reverse0),
+            "op1": None if op1 is None else op_name(op1),
+            "reverse1": bool(reverse1),
+            "engine": _engine_name(engine, "vector"),
+        },
+        mask=mask_of(mask, loc),
+        loc=loc,
+    )
     return tile
 
 
-def tensor_scalar_reduce(*, data, op0, operand0, reduce_op, reduce_res, reverse0=False, mask=None, dtype=None, **kwargs) -> Tile:
+def tensor_scalar_reduce(
+    *, data, op0, operand0, reduce_op, reduce_res, reverse0=False, mask=None, dtype=None, **kwargs
+) -> Tile:
     """``data op0 operand0`` plus a free-axis reduction of the result into ``reduce_res``."""
     loc = caller_loc()
     a = _tile(data, loc, "tensor_scalar_reduce")
     tile, out = new_tile(a.shape, dtype or a.dtype, loc, fallback="tsr")
-    _emit("tensor_scalar", [out, _tile(reduce_res, loc, "reduce_res")], [a, operand(operand0, loc)],
-          {"op0": op_name(op0), "reverse0": bool(reverse0), "op1": None, "reverse1": False,
-           "reduce_op": op_name(reduce_op, "reduce"), "engine": "vector"},
-          mask=mask_of(mask, loc), loc=loc)
+    _emit(
+        "tensor_scalar",
+        [out, _tile(reduce_res, loc, "reduce_res")],
+        [a, operand(operand0, loc)],
+        {
+            "op0": op_name(op0),
+            "reverse0": bool(reverse0),
+            "op1": None,
+            "reverse1": False,
+            "reduce_op": op_name(reduce_op, "reduce"),
+            "engine": "vector",
+        },
+        mask=mask_of(mask, loc),
+        loc=loc,
+    )
     return tile
 
 
-def scalar_tensor_tensor(*, data, op0, operand0, op1, operand1, reverse0=False, reverse1=False,
-                         mask=None, dtype=None, **kwargs) -> Tile:
+def scalar_tensor_tensor(
+    *,
+    data,
+    op0,
+    operand0,
+    op1,
+    operand1,
+    reverse0=False,
+    reverse1=False,
+    mask=None,
+    dtype=None,
+    **kwargs,
+) -> Tile:
     """``(data op0 operand0) op1 operand1`` where operand0 is a scalar / (P, 1) tile and
     operand1 a tile of data's shape."""
     loc = caller_loc()
     a = _tile(data, loc, "scalar_tensor_tensor")
     t1 = broadcast_access(_tile(operand1, loc, "operand1"), a.shape, loc, "scalar_tensor_tensor")
     tile, out = new_tile(a.shape, result_dtype(dtype, data, operand1), loc, fallback="stt")
-    _emit("scalar_tensor_tensor", [out], [a, operand(operand0, loc), t1],
-          {"op0": op_name(op0), "op1": op_name(op1), "reverse0": bool(reverse0), "reverse1": bool(reverse1)},
-          mask=mask_of(mask, loc), loc=loc)
+    _emit(
+        "scalar_tensor_tensor",
+        [out],
+        [a, operand(operand0, loc), t1],
+        {
+            "op0": op_name(op0),
+            "op1": op_name(op1),
+            "reverse0": bool(reverse0),
+            "reverse1": bool(reverse1),
+        },
+        mask=mask_of(mask, loc),
+        loc=loc,
+    )
     return tile
 
 
-def tensor_reduce(op, data, axis, *, mask=None, dtype=None, negate=False, keepdims=False, **kwargs) -> Tile:
+def tensor_reduce(
+    op, data, axis, *, mask=None, dtype=None, negate=False, keepdims=False, **kwargs
+) -> Tile:
     """Reduce free axes ``axis`` with ``op`` (optionally negating the result)."""
     from ..language.ops import reduce
 
-    return reduce(op_name(op, "reduce"), data, axis, dtype, mask, keepdims, negate=negate, loc=caller_loc())
+    return reduce(
+        op_name(op, "reduce"), data, axis, dtype, mask, keepdims, negate=negate, loc=caller_loc()
+    )
 
 
 def tensor_partition_reduce(op, data, *, mask=None, dtype=None, **kwargs) -> Tile:
@@ -216,7 +354,14 @@ def tensor_partition_reduce(op, data, *, mask=None, dtype=None, **kwargs) -> Til
     loc = caller_loc()
     a = _tile(data, loc, "tensor_partition_reduce")
     tile, out = new_tile((1,) + a.shape[1:], dtype or a.dtype, loc, fallback="preduce")
-    _emit("tensor_partition_reduce", [out], [a], {"op": op_name(op, "reduce")}, mask=mask_of(mask, loc), loc=loc)
+    _emit(
+        "tensor_partition_reduce",
+        [out],
+        [a],
+        {"op": op_name(op, "reduce")},
+        mask=mask_of(mask, loc),
+        loc=loc,
+    )
     return tile
 
 
@@ -225,10 +370,18 @@ def tensor_tensor_scan(data0, data1, initial, op0, op1, *, mask=None, dtype=None
     with ``r[-1] = initial`` (scalar or (P, 1) tile)."""
     loc = caller_loc()
     a = _tile(data0, loc, "tensor_tensor_scan")
-    b = broadcast_access(_tile(data1, loc, "tensor_tensor_scan"), a.shape, loc, "tensor_tensor_scan")
+    b = broadcast_access(
+        _tile(data1, loc, "tensor_tensor_scan"), a.shape, loc, "tensor_tensor_scan"
+    )
     tile, out = new_tile(a.shape, result_dtype(dtype, data0, data1), loc, fallback="scan")
-    _emit("tensor_tensor_scan", [out], [a, b, operand(initial, loc)], {"op0": op_name(op0), "op1": op_name(op1)},
-          mask=mask_of(mask, loc), loc=loc)
+    _emit(
+        "tensor_tensor_scan",
+        [out],
+        [a, b, operand(initial, loc)],
+        {"op0": op_name(op0), "op1": op_name(op1)},
+        mask=mask_of(mask, loc),
+        loc=loc,
+    )
     return tile
 
 
@@ -237,7 +390,14 @@ def tensor_copy(src, *, mask=None, dtype=None, engine=engine.unknown, **kwargs) 
     loc = caller_loc()
     a = _tile(src, loc, "tensor_copy")
     tile, out = new_tile(a.shape, dtype or a.dtype, loc, fallback="copy")
-    _emit("tensor_copy", [out], [a], {"engine": _engine_name(engine, "vector")}, mask=mask_of(mask, loc), loc=loc)
+    _emit(
+        "tensor_copy",
+        [out],
+        [a],
+        {"engine": _engine_name(engine, "vector")},
+        mask=mask_of(mask, loc),
+        loc=loc,
+    )
     return tile
 
 
@@ -254,7 +414,12 @@ def iota(expr, dtype, *, mask=None, **kwargs) -> Tile:
     """A tile whose elements are the values of an affine index expression (GpSimd)."""
     loc = caller_loc()
     if not isinstance(expr, Index) or not expr.sizes:
-        raise NkiError("err_invalid_argument", loc, op="iota", why="expr must be an index expression of aranges")
+        raise NkiError(
+            "err_invalid_argument",
+            loc,
+            op="iota",
+            why="expr must be an index expression of aranges",
+        )
     shape = tuple(expr.sizes) if len(expr.sizes) > 1 else (expr.sizes[0], 1)
     tile, out = new_tile(shape, dtype, loc, fallback="iota")
     _emit("iota", [out], [], {"expr": expr.affine}, mask=mask_of(mask, loc), loc=loc)
@@ -265,7 +430,14 @@ def memset(shape, value, dtype, *, mask=None, engine=engine.unknown, **kwargs) -
     """A new tile filled with ``value``."""
     loc = caller_loc()
     tile, out = new_tile(tuple(shape), dtype, loc, fallback="memset")
-    _emit("memset", [out], [], {"value": float(value), "engine": _engine_name(engine, "vector")}, mask=mask_of(mask, loc), loc=loc)
+    _emit(
+        "memset",
+        [out],
+        [],
+        {"value": float(value), "engine": _engine_name(engine, "vector")},
+        mask=mask_of(mask, loc),
+        loc=loc,
+    )
     return tile
 
 
@@ -281,36 +453,88 @@ def affine_select(pred, on_true_tile, on_false_value, *, mask=None, dtype=None, 
 
         a = copy_at(Tile(a), loc).access
     tile, out = new_tile(a.shape, dtype or a.dtype, loc, fallback="select")
-    _emit("affine_select", [out], [a], {"pred": pred.predicate, "on_false": float(on_false_value)}, mask=mask_of(mask, loc), loc=loc)
+    _emit(
+        "affine_select",
+        [out],
+        [a],
+        {"pred": pred.predicate, "on_false": float(on_false_value)},
+        mask=mask_of(mask, loc),
+        loc=loc,
+    )
     return tile
 
 
-def range_select(*, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_cmd=None, reduce_res=None,
-                 reduce_op=np.max, range_start=0, on_false_value=-3.4028234663852886e38, mask=None, dtype=None, **kwargs) -> Tile:
+def range_select(
+    *,
+    on_true_tile,
+    comp_op0,
+    comp_op1,
+    bound0,
+    bound1,
+    reduce_cmd=None,
+    reduce_res=None,
+    reduce_op=np.max,
+    range_start=0,
+    on_false_value=-3.4028234663852886e38,
+    mask=None,
+    dtype=None,
+    **kwargs,
+) -> Tile:
     """Keep elements whose free index i satisfies ``(i comp_op0 bound0) and (i comp_op1 bound1)``
     (bounds are (P, 1) tiles), else ``on_false_value``; optionally max-reduce into ``reduce_res``."""
     loc = caller_loc()
     a = _tile(on_true_tile, loc, "range_select")
     tile, out = new_tile(a.shape, dtype or a.dtype, loc, fallback="range_select")
     outs = [out] + ([_tile(reduce_res, loc, "reduce_res")] if reduce_res is not None else [])
-    _emit("range_select", outs, [a, operand(bound0, loc), operand(bound1, loc)],
-          {"comp_op0": op_name(comp_op0), "comp_op1": op_name(comp_op1), "on_false": float(on_false_value),
-           "range_start": int(range_start), "reduce_op": op_name(reduce_op, "reduce")},
-          mask=mask_of(mask, loc), loc=loc)
+    _emit(
+        "range_select",
+        outs,
+        [a, operand(bound0, loc), operand(bound1, loc)],
+        {
+            "comp_op0": op_name(comp_op0),
+            "comp_op1": op_name(comp_op1),
+            "on_false": float(on_false_value),
+            "range_start": int(range_start),
+            "reduce_op": op_name(reduce_op, "reduce"),
+        },
+        mask=mask_of(mask, loc),
+        loc=loc,
+    )
     return tile
 
 
-def select_reduce(*, predicate, on_true, on_false, reduce_res=None, reduce_cmd=None, reduce_op=np.max,
-                  reverse_pred=False, mask=None, dtype=None, **kwargs) -> Tile:
+def select_reduce(
+    *,
+    predicate,
+    on_true,
+    on_false,
+    reduce_res=None,
+    reduce_cmd=None,
+    reduce_op=np.max,
+    reverse_pred=False,
+    mask=None,
+    dtype=None,
+    **kwargs,
+) -> Tile:
     """``where(predicate, on_true, on_false)`` plus an optional max reduction into ``reduce_res``."""
     loc = caller_loc()
     p = _tile(predicate, loc, "select_reduce")
     t = broadcast_access(_tile(on_true, loc, "on_true"), p.shape, loc, "select_reduce")
-    f = broadcast_access(_tile(on_false, loc, "on_false"), p.shape, loc, "select_reduce") if isinstance(on_false, Tile) else float(on_false)
+    f = (
+        broadcast_access(_tile(on_false, loc, "on_false"), p.shape, loc, "select_reduce")
+        if isinstance(on_false, Tile)
+        else float(on_false)
+    )
     tile, out = new_tile(p.shape, result_dtype(dtype, on_true), loc, fallback="select")
     outs = [out] + ([_tile(reduce_res, loc, "reduce_res")] if reduce_res is not None else [])
-    _emit("select_reduce", outs, [p, t, f], {"reverse": bool(reverse_pred), "reduce_op": op_name(reduce_op, "reduce")},
-          mask=mask_of(mask, loc), loc=loc)
+    _emit(
+        "select_reduce",
+        outs,
+        [p, t, f],
+        {"reverse": bool(reverse_pred), "reduce_op": op_name(reduce_op, "reduce")},
+        mask=mask_of(mask, loc),
+        loc=loc,
+    )
     return tile
 
 
@@ -376,23 +600,42 @@ def nc_stream_shuffle(src, dst, shuffle_mask, *, dtype=None, mask=None, **kwargs
     255 keeps dst."""
     loc = caller_loc()
     a, d = _tile(src, loc, "nc_stream_shuffle"), _tile(dst, loc, "nc_stream_shuffle")
-    _emit("nc_stream_shuffle", [d], [a], {"shuffle_mask": tuple(int(x) for x in shuffle_mask)}, mask=mask_of(mask, loc), loc=loc)
+    _emit(
+        "nc_stream_shuffle",
+        [d],
+        [a],
+        {"shuffle_mask": tuple(int(x) for x in shuffle_mask)},
+        mask=mask_of(mask, loc),
+        loc=loc,
+    )
 
 
-def local_gather(src_buffer, index, num_elem_per_idx=1, num_valid_indices=None, *, mask=None, **kwargs) -> Tile:
+def local_gather(
+    src_buffer, index, num_elem_per_idx=1, num_valid_indices=None, *, mask=None, **kwargs
+) -> Tile:
     """GpSimd gather: each group of 16 partitions gathers elements of its own partitions by
     uint16 index (elements are numbered partition-major within the group)."""
     loc = caller_loc()
     s, ix = _tile(src_buffer, loc, "local_gather"), _tile(index, loc, "local_gather")
     n = ix.free_size * int(num_elem_per_idx)
     tile, out = new_tile((s.shape[0], n), s.dtype, loc, fallback="gather")
-    _emit("local_gather", [out], [s, ix], {"num_elem_per_idx": int(num_elem_per_idx),
-                                          "num_valid_indices": None if num_valid_indices is None else int(num_valid_indices)},
-          mask=mask_of(mask, loc), loc=loc)
+    _emit(
+        "local_gather",
+        [out],
+        [s, ix],
+        {
+            "num_elem_per_idx": int(num_elem_per_idx),
+            "num_valid_indices": None if num_valid_indices is None else int(num_valid_indices),
+        },
+        mask=mask_of(mask, loc),
+        loc=loc,
+    )
     return tile
 
 
-def dma_copy(*, dst, src, mask=None, dst_rmw_op=None, oob_mode=None, dge_mode=None, **kwargs) -> None:
+def dma_copy(
+    *, dst, src, mask=None, dst_rmw_op=None, oob_mode=None, dge_mode=None, **kwargs
+) -> None:
     """Copy between HBM and SBUF (or SBUF and SBUF) on the DMA engines."""
     loc = caller_loc()
     d, s = access_of(dst, loc, "dma_copy dst"), access_of(src, loc, "dma_copy src")
@@ -405,5 +648,7 @@ def dma_copy(*, dst, src, mask=None, dst_rmw_op=None, oob_mode=None, dge_mode=No
 
 fp32 = type("fp32", (), {"min": float(np.finfo(np.float32).min)})
 
-__all__ = [n for n in dir() if not n.startswith("_") and n not in ("annotations", "enum", "np", "dtypes")]
+__all__ = [
+    n for n in dir() if not n.startswith("_") and n not in ("annotations", "enum", "np", "dtypes")
+]
 _ = (Scalar, Affine, Axis)

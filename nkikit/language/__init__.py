@@ -88,4 +88,9 @@ def loop_reduce(x, op, loop_indices, **kwargs):
     """Not supported: write the accumulation across iterations as ``acc[...] += x``."""
     from ..errors import NkiError, caller_loc
 
-    raise NkiError("err_unsupported_api", caller_loc(), api="nl.loop_reduce", why="write `acc[...] += x` instead")
+    raise NkiError(
+        "err_unsupported_api",
+        caller_loc(),
+        api="nl.loop_reduce",
+        why="write `acc[...] += x` instead",
+    )

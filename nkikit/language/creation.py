@@ -53,7 +53,9 @@ def _buffer_name(buffer: object, loc: SourceLoc) -> str:
     raise NkiError("err_invalid_argument", loc, op="ndarray", why=f"unknown buffer {buffer!r}")
 
 
-def ndarray(shape, dtype, *, buffer=None, name: str = "", _loc: SourceLoc | None = None, **kwargs) -> Tile:
+def ndarray(
+    shape, dtype, *, buffer=None, name: str = "", _loc: SourceLoc | None = None, **kwargs
+) -> Tile:
     """A new, uninitialized tensor.  ``shape`` may contain ``nl.par_dim(n)`` to mark the
     partition dimension (default: the first).  Fresh memory is poisoned (NaN) in simulation."""
     loc = _loc or caller_loc()
@@ -67,8 +69,15 @@ def ndarray(shape, dtype, *, buffer=None, name: str = "", _loc: SourceLoc | None
     if buf in ("hbm", "shared_hbm", "private_hbm"):
         if b.loops and buf == "shared_hbm":
             raise NkiError("err_shared_hbm_must_in_kernel_level", loc)
-        t = Tensor(b.unique(name) if name else b.name_for(loc, "hbm"), dims, dt, buf, kind="hbm", loc=loc,
-                   scope=tuple(b.loops))
+        t = Tensor(
+            b.unique(name) if name else b.name_for(loc, "hbm"),
+            dims,
+            dt,
+            buf,
+            kind="hbm",
+            loc=loc,
+            scope=tuple(b.loops),
+        )
         b.tensors.append(t)
         return Tile.of(t)
     t = b.new_tensor(dims, dt, buf, name=name or None, par_axis=par_axis, loc=loc, fallback="buf")
@@ -105,11 +114,24 @@ def shared_constant(constant, dtype=None, **kwargs) -> Tile:
     loc = caller_loc()
     b = current("nl.shared_constant")
     value = np.asarray(constant)
-    dt = dtypes.as_dtype(dtype) if dtype is not None else dtypes.as_dtype(
-        {np.dtype(np.float64): np.float32, np.dtype(np.int64): np.int32}.get(value.dtype, value.dtype)
+    dt = (
+        dtypes.as_dtype(dtype)
+        if dtype is not None
+        else dtypes.as_dtype(
+            {np.dtype(np.float64): np.float32, np.dtype(np.int64): np.int32}.get(
+                value.dtype, value.dtype
+            )
+        )
     )
-    t = Tensor(b.name_for(loc, "const"), value.shape, dt, "shared_hbm", kind="const", loc=loc,
-               const_value=dtypes.cast(value.astype(np.float32) if dtypes.is_float(dt) else value, dt))
+    t = Tensor(
+        b.name_for(loc, "const"),
+        value.shape,
+        dt,
+        "shared_hbm",
+        kind="const",
+        loc=loc,
+        const_value=dtypes.cast(value.astype(np.float32) if dtypes.is_float(dt) else value, dt),
+    )
     b.tensors.append(t)
     return Tile.of(t)
 
@@ -180,7 +202,12 @@ def program_id(axis: int) -> Index:
     if not b.grid:  # launched without a grid: one instance
         return Index(program_index(0).affine * 0)
     if not 0 <= axis < len(b.grid):
-        raise NkiError("err_invalid_argument", caller_loc(), op="program_id", why=f"axis {axis} is outside the launch grid {b.grid}")
+        raise NkiError(
+            "err_invalid_argument",
+            caller_loc(),
+            op="program_id",
+            why=f"axis {axis} is outside the launch grid {b.grid}",
+        )
     return program_index(int(axis))
 
 

@@ -38,7 +38,9 @@ def load(src: Tile, *, mask=None, dtype=None, **kwargs) -> Tile:
     loc = caller_loc()
     a = access_of(src, loc, "load")
     if not a.tensor.is_hbm:
-        raise NkiError("err_unsupported_memory", loc, op="load", what="src", allowed="HBM", got=a.tensor.buffer)
+        raise NkiError(
+            "err_unsupported_memory", loc, op="load", what="src", allowed="HBM", got=a.tensor.buffer
+        )
     tile, out = new_tile(a.shape, dtype or a.dtype, loc, fallback="load")
     _emit("dma_copy", [out], [as_tile_access(a)], mask=mask_of(mask, loc), loc=loc)
     return tile
@@ -49,7 +51,14 @@ def load_transpose2d(src: Tile, *, mask=None, dtype=None, **kwargs) -> Tile:
     loc = caller_loc()
     a = as_tile_access(access_of(src, loc, "load_transpose2d"))
     if not a.tensor.is_hbm:
-        raise NkiError("err_unsupported_memory", loc, op="load_transpose2d", what="src", allowed="HBM", got=a.tensor.buffer)
+        raise NkiError(
+            "err_unsupported_memory",
+            loc,
+            op="load_transpose2d",
+            what="src",
+            allowed="HBM",
+            got=a.tensor.buffer,
+        )
     if len(a.shape) != 2:
         raise NkiError("err_invalid_argument", loc, op="load_transpose2d", why="src must be 2-D")
     swap = {Axis(0): Affine.of(Axis(1)), Axis(1): Affine.of(Axis(0))}
@@ -64,7 +73,14 @@ def store(dst: Tile, value, *, mask=None, **kwargs) -> None:
     loc = caller_loc()
     d = access_of(dst, loc, "store")
     if not d.tensor.is_hbm:
-        raise NkiError("err_unsupported_memory", loc, op="store", what="dst", allowed="HBM", got=d.tensor.buffer)
+        raise NkiError(
+            "err_unsupported_memory",
+            loc,
+            op="store",
+            what="dst",
+            allowed="HBM",
+            got=d.tensor.buffer,
+        )
     if isinstance(value, Scalar):
         value = full(canon(d.shape), value, dtype=d.dtype)
     v = access_of(value, loc, "store value")
@@ -73,7 +89,13 @@ def store(dst: Tile, value, *, mask=None, **kwargs) -> None:
         v = value.access
     d2 = _fit(d, v.shape)
     if d2 is None:
-        raise NkiError("err_store_dst_shape_smaller_than_other_shape", loc, op="store", dst=d.shape, src=v.shape)
+        raise NkiError(
+            "err_store_dst_shape_smaller_than_other_shape",
+            loc,
+            op="store",
+            dst=d.shape,
+            src=v.shape,
+        )
     _emit("dma_copy", [d2], [v], mask=mask_of(mask, loc), loc=loc)
 
 
@@ -85,10 +107,20 @@ def _fit(a: Access, shape: tuple[int, ...]) -> Access | None:
 
 def copy_into(dst: Access, src: Access, *, loc: SourceLoc, mask=None) -> None:
     """``dst[...] = src``: an engine copy on chip, a DMA when HBM is involved."""
-    src = broadcast_access(src, canon(dst.shape), loc, "assignment") if dst.shape != src.shape else src
+    src = (
+        broadcast_access(src, canon(dst.shape), loc, "assignment")
+        if dst.shape != src.shape
+        else src
+    )
     d = _fit(dst, src.shape)
     if d is None:
-        raise NkiError("err_store_dst_shape_smaller_than_other_shape", loc, op="assignment", dst=dst.shape, src=src.shape)
+        raise NkiError(
+            "err_store_dst_shape_smaller_than_other_shape",
+            loc,
+            op="assignment",
+            dst=dst.shape,
+            src=src.shape,
+        )
     if d.tensor.is_hbm or src.tensor.is_hbm:
         _emit("dma_copy", [d], [src], mask=mask, loc=loc)
     else:
@@ -96,7 +128,14 @@ def copy_into(dst: Access, src: Access, *, loc: SourceLoc, mask=None) -> None:
 
 
 def memset_into(dst: Access, value, *, loc: SourceLoc, mask=None) -> None:
-    _emit("memset", [as_tile_access(dst)], [], {"value": float(value), "engine": "vector"}, mask=mask, loc=loc)
+    _emit(
+        "memset",
+        [as_tile_access(dst)],
+        [],
+        {"value": float(value), "engine": "vector"},
+        mask=mask,
+        loc=loc,
+    )
 
 
 def copy(src, *, mask=None, dtype=None, **kwargs) -> Tile:
@@ -116,7 +155,9 @@ def broadcast_to(src, shape, **kwargs) -> Tile:
     a = as_tile_access(access_of(src, loc, "broadcast_to"))
     if a.shape[0] != shape[0]:
         if a.shape[0] != 1:
-            raise NkiError("err_num_partition_mismatch", loc, op="broadcast_to", a=a.shape[0], b=shape[0])
+            raise NkiError(
+                "err_num_partition_mismatch", loc, op="broadcast_to", a=a.shape[0], b=shape[0]
+            )
         a1 = broadcast_access(a, (1,) + shape[1:], loc, "broadcast_to")
         tile, out = new_tile(shape, a.dtype, loc, fallback="bcast")
         _emit("partition_broadcast", [out], [a1], {}, loc=loc)
@@ -150,22 +191,33 @@ def binary(name: str, x, y, dtype=None, mask=None, loc: SourceLoc | None = None)
             return _tensor_scalar(b, name, a, True, out_dtype, m, loc)
         if b.free_size == 1 and a.free_size > 1:
             return _tensor_scalar(a, name, b, False, out_dtype, m, loc)
-        shape = tuple(np.broadcast_shapes(a.shape, b.shape)) if len(a.shape) == len(b.shape) else a.shape
+        shape = (
+            tuple(np.broadcast_shapes(a.shape, b.shape))
+            if len(a.shape) == len(b.shape)
+            else a.shape
+        )
         a, b = broadcast_access(a, shape, loc, name), broadcast_access(b, shape, loc, name)
         tile, out = new_tile(shape, out_dtype, loc, fallback=name)
         _emit("tensor_tensor", [out], [a, b], {"op": op_name(name)}, mask=m, loc=loc)
         return tile
     if x_is_tile:
-        return _tensor_scalar(as_tile_access(access_of(x, loc, name)), name, operand(y, loc), False, out_dtype, m, loc)
-    return _tensor_scalar(as_tile_access(access_of(y, loc, name)), name, operand(x, loc), True, out_dtype, m, loc)
+        return _tensor_scalar(
+            as_tile_access(access_of(x, loc, name)), name, operand(y, loc), False, out_dtype, m, loc
+        )
+    return _tensor_scalar(
+        as_tile_access(access_of(y, loc, name)), name, operand(x, loc), True, out_dtype, m, loc
+    )
 
 
 def _tensor_scalar(data: Access, name: str, operand0, reverse: bool, dtype, mask, loc) -> Tile:
     tile, out = new_tile(data.shape, dtype, loc, fallback=name)
     _emit(
-        "tensor_scalar", [out], [data, operand0],
+        "tensor_scalar",
+        [out],
+        [data, operand0],
         {"op0": op_name(name), "reverse0": reverse, "op1": None, "reverse1": False},
-        mask=mask, loc=loc,
+        mask=mask,
+        loc=loc,
     )
     return tile
 
@@ -179,7 +231,14 @@ def unary(name: str, x, dtype=None, mask=None, loc: SourceLoc | None = None) -> 
         return scalar_activation(name, x)
     a = as_tile_access(access_of(x, loc, name))
     tile, out = new_tile(a.shape, dtype or a.dtype, loc, fallback=name)
-    _emit("activation", [out], [a, 0.0, 1.0], {"op": op_name(name, "activation"), "reduce_op": None}, mask=mask_of(mask, loc), loc=loc)
+    _emit(
+        "activation",
+        [out],
+        [a, 0.0, 1.0],
+        {"op": op_name(name, "activation"), "reduce_op": None},
+        mask=mask_of(mask, loc),
+        loc=loc,
+    )
     return tile
 
 
@@ -192,21 +251,51 @@ def accumulate(dst: Tile, other, name: str, *, loc: SourceLoc) -> Tile:
         t = other._access.tensor
         op = b.last_op
         if (
-            name == "add" and d.tensor.buffer == "psum" and op is not None and op.prim == "nc_matmul"
-            and t.kind == "temp" and b.retarget(t, d)
+            name == "add"
+            and d.tensor.buffer == "psum"
+            and op is not None
+            and op.prim == "nc_matmul"
+            and t.kind == "temp"
+            and b.retarget(t, d)
         ):
             op.attrs["accumulate"] = True
             return dst
         o = as_tile_access(access_of(other, loc, name))
         dd = as_tile_access(d)
         if o.free_size == 1 and dd.free_size > 1:
-            _emit("tensor_scalar", [dd], [dd, o], {"op0": op_name(name), "reverse0": False, "op1": None, "reverse1": False, "accumulate": True}, loc=loc)
+            _emit(
+                "tensor_scalar",
+                [dd],
+                [dd, o],
+                {
+                    "op0": op_name(name),
+                    "reverse0": False,
+                    "op1": None,
+                    "reverse1": False,
+                    "accumulate": True,
+                },
+                loc=loc,
+            )
         else:
             o = broadcast_access(o, dd.shape, loc, name)
-            _emit("tensor_tensor", [dd], [dd, o], {"op": op_name(name), "accumulate": True}, loc=loc)
+            _emit(
+                "tensor_tensor", [dd], [dd, o], {"op": op_name(name), "accumulate": True}, loc=loc
+            )
         return dst
     dd = as_tile_access(d)
-    _emit("tensor_scalar", [dd], [dd, operand(other, loc)], {"op0": op_name(name), "reverse0": False, "op1": None, "reverse1": False, "accumulate": True}, loc=loc)
+    _emit(
+        "tensor_scalar",
+        [dd],
+        [dd, operand(other, loc)],
+        {
+            "op0": op_name(name),
+            "reverse0": False,
+            "op1": None,
+            "reverse1": False,
+            "accumulate": True,
+        },
+        loc=loc,
+    )
     return dst
 
 
@@ -265,7 +354,11 @@ def where(condition, x, y, *, dtype=None, mask=None, **kwargs) -> Tile:
     shape = c.shape
     ins = [c]
     for v in (x, y):
-        ins.append(broadcast_access(as_tile_access(access_of(v, loc, "where")), shape, loc, "where") if isinstance(v, Tile) else float(v))
+        ins.append(
+            broadcast_access(as_tile_access(access_of(v, loc, "where")), shape, loc, "where")
+            if isinstance(v, Tile)
+            else float(v)
+        )
     tile, out = new_tile(shape, result_dtype(dtype, x, y), loc, fallback="where")
     _emit("select", [out], ins, mask=mask_of(mask, loc), loc=loc)
     return tile
@@ -285,24 +378,38 @@ def _axes(axis, ndim: int, loc) -> tuple[int, ...]:
     axes = tuple(sorted(a % ndim for a in axes))
     if 0 in axes:
         raise NkiError(
-            "err_invalid_argument", loc, op="reduction",
+            "err_invalid_argument",
+            loc,
+            op="reduction",
             why="cannot reduce along the partition dimension (axis 0); use nisa.tensor_partition_reduce or transpose first",
         )
     return axes
 
 
-def reduce(name: str, x, axis, dtype=None, mask=None, keepdims=False, negate=False, loc=None) -> Tile:
+def reduce(
+    name: str, x, axis, dtype=None, mask=None, keepdims=False, negate=False, loc=None
+) -> Tile:
     loc = loc or caller_loc()
     a = as_tile_access(access_of(x, loc, name))
     axes = _axes(axis, len(a.shape), loc)
-    shape = tuple(1 if k in axes else s for k, s in enumerate(a.shape)) if keepdims else tuple(
-        s for k, s in enumerate(a.shape) if k not in axes
+    shape = (
+        tuple(1 if k in axes else s for k, s in enumerate(a.shape))
+        if keepdims
+        else tuple(s for k, s in enumerate(a.shape) if k not in axes)
     )
     tile, out = new_tile(canon(shape), dtype or a.dtype, loc, fallback=name)
     _emit(
-        "tensor_reduce", [out], [a],
-        {"op": op_name(name, "reduce"), "axes": axes, "negate": bool(negate), "keepdims": bool(keepdims)},
-        mask=mask_of(mask, loc), loc=loc,
+        "tensor_reduce",
+        [out],
+        [a],
+        {
+            "op": op_name(name, "reduce"),
+            "axes": axes,
+            "negate": bool(negate),
+            "keepdims": bool(keepdims),
+        },
+        mask=mask_of(mask, loc),
+        loc=loc,
     )
     return tile
 
@@ -396,14 +503,22 @@ def softmax(x, axis=-1, *, dtype=None, mask=None, **kwargs) -> Tile:
     return binary("multiply", e, r, dtype or a.dtype, mask, loc)
 
 
-def rms_norm(x, w, axis=-1, n=None, epsilon: float = 1e-6, *, dtype=None, mask=None, **kwargs) -> Tile:
+def rms_norm(
+    x, w, axis=-1, n=None, epsilon: float = 1e-6, *, dtype=None, mask=None, **kwargs
+) -> Tile:
     """x / sqrt(mean(x^2) + epsilon) * w along the free axis."""
     loc = caller_loc()
     a = as_tile_access(access_of(x, loc, "rms_norm"))
     count = n or a.free_size
     sq, ss = activation_reduce_at("square", x, 0.0, "add", dtypes.float32, loc)
     ms = binary("multiply", ss, 1.0 / count, dtypes.float32, None, loc)
-    r = unary("rsqrt", binary("add", ms, float(epsilon), dtypes.float32, None, loc), dtypes.float32, None, loc)
+    r = unary(
+        "rsqrt",
+        binary("add", ms, float(epsilon), dtypes.float32, None, loc),
+        dtypes.float32,
+        None,
+        loc,
+    )
     y = binary("multiply", x, r, dtypes.float32, mask, loc)
     wt = w
     if isinstance(w, Tile) and w.shape[0] != a.shape[0]:
@@ -415,7 +530,13 @@ def activation_reduce_at(fn: str, x, bias, reduce_op: str, dtype, loc) -> tuple[
     a = as_tile_access(access_of(x, loc, fn))
     tile, out = new_tile(a.shape, dtype, loc, fallback=fn)
     red, rout = new_tile((a.shape[0], 1), dtypes.float32, loc, fallback=f"{fn}_{reduce_op}")
-    _emit("activation", [out, rout], [a, operand(bias, loc), 1.0], {"op": fn, "reduce_op": reduce_op}, loc=loc)
+    _emit(
+        "activation",
+        [out, rout],
+        [a, operand(bias, loc), 1.0],
+        {"op": fn, "reduce_op": reduce_op},
+        loc=loc,
+    )
     return tile, red
 
 
@@ -436,7 +557,12 @@ def full(shape, fill_value, dtype=None, *, buffer=None, name: str = "", **kwargs
     loc = caller_loc()
     t = ndarray(shape, dtype=dtype or dtypes.float32, buffer=buffer, name=name, _loc=loc)
     if t.tensor.is_hbm:
-        raise NkiError("err_invalid_argument", loc, op="zeros/ones/full", why="HBM tensors cannot be created with an initial value (err_hbm_tensor_with_init_value_not_supported)")
+        raise NkiError(
+            "err_invalid_argument",
+            loc,
+            op="zeros/ones/full",
+            why="HBM tensors cannot be created with an initial value (err_hbm_tensor_with_init_value_not_supported)",
+        )
     memset_into(t.access, fill_value, loc=loc)
     return t
 

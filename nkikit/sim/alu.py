@@ -67,12 +67,30 @@ REDUCE = {
     "multiply": (np.multiply.reduce, 1.0),
     "max": (np.maximum.reduce, -np.inf),
     "min": (np.minimum.reduce, np.inf),
-    "logical_and": (lambda x, axis, keepdims: np.logical_and.reduce(x != 0, axis=axis, keepdims=keepdims), 1.0),
-    "logical_or": (lambda x, axis, keepdims: np.logical_or.reduce(x != 0, axis=axis, keepdims=keepdims), 0.0),
-    "logical_xor": (lambda x, axis, keepdims: np.logical_xor.reduce(x != 0, axis=axis, keepdims=keepdims), 0.0),
-    "bitwise_and": (lambda x, axis, keepdims: np.bitwise_and.reduce(_int(x), axis=axis, keepdims=keepdims), -1.0),
-    "bitwise_or": (lambda x, axis, keepdims: np.bitwise_or.reduce(_int(x), axis=axis, keepdims=keepdims), 0.0),
-    "bitwise_xor": (lambda x, axis, keepdims: np.bitwise_xor.reduce(_int(x), axis=axis, keepdims=keepdims), 0.0),
+    "logical_and": (
+        lambda x, axis, keepdims: np.logical_and.reduce(x != 0, axis=axis, keepdims=keepdims),
+        1.0,
+    ),
+    "logical_or": (
+        lambda x, axis, keepdims: np.logical_or.reduce(x != 0, axis=axis, keepdims=keepdims),
+        0.0,
+    ),
+    "logical_xor": (
+        lambda x, axis, keepdims: np.logical_xor.reduce(x != 0, axis=axis, keepdims=keepdims),
+        0.0,
+    ),
+    "bitwise_and": (
+        lambda x, axis, keepdims: np.bitwise_and.reduce(_int(x), axis=axis, keepdims=keepdims),
+        -1.0,
+    ),
+    "bitwise_or": (
+        lambda x, axis, keepdims: np.bitwise_or.reduce(_int(x), axis=axis, keepdims=keepdims),
+        0.0,
+    ),
+    "bitwise_xor": (
+        lambda x, axis, keepdims: np.bitwise_xor.reduce(_int(x), axis=axis, keepdims=keepdims),
+        0.0,
+    ),
 }
 
 
@@ -81,7 +99,9 @@ def alu(name: str, a, b, reverse: bool = False):
     return fn(b, a) if reverse else fn(a, b)
 
 
-def reduce(name: str, x: np.ndarray, axis, keepdims: bool, valid: np.ndarray | None = None) -> np.ndarray:
+def reduce(
+    name: str, x: np.ndarray, axis, keepdims: bool, valid: np.ndarray | None = None
+) -> np.ndarray:
     fn, identity = REDUCE[name]
     if valid is not None:
         x = np.where(valid, x, identity)

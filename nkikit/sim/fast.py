@@ -65,11 +65,31 @@ _ALWAYS_REFERENCE = {"nc_stream_shuffle", "dropout", "device_print", "iota"}
 # ALU ops that are plain ufuncs (same function the reference's table calls), for ``out=``
 # prims whose rule returns one array per output (so an unmasked op writes all of each)
 _WRITES_ALL = {
-    "dma_copy", "tensor_copy", "memset", "tensor_tensor", "tensor_scalar", "activation",
-    "scalar_tensor_tensor", "nc_matmul", "nc_transpose", "tensor_reduce", "affine_select",
-    "select", "reciprocal", "bn_stats", "bn_aggr", "partition_broadcast", "range_select",
-    "select_reduce", "max8", "tensor_partition_reduce",
+    "dma_copy",
+    "tensor_copy",
+    "memset",
+    "tensor_tensor",
+    "tensor_scalar",
+    "activation",
+    "scalar_tensor_tensor",
+    "nc_matmul",
+    "nc_transpose",
+    "tensor_reduce",
+    "affine_select",
+    "select",
+    "reciprocal",
+    "bn_stats",
+    "bn_aggr",
+    "partition_broadcast",
+    "range_select",
+    "select_reduce",
+    "max8",
+    "tensor_partition_reduce",
 }
+
+# reductions whose reference is one ufunc.reduce on fp32 input giving fp32
+_REDUCE_FAST = {"add": np.add.reduce, "max": np.maximum.reduce, "min": np.minimum.reduce,
+                "multiply": np.multiply.reduce}
 
 _UFUNC_ALU = {
     "add": np.add,
@@ -79,9 +99,20 @@ _UFUNC_ALU = {
     "minimum": np.minimum,
 }
 # activation functions that are one ufunc applied to the fp32 argument
-_UFUNC_ACT = {"exp": np.exp, "tanh": np.tanh, "square": np.square, "sqrt": np.sqrt,
-              "abs": np.abs, "negative": np.negative, "sin": np.sin, "cos": np.cos,
-              "log": np.log, "floor": np.floor, "ceil": np.ceil, "trunc": np.trunc}
+_UFUNC_ACT = {
+    "exp": np.exp,
+    "tanh": np.tanh,
+    "square": np.square,
+    "sqrt": np.sqrt,
+    "abs": np.abs,
+    "negative": np.negative,
+    "sin": np.sin,
+    "cos": np.cos,
+    "log": np.log,
+    "floor": np.floor,
+    "ceil": np.ceil,
+    "trunc": np.trunc,
+}
 
 
 def simulate(kernel: Kernel, args: list[np.ndarray], *, seed: int = 0) -> list[np.ndarray]:
@@ -144,8 +175,15 @@ _DIRECT_CAST = {dtypes.float32, dtypes.bfloat16, dtypes.float16}
 class _Program:
     """A compiled kernel: ``run(args, seed)`` executes it."""
 
-    def __init__(self, kernel: Kernel, source: str, namespace: dict, slots: dict[int, int],
-                 poison_at_start: dict[int, bool], n_fallback: int) -> None:
+    def __init__(
+        self,
+        kernel: Kernel,
+        source: str,
+        namespace: dict,
+        slots: dict[int, int],
+        poison_at_start: dict[int, bool],
+        n_fallback: int,
+    ) -> None:
         self.kernel = kernel
         self.source = source
         self.slots = slots
@@ -213,8 +251,13 @@ class _Compiler:
         self.k = kernel
         self.lines: list[str] = []
         self.ns: dict[str, Any] = {
-            "np": np, "_f32": _f32, "_write": _write, "_copy": _copy, "_bt": np.broadcast_to,
-            "_cast": dtypes.cast, "_where": np.where,
+            "np": np,
+            "_f32": _f32,
+            "_write": _write,
+            "_copy": _copy,
+            "_bt": np.broadcast_to,
+            "_cast": dtypes.cast,
+            "_where": np.where,
         }
         self.slots: dict[int, int] = {}
         self.names: dict[Sym, str] = {}
@@ -279,7 +322,9 @@ class _Compiler:
         return lo, hi
 
     # -- accesses -----------------------------------------------------------------------------
-    def access(self, acc: Access, write: bool, raw_consumer: bool, dynamic: bool = True) -> _AccessCode | None:
+    def access(
+        self, acc: Access, write: bool, raw_consumer: bool, dynamic: bool = True
+    ) -> _AccessCode | None:
         """Code for an access, or None when only the reference can do it.  Bounds that
         cannot be proved for every iteration become runtime conditions (appended to
         ``self.conds``; when one fails, the reference runs the op and reports the error),
@@ -375,8 +420,12 @@ class _Compiler:
             if _cmp_always(lo, hi, cmp):
                 continue
             # per iteration: the clause over the tile's axes spans [base + alo, base + ahi]
-            alo, ahi = self.sym_range(Affine(tuple((s, c) for s, c in a.terms if isinstance(s, Axis)), 0), shape)
-            base = self.aff(Affine(tuple((s, c) for s, c in a.terms if not isinstance(s, Axis)), a.const))
+            alo, ahi = self.sym_range(
+                Affine(tuple((s, c) for s, c in a.terms if isinstance(s, Axis)), 0), shape
+            )
+            base = self.aff(
+                Affine(tuple((s, c) for s, c in a.terms if not isinstance(s, Axis)), a.const)
+            )
             if cmp == ">=":
                 conds.append(f"({base}){alo:+d} >= 0")
             elif cmp == ">":
@@ -452,15 +501,21 @@ class _Compiler:
                     reads = True
             for o in s.outs:
                 if o.tensor.root is t_root:
-                    if (s.prim == "nc_matmul" and s.attrs.get("accumulate")) or (
-                        s.prim == "dma_copy" and s.attrs.get("rmw_op")) or s.prim == "nc_stream_shuffle":
+                    if (
+                        (s.prim == "nc_matmul" and s.attrs.get("accumulate"))
+                        or (s.prim == "dma_copy" and s.attrs.get("rmw_op"))
+                        or s.prim == "nc_stream_shuffle"
+                    ):
                         reads = True
                     mp = self.mask_plan(s)
                     if mp is None or mp[0] == "dynamic":
                         clean = False
                     if s.prim in ("dma_copy",) and s.attrs.get("rmw_op"):
                         clean = False
-                    if s.prim not in _WRITES_ALL or self.access(o, True, True, dynamic=False) is None:
+                    if (
+                        s.prim not in _WRITES_ALL
+                        or self.access(o, True, True, dynamic=False) is None
+                    ):
                         clean = False
                     writes.append((s, o))
         return reads, writes, clean
@@ -539,7 +594,7 @@ class _Compiler:
         for i, s in enumerate(stmts):
             if isinstance(s, Alloc):
                 t = s.tensor
-                if self.needs_poison_temp(t, stmts[i + 1:]):
+                if self.needs_poison_temp(t, stmts[i + 1 :]):
                     pv = self.const(dtypes.poison_value(t.dtype), "POISON")
                     self.emit(f"{self.slot(t)}.fill({pv})", depth)
             elif isinstance(s, Loop):
@@ -612,7 +667,9 @@ class _Compiler:
             keep = self.predicate_code(op.attrs["pred"], shape)
             if keep is None:
                 return None
-            lines.append(f"R = [_where({keep}, {ins[0]}, {self.const(np.float32(op.attrs['on_false']), 'F')})]")
+            lines.append(
+                f"R = [_where({keep}, {ins[0]}, {self.const(np.float32(op.attrs['on_false']), 'F')})]"
+            )
         else:
             rule = self.const(RULES[prim], "RULE")
             lines.append(f"R = {rule}({opn}, [{', '.join(ins)}], {valid})")
@@ -630,7 +687,9 @@ class _Compiler:
         for j, (o, w) in enumerate(zip(op.outs, outs)):
             dt = self.const(o.tensor.dtype, "DT")
             size = int(np.prod(o.shape))
-            lines.append(f"if R[{j}] is not None: _write({w.expr}, R[{j}], {tuple(o.shape)!r}, {size}, {dt})")
+            lines.append(
+                f"if R[{j}] is not None: _write({w.expr}, R[{j}], {tuple(o.shape)!r}, {size}, {dt})"
+            )
         return lines
 
     def predicate_code(self, pred, shape) -> str | None:
@@ -648,7 +707,9 @@ class _Compiler:
                 if isinstance(s, Axis):
                     ax = self.const(s, "AX")
                     terms.append(f"{axes}[{ax}]" + (f"*{c}" if c != 1 else ""))
-            base = self.aff(Affine(tuple((s, c) for s, c in a.terms if not isinstance(s, Axis)), a.const))
+            base = self.aff(
+                Affine(tuple((s, c) for s, c in a.terms if not isinstance(s, Axis)), a.const)
+            )
             expr = "+".join(terms + [f"({base})"]) if terms else f"({base})"
             parts.append(f"(({expr}) {cmp} 0)")
         return f"np.broadcast_to(np.asarray({' & '.join(parts)}, dtype=bool), {tuple(shape)!r})"
@@ -658,7 +719,7 @@ class _Compiler:
         """Cheaper code with the reference's exact results for the hottest instructions."""
         prim = op.prim
         out = op.outs[0] if op.outs else None
-        if out is None or len(op.outs) != 1:
+        if out is None or (len(op.outs) != 1 and prim != "activation"):
             return None
         odt = out.tensor.dtype
         o_f32 = dtypes.storage_dtype(odt) == np.float32 and not dtypes.is_tf32(odt)
@@ -672,64 +733,118 @@ class _Compiler:
                 return None
             dt = self.const(odt, "DT")
             if dtypes.is_tf32(odt) or odt not in _DIRECT_CAST and src.tensor.dtype != odt:
-                return [f"_write({w}, {r.expr}, {tuple(out.shape)!r}, {int(np.prod(out.shape))}, {dt})"]
+                return [
+                    f"_write({w}, {r.expr}, {tuple(out.shape)!r}, {int(np.prod(out.shape))}, {dt})"
+                ]
             return [f"_copy({w}, {r.expr}, {dt})"]
         if prim == "memset":
             v = dtypes.cast(np.full((1,), op.attrs["value"], dtype=np.float32), odt)
             if dtypes.is_tf32(odt):
                 v = v.astype(np.float32)
             return [f"{w}[...] = {self.const(v[0], 'V')}"]
-        if not o_f32 or not outs[0].layout_exact:
+        # The rest compute an fp32 value.  With an fp32 destination numpy writes it in place
+        # (``out=``); otherwise it is computed into a temporary and rounded on the copy.
+        direct = o_f32 and outs[0].layout_exact
+        dt = self.const(odt, "DT")
+
+        def finish(fn: str, args: str) -> list[str]:
+            if direct:
+                return [f"{fn}({args}, out={w})"]
+            return [f"_copy({w}, {fn}({args}), {dt})"]
+
+        ins = []
+        for x in op.ins:
+            if isinstance(x, Access):
+                r = self.access(x, False, False)
+                if r is None:
+                    return None
+                e = r.expr
+                if dtypes.storage_dtype(x.tensor.dtype) != np.float32:
+                    e = f"_f32({e})"
+                ins.append(e)
+            else:
+                ins.append(repr(float(x)))
+
+        def shaped(i: int) -> bool:
+            x = op.ins[i]
+            return not isinstance(x, Access) or x.shape == out.shape or (
+                x.shape[0] == out.shape[0] and x.free_size == 1 and len(x.shape) == len(out.shape))
+
+        if odt not in _DIRECT_CAST and not direct:
             return None
-        if prim in ("tensor_tensor", "tensor_scalar", "activation"):
-            ins = []
-            for x in op.ins:
-                if isinstance(x, Access):
-                    if x.shape != out.shape and not (x.shape[0] == out.shape[0] and x.free_size == 1 and len(x.shape) == len(out.shape)):
-                        return None
-                    r = self.access(x, False, False)
-                    if r is None:
-                        return None
-                    e = r.expr
-                    if dtypes.storage_dtype(x.tensor.dtype) != np.float32:
-                        e = f"_f32({e})"
-                    ins.append(e)
-                else:
-                    ins.append(repr(float(x)))
-            if prim == "tensor_tensor":
-                fn = _UFUNC_ALU.get(op.attrs["op"])
-                if fn is None or op.ins[0].shape != out.shape or op.ins[1].shape != out.shape:
+        if prim == "tensor_tensor":
+            fn = _UFUNC_ALU.get(op.attrs["op"])
+            if fn is None or op.ins[0].shape != out.shape or op.ins[1].shape != out.shape:
+                return None
+            return finish(self.const(fn, "UF"), f"{ins[0]}, {ins[1]}")
+        if prim in ("tensor_scalar", "scalar_tensor_tensor"):
+            a = op.attrs
+            if a.get("reduce_op") or op.ins[0].shape != out.shape or not all(shaped(i) for i in range(len(ins))):
+                return None
+            f0 = _UFUNC_ALU.get(a["op0"])
+            f1 = _UFUNC_ALU.get(a["op1"]) if a.get("op1") else None
+            if f0 is None or (a.get("op1") and f1 is None):
+                return None
+            first = (ins[1], ins[0]) if a["reverse0"] else (ins[0], ins[1])
+            if f1 is None:
+                return finish(self.const(f0, "UF"), f"{first[0]}, {first[1]}")
+            # two ALU stages: the intermediate stays an fp32 array, as in the reference
+            second = (ins[2], "y") if a["reverse1"] else ("y", ins[2])
+            return [f"y = {self.const(f0, 'UF')}({first[0]}, {first[1]})"] + finish(
+                self.const(f1, "UF"), f"{second[0]}, {second[1]}")
+        if prim == "nc_matmul":
+            if not direct:
+                return None
+            mm = f"np.matmul({ins[0]}.T, {ins[1]}, dtype=np.float32)"
+            if op.attrs.get("accumulate"):
+                return [f"np.add({w}, {mm}, out={w})"]
+            return [f"{w}[...] = {mm}"]
+        if prim == "nc_transpose":
+            return [f"_copy({w}, {ins[0]}.T, {dt})"]
+        if prim == "affine_select":
+            keep = self.predicate_code(op.attrs["pred"], out.shape)
+            if keep is None:
+                return None
+            f = self.const(np.float32(op.attrs["on_false"]), "F")
+            if direct and op.ins[0].tensor.root is not out.tensor.root:
+                return [f"np.copyto({w}, {f})", f"np.copyto({w}, {ins[0]}, where={keep})"]
+            return [f"_copy({w}, _where({keep}, {ins[0]}, {f}), {dt})"]
+        if prim == "activation":
+            a = op.attrs
+            fn = _UFUNC_ACT.get(a["op"])
+            if fn is None or op.ins[0].shape != out.shape or not all(shaped(i) for i in range(3)):
+                return None
+            data, bias, scale = ins
+            scale_is_one = isinstance(op.ins[2], float) and op.ins[2] == 1.0
+            uf = self.const(fn, "UF")
+            lines = ["with np.errstate(all='ignore'):"]
+            if scale_is_one:
+                lines.append(f"    y = np.add({data}, {bias})")
+            else:
+                lines.append(f"    y = np.multiply({data}, {scale})")
+                lines.append(f"    np.add(y, {bias}, out=y)")
+            lines.append(f"    {uf}(y, out=y)")
+            if a.get("reduce_op"):
+                if len(op.outs) != 2:
                     return None
-                return [f"{self.const(fn, 'UF')}({ins[0]}, {ins[1]}, out={w})"]
-            if prim == "tensor_scalar":
-                a = op.attrs
-                if a.get("reduce_op") or op.ins[0].shape != out.shape:
+                r = self.access(op.outs[1], True, False)
+                if r is None or a["reduce_op"] not in _REDUCE_FAST:
                     return None
-                f0 = _UFUNC_ALU.get(a["op0"])
-                f1 = _UFUNC_ALU.get(a["op1"]) if a.get("op1") else None
-                if f0 is None or (a.get("op1") and f1 is None):
-                    return None
-                lines = []
-                first = (ins[1], ins[0]) if a["reverse0"] else (ins[0], ins[1])
-                if f1 is None:
-                    return [f"{self.const(f0, 'UF')}({first[0]}, {first[1]}, out={w})"]
-                # two ALU stages: the intermediate stays fp32 exactly as in the reference
-                lines.append(f"y = {self.const(f0, 'UF')}({first[0]}, {first[1]})")
-                second = (ins[2], "y") if a["reverse1"] else ("y", ins[2])
-                lines.append(f"{self.const(f1, 'UF')}({second[0]}, {second[1]}, out={w})")
+                # y is a fresh C-ordered fp32 array: the reference's np.where(valid, y, id)
+                # would be the same array, so the reduction sees the same layout
+                red = self.const(_REDUCE_FAST[a["reduce_op"]], "RED")
+                rdt = self.const(op.outs[1].tensor.dtype, "DT")
+                p = out.shape[0]
+                axes = tuple(range(1, len(out.shape)))
+                lines.append(f"red = {red}(y, axis={axes!r}, keepdims=True).reshape({p}, 1)")
+                lines.append(f"_copy({w}, y, {dt})")
+                lines.append(f"_write({r.expr}, red, {tuple(op.outs[1].shape)!r}, "
+                             f"{int(np.prod(op.outs[1].shape))}, {rdt})")
                 return lines
-            if prim == "activation":
-                a = op.attrs
-                fn = _UFUNC_ACT.get(a["op"])
-                if a.get("reduce_op") or fn is None or op.ins[0].shape != out.shape:
-                    return None
-                data, bias, scale = ins
-                scale_is_one = isinstance(op.ins[2], float) and op.ins[2] == 1.0
-                pre = f"{data} + {bias}" if scale_is_one else f"{data} * {scale} + {bias}"
-                return [
-                    "with np.errstate(all='ignore'):",
-                    f"    {self.const(fn, 'UF')}({pre}, out={w})",
-                ]
+            if len(op.outs) != 1:
+                return None
+            lines.append(f"_copy({w}, y, {dt})")
+            return lines
         return None
 
 

@@ -72,11 +72,17 @@ class Interpreter:
 
     def _bounds_error(self, access: Access, dim: int, index: int, op: Op) -> NkiError:
         return NkiError(
-            "err_tensor_access_out_of_bound", op.loc,
-            tensor=access.tensor.name, dim=dim, index=index, size=access.tensor.shape[dim],
+            "err_tensor_access_out_of_bound",
+            op.loc,
+            tensor=access.tensor.name,
+            dim=dim,
+            index=index,
+            size=access.tensor.shape[dim],
         )
 
-    def _index(self, access: Access, env: dict, op: Op, valid: np.ndarray | None, writing: bool = False):
+    def _index(
+        self, access: Access, env: dict, op: Op, valid: np.ndarray | None, writing: bool = False
+    ):
         """numpy index for ``access`` and whether it is basic slicing.  Masked-off elements may
         lie out of bounds; they are not checked."""
         plan = self._plan(access)
@@ -135,7 +141,11 @@ class Interpreter:
         store = self.storage(access.tensor)
         value = np.asarray(value)
         if value.shape != access.shape:
-            value = value.reshape(access.shape) if value.size == int(np.prod(access.shape)) else np.broadcast_to(value, access.shape)
+            value = (
+                value.reshape(access.shape)
+                if value.size == int(np.prod(access.shape))
+                else np.broadcast_to(value, access.shape)
+            )
         value = dtypes.cast(value, access.tensor.dtype)
         if dtypes.is_tf32(access.tensor.dtype):
             value = value.astype(np.float32)
@@ -195,7 +205,11 @@ class Interpreter:
         full = {**env, **axis_env(shape)}
         for s in op.mask.syms:
             if isinstance(s, Axis) and s.k >= len(shape):
-                raise NkiError("err_unsupported_expression_in_mask", op.loc, got=f"{op.mask} for a tile of shape {shape}")
+                raise NkiError(
+                    "err_unsupported_expression_in_mask",
+                    op.loc,
+                    got=f"{op.mask} for a tile of shape {shape}",
+                )
         return np.broadcast_to(np.asarray(op.mask.evaluate(full), dtype=bool), shape)
 
     def exec_op(self, op: Op, env: dict) -> None:
@@ -210,7 +224,9 @@ class Interpreter:
                 ins.append(x)
         if op.prim == "affine_select":
             shape = op.outs[0].shape
-            keep = np.broadcast_to(np.asarray(op.attrs["pred"].evaluate({**env, **axis_env(shape)}), dtype=bool), shape)
+            keep = np.broadcast_to(
+                np.asarray(op.attrs["pred"].evaluate({**env, **axis_env(shape)}), dtype=bool), shape
+            )
             results = [np.where(keep, ins[0], np.float32(op.attrs["on_false"]))]
         elif op.prim == "nc_stream_shuffle":
             dst = self.read(op.outs[0], env, op).copy()
@@ -229,7 +245,13 @@ class Interpreter:
         elif op.prim == "dma_copy" and op.attrs.get("rmw_op"):
             from .alu import alu
 
-            results = [alu(op.attrs["rmw_op"], dtypes.to_f32(self.read(op.outs[0], env, op)), dtypes.to_f32(ins[0]))]
+            results = [
+                alu(
+                    op.attrs["rmw_op"],
+                    dtypes.to_f32(self.read(op.outs[0], env, op)),
+                    dtypes.to_f32(ins[0]),
+                )
+            ]
         for out, r in zip(op.outs, results):
             if r is not None:
                 self.write(out, r, env, op, valid)

@@ -78,7 +78,12 @@ def _transpose(op, ins, valid):
 @rule("activation")
 def _activation(op, ins, valid):
     data, bias, scale = ins
-    y = activate(op.attrs["op"], data * scale + bias if (scale != 1.0 if isinstance(scale, float) else True) else data + bias)
+    y = activate(
+        op.attrs["op"],
+        data * scale + bias
+        if (scale != 1.0 if isinstance(scale, float) else True)
+        else data + bias,
+    )
     outs = [y]
     if op.attrs.get("reduce_op"):
         outs.append(_free_reduce(op.attrs["reduce_op"], np.asarray(y, dtype=np.float32), valid))
@@ -131,7 +136,12 @@ def _scan(op, ins, valid):
     d0 = d0.reshape(p, -1)
     d1 = d1.reshape(p, -1)
     out = np.empty_like(d0, dtype=np.float32)
-    r = np.broadcast_to(np.asarray(init, dtype=np.float32).reshape(-1, 1) if not isinstance(init, float) else np.float32(init), (p, 1)).astype(np.float32)
+    r = np.broadcast_to(
+        np.asarray(init, dtype=np.float32).reshape(-1, 1)
+        if not isinstance(init, float)
+        else np.float32(init),
+        (p, 1),
+    ).astype(np.float32)
     # step by step: the hardware rounds the running value to fp32 at every element
     for i in range(d0.shape[1]):
         r = alu(op1, alu(op0, d0[:, i : i + 1], r), d1[:, i : i + 1]).astype(np.float32)
@@ -155,7 +165,10 @@ def _select(op, ins, valid):
 def _range_select(op, ins, valid):
     data, b0, b1 = ins
     a = op.attrs
-    idx = np.arange(data.shape[-1], dtype=np.float32).reshape((1,) * (data.ndim - 1) + (-1,)) + a["range_start"]
+    idx = (
+        np.arange(data.shape[-1], dtype=np.float32).reshape((1,) * (data.ndim - 1) + (-1,))
+        + a["range_start"]
+    )
     keep = (alu(a["comp_op0"], idx, b0) != 0) & (alu(a["comp_op1"], idx, b1) != 0)
     y = np.where(keep, data, np.float32(a["on_false"]))
     outs = [y]
@@ -178,7 +191,11 @@ def _select_reduce(op, ins, valid):
 @rule("bn_stats")
 def _bn_stats(op, ins, valid):
     x = ins[0].reshape(ins[0].shape[0], -1).astype(np.float64)
-    v = np.ones_like(x, dtype=bool) if valid is None else np.broadcast_to(valid, ins[0].shape).reshape(x.shape)
+    v = (
+        np.ones_like(x, dtype=bool)
+        if valid is None
+        else np.broadcast_to(valid, ins[0].shape).reshape(x.shape)
+    )
     out = np.empty((x.shape[0], 6), dtype=np.float64)
     for half in (0, 1):
         xs, vs = x[:, half::2], v[:, half::2]

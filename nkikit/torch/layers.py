@@ -96,7 +96,9 @@ def _kernel_function(kind: LayerKind, kernel: Any) -> Callable[..., Any]:
         return fn
     if callable(kernel):
         return kernel
-    raise TypeError(f"{kind.name}: expected a kernel module or a callable, got {type(kernel).__name__}")
+    raise TypeError(
+        f"{kind.name}: expected a kernel module or a callable, got {type(kernel).__name__}"
+    )
 
 
 def kernelize(model: nn.Module, mapping: Mapping[str, Any]) -> list[str]:

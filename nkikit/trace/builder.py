@@ -56,8 +56,14 @@ class Builder:
         loc = loc or caller_loc()
         tname = self.unique(name) if name else self.name_for(loc, fallback)
         t = Tensor(
-            tname, tuple(int(s) for s in shape), dtype, buffer, kind=kind, par_axis=par_axis,
-            loc=loc, scope=tuple(self.loops),
+            tname,
+            tuple(int(s) for s in shape),
+            dtype,
+            buffer,
+            kind=kind,
+            par_axis=par_axis,
+            loc=loc,
+            scope=tuple(self.loops),
         )
         self.tensors.append(t)
         if kind == "temp":
@@ -158,7 +164,9 @@ def resolve(access: Access) -> Access:
     while access.tensor.alias is not None:
         target = access.tensor.alias
         mapping = {Axis(k): a for k, a in enumerate(access.index)}
-        access = Access(target.tensor, access.shape, tuple(x.substitute(mapping) for x in target.index))
+        access = Access(
+            target.tensor, access.shape, tuple(x.substitute(mapping) for x in target.index)
+        )
     return access
 
 

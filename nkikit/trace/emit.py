@@ -76,14 +76,21 @@ def broadcast_access(a: Access, shape: tuple[int, ...], loc: SourceLoc, op: str)
             continue
         if s != 1:
             raise NkiError(
-                "err_invalid_argument", loc, op=op, why=f"shapes {a.shape} and {shape} do not broadcast"
+                "err_invalid_argument",
+                loc,
+                op=op,
+                why=f"shapes {a.shape} and {shape} do not broadcast",
             )
         mapping[Axis(k)] = Affine()
     return Access(a.tensor, shape, tuple(x.substitute(mapping) for x in a.index))
 
 
 def new_tile(
-    shape: tuple[int, ...], dtype: np.dtype, loc: SourceLoc, buffer: str = "sbuf", fallback: str = "t"
+    shape: tuple[int, ...],
+    dtype: np.dtype,
+    loc: SourceLoc,
+    buffer: str = "sbuf",
+    fallback: str = "t",
 ) -> tuple[Tile, Access]:
     b = current()
     t = b.new_tensor(canon(shape), dtypes.as_dtype(dtype), buffer, loc=loc, fallback=fallback)

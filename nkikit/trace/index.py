@@ -23,7 +23,10 @@ def _broadcast_sizes(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
     for x, y in zip(a, b):
         if x != y and 1 not in (x, y):
             raise NkiError(
-                "err_invalid_argument", caller_loc(), op="index", why=f"index shapes {a} and {b} differ"
+                "err_invalid_argument",
+                caller_loc(),
+                op="index",
+                why=f"index shapes {a} and {b} differ",
             )
         out.append(max(x, y))
     return tuple(out)
@@ -233,7 +236,10 @@ class _Mgrid:
             ranges.append(range(s.start or 0, s.stop, s.step or 1))
         sizes = tuple(len(r) for r in ranges)
         return MgridResult(
-            Index(Affine.of(Axis(k)) * r.step + r.start, tuple(1 if j != k else sizes[k] for j in range(len(sizes))))
+            Index(
+                Affine.of(Axis(k)) * r.step + r.start,
+                tuple(1 if j != k else sizes[k] for j in range(len(sizes))),
+            )
             for k, r in enumerate(ranges)
         )
 
@@ -272,7 +278,9 @@ def _scalar_affine(x: object) -> Affine:
         return x.affine
     if isinstance(x, int | np.integer) and not isinstance(x, bool):
         return Affine.of(int(x))
-    raise NkiError("err_invalid_argument", caller_loc(), op="indexing", why=f"cannot index with {x!r}")
+    raise NkiError(
+        "err_invalid_argument", caller_loc(), op="indexing", why=f"cannot index with {x!r}"
+    )
 
 
 def index_access(base: Access, key: object) -> Access:
@@ -287,7 +295,9 @@ def index_access(base: Access, key: object) -> Access:
     n_real = sum(1 for k in key if k is not None)
     if n_real > ndim:
         raise NkiError(
-            "err_invalid_argument", caller_loc(), op="indexing",
+            "err_invalid_argument",
+            caller_loc(),
+            op="indexing",
             why=f"{n_real} indices for a tensor of {ndim} dimensions",
         )
     advanced = any(isinstance(k, Index) and k.sizes for k in key)
@@ -301,7 +311,9 @@ def _advanced(base: Access, key: tuple) -> Access:
         raise NkiError("err_unsupported_mixing_basic_advanced_tensor_indexing", caller_loc())
     if len(key) != len(base.shape):
         raise NkiError(
-            "err_invalid_argument", caller_loc(), op="indexing",
+            "err_invalid_argument",
+            caller_loc(),
+            op="indexing",
             why=f"arange indexing needs one index per dimension ({len(base.shape)}), got {len(key)}",
         )
     sizes: tuple[int, ...] = ()
@@ -327,14 +339,21 @@ def _basic(base: Access, key: tuple) -> Access:
             start, stop, step = k.start, k.stop, k.step
             step = 1 if step is None else int(step)
             if step <= 0:
-                raise NkiError("err_invalid_argument", caller_loc(), op="slicing", why="slice step must be positive")
+                raise NkiError(
+                    "err_invalid_argument",
+                    caller_loc(),
+                    op="slicing",
+                    why="slice step must be positive",
+                )
             if isinstance(start, Index) or isinstance(stop, Index):
                 a0 = _scalar_affine(start if start is not None else 0)
                 a1 = _scalar_affine(stop if stop is not None else extent)
                 span = a1 - a0
                 if not span.is_const:
                     raise NkiError(
-                        "err_invalid_argument", caller_loc(), op="slicing",
+                        "err_invalid_argument",
+                        caller_loc(),
+                        op="slicing",
                         why=f"slice size {span} must not depend on a loop variable",
                     )
                 size = len(range(0, span.const, step))

@@ -43,7 +43,9 @@ def to_numpy(x: object, dtype: np.dtype) -> np.ndarray:
 
         t = x.detach()
         if t.device.type != "cpu":
-            raise TypeError(f"nkikit simulates on the CPU; move the tensor from {t.device} to 'cpu' first")
+            raise TypeError(
+                f"nkikit simulates on the CPU; move the tensor from {t.device} to 'cpu' first"
+            )
         t = t.contiguous()
         if t.dtype == torch.bfloat16:
             return t.view(torch.int16).numpy().view(dtypes.bfloat16)
@@ -76,7 +78,9 @@ class JitKernel:
     """A kernel decorated with ``@nki.jit``.  Call it to simulate; index it with a grid
     (``kernel[g0, g1](...)``) for an SPMD launch; ``.ir(*args)`` returns the traced IR."""
 
-    def __init__(self, func: Callable, grid: tuple[int, ...] = (), options: dict | None = None, cache=None) -> None:
+    def __init__(
+        self, func: Callable, grid: tuple[int, ...] = (), options: dict | None = None, cache=None
+    ) -> None:
         self.func = func
         self.grid = grid
         self.options = options or {}
@@ -139,7 +143,9 @@ class JitKernel:
                 except Exception:
                     ann = None
             mutable = ann is mutable_tensor or getattr(ann, "mutable", False) is True
-            t = Tensor(name, spec[0], spec[1], "shared_hbm", kind="input", loc=loc, mutable=bool(mutable))
+            t = Tensor(
+                name, spec[0], spec[1], "shared_hbm", kind="input", loc=loc, mutable=bool(mutable)
+            )
             b.names[name] = 1
             b.tensors.append(t)
             params.append(t)
@@ -155,7 +161,9 @@ class JitKernel:
                 t = r.access.tensor
                 if not t.is_hbm or t.kind not in ("hbm", "output"):
                     raise NkiError(
-                        "err_invalid_argument", loc, op="return",
+                        "err_invalid_argument",
+                        loc,
+                        op="return",
                         why=f"the kernel returns {t.name!r} ({t.buffer}); return HBM tensors created with nl.ndarray(..., buffer=nl.shared_hbm)",
                     )
                 t.kind = "output"
@@ -163,10 +171,14 @@ class JitKernel:
                 return len(outputs) - 1
             if isinstance(r, tuple | list):
                 return type(r)(collect(x) for x in r)
-            raise NkiError("err_invalid_argument", loc, op="return", why=f"cannot return a {type(r).__name__}")
+            raise NkiError(
+                "err_invalid_argument", loc, op="return", why=f"cannot return a {type(r).__name__}"
+            )
 
         structure = collect(result)
-        return Kernel(self.func.__name__, params, outputs, b.body, self.grid, loc, b.tensors, structure)
+        return Kernel(
+            self.func.__name__, params, outputs, b.body, self.grid, loc, b.tensors, structure
+        )
 
     def ir(self, *args, **kwargs) -> Kernel:
         """Trace (and verify) for these arguments; ``print()`` the result to read the IR."""
@@ -193,7 +205,9 @@ def run(kernel: Kernel, bound: inspect.BoundArguments):
     for t in kernel.params:
         v = bound.arguments[t.name]
         if isinstance(v, TensorSpec):
-            raise TypeError(f"argument {t.name!r} is abstract (nt.tensor[...]); pass an array to simulate")
+            raise TypeError(
+                f"argument {t.name!r} is abstract (nt.tensor[...]); pass an array to simulate"
+            )
         a = to_numpy(v, t.dtype)
         if not t.mutable and a is v:
             a = a.copy()
@@ -205,7 +219,11 @@ def run(kernel: Kernel, bound: inspect.BoundArguments):
         if t.mutable and _is_torch(v):
             import torch
 
-            v.copy_(torch.as_tensor(np.asarray(a, dtype=np.float32) if a.dtype == dtypes.bfloat16 else a).to(v.dtype))
+            v.copy_(
+                torch.as_tensor(
+                    np.asarray(a, dtype=np.float32) if a.dtype == dtypes.bfloat16 else a
+                ).to(v.dtype)
+            )
     results = [from_numpy(o, like) for o in outs]
 
     def build(s):

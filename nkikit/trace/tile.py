@@ -68,13 +68,17 @@ class Tile:
 
     def __iter__(self):
         raise NkiError(
-            "err_invalid_argument", caller_loc(), op="iteration",
+            "err_invalid_argument",
+            caller_loc(),
+            op="iteration",
             why="tiles cannot be iterated in Python; loop with nl.affine_range over an index",
         )
 
     def __array__(self, *args, **kwargs):
         raise NkiError(
-            "err_invalid_argument", caller_loc(), op="numpy conversion",
+            "err_invalid_argument",
+            caller_loc(),
+            op="numpy conversion",
             why="a tile has no value while the kernel is traced; use nl.* / nisa.* on it",
         )
 
@@ -103,7 +107,9 @@ class Tile:
             L.memset_into(dst, value, loc=loc)
         else:
             raise NkiError(
-                "err_invalid_argument", loc, op="assignment",
+                "err_invalid_argument",
+                loc,
+                op="assignment",
                 why=f"cannot assign a {type(value).__name__} to a tile",
             )
 
@@ -135,15 +141,28 @@ class Tile:
         loc = caller_loc()
         if not a.tensor.is_hbm or not a.is_whole:
             raise NkiError(
-                "err_invalid_argument", loc, op="reshape",
+                "err_invalid_argument",
+                loc,
+                op="reshape",
                 why="only whole HBM tensors can be reshaped; index the result instead",
             )
         if int(np.prod(shape)) != int(np.prod(a.shape)):
-            raise NkiError("err_invalid_argument", loc, op="reshape", why=f"cannot reshape {a.shape} to {shape}")
+            raise NkiError(
+                "err_invalid_argument",
+                loc,
+                op="reshape",
+                why=f"cannot reshape {a.shape} to {shape}",
+            )
         b = current()
         t = Tensor(
-            b.unique(f"{a.tensor.name}.reshape"), shape, a.tensor.dtype, a.tensor.buffer,
-            kind=a.tensor.kind, loc=loc, base=a.tensor, mutable=a.tensor.mutable,
+            b.unique(f"{a.tensor.name}.reshape"),
+            shape,
+            a.tensor.dtype,
+            a.tensor.buffer,
+            kind=a.tensor.kind,
+            loc=loc,
+            base=a.tensor,
+            mutable=a.tensor.mutable,
         )
         b.tensors.append(t)
         return Tile.of(t)

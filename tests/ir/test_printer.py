@@ -42,16 +42,23 @@ def tiled_matmul(lhsT, rhs):
         for n in nl.affine_range(N // 512):
             acc = nl.zeros((128, 512), nl.float32, buffer=nl.psum)
             for k in nl.sequential_range(K // 128):
-                a = nl.load(lhsT[k * 128:(k + 1) * 128, m * 128:(m + 1) * 128])
-                b = nl.load(rhs[k * 128:(k + 1) * 128, n * 512:(n + 1) * 512])
+                a = nl.load(lhsT[k * 128 : (k + 1) * 128, m * 128 : (m + 1) * 128])
+                b = nl.load(rhs[k * 128 : (k + 1) * 128, n * 512 : (n + 1) * 512])
                 acc += nisa.nc_matmul(a, b)
-            nl.store(out[m * 128:(m + 1) * 128, n * 512:(n + 1) * 512], value=nl.copy(acc, dtype=out.dtype))
+            nl.store(
+                out[m * 128 : (m + 1) * 128, n * 512 : (n + 1) * 512],
+                value=nl.copy(acc, dtype=out.dtype),
+            )
     return out
 
 
 CASES = {
-    "rmsnorm_rows": lambda: rmsnorm_rows.ir(nt.tensor[[300, 256], nl.float32], nt.tensor[[256], nl.float32]),
-    "tiled_matmul": lambda: tiled_matmul.ir(nt.tensor[[256, 256], nl.bfloat16], nt.tensor[[256, 1024], nl.bfloat16]),
+    "rmsnorm_rows": lambda: rmsnorm_rows.ir(
+        nt.tensor[[300, 256], nl.float32], nt.tensor[[256], nl.float32]
+    ),
+    "tiled_matmul": lambda: tiled_matmul.ir(
+        nt.tensor[[256, 256], nl.bfloat16], nt.tensor[[256, 1024], nl.bfloat16]
+    ),
 }
 
 

@@ -50,8 +50,8 @@ def matmul_accumulate(lhsT, rhs):
     out = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.shared_hbm)
     acc = nl.zeros((M, N), nl.float32, buffer=nl.psum)
     for k in nl.affine_range(K // 128):
-        a = nl.load(lhsT[k * 128:(k + 1) * 128, :])
-        b = nl.load(rhs[k * 128:(k + 1) * 128, :])
+        a = nl.load(lhsT[k * 128 : (k + 1) * 128, :])
+        b = nl.load(rhs[k * 128 : (k + 1) * 128, :])
         acc += nisa.nc_matmul(a, b)
     nl.store(out, value=nl.copy(acc))
     return out
@@ -103,7 +103,7 @@ def test_masks_handle_ragged_last_tile():
 def out_of_bounds(x):
     out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
     for i in nl.sequential_range(3):
-        t = nl.load(x[i * 64:i * 64 + 128, :])
+        t = nl.load(x[i * 64 : i * 64 + 128, :])
         nl.store(out[0:128, :], value=t)
     return out
 
@@ -199,7 +199,9 @@ def iota_kernel(x):
 
 
 def test_iota_evaluates_the_affine_expression():
-    np.testing.assert_array_equal(iota_kernel(np.zeros(1, np.float32)), np.arange(128 * 64).reshape(128, 64))
+    np.testing.assert_array_equal(
+        iota_kernel(np.zeros(1, np.float32)), np.arange(128 * 64).reshape(128, 64)
+    )
 
 
 @nki.jit
@@ -217,7 +219,9 @@ def reduce_kernel(x):
 def test_reductions_along_the_free_axis():
     x = np.random.default_rng(4).standard_normal((32, 50)).astype(np.float32)
     out = reduce_kernel(x)
-    np.testing.assert_allclose(out, np.stack([x.max(1), x.mean(1), x.var(1)], 1), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        out, np.stack([x.max(1), x.mean(1), x.var(1)], 1), rtol=1e-5, atol=1e-6
+    )
 
 
 @nki.jit

@@ -1,0 +1,29 @@
+"""The compiler: allocate SBUF/PSUM, lower IR ops to per-engine instructions, and schedule
+them with a target's cost model.
+
+Pipeline (one module per step): :mod:`.targets` (hardware tables) -> :mod:`.allocate`
+(addresses, multi-buffering) -> :mod:`.lower` (the per-primitive table: engine, opcode,
+cost, FLOPs) -> :mod:`.schedule` (dependencies and timing) -> :mod:`.program` (the result,
+JSON, and the profiler's Profile).  :mod:`.api` holds the user-facing functions.
+"""
+
+from .api import BenchmarkResult, benchmark, compile, main_profile, profile, profile_kernel
+from .build import build_program
+from .program import Program
+from .targets import TARGETS, Target, UnknownTargetError, default_target_name, get_target
+
+__all__ = [
+    "TARGETS",
+    "BenchmarkResult",
+    "Program",
+    "Target",
+    "UnknownTargetError",
+    "benchmark",
+    "build_program",
+    "compile",
+    "default_target_name",
+    "get_target",
+    "main_profile",
+    "profile",
+    "profile_kernel",
+]

@@ -1,0 +1,334 @@
+"""Public entry points: ``compile``, ``profile_kernel``, NKI's ``benchmark`` / ``profile``
+decorators answered from the cost model, and the ``nkikit profile`` command line.
+
+Arguments may be numpy arrays (or CPU torch tensors) or abstract ``nt.tensor[shape, dtype]``
+specs; only the shapes and dtypes matter to the compiler.  Decorated kernels called with
+real arrays also run the simulator and return its outputs (like ``nki.baremetal``); called
+with abstract specs they return None.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import importlib.util
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..errors import NkiError, hide_internal_frames
+from ..profiler.model import Profile
+from ..trace.jit import JitKernel, jit, run
+from ..typing import TensorSpec
+from .build import build_program
+from .program import Program
+from .targets import Target, get_target
+
+__all__ = ["compile", "profile_kernel", "benchmark", "profile", "main_profile", "BenchmarkResult"]
+
+PERCENTILES = (0, 1, 10, 25, 50, 90, 99, 100)
+
+
+def _jit(kernel: Any) -> JitKernel:
+    if isinstance(kernel, JitKernel):
+        return kernel
+    if isinstance(kernel, _Decorated):
+        return kernel.kernel
+    if callable(kernel):
+        return jit(kernel)
+    raise TypeError(f"expected an @nki.jit kernel or a function, got {type(kernel).__name__}")
+
+
+def compile(kernel: Any, *args: Any, target: str | Target | None = None, **kwargs: Any) -> Program:  # noqa: A001
+    """Trace ``kernel`` for these arguments (arrays or ``nt.tensor`` specs), allocate, lower and
+    schedule it for ``target`` (default: ``NEURON_PLATFORM_TARGET_OVERRIDE`` or trn2)."""
+    try:
+        ir, _ = _jit(kernel).specialize(*args, **kwargs)
+        return build_program(ir, target)
+    except NkiError as e:
+        raise hide_internal_frames(e) from None
+
+
+def profile_kernel(kernel: Any, *args: Any, target: str | Target | None = None, **kwargs: Any) -> Profile:
+    """``compile(...).profile()``: the modeled timeline and summary metrics of one call."""
+    return compile(kernel, *args, target=target, **kwargs).profile()
+
+
+# ---------------------------------------------------------------------------------------------
+# NKI decorators
+
+
+class LatencyResult:
+    """``nc_latency`` of a benchmark: every percentile is the modeled latency in µs (the model
+    is deterministic, so there is no spread)."""
+
+    def __init__(self, latency_us: float) -> None:
+        self.latency_us = float(latency_us)
+
+    def get_latency_percentile(self, percentile: float) -> float:
+        if not 0 <= percentile <= 100:
+            raise ValueError(f"percentile must be in [0, 100], got {percentile}")
+        return self.latency_us
+
+    def __repr__(self) -> str:
+        return f"LatencyResult({self.latency_us:.3f} us)"
+
+
+class BenchmarkResult:
+    """What ``fn.benchmark_result`` holds after a call: ``nc_latency`` (µs), plus the
+    :class:`Program` and :class:`~nkikit.profiler.Profile` it came from."""
+
+    def __init__(self, program: Program, warmup: int, iters: int) -> None:
+        self.program = program
+        self.nc_latency = LatencyResult(program.total_us)
+        self.warmup = warmup
+        self.iters = iters
+
+    @property
+    def total_us(self) -> float:
+        return self.nc_latency.latency_us
+
+    def __repr__(self) -> str:
+        return f"BenchmarkResult(kernel={self.program.kernel!r}, target={self.program.target.name!r}, latency_us={self.total_us:.3f})"
+
+
+class _Decorated:
+    """A kernel wrapped by ``nki.benchmark`` or ``nki.profile``."""
+
+    def __init__(self, kernel: Any, target: str | Target | None) -> None:
+        self.kernel = _jit(kernel)
+        self.target = target
+        self.program: Program | None = None
+        self.__name__ = getattr(self.kernel, "__name__", "kernel")
+        self.__doc__ = getattr(self.kernel, "__doc__", None)
+
+    def __getitem__(self, grid) -> _Decorated:
+        clone = object.__new__(type(self))
+        clone.__dict__.update(self.__dict__)
+        clone.kernel = self.kernel[grid]
+        return clone
+
+    def _compile_and_maybe_run(self, args: tuple, kwargs: dict) -> Any:
+        try:
+            ir, bound = self.kernel.specialize(*args, **kwargs)
+            self.program = build_program(ir, self.target)
+            self._after_compile()
+            if any(isinstance(v, TensorSpec) for v in bound.arguments.values()):
+                return None
+            return run(ir, bound)
+        except NkiError as e:
+            raise hide_internal_frames(e) from None
+
+    def _after_compile(self) -> None:
+        pass
+
+
+class BenchmarkKernel(_Decorated):
+    """``nki.benchmark(...)(kernel)``: calling it models the kernel and sets
+    ``benchmark_result.nc_latency.get_latency_percentile(p)`` (µs)."""
+
+    def __init__(self, kernel: Any, *, warmup: int, iters: int, save_neff_name: str | None,
+                 save_trace_name: str | None, additional_compile_opt: str | None,
+                 target: str | Target | None) -> None:
+        super().__init__(kernel, target)
+        self.warmup, self.iters = int(warmup), int(iters)
+        self.save_neff_name = save_neff_name
+        self.save_trace_name = save_trace_name
+        self.additional_compile_opt = additional_compile_opt
+        self.benchmark_result: BenchmarkResult | None = None
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        __tracebackhide__ = True
+        return self._compile_and_maybe_run(args, kwargs)
+
+    def _after_compile(self) -> None:
+        assert self.program is not None
+        self.benchmark_result = BenchmarkResult(self.program, self.warmup, self.iters)
+        # There is no NEFF or NTFF: the Program JSON stands in for the NEFF, a Perfetto
+        # trace for the NTFF.
+        if self.save_neff_name:
+            self.program.to_json(self.save_neff_name)
+        if self.save_trace_name:
+            self.program.profile().to_perfetto(self.save_trace_name)
+
+
+class ProfileKernel(_Decorated):
+    """``nki.profile(working_directory=...)(kernel)``: calling it writes the Perfetto trace,
+    the HTML report, a JSON summary and the Program JSON into ``working_directory``."""
+
+    def __init__(self, kernel: Any, *, working_directory: str | os.PathLike, save_neff_name: str,
+                 save_trace_name: str, overwrite: bool, profile_nth: int, target: str | Target | None,
+                 options: dict[str, Any]) -> None:
+        super().__init__(kernel, target)
+        self.working_directory = Path(working_directory)
+        self.save_neff_name = save_neff_name
+        self.save_trace_name = save_trace_name
+        self.overwrite = overwrite
+        self.profile_nth = profile_nth
+        self.options = options
+        self.profile_result: Profile | None = None
+        self.output_files: dict[str, Path] = {}
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        __tracebackhide__ = True
+        return self._compile_and_maybe_run(args, kwargs)
+
+    def _after_compile(self) -> None:
+        assert self.program is not None
+        self.profile_result = self.program.profile()
+        self.output_files = write_profile_artifacts(
+            self.program, self.profile_result, self.working_directory,
+            trace_name=self.save_trace_name, neff_name=self.save_neff_name, overwrite=self.overwrite,
+        )
+
+
+def benchmark(func: Callable | None = None, *, warmup: int = 10, iters: int = 100,
+              save_neff_name: str | None = None, save_trace_name: str | None = None,
+              additional_compile_opt: str | None = None, target: str | Target | None = None):
+    """NKI's ``nki.benchmark``: ``nki.benchmark(warmup=5, iters=10)(kernel)`` or
+    ``nki.benchmark(kernel, ...)``.  ``warmup``/``iters`` are accepted and recorded; the
+    modeled latency has no run-to-run variation."""
+
+    def wrap(f: Callable) -> BenchmarkKernel:
+        return BenchmarkKernel(f, warmup=warmup, iters=iters, save_neff_name=save_neff_name,
+                               save_trace_name=save_trace_name, additional_compile_opt=additional_compile_opt,
+                               target=target)
+
+    return wrap(func) if func is not None else wrap
+
+
+def profile(func: Callable | None = None, *, working_directory: str | os.PathLike | None = None,
+            save_neff_name: str = "file.neff", save_trace_name: str = "profile.ntff",
+            additional_compile_opt: str | None = None, overwrite: bool = False, profile_nth: int = 1,
+            target: str | Target | None = None, **kw: Any):
+    """NKI's ``nki.profile``: writes the profile of each call into ``working_directory``
+    (required): ``<trace stem>.json`` (Perfetto), ``<trace stem>.html`` (report),
+    ``<trace stem>_summary.json`` and ``<neff stem>.program.json``."""
+    if working_directory is None:
+        raise TypeError("nki.profile() needs working_directory=, the folder to write the profile into")
+
+    def wrap(f: Callable) -> ProfileKernel:
+        return ProfileKernel(f, working_directory=working_directory, save_neff_name=save_neff_name,
+                             save_trace_name=save_trace_name, overwrite=overwrite, profile_nth=profile_nth,
+                             target=target, options={"additional_compile_opt": additional_compile_opt, **kw})
+
+    return wrap(func) if func is not None else wrap
+
+
+def _json_default(x: Any) -> Any:
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return str(x)
+
+
+def write_profile_artifacts(program: Program, prof: Profile, directory: Path, *, trace_name: str = "profile.ntff",
+                            neff_name: str = "file.neff", overwrite: bool = True, html: bool = True) -> dict[str, Path]:
+    """Write the Perfetto trace, HTML report, JSON summary and Program JSON into ``directory``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    stem = Path(trace_name).stem or "profile"
+    files = {
+        "perfetto": directory / f"{stem}.json",
+        "summary": directory / f"{stem}_summary.json",
+        "program": directory / f"{Path(neff_name).stem or 'kernel'}.program.json",
+    }
+    if html:
+        files["html"] = directory / f"{stem}.html"
+    if not overwrite:
+        existing = [str(p) for p in files.values() if p.exists()]
+        if existing:
+            raise FileExistsError(f"profile artifacts already exist (pass overwrite=True to replace): {', '.join(existing)}")
+    prof.to_perfetto(files["perfetto"])
+    if html:
+        prof.to_html(files["html"])
+    files["summary"].write_text(json.dumps(prof.summary, indent=1, default=_json_default), encoding="utf-8")
+    program.to_json(files["program"])
+    return files
+
+
+# ---------------------------------------------------------------------------------------------
+# command line
+
+
+def _parse_shape(text: str) -> TensorSpec:
+    from .. import dtypes
+
+    dims, _, dtype = text.partition(":")
+    shape = tuple(int(d) for d in dims.lower().replace("*", "x").split("x") if d.strip())
+    return TensorSpec(shape, dtypes.as_dtype(dtype.strip() or "float32"))
+
+
+def parse_shapes(spec: str) -> tuple[list[TensorSpec], dict[str, TensorSpec]]:
+    """``'a=4096x4096:bfloat16,b=...'`` (or positional ``'4096x4096:bfloat16,...'``)."""
+    positional: list[TensorSpec] = []
+    named: dict[str, TensorSpec] = {}
+    for part in (p.strip() for p in spec.split(",")):
+        if not part:
+            continue
+        if "=" in part:
+            name, _, rest = part.partition("=")
+            named[name.strip()] = _parse_shape(rest)
+        else:
+            positional.append(_parse_shape(part))
+    return positional, named
+
+
+def _load_kernel(ref: str) -> Any:
+    path, sep, name = ref.rpartition("::")
+    if not sep:
+        raise SystemExit(f"expected path/to/file.py::kernel_name, got {ref!r}")
+    file = Path(path).resolve()
+    if not file.exists():
+        raise SystemExit(f"no such file: {path}")
+    spec = importlib.util.spec_from_file_location(f"_nkikit_profile_{file.stem}", file)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(file.parent))
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(file.parent))
+    if not hasattr(module, name):
+        raise SystemExit(f"{path} has no kernel named {name!r}")
+    return getattr(module, name)
+
+
+def main_profile(argv: list[str] | None = None) -> int:
+    """``nkikit profile file.py::kernel --shapes 'a=4096x4096:bfloat16,...' [--target trn2]
+    [--out DIR] [--arg NAME=VALUE ...] [--grid 2,2] [--no-html]``."""
+    ap = argparse.ArgumentParser(prog="nkikit profile", description="Model a kernel on a NeuronCore and write its profile.")
+    ap.add_argument("kernel", help="path/to/file.py::kernel_name")
+    ap.add_argument("--shapes", default="", help="tensor arguments: 'a=4096x4096:bfloat16,b=...' or positional '4096x4096:bfloat16,...'")
+    ap.add_argument("--arg", action="append", default=[], metavar="NAME=VALUE", help="a non-tensor argument (Python literal)")
+    ap.add_argument("--target", default=None, help="trn1, trn2 or trn3 (default: $NEURON_PLATFORM_TARGET_OVERRIDE or trn2)")
+    ap.add_argument("--grid", default="", help="SPMD launch grid, e.g. 2,2")
+    ap.add_argument("--out", default=None, help="output folder (default: ./nkikit-profile-<kernel>)")
+    ap.add_argument("--no-html", action="store_true", help="skip the HTML report")
+    ns = ap.parse_args(argv)
+    try:
+        tgt = get_target(ns.target)
+        kernel = _jit(_load_kernel(ns.kernel))
+        if ns.grid:
+            kernel = kernel[tuple(int(g) for g in ns.grid.split(","))]
+        positional, named = parse_shapes(ns.shapes)
+        kwargs: dict[str, Any] = dict(named)
+        for item in ns.arg:
+            name, _, value = item.partition("=")
+            try:
+                kwargs[name.strip()] = ast.literal_eval(value)
+            except (ValueError, SyntaxError):
+                kwargs[name.strip()] = value
+        program = compile(kernel, *positional, target=tgt, **kwargs)
+    except (NkiError, ValueError, TypeError) as e:
+        print(f"nkikit profile: {e}", file=sys.stderr)
+        return 1
+    prof = program.profile()
+    out = Path(ns.out or f"nkikit-profile-{program.kernel}")
+    files = write_profile_artifacts(program, prof, out, trace_name="profile", neff_name=program.kernel, html=not ns.no_html)
+    print(str(prof))
+    for kind, path in files.items():
+        print(f"{kind:>9}: {path}")
+    return 0
