@@ -1,0 +1,1 @@
+"""The benchmark's algorithms written for other systems (Triton's CPU interpreter)."""

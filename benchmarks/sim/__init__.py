@@ -1,0 +1,1 @@
+"""Simulator speed benchmark: NKI kernels, their numpy equivalents, and the runner."""

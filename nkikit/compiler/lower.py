@@ -32,7 +32,7 @@ DMA = len(ENGINES)  # pseudo engine code of a whole DMA (its pieces run on queue
 _ENGINE_CODE = {name: k for k, name in enumerate(ENGINES)}
 
 MAX_ONCHIP_ROW_GRANULES = 4  # partition quadrants
-MAX_COL_GRANULES = 64
+MAX_COL_GRANULES = 512  # enough to keep every tile of the tutorial kernels apart
 MAX_HBM_ROW_GRANULES = 64
 
 # ---------------------------------------------------------------------------------------------

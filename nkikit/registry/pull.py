@@ -29,7 +29,13 @@ from .names import RepoId, is_commit_sha, parse_repo_id, variant_for_backend
 from .resolve import Resolved, resolve_offline, resolve_online
 from .trust import check_trust
 
-_loaded: dict[str, dict[str, str]] = {}  # build id -> its digest files, for builds we imported
+_loaded: dict[str, dict[str, str]] = {}  # build id -> digests of its code, for builds we imported
+
+
+def _code_digests(files: dict[str, str]) -> dict[str, str]:
+    """The digests that decide what a build does: everything but its documentation (the card
+    names the repo, so one build published to two repos differs only there)."""
+    return {rel: d for rel, d in files.items() if not rel.endswith(".md")}
 _import_lock = threading.Lock()
 
 
@@ -118,7 +124,7 @@ def _import_variant(variant_dir: Path, meta: dict[str, Any]) -> Any:
     with _import_lock:
         module = sys.modules.get(bid)
         if module is not None:
-            if loaded_root(bid) == variant_dir or _loaded.get(bid) == files:
+            if loaded_root(bid) == variant_dir or _loaded.get(bid) == _code_digests(files):
                 return module  # this very build (or the same content from another cache)
             raise RegistryError(
                 f"a different module named {bid!r} is already imported (from "
@@ -127,7 +133,7 @@ def _import_variant(variant_dir: Path, meta: dict[str, Any]) -> Any:
         module = import_build(
             bid, variant_dir, digests=files, algorithm=meta["digest"]["algorithm"]
         )
-        _loaded[bid] = dict(files)
+        _loaded[bid] = _code_digests(files)
         return module
 
 

@@ -112,7 +112,7 @@ def test_out_of_bounds_access_is_an_error_at_the_kernel_line():
     with pytest.raises(nki.NkiError) as e:
         out_of_bounds(np.zeros((128, 4), np.float32))
     assert e.value.name == "err_tensor_access_out_of_bound"
-    assert e.value.loc.text == "t = nl.load(x[i * 64:i * 64 + 128, :])"
+    assert e.value.loc.text == "t = nl.load(x[i * 64 : i * 64 + 128, :])"
 
 
 @nki.jit
