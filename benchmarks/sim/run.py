@@ -501,7 +501,8 @@ def render_markdown(results: dict) -> str:
         f"`python -m benchmarks.sim{' --quick' if meta['mode'] == 'quick' else ''}` on {meta['machine']['cpu']} "
         f"({meta['machine']['cores']} cores), numpy {meta['machine']['numpy']}, "
         f"torch {meta['machine'].get('torch') or 'not installed'}, triton {meta['machine'].get('triton') or 'not installed'}; "
-        f"median of {meta['repeats']} runs. Times in seconds unless marked ms.",
+        f"median of {meta['repeats']} runs, {meta['threads'] or 'default'} BLAS/torch thread(s). "
+        "Times in seconds unless marked ms.",
         "",
         "*cold*: first call (trace + verify + compile + run); *warm*: cached call; *ref*: warm call on the "
         "reference interpreter; *triton*: Triton's interpreter (`TRITON_INTERPRET=1`) on the same algorithm; "
@@ -562,8 +563,42 @@ def main(argv: list[str] | None = None) -> dict:
                     help="seconds one Triton run may take before it is extrapolated instead")
     ap.add_argument("--out", default=str(HERE), help="folder for results.json and results.md")
     ap.add_argument("--no-overhead", action="store_true", help="skip the cached-call overhead measurement")
+    ap.add_argument("--reuse-triton", default=None, metavar="JSON",
+                    help="take the Triton columns from an earlier results.json instead of rerunning them")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="BLAS and torch threads for every candidate (default 1: on a shared 2-core "
+                         "machine, multithreaded BLAS turns many small GEMMs into thread-wait noise); "
+                         "0 leaves the libraries' defaults")
     opts = ap.parse_args(argv)
+    with _threads(opts.threads):
+        return _main(opts)
 
+
+@contextlib.contextmanager
+def _threads(n: int):
+    if n <= 0:
+        yield
+        return
+    try:
+        import torch
+
+        old = torch.get_num_threads()
+        torch.set_num_threads(n)
+    except ImportError:
+        torch, old = None, None
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        threadpool_limits = None
+    with threadpool_limits(n) if threadpool_limits else contextlib.nullcontext():
+        try:
+            yield
+        finally:
+            if torch is not None:
+                torch.set_num_threads(old)
+
+
+def _main(opts) -> dict:
     mode = "tiny" if opts.tiny else "quick" if opts.quick else "full"
     sizes = TINY if opts.tiny else QUICK if opts.quick else FULL
     repeats = opts.repeats or (1 if opts.tiny else 2 if opts.quick else 5)
@@ -573,15 +608,27 @@ def main(argv: list[str] | None = None) -> dict:
     def log(msg: str) -> None:
         print(msg, flush=True)
 
+    reuse: dict[tuple, dict] = {}
+    if opts.reuse_triton:
+        for r in json.loads(Path(opts.reuse_triton).read_text())["rows"]:
+            if r.get("triton_s") is not None:
+                reuse[(r["kernel"], r["size"], r["dtype"])] = {k: v for k, v in r.items() if k.startswith("triton")}
     rows = []
     for name in opts.kernels.split(","):
         for size in sizes[name]:
             case = make_case(name, size)
             case.probe = make_case(name, TINY[name][0]) if mode == "full" else None
             for dt_name in opts.dtypes.split(","):
-                rows.append(bench_case(case, dt_name, repeats, opts.triton_budget, use_torch, use_triton, log))
+                old = reuse.get((case.name, case.label, dt_name))
+                row = bench_case(case, dt_name, repeats, opts.triton_budget, use_torch,
+                                 use_triton and old is None, log)
+                if old is not None:
+                    row.update(old)
+                    row["triton_note"] = row.get("triton_note", "") + " (from an earlier run)"
+                rows.append(row)
     results = {
-        "meta": {"mode": mode, "repeats": repeats, "machine": machine_info(), "loadavg_end": os.getloadavg(),
+        "meta": {"mode": mode, "repeats": repeats, "threads": opts.threads, "machine": machine_info(),
+                 "loadavg_end": os.getloadavg(),
                  "triton": "measured" if use_triton else (triton_available() or "skipped")},
         "rows": rows,
     }

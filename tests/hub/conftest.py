@@ -18,17 +18,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from huggingface_hub import HfApi, constants
+from huggingface_hub.utils import disable_progress_bars
 
-sys.path.insert(0, str(Path(__file__).parent))
-import _hub_shim  # noqa: E402
-
-# Whether `python -m nkikit.hub` works as is; otherwise subprocesses start through the shim.
-HUB_MODULE_INSTALLED = _hub_shim.installed()
-_hub_shim.ensure_importable()
-
-from huggingface_hub import HfApi, constants  # noqa: E402
-from huggingface_hub.utils import disable_progress_bars  # noqa: E402
-from nkikit.hub import running_hub  # noqa: E402
+from nkikit.hub import running_hub
 
 TOKEN = "nkikit-test-token"
 disable_progress_bars()
@@ -101,12 +94,16 @@ class HubProcess:
     """A hub server in its own process (for crash tests): `python -m nkikit.hub`."""
 
     def __init__(self, root: Path, log: Path, *, port: int = 0, env: dict[str, str] | None = None):
-        cmd = (
-            [sys.executable, "-m", "nkikit.hub"]
-            if HUB_MODULE_INSTALLED
-            else [sys.executable, str(Path(_hub_shim.__file__))]
-        )
-        cmd += ["--root", str(root), "--port", str(port), "--verbose"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "nkikit.hub",
+            "--root",
+            str(root),
+            "--port",
+            str(port),
+            "--verbose",
+        ]
         self.log = log
         self._log_file = open(log, "ab")  # noqa: SIM115 (closed in stop)
         self.proc = subprocess.Popen(

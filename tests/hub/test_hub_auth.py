@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from huggingface_hub import HfApi, hf_hub_download, snapshot_download
 from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
+
 from nkikit.hub import running_hub
 
 TOKEN = "team-secret-token"

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from huggingface_hub import HfApi, get_hf_file_metadata, hf_hub_download, hf_hub_url
 from huggingface_hub.utils import get_session
+
 from nkikit.hub import running_hub
 from nkikit.hub.storage import FAILPOINT_ENV
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from huggingface_hub import CommitOperationAdd, HfApi
 from huggingface_hub.errors import HfHubHTTPError
+
 from nkikit.hub import HubServer, running_hub
 from nkikit.hub.storage import FAILPOINT_ENV
 

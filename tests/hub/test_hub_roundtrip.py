@@ -15,6 +15,7 @@ from huggingface_hub import (
 )
 from huggingface_hub.errors import HfHubHTTPError
 from huggingface_hub.hf_api import RepoFile, RepoFolder
+
 from nkikit.hub import running_hub
 
 KERNEL_FILES = {
