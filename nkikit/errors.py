@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 _HUB_DIR = os.path.join(os.path.dirname(_PACKAGE_DIR), "hub")
+# kernels that ship inside the package are user code as far as locations are concerned
+_KERNEL_DIRS = (os.path.join(_PACKAGE_DIR, "demo") + os.sep,)
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +40,8 @@ UNKNOWN_LOC = SourceLoc("<unknown>", 0)
 
 def _is_internal(filename: str) -> bool:
     path = os.path.abspath(filename)
+    if path.startswith(_KERNEL_DIRS):
+        return False
     return path.startswith(_PACKAGE_DIR + os.sep) or path.startswith(_HUB_DIR + os.sep)
 
 

@@ -101,8 +101,11 @@ def rmsnorm_naive(x: np.ndarray, gamma: np.ndarray, eps: float = 1e-6) -> np.nda
 
 @nki.jit
 def rmsnorm_tuned(x, gamma, eps=1e-6):
-    """RMSNorm with one ScalarE pass for the sum of squares, gamma broadcast on the TensorE
-    (a ones-vector matmul, once) and one VectorE instruction applying 1/rms and gamma.
+    """RMSNorm balanced across engines: the ScalarE squares-and-sums and applies 1/rms (its
+    per-partition ``scale``), the VectorE only multiplies by gamma (a same-dtype tensor_tensor,
+    the VectorE's fast mode in bf16), gamma is broadcast across partitions on the TensorE (a
+    ones-vector matmul, once), and the row-tile loop is an affine_range the compiler
+    multi-buffers, so loads of tile i+1 overlap compute on tile i.
     Rows are a multiple of 128; D a multiple of 512."""
     n, d = x.shape
     out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
@@ -119,9 +122,8 @@ def rmsnorm_tuned(x, gamma, eps=1e-6):
         sq_sum = nl.ndarray((P, 1), dtype=nl.float32)
         nisa.activation_reduce(op=nl.square, data=t, reduce_op=np.add, reduce_res=sq_sum)
         r = nisa.activation(op=nl.rsqrt, data=sq_sum, scale=1.0 / d, bias=eps_col)
-        y = nisa.scalar_tensor_tensor(
-            data=t, op0=np.multiply, operand0=r, op1=np.multiply, operand1=g_b
-        )
+        xn = nisa.activation(op=nl.copy, data=t, scale=r, dtype=x.dtype)
+        y = nisa.tensor_tensor(xn, g_b, op=np.multiply)
         nl.store(out[i * P : (i + 1) * P, :], value=y)
     return out
 
