@@ -44,11 +44,11 @@ def matmul_tiled(lhsT, rhs):
             for ki in nl.affine_range(K // TK):
                 a = nl.ndarray((TK, TM), dtype=lhsT.dtype, buffer=nl.sbuf)
                 b = nl.ndarray((TK, TN), dtype=rhs.dtype, buffer=nl.sbuf)
-                a[...] = nl.load(lhsT[ki * TK:(ki + 1) * TK, mi * TM:(mi + 1) * TM])
-                b[...] = nl.load(rhs[ki * TK:(ki + 1) * TK, ni * TN:(ni + 1) * TN])
+                a[...] = nl.load(lhsT[ki * TK : (ki + 1) * TK, mi * TM : (mi + 1) * TM])
+                b[...] = nl.load(rhs[ki * TK : (ki + 1) * TK, ni * TN : (ni + 1) * TN])
                 acc += nl.matmul(a[...], b[...], transpose_x=True)
             tile = nl.copy(acc, dtype=out.dtype)
-            nl.store(out[mi * TM:(mi + 1) * TM, ni * TN:(ni + 1) * TN], value=tile)
+            nl.store(out[mi * TM : (mi + 1) * TM, ni * TN : (ni + 1) * TN], value=tile)
     return out
 
 
@@ -61,16 +61,16 @@ def matmul_hoisted(lhsT, rhs):
     for mi in nl.affine_range(M // TM):
         a_col = nl.ndarray((nk, nl.par_dim(TK), TM), dtype=lhsT.dtype, buffer=nl.sbuf)
         for ki in nl.affine_range(nk):
-            a_col[ki, :, :] = nl.load(lhsT[ki * TK:(ki + 1) * TK, mi * TM:(mi + 1) * TM])
+            a_col[ki, :, :] = nl.load(lhsT[ki * TK : (ki + 1) * TK, mi * TM : (mi + 1) * TM])
         for ni in nl.affine_range(N // TN):
             b_col = nl.ndarray((nk, nl.par_dim(TK), TN), dtype=rhs.dtype, buffer=nl.sbuf)
             for ki in nl.affine_range(nk):
-                b_col[ki, :, :] = nl.load(rhs[ki * TK:(ki + 1) * TK, ni * TN:(ni + 1) * TN])
+                b_col[ki, :, :] = nl.load(rhs[ki * TK : (ki + 1) * TK, ni * TN : (ni + 1) * TN])
             acc = nl.zeros((TM, TN), nl.float32, buffer=nl.psum)
             for ki in nl.affine_range(nk):
                 acc[...] += nl.matmul(a_col[ki, :, :], b_col[ki, :, :], transpose_x=True)
             tile = nl.copy(acc, dtype=out.dtype)
-            nl.store(out[mi * TM:(mi + 1) * TM, ni * TN:(ni + 1) * TN], value=tile)
+            nl.store(out[mi * TM : (mi + 1) * TM, ni * TN : (ni + 1) * TN], value=tile)
     return out
 
 
@@ -86,13 +86,13 @@ def matmul_blocked_free(lhsT, rhs, BM=2, BN=2):
         for bm in nl.affine_range(BM):
             col = (mb * BM + bm) * TM
             for ki in nl.affine_range(nk):
-                a_blk[bm, ki, :, :] = nl.load(lhsT[ki * TK:(ki + 1) * TK, col:col + TM])
+                a_blk[bm, ki, :, :] = nl.load(lhsT[ki * TK : (ki + 1) * TK, col : col + TM])
         for nb in nl.affine_range(N // (BN * TN)):
             b_blk = nl.ndarray((BN, nk, nl.par_dim(TK), TN), dtype=rhs.dtype, buffer=nl.sbuf)
             for bn in nl.affine_range(BN):
                 col = (nb * BN + bn) * TN
                 for ki in nl.affine_range(nk):
-                    b_blk[bn, ki, :, :] = nl.load(rhs[ki * TK:(ki + 1) * TK, col:col + TN])
+                    b_blk[bn, ki, :, :] = nl.load(rhs[ki * TK : (ki + 1) * TK, col : col + TN])
             for bm in nl.affine_range(BM):
                 for bn in nl.affine_range(BN):
                     acc = nl.zeros((TM, TN), nl.float32, buffer=nl.psum)
@@ -101,7 +101,7 @@ def matmul_blocked_free(lhsT, rhs, BM=2, BN=2):
                     tile = nl.copy(acc, dtype=out.dtype)
                     row = (mb * BM + bm) * TM
                     col = (nb * BN + bn) * TN
-                    nl.store(out[row:row + TM, col:col + TN], value=tile)
+                    nl.store(out[row : row + TM, col : col + TN], value=tile)
     return out
 
 
@@ -121,19 +121,21 @@ def matmul_fully_blocked(lhsT, rhs, BM=16, BN=2, BK=8):
             b_blk = nl.ndarray((BK, nl.par_dim(TK), block_n), dtype=rhs.dtype, buffer=nl.sbuf)
             for bk in nl.affine_range(BK):
                 row = (kb * BK + bk) * TK
-                b_blk[bk, :, :] = nl.load(rhs[row:row + TK, nb * block_n:(nb + 1) * block_n])
+                b_blk[bk, :, :] = nl.load(rhs[row : row + TK, nb * block_n : (nb + 1) * block_n])
             for mb in nl.affine_range(nbm):
                 a_blk = nl.ndarray((BK, nl.par_dim(TK), block_m), dtype=lhsT.dtype, buffer=nl.sbuf)
                 for bk in nl.affine_range(BK):
                     row = (kb * BK + bk) * TK
-                    a_blk[bk, :, :] = nl.load(lhsT[row:row + TK, mb * block_m:(mb + 1) * block_m])
+                    a_blk[bk, :, :] = nl.load(
+                        lhsT[row : row + TK, mb * block_m : (mb + 1) * block_m]
+                    )
                 for bn in nl.affine_range(BN):
                     for bm in nl.affine_range(BM):
                         acc = nl.zeros((TM, TN), dtype=nl.float32, buffer=nl.psum)
                         for bk in nl.affine_range(BK):
                             acc[...] += nisa.nc_matmul(
-                                a_blk[bk, :, bm * TM:(bm + 1) * TM],
-                                b_blk[bk, :, bn * TN:(bn + 1) * TN],
+                                a_blk[bk, :, bm * TM : (bm + 1) * TM],
+                                b_blk[bk, :, bn * TN : (bn + 1) * TN],
                             )
                         partial[mb, bm, bn, :, :] += acc[:, :]
         # pack the BN column tiles of each output row tile into one wide store
@@ -141,9 +143,9 @@ def matmul_fully_blocked(lhsT, rhs, BM=16, BN=2, BK=8):
             for bm in nl.affine_range(BM):
                 packed = nl.ndarray((TM, block_n), dtype=partial.dtype, buffer=nl.sbuf)
                 for bn in nl.affine_range(BN):
-                    packed[:, bn * TN:(bn + 1) * TN] = nl.copy(partial[mb, bm, bn, :, :])
+                    packed[:, bn * TN : (bn + 1) * TN] = nl.copy(partial[mb, bm, bn, :, :])
                 row = (mb * BM + bm) * TM
-                nl.store(out[row:row + TM, nb * block_n:(nb + 1) * block_n], value=packed[:, :])
+                nl.store(out[row : row + TM, nb * block_n : (nb + 1) * block_n], value=packed[:, :])
     return out
 
 

@@ -89,9 +89,12 @@ def run_trn1() -> list[dict]:
         r["time_error_percent"] = 100.0 * (r["modeled_ms"] / pub["ms"] - 1.0)
         r["hfu_error_percent"] = 100.0 * (r["modeled_hfu"] / pub["hfu"] - 1.0)
         rows.append(r)
-        print(f"trn1 {name:18s} {r['modeled_ms']:8.2f} ms (published {pub['ms']:6.2f}, {r['time_error_percent']:+5.1f}%)"
-              f"  HFU {r['modeled_hfu']:5.2f}% (published {pub['hfu']:5.2f}%)"
-              f"  {r['instructions']:>9,} instructions, compile+schedule {r['compile_schedule_s']:.2f} s", flush=True)
+        print(
+            f"trn1 {name:18s} {r['modeled_ms']:8.2f} ms (published {pub['ms']:6.2f}, {r['time_error_percent']:+5.1f}%)"
+            f"  HFU {r['modeled_hfu']:5.2f}% (published {pub['hfu']:5.2f}%)"
+            f"  {r['instructions']:>9,} instructions, compile+schedule {r['compile_schedule_s']:.2f} s",
+            flush=True,
+        )
     return rows
 
 
@@ -102,8 +105,11 @@ def run_trn2() -> list[dict]:
         r = model(name, target)
         r["published"] = PUBLISHED_TRN2[name]
         rows.append(r)
-        print(f"trn2 {name:18s} {r['modeled_ms']:8.2f} ms  TensorE {r['tensor_active']:5.1f}%  DMA {r['dma_active']:5.1f}%"
-              f"  VectorE {r['vector_active']:5.1f}%   published {PUBLISHED_TRN2[name]}", flush=True)
+        print(
+            f"trn2 {name:18s} {r['modeled_ms']:8.2f} ms  TensorE {r['tensor_active']:5.1f}%  DMA {r['dma_active']:5.1f}%"
+            f"  VectorE {r['vector_active']:5.1f}%   published {PUBLISHED_TRN2[name]}",
+            flush=True,
+        )
     return rows
 
 
@@ -111,7 +117,9 @@ def checks(rows: list[dict]) -> dict[str, bool]:
     times = [r["modeled_ms"] for r in rows]
     return {
         "order_reproduced": all(a > b for a, b in zip(times, times[1:])),
-        "times_within_25_percent": all(abs(r["time_error_percent"]) <= 100 * TOLERANCE for r in rows),
+        "times_within_25_percent": all(
+            abs(r["time_error_percent"]) <= 100 * TOLERANCE for r in rows
+        ),
         "hfu_within_25_percent": all(abs(r["hfu_error_percent"]) <= 100 * TOLERANCE for r in rows),
     }
 
@@ -140,7 +148,11 @@ def markdown(trn1: list[dict], trn2: list[dict], ok: dict[str, bool]) -> str:
         ]
         for r in trn2:
             p = r["published"]
-            vec = f"{p['vector']:.2f} / {r['vector_active']:.2f}" if "vector" in p else f"- / {r['vector_active']:.2f}"
+            vec = (
+                f"{p['vector']:.2f} / {r['vector_active']:.2f}"
+                if "vector" in p
+                else f"- / {r['vector_active']:.2f}"
+            )
             lines.append(
                 f"| {r['kernel']} | {r['modeled_ms']:.2f} | {p['tensor']:.2f} / {r['tensor_active']:.2f} "
                 f"| {p['dma']:.2f} / {r['dma_active']:.2f} | {vec} |"
@@ -165,7 +177,11 @@ def scan(values: list[float]) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--no-trn2", action="store_true", help="skip the trn2 walkthrough check")
-    ap.add_argument("--scan-dma-efficiency", default="", help="comma-separated values to try for trn1's dma_efficiency")
+    ap.add_argument(
+        "--scan-dma-efficiency",
+        default="",
+        help="comma-separated values to try for trn1's dma_efficiency",
+    )
     ap.add_argument("--out", default=str(HERE), help="folder for results.json and results.md")
     ns = ap.parse_args(argv)
     if ns.scan_dma_efficiency:

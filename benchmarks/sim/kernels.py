@@ -42,15 +42,28 @@ def rmsnorm_kernel(x, w, eps):
         x_tile = nl.load(x[rows, iy], mask=(rows < n_rows))
         # one ScalarE pass: square every element and sum each row on the way out
         sq_sum = nl.ndarray((P, 1), dtype=nl.float32)
-        nisa.activation_reduce(op=nl.square, data=x_tile, reduce_op=nl.add, reduce_res=sq_sum,
-                               dtype=nl.float32, mask=(rows < n_rows))
+        nisa.activation_reduce(
+            op=nl.square,
+            data=x_tile,
+            reduce_op=nl.add,
+            reduce_res=sq_sum,
+            dtype=nl.float32,
+            mask=(rows < n_rows),
+        )
         # rsqrt(sum / d + eps) in one activation (scale and bias are free on the ScalarE)
-        inv_rms = nisa.activation(op=nl.rsqrt, data=sq_sum, scale=1.0 / d, bias=eps,
-                                  mask=(rows < n_rows))
+        inv_rms = nisa.activation(
+            op=nl.rsqrt, data=sq_sum, scale=1.0 / d, bias=eps, mask=(rows < n_rows)
+        )
         # (x * inv_rms) * w in one VectorE instruction
-        y = nisa.scalar_tensor_tensor(data=x_tile, op0=nl.multiply, operand0=inv_rms,
-                                      op1=nl.multiply, operand1=w_tile, dtype=x.dtype,
-                                      mask=(rows < n_rows))
+        y = nisa.scalar_tensor_tensor(
+            data=x_tile,
+            op0=nl.multiply,
+            operand0=inv_rms,
+            op1=nl.multiply,
+            operand1=w_tile,
+            dtype=x.dtype,
+            mask=(rows < n_rows),
+        )
         nl.store(out[rows, iy], value=y, mask=(rows < n_rows))
     return out
 
@@ -75,12 +88,26 @@ def softmax_kernel(x):
     for i in nl.affine_range(math.ceil(n_rows / P)):
         rows = i * P + ip
         x_tile = nl.load(x[rows, iy], mask=(rows < n_rows))
-        neg_max = nisa.tensor_reduce(np.max, x_tile, axis=1, negate=True, keepdims=True,
-                                     dtype=nl.float32, mask=(rows < n_rows))
+        neg_max = nisa.tensor_reduce(
+            np.max,
+            x_tile,
+            axis=1,
+            negate=True,
+            keepdims=True,
+            dtype=nl.float32,
+            mask=(rows < n_rows),
+        )
         # exp(x - max) with the row sum accumulated by the same ScalarE instruction
         row_sum = nl.ndarray((P, 1), dtype=nl.float32)
-        e = nisa.activation_reduce(op=nl.exp, data=x_tile, bias=neg_max, reduce_op=nl.add,
-                                   reduce_res=row_sum, dtype=nl.float32, mask=(rows < n_rows))
+        e = nisa.activation_reduce(
+            op=nl.exp,
+            data=x_tile,
+            bias=neg_max,
+            reduce_op=nl.add,
+            reduce_res=row_sum,
+            dtype=nl.float32,
+            mask=(rows < n_rows),
+        )
         inv_sum = nisa.reciprocal(row_sum, mask=(rows < n_rows))
         y = nisa.tensor_scalar(e, np.multiply, inv_sum, dtype=x.dtype, mask=(rows < n_rows))
         nl.store(out[rows, iy], value=y, mask=(rows < n_rows))
@@ -124,8 +151,15 @@ def layernorm_kernel(x, g, b, eps):
         mean = mean_var[ip, 0]
         rstd = nisa.activation(op=nl.rsqrt, data=mean_var[ip, 1], bias=eps, mask=(rows < n_rows))
         # (x - mean) * rstd: two ALU stages of one tensor_scalar instruction
-        xn = nisa.tensor_scalar(x_tile, np.subtract, mean, op1=np.multiply, operand1=rstd,
-                                dtype=nl.float32, mask=(rows < n_rows))
+        xn = nisa.tensor_scalar(
+            x_tile,
+            np.subtract,
+            mean,
+            op1=np.multiply,
+            operand1=rstd,
+            dtype=nl.float32,
+            mask=(rows < n_rows),
+        )
         y = nisa.tensor_tensor(xn, g_tile, np.multiply, dtype=nl.float32, mask=(rows < n_rows))
         y2 = nisa.tensor_tensor(y, b_tile, np.add, dtype=x.dtype, mask=(rows < n_rows))
         nl.store(out[rows, iy], value=y2, mask=(rows < n_rows))
@@ -183,46 +217,62 @@ def numpy_matmul(lhsT: np.ndarray, rhs: np.ndarray) -> np.ndarray:  # noqa: N803
 
 @nki.jit
 def attention_kernel(q, k, v):
-    """Causal scaled dot-product attention for every head; rows of 128 queries at a time."""
+    """Causal scaled dot-product attention for every head, 128 queries at a time.
+
+    The query-tile loop is unrolled at trace time (``static_range``) so that query tile ``i``
+    only visits the ``i + 1`` key tiles at or before it: the causal skip that halves the
+    work.  Only the diagonal tile needs the mask (``affine_select``); the head loop stays
+    rolled.
+    """
     n_heads, seq, d = q.shape
     out = nl.ndarray((n_heads, seq, d), dtype=q.dtype, buffer=nl.shared_hbm)
     scale = 1.0 / math.sqrt(d)
-    tq, tkv, tn = P, P, nl.tile_size.gemm_moving_fmax
-    ip, i_d = nl.arange(P)[:, None], nl.arange(d)[None, :]
-    idp = nl.arange(d)[:, None]
-    iq_f = nl.arange(tq)[None, :]
-    i_n = nl.arange(tn)[None, :]
-    ikv_f = nl.arange(tkv)[None, :]
+    t = P  # query and key tile size
+    ip, i_d, idp = nl.arange(P)[:, None], nl.arange(d)[None, :], nl.arange(d)[:, None]
+    i_t = nl.arange(t)[None, :]
     for h in nl.affine_range(n_heads):
         # K^T [d, seq] (contraction dim on partitions) and V in 128-row tiles stay in SBUF
         k_t = nl.load_transpose2d(k[h, nl.arange(seq)[:, None], i_d])
-        v_tiles = nl.ndarray((seq // tkv, nl.par_dim(tkv), d), dtype=v.dtype, buffer=nl.sbuf)
-        for j in nl.affine_range(seq // tkv):
-            v_tiles[j, ip, i_d] = nl.load(v[h, j * tkv + ip, i_d])
-        for i in nl.affine_range(seq // tq):
-            q_t = nl.load_transpose2d(q[h, i * tq + ip, i_d])  # [d, tq]
-            scores = nl.ndarray((P, seq), dtype=nl.float32, buffer=nl.sbuf)
-            for j in nl.affine_range(seq // tn):
-                s_psum = nisa.nc_matmul(q_t[idp, iq_f], k_t[idp, j * tn + i_n])
-                # causal mask: key index j*tn + f must not pass query index i*tq + p
-                scores[ip, j * tn + i_n] = nisa.affine_select(
-                    pred=(i * tq + ip - j * tn - i_n >= 0), on_true_tile=s_psum,
-                    on_false_value=-30000.0, dtype=nl.float32,
-                )
+        v_tiles = nl.ndarray((seq // t, nl.par_dim(t), d), dtype=v.dtype, buffer=nl.sbuf)
+        for j in nl.affine_range(seq // t):
+            v_tiles[j, ip, i_d] = nl.load(v[h, j * t + ip, i_d])
+        for i in nl.static_range(seq // t):
+            n_kv = (i + 1) * t
+            q_t = nl.load_transpose2d(q[h, i * t + ip, i_d])  # [d, t]
+            scores = nl.ndarray((P, n_kv), dtype=nl.float32, buffer=nl.sbuf)
+            for j in nl.affine_range(i):
+                # key tiles strictly before the diagonal: no mask
+                s_psum = nisa.nc_matmul(q_t, k_t[idp, j * t + i_t])
+                scores[ip, j * t + i_t] = nl.copy(s_psum, dtype=nl.float32)
+            s_diag = nisa.nc_matmul(q_t, k_t[idp, i * t + i_t])
+            # the diagonal tile: key f must not pass query p
+            scores[ip, i * t + i_t] = nisa.affine_select(
+                pred=(ip - i_t >= 0),
+                on_true_tile=s_diag,
+                on_false_value=-30000.0,
+                dtype=nl.float32,
+            )
             neg_max = nisa.tensor_reduce(np.max, scores, axis=1, negate=True, keepdims=True)
             neg_max_s = nisa.tensor_scalar(neg_max, np.multiply, scale)
             row_sum = nl.ndarray((P, 1), dtype=nl.float32)
-            probs = nisa.activation_reduce(op=nl.exp, data=scores, bias=neg_max_s, scale=scale,
-                                           reduce_op=nl.add, reduce_res=row_sum, dtype=q.dtype)
-            o_psum = nl.zeros((tq, d), dtype=nl.float32, buffer=nl.psum)
-            for j in nl.affine_range(seq // tkv):
+            probs = nisa.activation_reduce(
+                op=nl.exp,
+                data=scores,
+                bias=neg_max_s,
+                scale=scale,
+                reduce_op=nl.add,
+                reduce_res=row_sum,
+                dtype=q.dtype,
+            )
+            o_psum = nl.zeros((t, d), dtype=nl.float32, buffer=nl.psum)
+            for j in nl.affine_range(i + 1):
                 # P^T tile [keys, queries] through the TensorE, then accumulate P V
-                p_t = nisa.nc_transpose(probs[ip, j * tkv + ikv_f])
+                p_t = nisa.nc_transpose(probs[ip, j * t + i_t])
                 p_t_sb = nl.copy(p_t, dtype=q.dtype)
                 o_psum += nisa.nc_matmul(p_t_sb, v_tiles[j, ip, i_d])
             inv_sum = nisa.reciprocal(row_sum)
             o = nisa.tensor_scalar(o_psum, np.multiply, inv_sum, dtype=q.dtype)
-            nl.store(out[h, i * tq + ip, i_d], value=o)
+            nl.store(out[h, i * t + ip, i_d], value=o)
     return out
 
 

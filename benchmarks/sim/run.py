@@ -104,7 +104,9 @@ def _torch_softmax(x):
 def _torch_layernorm(x, g, b, eps):
     import torch
 
-    return torch.nn.functional.layer_norm(x.float(), (x.shape[-1],), g.float(), b.float(), eps).to(x.dtype)
+    return torch.nn.functional.layer_norm(x.float(), (x.shape[-1],), g.float(), b.float(), eps).to(
+        x.dtype
+    )
 
 
 def _torch_matmul(a, b):
@@ -114,7 +116,9 @@ def _torch_matmul(a, b):
 def _torch_attention(q, k, v):
     import torch
 
-    o = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True)
+    o = torch.nn.functional.scaled_dot_product_attention(
+        q.float(), k.float(), v.float(), is_causal=True
+    )
     return o.to(q.dtype)
 
 
@@ -124,29 +128,76 @@ def make_case(name: str, size: dict[str, int]) -> Case:
         label = f"{r}x{c}"
         work = float(r * c)
         if name == "rmsnorm":
-            return Case(name, size, label, _wrap(_norm_inputs(r, c, 1), (1e-6,)), K.rmsnorm_kernel,
-                        K.numpy_rmsnorm, _torch_rmsnorm, "run_rmsnorm", work)
+            return Case(
+                name,
+                size,
+                label,
+                _wrap(_norm_inputs(r, c, 1), (1e-6,)),
+                K.rmsnorm_kernel,
+                K.numpy_rmsnorm,
+                _torch_rmsnorm,
+                "run_rmsnorm",
+                work,
+            )
         if name == "softmax":
-            return Case(name, size, label, _norm_inputs(r, c, 0), K.softmax_kernel, K.numpy_softmax,
-                        _torch_softmax, "run_softmax", work)
-        return Case(name, size, label, _wrap(_norm_inputs(r, c, 2), (1e-5,)), K.layernorm_kernel,
-                    K.numpy_layernorm, _torch_layernorm, "run_layernorm", work)
+            return Case(
+                name,
+                size,
+                label,
+                _norm_inputs(r, c, 0),
+                K.softmax_kernel,
+                K.numpy_softmax,
+                _torch_softmax,
+                "run_softmax",
+                work,
+            )
+        return Case(
+            name,
+            size,
+            label,
+            _wrap(_norm_inputs(r, c, 2), (1e-5,)),
+            K.layernorm_kernel,
+            K.numpy_layernorm,
+            _torch_layernorm,
+            "run_layernorm",
+            work,
+        )
     if name == "matmul":
         n = size["n"]
 
         def make(rng, dt):
             return tuple(rng.standard_normal((n, n), dtype=np.float32).astype(dt) for _ in range(2))
 
-        return Case(name, size, f"{n}^3", make, K.matmul_kernel, K.numpy_matmul, _torch_matmul,
-                    "run_matmul", float(n) ** 3)
+        return Case(
+            name,
+            size,
+            f"{n}^3",
+            make,
+            K.matmul_kernel,
+            K.numpy_matmul,
+            _torch_matmul,
+            "run_matmul",
+            float(n) ** 3,
+        )
     if name == "attention":
         h, s, d = size["heads"], size["seq"], size["dim"]
 
         def make(rng, dt):
-            return tuple(rng.standard_normal((h, s, d), dtype=np.float32).astype(dt) for _ in range(3))
+            return tuple(
+                rng.standard_normal((h, s, d), dtype=np.float32).astype(dt) for _ in range(3)
+            )
 
-        return Case(name, size, f"h{h} s{s} d{d} causal", make, K.attention_kernel, K.numpy_attention,
-                    _torch_attention, "run_attention", float(h) * s * s * d)
+        return Case(
+            name,
+            size,
+            f"h{h} s{s} d{d} causal",
+            make,
+            K.attention_kernel,
+            K.numpy_attention,
+            _torch_attention,
+            "run_attention",
+            float(h) * s * s * d,
+        )
     raise KeyError(name)
 
 
@@ -170,6 +221,15 @@ QUICK = {
     "layernorm": [{"rows": 512, "cols": 1024}],
     "matmul": [{"n": 256}, {"n": 512}],
     "attention": [{"heads": 2, "seq": 512, "dim": 128}],
+}
+# Triton's probe sizes: its interpreter's time grows with the number of programs (rows for
+# the norms) and with the work per program, so a probe keeps the full row length.
+PROBE = {
+    "rmsnorm": {"rows": 256, "cols": 4096},
+    "softmax": {"rows": 256, "cols": 4096},
+    "layernorm": {"rows": 256, "cols": 4096},
+    "matmul": {"n": 512},
+    "attention": {"heads": 1, "seq": 1024, "dim": 128},
 }
 TINY = {
     "rmsnorm": [{"rows": 128, "cols": 256}],
@@ -288,13 +348,25 @@ def _triton_module():
     return _TRITON
 
 
-def bench_case(case: Case, dt_name: str, repeats: int, triton_budget: float, use_torch: bool,
-               use_triton: bool, log: Callable[[str], None]) -> dict:
+def bench_case(
+    case: Case,
+    dt_name: str,
+    repeats: int,
+    triton_budget: float,
+    use_torch: bool,
+    use_triton: bool,
+    log: Callable[[str], None],
+) -> dict:
     dt = DTYPES[dt_name]
     rng = np.random.default_rng(0)
     args = case.make(rng, dt)
     jk = case.nki
-    row: dict[str, Any] = {"kernel": case.name, "size": case.label, "dtype": dt_name, "params": case.size}
+    row: dict[str, Any] = {
+        "kernel": case.name,
+        "size": case.label,
+        "dtype": dt_name,
+        "params": case.size,
+    }
 
     # correctness first: the fast path must equal the reference bit for bit
     with simulator("reference"):
@@ -303,7 +375,11 @@ def bench_case(case: Case, dt_name: str, repeats: int, triton_budget: float, use
     with simulator("fast"):
         _clear(jk)
         fast_out = jk(*args)
-    row["fast_equals_reference"] = bool(np.array_equal(np.asarray(ref_out, np.float64), np.asarray(fast_out, np.float64), equal_nan=True))
+    row["fast_equals_reference"] = bool(
+        np.array_equal(
+            np.asarray(ref_out, np.float64), np.asarray(fast_out, np.float64), equal_nan=True
+        )
+    )
     np_out = case.numpy(*args)
     row["max_abs_diff_vs_numpy"] = _close(fast_out, np_out, dt)
 
@@ -319,7 +395,17 @@ def bench_case(case: Case, dt_name: str, repeats: int, triton_budget: float, use
     row["fast_compile_s"] = time.perf_counter() - t
     row["ir_ops"] = sum(1 for _ in kern.ops())
 
-    times: dict[str, list[float]] = {"cold": [], "warm": [], "ref": [], "numpy": [], "torch": []}
+    times: dict[str, list[float]] = {
+        "cold": [],
+        "warm": [],
+        "sim": [],
+        "ref": [],
+        "numpy": [],
+        "torch": [],
+    }
+    # the simulator alone: the cached program on arrays already in the kernel's dtypes, without
+    # the @nki.jit call's argument conversion and its defensive copies of the inputs
+    sim_arrays = [a for a in args if isinstance(a, np.ndarray)]
     targs = [_to_torch(a) for a in args] if use_torch else None
     if use_torch:
         import torch
@@ -330,6 +416,7 @@ def bench_case(case: Case, dt_name: str, repeats: int, triton_budget: float, use
             _clear(jk)
             times["cold"].append(_timeit(lambda: jk(*args)))
             times["warm"].append(_timeit(lambda: jk(*args)))
+        times["sim"].append(_timeit(lambda: _fast.simulate(kern, sim_arrays)))
         with simulator("reference"):
             jk(*args) if not jk._cache else None
             times["ref"].append(_timeit(lambda: jk(*args)))
@@ -376,9 +463,11 @@ def _bench_triton(case: Case, args: tuple, dt: np.dtype, budget: float, log, np_
         out["triton_probe"] = {"size": probe.label, "s": t_probe}
         if predicted > budget:
             out["triton_s"] = predicted
-            out["triton_note"] = (f"extrapolated from {probe.label} ({t_probe:.2f} s) by work ratio "
-                                  f"{case.work / probe.work:.0f}x; a full run was predicted to exceed the "
-                                  f"{budget:.0f} s budget")
+            out["triton_note"] = (
+                f"extrapolated from {probe.label} ({t_probe:.2f} s) by work ratio "
+                f"{case.work / probe.work:.0f}x; a full run was predicted to exceed the "
+                f"{budget:.0f} s budget"
+            )
             out["triton_extrapolated"] = True
             return out
     targs = [_to_torch(a) for a in args]
@@ -398,9 +487,11 @@ def _row_summary(r: dict) -> str:
     def f(x):
         return "-" if x is None else f"{x:.4f}"
 
-    return (f"{r['kernel']:10s} {r['size']:22s} {r['dtype']}  cold {f(r['cold_s'])}  warm {f(r['warm_s'])}  "
-            f"ref {f(r['ref_s'])}  numpy {f(r['numpy_s'])}  torch {f(r.get('torch_s'))}  "
-            f"triton {f(r.get('triton_s'))}  same={r['fast_equals_reference']}")
+    return (
+        f"{r['kernel']:10s} {r['size']:22s} {r['dtype']}  cold {f(r['cold_s'])}  warm {f(r['warm_s'])}  "
+        f"ref {f(r['ref_s'])}  numpy {f(r['numpy_s'])}  torch {f(r.get('torch_s'))}  "
+        f"triton {f(r.get('triton_s'))}  same={r['fast_equals_reference']}"
+    )
 
 
 def call_overhead(repeats: int = 2000) -> dict:
@@ -422,7 +513,7 @@ def call_overhead(repeats: int = 2000) -> dict:
             kern, _ = tiny_copy.specialize(a)
             sim = _fast.simulate if name == "fast" else _REF_SIMULATE
             call = [_timeit(lambda: tiny_copy(a)) for _ in range(repeats)]
-            direct = [_timeit(lambda: sim(kern, [a.copy()])) for _ in range(repeats)]
+            direct = [_timeit(lambda s=sim, k=kern: s(k, [a.copy()])) for _ in range(repeats)]
             spec = [_timeit(lambda: tiny_copy.specialize(a)) for _ in range(repeats)]
         res[name] = {
             "call_us": statistics.median(call) * 1e6,
@@ -431,6 +522,59 @@ def call_overhead(repeats: int = 2000) -> dict:
             "specialize_hit_us": statistics.median(spec) * 1e6,
         }
     return res
+
+
+def library_trace_times(repeats: int = 5) -> list[dict]:
+    """Trace + verify time of each kernel-library function (``kernels/*/kernel.toml``) on its
+    manifest example, cache cleared each time; the simulation is replaced by empty outputs
+    so only the front end is timed (plus the entry point's own argument checks)."""
+    import importlib
+    import tomllib
+
+    from nkikit import dtypes
+    from nkikit.trace.jit import JitKernel
+
+    def no_sim(kernel, args, **kw):
+        return [np.empty(t.shape, dtypes.storage_dtype(t.dtype)) for t in kernel.outputs]
+
+    rows = []
+    for toml_path in sorted((ROOT / "kernels").glob("*/kernel.toml")):
+        manifest = tomllib.loads(toml_path.read_text())
+        for fname, spec in manifest.get("functions", {}).items():
+            mod_name, attr = spec["entry"].split(":")
+            try:
+                mod = importlib.import_module(f"kernels.{toml_path.parent.name}.{mod_name}")
+            except Exception as e:  # a half-written library kernel must not stop the benchmark
+                rows.append({"kernel": f"{toml_path.parent.name}.{fname}", "error": repr(e)})
+                continue
+            jits = [v for v in vars(mod).values() if isinstance(v, JitKernel)]
+            dt = dtypes.as_dtype(spec.get("dtypes", ["float32"])[0])
+            rng = np.random.default_rng(0)
+            ex = spec.get("example", {})
+            args = [
+                rng.standard_normal(tuple(ex[n]), dtype=np.float32).astype(dt)
+                for n in spec["inputs"]
+            ]
+            fn = getattr(mod, attr)
+            times = []
+            old = _interp.simulate
+            _interp.simulate = no_sim
+            try:
+                for _ in range(repeats):
+                    for j in jits:
+                        j._cache.clear()
+                    times.append(_timeit(lambda f=fn, a=args, s=spec: f(*a, **s.get("attrs", {}))))
+            finally:
+                _interp.simulate = old
+            rows.append(
+                {
+                    "kernel": f"{toml_path.parent.name}.{fname}",
+                    "example": {n: ex[n] for n in spec["inputs"]},
+                    "dtype": dtypes.name(dt),
+                    "trace_verify_s": statistics.median(times),
+                }
+            )
+    return rows
 
 
 def machine_info() -> dict:
@@ -452,8 +596,14 @@ def machine_info() -> dict:
     try:
         from threadpoolctl import threadpool_info
 
-        info["blas"] = [{k: v for k, v in d.items() if k in ("internal_api", "version", "num_threads", "architecture")}
-                        for d in threadpool_info()]
+        info["blas"] = [
+            {
+                k: v
+                for k, v in d.items()
+                if k in ("internal_api", "version", "num_threads", "architecture")
+            }
+            for d in threadpool_info()
+        ]
     except ImportError:
         info["blas"] = "threadpoolctl not installed"
     try:
@@ -504,12 +654,13 @@ def render_markdown(results: dict) -> str:
         f"median of {meta['repeats']} runs, {meta['threads'] or 'default'} BLAS/torch thread(s). "
         "Times in seconds unless marked ms.",
         "",
-        "*cold*: first call (trace + verify + compile + run); *warm*: cached call; *ref*: warm call on the "
+        "*cold*: first call (trace + verify + compile + run); *warm*: cached call; *sim only*: the cached "
+        "fast program alone, without the call's argument conversion and input copies; *ref*: warm call on the "
         "reference interpreter; *triton*: Triton's interpreter (`TRITON_INTERPRET=1`) on the same algorithm; "
         "*peak*: tracemalloc peak of a warm fast-path call over input + output bytes.",
         "",
-        "| kernel | size | dtype | cold | warm | ref | numpy | torch | triton | warm/numpy | cold/numpy | ref/numpy | triton/warm | peak | bit-identical |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| kernel | size | dtype | cold | warm | sim only | ref | numpy | torch | triton | warm/numpy | cold/numpy | ref/numpy | triton/warm | peak | bit-identical |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in results["rows"]:
         tri = _fmt_s(r.get("triton_s"))
@@ -520,28 +671,67 @@ def render_markdown(results: dict) -> str:
         peak = r["peak_fast_bytes"] / r["io_bytes"] if r.get("io_bytes") else None
         lines.append(
             f"| {r['kernel']} | {r['size']} | {r['dtype']} | {_fmt_s(r['cold_s'])} | {_fmt_s(r['warm_s'])} | "
-            f"{_fmt_s(r['ref_s'])} | {_fmt_s(r['numpy_s'])} | {_fmt_s(r.get('torch_s'))} | {tri} | "
+            f"{_fmt_s(r.get('sim_s'))} | {_fmt_s(r['ref_s'])} | {_fmt_s(r['numpy_s'])} | {_fmt_s(r.get('torch_s'))} | {tri} | "
             f"{_ratio(r['warm_s'], r['numpy_s'])} | {_ratio(r['cold_s'], r['numpy_s'])} | "
             f"{_ratio(r['ref_s'], r['numpy_s'])} | {_ratio(r.get('triton_s'), r['warm_s'])} | "
             f"{'—' if peak is None else f'{peak:.2f}×'} | {'yes' if r['fast_equals_reference'] else '**NO**'} |"
         )
     ov = results.get("call_overhead")
-    lines += ["", "Trace + verify (cache cleared) and fast-path compile, per kernel:", "",
-              "| kernel | size | dtype | IR ops | trace+verify | compile |", "| --- | --- | --- | --- | --- | --- |"]
+    lines += [
+        "",
+        "Trace + verify (cache cleared) and fast-path compile, per kernel:",
+        "",
+        "| kernel | size | dtype | IR ops | trace+verify | compile |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
     for r in results["rows"]:
-        lines.append(f"| {r['kernel']} | {r['size']} | {r['dtype']} | {r['ir_ops']} | "
-                     f"{r['trace_verify_s'] * 1e3:.1f} ms | {r['fast_compile_s'] * 1e3:.1f} ms |")
+        lines.append(
+            f"| {r['kernel']} | {r['size']} | {r['dtype']} | {r['ir_ops']} | "
+            f"{r['trace_verify_s'] * 1e3:.1f} ms | {r['fast_compile_s'] * 1e3:.1f} ms |"
+        )
     if ov:
-        lines += ["", "Cached-call overhead on a 128×4 copy kernel (µs, median of 2000): "
-                  + "; ".join(f"{k}: call {v['call_us']:.0f}, simulate alone {v['simulate_us']:.0f}, "
-                              f"added by the call {v['added_us']:.0f}, cache lookup {v['specialize_hit_us']:.0f}"
-                              for k, v in ov.items())]
-    lines += ["", f"BLAS: {meta['machine'].get('blas')}. Load average at start {meta['machine']['loadavg_start']}, "
-              f"at end {meta.get('loadavg_end')}.", ""]
+        lines += [
+            "",
+            "Cached-call overhead on a 128×4 copy kernel (µs, median of 2000): "
+            + "; ".join(
+                f"{k}: call {v['call_us']:.0f}, simulate alone {v['simulate_us']:.0f}, "
+                f"added by the call {v['added_us']:.0f}, cache lookup {v['specialize_hit_us']:.0f}"
+                for k, v in ov.items()
+            ),
+        ]
+    lib = results.get("library_trace")
+    if lib:
+        lines += [
+            "",
+            "Trace + verify of the kernel library's functions on their manifest examples "
+            "(cache cleared, simulation skipped; median of 5):",
+            "",
+            "| function | example | dtype | trace+verify |",
+            "| --- | --- | --- | --- |",
+        ]
+        for r in lib:
+            if "error" in r:
+                lines.append(f"| {r['kernel']} | — | — | import failed: {r['error']} |")
+                continue
+            ex = ", ".join(f"{k} {'x'.join(map(str, v))}" for k, v in r["example"].items())
+            lines.append(
+                f"| {r['kernel']} | {ex} | {r['dtype']} | {r['trace_verify_s'] * 1e3:.1f} ms |"
+            )
+    lines += [
+        "",
+        f"BLAS: {meta['machine'].get('blas')}. Load average at start {meta['machine']['loadavg_start']}, "
+        f"at end {meta.get('loadavg_end')}.",
+        "",
+    ]
     notes = [r for r in results["rows"] if r.get("triton_extrapolated")]
     if notes:
-        lines.append("Extrapolated Triton times: " + "; ".join(
-            f"{r['kernel']} {r['size']} {r['dtype']}: {r['triton_note']}" for r in notes) + ".")
+        lines.append(
+            "Extrapolated Triton times: "
+            + "; ".join(
+                f"{r['kernel']} {r['size']} {r['dtype']}: {r['triton_note']}" for r in notes
+            )
+            + "."
+        )
         lines.append("")
     return "\n".join(lines)
 
@@ -551,24 +741,42 @@ def render_markdown(results: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.sim", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m benchmarks.sim", description=__doc__.split("\n\n")[0]
+    )
     ap.add_argument("--quick", action="store_true", help="small sizes and 2 repeats (smoke test)")
     ap.add_argument("--tiny", action="store_true", help="one tiny size per kernel (for tests)")
-    ap.add_argument("--repeats", type=int, default=None, help="runs per measurement (default 5, quick 2)")
+    ap.add_argument(
+        "--repeats", type=int, default=None, help="runs per measurement (default 5, quick 2)"
+    )
     ap.add_argument("--kernels", default="rmsnorm,softmax,layernorm,matmul,attention")
     ap.add_argument("--dtypes", default="fp32,bf16")
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--no-triton", action="store_true")
-    ap.add_argument("--triton-budget", type=float, default=120.0,
-                    help="seconds one Triton run may take before it is extrapolated instead")
+    ap.add_argument(
+        "--triton-budget",
+        type=float,
+        default=120.0,
+        help="seconds one Triton run may take before it is extrapolated instead",
+    )
     ap.add_argument("--out", default=str(HERE), help="folder for results.json and results.md")
-    ap.add_argument("--no-overhead", action="store_true", help="skip the cached-call overhead measurement")
-    ap.add_argument("--reuse-triton", default=None, metavar="JSON",
-                    help="take the Triton columns from an earlier results.json instead of rerunning them")
-    ap.add_argument("--threads", type=int, default=1,
-                    help="BLAS and torch threads for every candidate (default 1: on a shared 2-core "
-                         "machine, multithreaded BLAS turns many small GEMMs into thread-wait noise); "
-                         "0 leaves the libraries' defaults")
+    ap.add_argument(
+        "--no-overhead", action="store_true", help="skip the cached-call overhead measurement"
+    )
+    ap.add_argument(
+        "--reuse-triton",
+        default=None,
+        metavar="JSON",
+        help="take the Triton columns from an earlier results.json instead of rerunning them",
+    )
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="BLAS and torch threads for every candidate (default 1: on a shared 2-core "
+        "machine, multithreaded BLAS turns many small GEMMs into thread-wait noise); "
+        "0 leaves the libraries' defaults",
+    )
     opts = ap.parse_args(argv)
     with _threads(opts.threads):
         return _main(opts)
@@ -612,28 +820,43 @@ def _main(opts) -> dict:
     if opts.reuse_triton:
         for r in json.loads(Path(opts.reuse_triton).read_text())["rows"]:
             if r.get("triton_s") is not None:
-                reuse[(r["kernel"], r["size"], r["dtype"])] = {k: v for k, v in r.items() if k.startswith("triton")}
+                reuse[(r["kernel"], r["size"], r["dtype"])] = {
+                    k: v for k, v in r.items() if k.startswith("triton")
+                }
     rows = []
     for name in opts.kernels.split(","):
         for size in sizes[name]:
             case = make_case(name, size)
-            case.probe = make_case(name, TINY[name][0]) if mode == "full" else None
+            case.probe = make_case(name, PROBE[name]) if mode == "full" else None
             for dt_name in opts.dtypes.split(","):
                 old = reuse.get((case.name, case.label, dt_name))
-                row = bench_case(case, dt_name, repeats, opts.triton_budget, use_torch,
-                                 use_triton and old is None, log)
+                row = bench_case(
+                    case,
+                    dt_name,
+                    repeats,
+                    opts.triton_budget,
+                    use_torch,
+                    use_triton and old is None,
+                    log,
+                )
                 if old is not None:
                     row.update(old)
                     row["triton_note"] = row.get("triton_note", "") + " (from an earlier run)"
                 rows.append(row)
     results = {
-        "meta": {"mode": mode, "repeats": repeats, "threads": opts.threads, "machine": machine_info(),
-                 "loadavg_end": os.getloadavg(),
-                 "triton": "measured" if use_triton else (triton_available() or "skipped")},
+        "meta": {
+            "mode": mode,
+            "repeats": repeats,
+            "threads": opts.threads,
+            "machine": machine_info(),
+            "loadavg_end": os.getloadavg(),
+            "triton": "measured" if use_triton else (triton_available() or "skipped"),
+        },
         "rows": rows,
     }
     if not opts.no_overhead:
         results["call_overhead"] = call_overhead(200 if mode == "tiny" else 2000)
+        results["library_trace"] = library_trace_times()
     out = Path(opts.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(results, indent=2, default=_json_default) + "\n")

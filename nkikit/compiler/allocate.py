@@ -165,7 +165,11 @@ def _layout(t: Tensor, target: Target) -> tuple[int, int]:
         bank = target.psum_bank_bytes
         if tile > bank:
             raise NkiError(
-                "err_psum_capacity_exceeded", t.loc or UNKNOWN_LOC, tensor=t.name, used=tile, limit=bank
+                "err_psum_capacity_exceeded",
+                t.loc or UNKNOWN_LOC,
+                tensor=t.name,
+                used=tile,
+                limit=bank,
             )
         padded = 1 << max(tile - 1, 1).bit_length()
         padded = min(max(padded, 4), bank)
@@ -213,7 +217,9 @@ def _conflict(a: _Info, b: _Info, mode: str) -> bool:
     return False
 
 
-def _first_fit(items: list[_Item], mode: str, total_partitions: int, order: str) -> tuple[dict[int, tuple[int, int]], int]:
+def _first_fit(
+    items: list[_Item], mode: str, total_partitions: int, order: str
+) -> tuple[dict[int, tuple[int, int]], int]:
     """Place every item at the lowest offset that clears conflicting placed items."""
     if order == "size":
         seq = sorted(items, key=lambda it: (-it.footprint, it.info.lo))
@@ -261,7 +267,11 @@ def allocate(kernel: Kernel, target: Target) -> Allocation:
     for info in infos.values():
         t = info.tensor
         size, align = _layout(t, target)
-        want = min(target.max_buffers if info.pipelined else target.sequential_buffers, info.execs) if info.execs > 1 else 1
+        want = (
+            min(target.max_buffers if info.pipelined else target.sequential_buffers, info.execs)
+            if info.execs > 1
+            else 1
+        )
         if t.buffer == "psum":
             want = min(want, target.psum_banks)
         want = max(want, 1)
@@ -280,7 +290,14 @@ def allocate(kernel: Kernel, target: Target) -> Allocation:
         for it in its:
             p, off = placed[it.info.tensor.uid]
             placements[it.info.tensor.uid] = Placement(
-                it.info.tensor, memory, p, it.partitions, off, it.size, it.buffers, (it.info.lo, it.info.hi)
+                it.info.tensor,
+                memory,
+                p,
+                it.partitions,
+                off,
+                it.size,
+                it.buffers,
+                (it.info.lo, it.info.hi),
             )
     mode = "static" if "static" in modes else "pipelined"
     return Allocation(placements, used, mode, _shared(placements))
@@ -319,7 +336,10 @@ def _shared(placements: dict[int, Placement]) -> dict[tuple[int, int], list[tupl
             for b in plist[i + 1 :]:
                 if b.offset >= a.end:
                     break
-                if not (a.partition < b.partition + b.partitions and b.partition < a.partition + a.partitions):
+                if not (
+                    a.partition < b.partition + b.partitions
+                    and b.partition < a.partition + a.partitions
+                ):
                     continue
                 for ka in range(a.buffers):
                     lo_a = a.address(ka)
@@ -351,9 +371,16 @@ def _fail(memory: str, items: list[_Item], high: int, capacity: int) -> None:
     used = max(high, best_bytes)
     if memory == "psum":
         raise NkiError(
-            "err_psum_total_capacity_exceeded", loc, used=used, limit=capacity, banks=capacity // 2048, tensors=shown
+            "err_psum_total_capacity_exceeded",
+            loc,
+            used=used,
+            limit=capacity,
+            banks=capacity // 2048,
+            tensors=shown,
         )
-    raise NkiError("err_sbuf_capacity_exceeded", loc, buffer="SBUF", used=used, limit=capacity, tensors=shown)
+    raise NkiError(
+        "err_sbuf_capacity_exceeded", loc, buffer="SBUF", used=used, limit=capacity, tensors=shown
+    )
 
 
 def _where(t: Tensor) -> str:

@@ -52,7 +52,9 @@ def compile(kernel: Any, *args: Any, target: str | Target | None = None, **kwarg
         raise hide_internal_frames(e) from None
 
 
-def profile_kernel(kernel: Any, *args: Any, target: str | Target | None = None, **kwargs: Any) -> Profile:
+def profile_kernel(
+    kernel: Any, *args: Any, target: str | Target | None = None, **kwargs: Any
+) -> Profile:
     """``compile(...).profile()``: the modeled timeline and summary metrics of one call."""
     return compile(kernel, *args, target=target, **kwargs).profile()
 
@@ -130,9 +132,17 @@ class BenchmarkKernel(_Decorated):
     """``nki.benchmark(...)(kernel)``: calling it models the kernel and sets
     ``benchmark_result.nc_latency.get_latency_percentile(p)`` (µs)."""
 
-    def __init__(self, kernel: Any, *, warmup: int, iters: int, save_neff_name: str | None,
-                 save_trace_name: str | None, additional_compile_opt: str | None,
-                 target: str | Target | None) -> None:
+    def __init__(
+        self,
+        kernel: Any,
+        *,
+        warmup: int,
+        iters: int,
+        save_neff_name: str | None,
+        save_trace_name: str | None,
+        additional_compile_opt: str | None,
+        target: str | Target | None,
+    ) -> None:
         super().__init__(kernel, target)
         self.warmup, self.iters = int(warmup), int(iters)
         self.save_neff_name = save_neff_name
@@ -159,9 +169,18 @@ class ProfileKernel(_Decorated):
     """``nki.profile(working_directory=...)(kernel)``: calling it writes the Perfetto trace,
     the HTML report, a JSON summary and the Program JSON into ``working_directory``."""
 
-    def __init__(self, kernel: Any, *, working_directory: str | os.PathLike, save_neff_name: str,
-                 save_trace_name: str, overwrite: bool, profile_nth: int, target: str | Target | None,
-                 options: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        kernel: Any,
+        *,
+        working_directory: str | os.PathLike,
+        save_neff_name: str,
+        save_trace_name: str,
+        overwrite: bool,
+        profile_nth: int,
+        target: str | Target | None,
+        options: dict[str, Any],
+    ) -> None:
         super().__init__(kernel, target)
         self.working_directory = Path(working_directory)
         self.save_neff_name = save_neff_name
@@ -180,40 +199,74 @@ class ProfileKernel(_Decorated):
         assert self.program is not None
         self.profile_result = self.program.profile()
         self.output_files = write_profile_artifacts(
-            self.program, self.profile_result, self.working_directory,
-            trace_name=self.save_trace_name, neff_name=self.save_neff_name, overwrite=self.overwrite,
+            self.program,
+            self.profile_result,
+            self.working_directory,
+            trace_name=self.save_trace_name,
+            neff_name=self.save_neff_name,
+            overwrite=self.overwrite,
         )
 
 
-def benchmark(func: Callable | None = None, *, warmup: int = 10, iters: int = 100,
-              save_neff_name: str | None = None, save_trace_name: str | None = None,
-              additional_compile_opt: str | None = None, target: str | Target | None = None):
+def benchmark(
+    func: Callable | None = None,
+    *,
+    warmup: int = 10,
+    iters: int = 100,
+    save_neff_name: str | None = None,
+    save_trace_name: str | None = None,
+    additional_compile_opt: str | None = None,
+    target: str | Target | None = None,
+):
     """NKI's ``nki.benchmark``: ``nki.benchmark(warmup=5, iters=10)(kernel)`` or
     ``nki.benchmark(kernel, ...)``.  ``warmup``/``iters`` are accepted and recorded; the
     modeled latency has no run-to-run variation."""
 
     def wrap(f: Callable) -> BenchmarkKernel:
-        return BenchmarkKernel(f, warmup=warmup, iters=iters, save_neff_name=save_neff_name,
-                               save_trace_name=save_trace_name, additional_compile_opt=additional_compile_opt,
-                               target=target)
+        return BenchmarkKernel(
+            f,
+            warmup=warmup,
+            iters=iters,
+            save_neff_name=save_neff_name,
+            save_trace_name=save_trace_name,
+            additional_compile_opt=additional_compile_opt,
+            target=target,
+        )
 
     return wrap(func) if func is not None else wrap
 
 
-def profile(func: Callable | None = None, *, working_directory: str | os.PathLike | None = None,
-            save_neff_name: str = "file.neff", save_trace_name: str = "profile.ntff",
-            additional_compile_opt: str | None = None, overwrite: bool = False, profile_nth: int = 1,
-            target: str | Target | None = None, **kw: Any):
+def profile(
+    func: Callable | None = None,
+    *,
+    working_directory: str | os.PathLike | None = None,
+    save_neff_name: str = "file.neff",
+    save_trace_name: str = "profile.ntff",
+    additional_compile_opt: str | None = None,
+    overwrite: bool = False,
+    profile_nth: int = 1,
+    target: str | Target | None = None,
+    **kw: Any,
+):
     """NKI's ``nki.profile``: writes the profile of each call into ``working_directory``
     (required): ``<trace stem>.json`` (Perfetto), ``<trace stem>.html`` (report),
     ``<trace stem>_summary.json`` and ``<neff stem>.program.json``."""
     if working_directory is None:
-        raise TypeError("nki.profile() needs working_directory=, the folder to write the profile into")
+        raise TypeError(
+            "nki.profile() needs working_directory=, the folder to write the profile into"
+        )
 
     def wrap(f: Callable) -> ProfileKernel:
-        return ProfileKernel(f, working_directory=working_directory, save_neff_name=save_neff_name,
-                             save_trace_name=save_trace_name, overwrite=overwrite, profile_nth=profile_nth,
-                             target=target, options={"additional_compile_opt": additional_compile_opt, **kw})
+        return ProfileKernel(
+            f,
+            working_directory=working_directory,
+            save_neff_name=save_neff_name,
+            save_trace_name=save_trace_name,
+            overwrite=overwrite,
+            profile_nth=profile_nth,
+            target=target,
+            options={"additional_compile_opt": additional_compile_opt, **kw},
+        )
 
     return wrap(func) if func is not None else wrap
 
@@ -225,8 +278,16 @@ def _json_default(x: Any) -> Any:
         return str(x)
 
 
-def write_profile_artifacts(program: Program, prof: Profile, directory: Path, *, trace_name: str = "profile.ntff",
-                            neff_name: str = "file.neff", overwrite: bool = True, html: bool = True) -> dict[str, Path]:
+def write_profile_artifacts(
+    program: Program,
+    prof: Profile,
+    directory: Path,
+    *,
+    trace_name: str = "profile.ntff",
+    neff_name: str = "file.neff",
+    overwrite: bool = True,
+    html: bool = True,
+) -> dict[str, Path]:
     """Write the Perfetto trace, HTML report, JSON summary and Program JSON into ``directory``."""
     directory.mkdir(parents=True, exist_ok=True)
     stem = Path(trace_name).stem or "profile"
@@ -240,11 +301,15 @@ def write_profile_artifacts(program: Program, prof: Profile, directory: Path, *,
     if not overwrite:
         existing = [str(p) for p in files.values() if p.exists()]
         if existing:
-            raise FileExistsError(f"profile artifacts already exist (pass overwrite=True to replace): {', '.join(existing)}")
+            raise FileExistsError(
+                f"profile artifacts already exist (pass overwrite=True to replace): {', '.join(existing)}"
+            )
     prof.to_perfetto(files["perfetto"])
     if html:
         prof.to_html(files["html"])
-    files["summary"].write_text(json.dumps(prof.summary, indent=1, default=_json_default), encoding="utf-8")
+    files["summary"].write_text(
+        json.dumps(prof.summary, indent=1, default=_json_default), encoding="utf-8"
+    )
     program.to_json(files["program"])
     return files
 
@@ -299,13 +364,31 @@ def _load_kernel(ref: str) -> Any:
 def main_profile(argv: list[str] | None = None) -> int:
     """``nkikit profile file.py::kernel --shapes 'a=4096x4096:bfloat16,...' [--target trn2]
     [--out DIR] [--arg NAME=VALUE ...] [--grid 2,2] [--no-html]``."""
-    ap = argparse.ArgumentParser(prog="nkikit profile", description="Model a kernel on a NeuronCore and write its profile.")
+    ap = argparse.ArgumentParser(
+        prog="nkikit profile", description="Model a kernel on a NeuronCore and write its profile."
+    )
     ap.add_argument("kernel", help="path/to/file.py::kernel_name")
-    ap.add_argument("--shapes", default="", help="tensor arguments: 'a=4096x4096:bfloat16,b=...' or positional '4096x4096:bfloat16,...'")
-    ap.add_argument("--arg", action="append", default=[], metavar="NAME=VALUE", help="a non-tensor argument (Python literal)")
-    ap.add_argument("--target", default=None, help="trn1, trn2 or trn3 (default: $NEURON_PLATFORM_TARGET_OVERRIDE or trn2)")
+    ap.add_argument(
+        "--shapes",
+        default="",
+        help="tensor arguments: 'a=4096x4096:bfloat16,b=...' or positional '4096x4096:bfloat16,...'",
+    )
+    ap.add_argument(
+        "--arg",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a non-tensor argument (Python literal)",
+    )
+    ap.add_argument(
+        "--target",
+        default=None,
+        help="trn1, trn2 or trn3 (default: $NEURON_PLATFORM_TARGET_OVERRIDE or trn2)",
+    )
     ap.add_argument("--grid", default="", help="SPMD launch grid, e.g. 2,2")
-    ap.add_argument("--out", default=None, help="output folder (default: ./nkikit-profile-<kernel>)")
+    ap.add_argument(
+        "--out", default=None, help="output folder (default: ./nkikit-profile-<kernel>)"
+    )
     ap.add_argument("--no-html", action="store_true", help="skip the HTML report")
     ns = ap.parse_args(argv)
     try:
@@ -327,7 +410,9 @@ def main_profile(argv: list[str] | None = None) -> int:
         return 1
     prof = program.profile()
     out = Path(ns.out or f"nkikit-profile-{program.kernel}")
-    files = write_profile_artifacts(program, prof, out, trace_name="profile", neff_name=program.kernel, html=not ns.no_html)
+    files = write_profile_artifacts(
+        program, prof, out, trace_name="profile", neff_name=program.kernel, html=not ns.no_html
+    )
     print(str(prof))
     for kind, path in files.items():
         print(f"{kind:>9}: {path}")

@@ -6,18 +6,33 @@ import time
 
 from ..ir.core import Kernel
 from .allocate import allocate
-from .lower import DMA, ENGINES, lower
+from .lower import DMA, ENGINES, count_instructions, lower
 from .program import InstrInfo, Program
 from .schedule import schedule
 from .targets import Target, get_target
 
+MAX_INSTRUCTIONS = 20_000_000
 
-def build_program(kernel: Kernel, target: str | Target | None = None) -> Program:
-    """Compile a traced, verified kernel for ``target`` (default: see ``default_target_name``)."""
+
+def build_program(
+    kernel: Kernel, target: str | Target | None = None, *, max_instructions: int = MAX_INSTRUCTIONS
+) -> Program:
+    """Compile a traced, verified kernel for ``target`` (default: see ``default_target_name``).
+
+    Kernels that would execute more than ``max_instructions`` instructions (DMA pieces
+    included) are refused before scheduling, with the count; the real compiler refuses such
+    kernels too ("Too many instructions", usually from tiny DMA tiles).
+    """
     t0 = time.perf_counter()
     tgt = get_target(target)
     alloc = allocate(kernel, tgt)
     lk = lower(kernel, tgt, alloc)
+    n = count_instructions(lk.steps, tgt)
+    if n > max_instructions:
+        raise ValueError(
+            f"{kernel.name}: {n:,} instructions to schedule, more than max_instructions="
+            f"{max_instructions:,}; use larger tiles (especially for DMA) or pass a higher limit"
+        )
     tr = schedule(lk)
     infos = [
         InstrInfo(
@@ -49,4 +64,16 @@ def build_program(kernel: Kernel, target: str | Target | None = None) -> Program
         "target_description": tgt.description,
         "compile_s": time.perf_counter() - t0,
     }
-    return Program(kernel.name, tgt, infos, engine, tr.sid, tr.start, tr.end, tr.parts, tr.hbm_offset, tr.deps, meta)
+    return Program(
+        kernel.name,
+        tgt,
+        infos,
+        engine,
+        tr.sid,
+        tr.start,
+        tr.end,
+        tr.parts,
+        tr.hbm_offset,
+        tr.deps,
+        meta,
+    )

@@ -25,14 +25,44 @@ FORMAT_VERSION = 1
 # The profiler's Instruction takes 22 fields; building a million of them by keyword costs
 # 4x more than positionally, so values are produced in this order and permuted once.
 _ORDER = (
-    "id", "engine", "opcode", "start_ns", "end_ns", "source", "source_text", "flops", "model_flops",
-    "hbm_read_bytes", "hbm_write_bytes", "sbuf_read_bytes", "sbuf_write_bytes", "psum_read_bytes",
-    "psum_write_bytes", "partitions", "elements", "dtype", "deps", "operands", "tensor_name", "hbm_offset",
+    "id",
+    "engine",
+    "opcode",
+    "start_ns",
+    "end_ns",
+    "source",
+    "source_text",
+    "flops",
+    "model_flops",
+    "hbm_read_bytes",
+    "hbm_write_bytes",
+    "sbuf_read_bytes",
+    "sbuf_write_bytes",
+    "psum_read_bytes",
+    "psum_write_bytes",
+    "partitions",
+    "elements",
+    "dtype",
+    "deps",
+    "operands",
+    "tensor_name",
+    "hbm_offset",
 )
 _INIT_FIELDS = tuple(f.name for f in fields(Instruction) if f.init)
-_PERMUTE = itemgetter(*(_ORDER.index(f) for f in _INIT_FIELDS)) if set(_INIT_FIELDS) <= set(_ORDER) else None
+_PERMUTE = (
+    itemgetter(*(_ORDER.index(f) for f in _INIT_FIELDS))
+    if set(_INIT_FIELDS) <= set(_ORDER)
+    else None
+)
 
-BYTE_FIELDS = ("hbm_read_bytes", "hbm_write_bytes", "sbuf_read_bytes", "sbuf_write_bytes", "psum_read_bytes", "psum_write_bytes")
+BYTE_FIELDS = (
+    "hbm_read_bytes",
+    "hbm_write_bytes",
+    "sbuf_read_bytes",
+    "sbuf_write_bytes",
+    "psum_read_bytes",
+    "psum_write_bytes",
+)
 
 
 @dataclass(slots=True)
@@ -109,9 +139,23 @@ class Program:
             if _cache is not None:
                 _cache[key] = by
         values = (
-            i, self.engine[i], info.opcode, self.start[i], self.end[i], info.source, info.text,
-            info.flops, info.model_flops, *by, parts, info.elements, info.dtype, self.deps[i],
-            info.operands, info.tensor_name, self.hbm_offset[i],
+            i,
+            self.engine[i],
+            info.opcode,
+            self.start[i],
+            self.end[i],
+            info.source,
+            info.text,
+            info.flops,
+            info.model_flops,
+            *by,
+            parts,
+            info.elements,
+            info.dtype,
+            self.deps[i],
+            info.operands,
+            info.tensor_name,
+            self.hbm_offset[i],
         )
         if _PERMUTE is not None:
             return Instruction(*_PERMUTE(values))
@@ -133,8 +177,14 @@ class Program:
             for ins in instrs:
                 ins.start_ns -= t0
                 ins.end_ns -= t0
-        meta = {k: v for k, v in self.meta.items() if k in ("allocation", "notes", "compile_s", "target_description")}
-        return Profile(kernel=self.kernel, target=self.target.target_info(), instructions=instrs, meta=meta)
+        meta = {
+            k: v
+            for k, v in self.meta.items()
+            if k in ("allocation", "notes", "compile_s", "target_description")
+        }
+        return Profile(
+            kernel=self.kernel, target=self.target.target_info(), instructions=instrs, meta=meta
+        )
 
     # -- serialization ---------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -142,7 +192,9 @@ class Program:
         for i, e in enumerate(self.engine):
             s = streams.get(e)
             if s is None:
-                s = streams[e] = {k: [] for k in ("id", "sid", "start", "end", "partitions", "hbm_offset", "deps")}
+                s = streams[e] = {
+                    k: [] for k in ("id", "sid", "start", "end", "partitions", "hbm_offset", "deps")
+                }
             s["id"].append(i)
             s["sid"].append(self.sid[i])
             s["start"].append(self.start[i])
@@ -167,7 +219,9 @@ class Program:
         if d.get("format") != FORMAT_NAME:
             raise ValueError(f"not an nkikit program (format={d.get('format')!r})")
         if d.get("version", 0) > FORMAT_VERSION:
-            raise ValueError(f"program format version {d['version']} is newer than this nkikit understands")
+            raise ValueError(
+                f"program format version {d['version']} is newer than this nkikit understands"
+            )
         n = int(d["instructions"])
         engine = [""] * n
         sid = [0] * n
@@ -186,7 +240,19 @@ class Program:
                 hoff[i] = s["hbm_offset"][k]
                 deps[i] = tuple(s["deps"][k])
         infos = [InstrInfo(**x) for x in d["static"]]
-        return cls(d["kernel"], get_target(d["target"]), infos, engine, sid, start, end, parts, hoff, deps, dict(d.get("meta", {})))
+        return cls(
+            d["kernel"],
+            get_target(d["target"]),
+            infos,
+            engine,
+            sid,
+            start,
+            end,
+            parts,
+            hoff,
+            deps,
+            dict(d.get("meta", {})),
+        )
 
     def to_json(self, path: str | Path | None = None) -> str | Path:
         """The program as JSON text, or written to ``path`` (then the path is returned)."""
@@ -200,7 +266,9 @@ class Program:
     @classmethod
     def from_json(cls, source: str | Path) -> Program:
         """Read a program from JSON text or a file written by :meth:`to_json`."""
-        if isinstance(source, Path) or (isinstance(source, str) and not source.lstrip().startswith("{")):
+        if isinstance(source, Path) or (
+            isinstance(source, str) and not source.lstrip().startswith("{")
+        ):
             source = Path(source).read_text(encoding="utf-8")
         return cls.from_dict(json.loads(source))
 

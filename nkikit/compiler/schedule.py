@@ -14,11 +14,13 @@ The model (all of it; the constants live in the Target):
   engine).  Waiting on one's own engine costs nothing for TensorE (accumulation chains are
   pipelined) and ``dependent_overhead_cycles`` for Vector/Scalar/GpSimd (the result must
   leave the pipeline before it is read again) [A2, PG].
-* A DMA is split by partitions over the DMA queues (``dma_partitions_per_queue`` each) and
-  starts ``dma_fixed_ns`` after its dependencies are met [DMA, DMABW].  Each queue moves
-  one piece at a time; a piece that is ready earlier may fill an idle gap before pieces
-  issued earlier in program order (queues are round-robin served rings, not one FIFO).
-  Dependents of a DMA wait for its last piece.
+* A DMA is split by partitions over the DMA queues (``dma_partitions_per_queue`` each); its
+  transfer starts ``dma_fixed_ns`` after its dependencies are met [DMA, DMABW].  Each queue
+  moves one piece at a time; a piece that is ready earlier may fill an idle gap before
+  pieces issued earlier in program order (queues are round-robin served rings, not one
+  FIFO).  A piece is shown busy from when its fixed cost could begin on an idle queue to
+  the end of its transfer (so pieces of one queue may overlap in the profile, as the
+  profiler allows).  Dependents of a DMA wait for its last piece.
 * Two tensors sharing memory (disjoint lifetimes) are ordered: the first use of the later
   one waits for the last use of the earlier one.
 
@@ -266,10 +268,17 @@ class Scheduler:
         self._commit(si, end, iid, eng, cells)
 
     # -- DMA ---------------------------------------------------------------------------------------
-    def _place(self, q: int, t: float, d: float) -> float:
-        """Start time of a piece of duration ``d`` ready at ``t`` on queue ``q``: the first idle
-        gap that fits, else after the last piece.  Only the latest ``_MAX_GAPS`` gaps are
-        remembered (a ring's reordering window is finite), which also keeps this O(1)."""
+    def _place(self, q: int, t: float, d: float, lead: float) -> tuple[float, float]:
+        """Place a transfer of ``d`` ns that may start at ``t`` on queue ``q``; returns the
+        (shown start, transfer start).
+
+        The transfer goes into the first idle gap that fits, else after the last one.  The
+        piece is shown busy from up to ``lead`` ns (its fixed cost) before the transfer, as
+        far back as the queue was idle when it was placed; the fixed cost does not reserve
+        the queue, so a later piece may still fill that time (DMA rows may overlap).  Only
+        the latest ``_MAX_GAPS`` gaps are remembered (a ring's reordering window is finite),
+        which also keeps this O(1).
+        """
         tail = self.q_tail[q]
         gs, ge = self.gap_start[q], self.gap_end[q]
         if t >= tail:
@@ -279,13 +288,13 @@ class Scheduler:
                 if len(gs) > _MAX_GAPS:
                     del gs[0], ge[0]
             self.q_tail[q] = t + d
-            return t
+            return max(t - lead, tail), t
         i = bisect_right(ge, t)
         n = len(gs)
         while i < n:
-            s = gs[i] if gs[i] > t else t
-            if s + d <= ge[i]:
-                lo, hi = gs[i], ge[i]
+            lo, hi = gs[i], ge[i]
+            s = lo if lo > t else t
+            if s + d <= hi:
                 if s - lo > _MIN_GAP_NS:
                     ge[i] = s
                     if hi - (s + d) > _MIN_GAP_NS:
@@ -295,10 +304,10 @@ class Scheduler:
                     gs[i] = s + d
                 else:
                     del gs[i], ge[i]
-                return s
+                return max(s - lead, lo), s
             i += 1
         self.q_tail[q] = tail + d
-        return tail
+        return tail, tail
 
     def _dma(self, si: StaticInstr) -> None:
         ready, deps, cells = self._ready(si, DMA)
@@ -325,12 +334,12 @@ class Scheduler:
         for k in range(pieces):
             n = base + (1 if k < extra else 0)
             d = n * si.duration_ns
-            s = self._place(q, t0, d)
+            shown, s = self._place(q, t0, d, self.dma_fixed)
             e = s + d
             iid = len(tr.sid)
             tr.engine.append(5 + q)
             tr.sid.append(si.index)
-            tr.start.append(s)
+            tr.start.append(shown)
             tr.end.append(e)
             tr.parts.append(n)
             tr.hbm_offset.append(hoff + p0 * si.hbm_part_stride)

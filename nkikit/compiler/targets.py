@@ -111,7 +111,9 @@ class Target:
         return replace(self, **changes)
 
 
-def _peaks(tensor_hz: float, fp8_factor: float, rows: int = 128, cols: int = 128) -> dict[str, float]:
+def _peaks(
+    tensor_hz: float, fp8_factor: float, rows: int = 128, cols: int = 128
+) -> dict[str, float]:
     # derived: rows x cols PEs x 2 FLOP (multiply-add) per cycle; fp32 runs at 1/4 [A2, LISA]
     bf16 = rows * cols * 2 * tensor_hz
     return {"bf16": bf16, "fp8": bf16 * fp8_factor, "fp32": bf16 / 4}
@@ -138,7 +140,9 @@ TRN1 = Target(
     vector_lanes=128,  # [A2]
     gpsimd_cores=8,  # [A2] 8 cores x 16 partitions
     vector_perf_modes=False,  # [A3] performance modes are an NC-v3 feature
-    tensor_peak_flops=_peaks(2.8e9, fp8_factor=1.0),  # derived 91.75 TFLOPS ~ [A2] "~92"; cFP8 at bf16 rate [A2]
+    tensor_peak_flops=_peaks(
+        2.8e9, fp8_factor=1.0
+    ),  # derived 91.75 TFLOPS ~ [A2] "~92"; cFP8 at bf16 rate [A2]
     dma_queues=16,  # [A2, DMA] 16 DMA engines per NeuronCore
     dma_partitions_per_queue=8,  # [DMA] each engine ~8 partitions of a 128-partition transfer
     dma_queue_bytes_per_ns=17.0,  # [DMA, DMABW] 17 B/ns per engine on Trn1
@@ -173,7 +177,9 @@ TRN2 = Target(
     vector_lanes=128,
     gpsimd_cores=8,
     vector_perf_modes=True,  # [A3] auto 2x/4x modes for bf16/fp16
-    tensor_peak_flops=_peaks(2.4e9, fp8_factor=2.0),  # derived 78.6 ~ [A3] 79 bf16, 158 fp8, 20 fp32
+    tensor_peak_flops=_peaks(
+        2.4e9, fp8_factor=2.0
+    ),  # derived 78.6 ~ [A3] 79 bf16, 158 fp8, 20 fp32
     dma_queues=16,  # [A3, DMA]
     dma_partitions_per_queue=8,  # [DMA]
     dma_queue_bytes_per_ns=23.0,  # [DMA, DMABW] 23 B/ns per engine on Trn2
@@ -206,7 +212,9 @@ TRN3 = Target(
     vector_lanes=128,
     gpsimd_cores=8,
     vector_perf_modes=True,  # [A3, A4] kept from NC-v3
-    tensor_peak_flops=_peaks(2.4e9, fp8_factor=4.0),  # derived 78.6 ~ [A4] 79 bf16, 315 MXFP8, 20 fp32
+    tensor_peak_flops=_peaks(
+        2.4e9, fp8_factor=4.0
+    ),  # derived 78.6 ~ [A4] 79 bf16, 315 MXFP8, 20 fp32
     dma_queues=16,  # [A4, DMA]
     dma_partitions_per_queue=8,  # [DMA]
     dma_queue_bytes_per_ns=33.0,  # [DMA, DMABW] 33 B/ns per engine on Trn3

@@ -19,6 +19,22 @@ def hf_api(endpoint: str | None, token: str | None) -> Any:
     return HfApi(endpoint=endpoint, token=token)
 
 
+class LazyHfApi:
+    """An `HfApi` created on first use: a pull served entirely from the cache (by commit or
+    lockfile) never imports `huggingface_hub.hf_api`, which alone costs ~0.5 s of start-up."""
+
+    def __init__(self, endpoint: str | None, token: str | None):
+        self._args = (endpoint, token)
+        self._api: Any = None
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        if self._api is None:
+            self._api = hf_api(*self._args)
+        return getattr(self._api, name)
+
+
 def transport_errors() -> tuple[type[BaseException], ...]:
     """Exception types that mean 'the Hub could not be reached or went away mid-transfer'."""
     errors: list[type[BaseException]] = [OSError, ConnectionError, TimeoutError]

@@ -55,8 +55,9 @@ class KernelModule(types.ModuleType):
         import torch
 
         for f in self.functions.values():
-            op = getattr(f, "torch", None)  # registers the op of a KernelFunction
-            del op
+            register = getattr(f, "register_torch_op", None)
+            if register is not None:
+                register()
         return getattr(torch.ops, self.namespace)
 
     def __repr__(self) -> str:

@@ -21,7 +21,7 @@ from typing import Any
 from .digests import ALGORITHMS, METADATA_FILE, verify_folder
 from .download import fetch_variant
 from .errors import BackendUnavailableError, IntegrityError, LockMismatchError, RegistryError
-from .hubclient import default_cache_dir, hf_api, is_offline
+from .hubclient import LazyHfApi, default_cache_dir, is_offline
 from .importer import import_build, loaded_root
 from .lockfile import DEFAULT_LOCKFILE, LockEntry, read_lockfile, verify_variant
 from .module import KernelModule
@@ -36,6 +36,8 @@ def _code_digests(files: dict[str, str]) -> dict[str, str]:
     """The digests that decide what a build does: everything but its documentation (the card
     names the repo, so one build published to two repos differs only there)."""
     return {rel: d for rel, d in files.items() if not rel.endswith(".md")}
+
+
 _import_lock = threading.Lock()
 
 
@@ -173,7 +175,7 @@ def locate(
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     offline = is_offline()
     lock = find_lock_entry(lockfile, repo_id)
-    api = hf_api(endpoint, token)
+    api = LazyHfApi(endpoint, token)
     found = _resolve(api, repo, version, revision, lock, cache, offline)
     variant_dir = fetch_variant(api, repo, found.sha, variant, cache, offline=offline)
     meta = read_metadata(variant_dir)

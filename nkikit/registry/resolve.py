@@ -36,10 +36,9 @@ class Resolved:
 
 
 def repo_cache_dir(cache_dir: Path, repo: RepoId) -> Path:
-    """The HF cache folder of a kernel repo: `<cache>/kernels--<org>--<name>`."""
-    from huggingface_hub.file_download import repo_folder_name
-
-    return cache_dir / repo_folder_name(repo_id=str(repo), repo_type=REPO_TYPE)
+    """The HF cache folder of a kernel repo: `<cache>/kernels--<org>--<name>` (the cache layout of
+    huggingface_hub, hub.md §3.4; spelled out here so a cached pull needs no heavy import)."""
+    return cache_dir / f"{REPO_TYPE}s--{repo.org}--{repo.name}"
 
 
 def record_ref(cache_dir: Path, repo: RepoId, ref: str, sha: str) -> None:

@@ -33,9 +33,15 @@ BUILD_FORMAT = 1
 Spec = tuple[tuple[int, ...], str]  # (shape, dtype name) of one array
 
 
+_DTYPE_NAMES: dict[object, str] = {}
+
+
 def dtype_name(dtype: object) -> str:
     """The nkikit name of a numpy dtype (ml_dtypes' bfloat16 included): 'float32', 'bfloat16'..."""
-    return np.dtype(dtype).name  # type: ignore[call-overload]
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:  # np.dtype(...).name costs microseconds (ml_dtypes): remember it
+        name = _DTYPE_NAMES[dtype] = np.dtype(dtype).name  # type: ignore[call-overload]
+    return name
 
 
 class KernelFunction:
@@ -173,6 +179,10 @@ class KernelFunction:
         """The torch op `torch.ops.<namespace>.<name>.default` (registers it if needed)."""
         return self.torch.op
 
+    def register_torch_op(self) -> None:
+        """Register the torch op now (needs torch); later calls do nothing."""
+        self.torch  # noqa: B018 - the property registers
+
 
 def _np_dtype(name: str) -> np.dtype:
     from .. import dtypes
@@ -200,7 +210,7 @@ class Build:
     def register_torch_ops(self) -> None:
         """Register every function's torch op now (needs torch)."""
         for f in self.functions.values():
-            f.torch  # noqa: B018 - the property registers
+            f.register_torch_op()
 
 
 def read_build_file(root: Path) -> dict[str, Any]:

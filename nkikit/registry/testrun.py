@@ -7,16 +7,15 @@ publishing process must stay clean, and a crash of the simulator must not take i
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import KernelTestsFailedError
 
-_COUNT_RE = re.compile(r"(\d+) (passed|failed|skipped|errors?|xfailed|xpassed|deselected)")
 _TAIL_LINES = 40
 
 
@@ -39,24 +38,31 @@ class TestReport:
         return self.failed == 0 and self.errors == 0 and self.passed > 0
 
 
-def _parse_counts(output: str) -> dict[str, int]:
-    counts = {"passed": 0, "failed": 0, "skipped": 0, "errors": 0}
-    for line in reversed(output.splitlines()):
-        found = _COUNT_RE.findall(line)
-        if found and ("passed" in line or "failed" in line or "error" in line or "skipped" in line):
-            for n, kind in found:
-                key = "errors" if kind.startswith("error") else kind
-                if key in counts:
-                    counts[key] = int(n)
-            return counts
-    return counts
+def _read_junit(path: Path) -> dict[str, int] | None:
+    """Outcome counts from pytest's JUnit XML report (independent of -q/-v and of plugins that
+    change the terminal summary). None if pytest wrote no report."""
+    import xml.etree.ElementTree as ET
+
+    try:
+        root = ET.parse(path).getroot()
+    except (OSError, ET.ParseError):
+        return None
+    suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
+    total = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    for suite in suites:
+        for key in total:
+            total[key] += int(suite.get(key, 0))
+    return {
+        "passed": total["tests"] - total["failures"] - total["errors"] - total["skipped"],
+        "failed": total["failures"],
+        "skipped": total["skipped"],
+        "errors": total["errors"],
+    }
 
 
-def _summary_line(output: str) -> str:
-    for line in reversed(output.splitlines()):
-        if _COUNT_RE.search(line):
-            return line.strip("= ").strip()
-    return ""
+def _summary(counts: dict[str, int]) -> str:
+    parts = [f"{counts[k]} {k}" for k in ("failed", "passed", "skipped", "errors") if counts[k]]
+    return ", ".join(parts) or "no tests"
 
 
 def run_kernel_tests(
@@ -68,52 +74,70 @@ def run_kernel_tests(
     times out; the error carries the tail of pytest's output.
     """
     folder = Path(folder).resolve()
-    cmd = [sys.executable, "-m", "pytest", str(folder), "-q", "-p", "no:cacheprovider", *extra_args]
-    env = dict(os.environ)
-    env.setdefault("PYTHONDONTWRITEBYTECODE", "1")
-    start = time.perf_counter()
-    try:
-        proc = subprocess.run(
-            cmd,
-            cwd=folder.parent,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-    except subprocess.TimeoutExpired as e:
-        out = (
-            (e.stdout or "")
-            if isinstance(e.stdout, str)
-            else (e.stdout or b"").decode(errors="replace")
-        )
-        raise KernelTestsFailedError(
-            f"the tests of {folder.name} did not finish within {timeout:.0f} s; not publishing",
-            output=_tail(out),
-        ) from None
-    duration = time.perf_counter() - start
+    with tempfile.TemporaryDirectory(prefix="nkikit-tests-") as tmp:
+        report = Path(tmp) / "report.xml"
+        cmd = [
+            sys.executable,
+            "-m",
+            "pytest",
+            str(folder),
+            "-p",
+            "no:cacheprovider",
+            f"--junitxml={report}",
+            *extra_args,
+        ]
+        env = dict(os.environ)
+        env.setdefault("PYTHONDONTWRITEBYTECODE", "1")
+        start = time.perf_counter()
+        try:
+            proc = subprocess.run(
+                cmd, cwd=folder.parent, env=env, capture_output=True, text=True, timeout=timeout
+            )
+        except subprocess.TimeoutExpired as e:
+            out = (
+                e.stdout.decode(errors="replace")
+                if isinstance(e.stdout, bytes)
+                else (e.stdout or "")
+            )
+            raise KernelTestsFailedError(
+                f"the tests of {folder.name} did not finish within {timeout:.0f} s; not publishing",
+                output=_tail(out),
+            ) from None
+        duration = time.perf_counter() - start
+        counts = _read_junit(report)
     output = proc.stdout + proc.stderr
-    counts = _parse_counts(proc.stdout)
-    report = TestReport(
+    if counts is None:
+        raise KernelTestsFailedError(
+            f"the tests of {folder.name} could not run (pytest exited with status {proc.returncode}); "
+            f"not publishing.\n--- last lines of the test output ---\n{_tail(output)}",
+            output=_tail(output),
+            returncode=proc.returncode,
+        )
+    report_ = TestReport(
         **counts,
         duration_s=duration,
-        summary=_summary_line(proc.stdout),
+        summary=_summary(counts),
         command=" ".join(["pytest", folder.name, *extra_args]),
     )
-    if proc.returncode == 5 or (proc.returncode == 0 and report.passed == 0):
+    return _judge(folder, report_, proc.returncode, output)
+
+
+def _judge(folder: Path, report: TestReport, returncode: int, output: str) -> TestReport:
+    """The report if the run may gate a publish; raises KernelTestsFailedError otherwise."""
+    if returncode == 5 or (returncode == 0 and report.passed == 0):
         raise KernelTestsFailedError(
             f"no tests ran for {folder.name} (pytest found none); a kernel needs passing tests "
             "to be published (or publish with run_tests=False / --no-tests)",
             output=_tail(output),
-            returncode=proc.returncode,
+            returncode=returncode,
         )
-    if proc.returncode != 0 or not report.ok:
-        what = report.summary or f"pytest exited with status {proc.returncode}"
+    if returncode != 0 or not report.ok:
         raise KernelTestsFailedError(
-            f"the tests of {folder.name} failed ({what}); refusing to publish a failing kernel. "
-            f"Run `pytest {folder}` to see why.\n--- last lines of the test output ---\n{_tail(output)}",
+            f"the tests of {folder.name} failed ({report.summary}); refusing to publish a failing "
+            f"kernel. Run `pytest {folder}` to see why.\n--- last lines of the test output ---\n"
+            f"{_tail(output)}",
             output=_tail(output),
-            returncode=proc.returncode,
+            returncode=returncode,
         )
     return report
 

@@ -3,16 +3,22 @@
 Two executors with the same contract and bit-identical results: ``interp`` (the reference
 interpreter, one instruction at a time) and ``fast`` (the kernel compiled once to a
 straight-line numpy program).  ``simulate`` picks one by the ``NKIKIT_SIM`` environment
-variable: ``reference`` (the default) or ``fast``.
+variable: ``reference`` (the default), ``fast``, or ``check`` (run both, raise
+``SimulatorMismatch`` unless outputs and written arguments are bit-identical; for CI).
 """
 
 from __future__ import annotations
 
+import functools
 import os
 
 import numpy as np
 
-SIMULATORS = ("reference", "fast")
+SIMULATORS = ("reference", "fast", "check")
+
+
+class SimulatorMismatch(AssertionError):
+    """The fast simulator disagreed with the reference interpreter (a bug in nkikit)."""
 
 
 def simulate(kernel, args: list[np.ndarray], *, seed: int = 0) -> list[np.ndarray]:
@@ -22,6 +28,55 @@ def simulate(kernel, args: list[np.ndarray], *, seed: int = 0) -> list[np.ndarra
         from .fast import simulate as run
     elif mode == "reference":
         from .interp import simulate as run
+    elif mode == "check":
+        run = check_simulate
     else:
         raise ValueError(f"NKIKIT_SIM={mode!r}: expected one of {', '.join(SIMULATORS)}")
     return run(kernel, args, seed=seed)
+
+
+def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    """Equal dtype, shape and values, NaN equal to NaN (the differential-testing contract)."""
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    if a.dtype.kind in "iub":
+        return bool(np.array_equal(a, b))
+    return bool(
+        np.array_equal(np.asarray(a, np.float64), np.asarray(b, np.float64), equal_nan=True)
+    )
+
+
+def check_simulate(kernel, args: list[np.ndarray], *, seed: int = 0) -> list[np.ndarray]:
+    """Run both simulators (the fast one on copies of ``args``) and return the reference's
+    outputs; raise ``SimulatorMismatch`` if anything differs, including which one raised."""
+    from .fast import simulate as fast_simulate
+    from .interp import simulate as ref_simulate
+
+    copies = [a.copy() for a in args]
+    try:
+        ref = ref_simulate(kernel, args, seed=seed)
+    except Exception as e:
+        try:
+            fast_simulate(kernel, copies, seed=seed)
+        except type(e):
+            raise e from None
+        raise SimulatorMismatch(
+            f"{kernel.name}: the reference raised {e!r}, the fast path did not"
+        ) from e
+    got = fast_simulate(kernel, copies, seed=seed)
+    for i, (r, g) in enumerate(zip(ref, got)):
+        if not same_bits(r, g):
+            raise SimulatorMismatch(f"{kernel.name}: output {i} differs between the simulators")
+    for t, a, c in zip(kernel.params, args, copies):
+        if not same_bits(a, c):
+            raise SimulatorMismatch(f"{kernel.name}: argument {t.name!r} written differently")
+    return ref
+
+
+@functools.lru_cache(maxsize=256)
+def written_params(kernel) -> frozenset[str]:
+    """Names of the parameters some instruction of ``kernel`` writes.  The simulators never
+    write any other argument and never return a view of one, so a caller needs to copy
+    only these to protect its arrays."""
+    written = {o.tensor.root.uid for op, _ in kernel.ops() for o in op.outs}
+    return frozenset(t.name for t in kernel.params if t.uid in written)

@@ -40,9 +40,8 @@ from typing import Any
 import numpy as np
 
 from .. import dtypes
-from ..ir.affine import Affine, Axis, LoopVar, ProgramId, Sym, axis_env
+from ..ir.affine import Affine, Axis, ProgramId, Sym, axis_env
 from ..ir.core import Access, Alloc, Kernel, Loop, Op, Tensor
-from .activations import ACT
 from .alu import ALU
 from .interp import _MASK_ON_INPUT, Interpreter
 from .rules import RAW, RULES
@@ -62,7 +61,6 @@ _COVER_MAX_ITERS = 1 << 16
 # prims whose executor needs more than the op's rule (env-dependent, stateful or printing)
 _ALWAYS_REFERENCE = {"nc_stream_shuffle", "dropout", "device_print", "iota"}
 
-# ALU ops that are plain ufuncs (same function the reference's table calls), for ``out=``
 # prims whose rule returns one array per output (so an unmasked op writes all of each)
 _WRITES_ALL = {
     "dma_copy",
@@ -88,9 +86,14 @@ _WRITES_ALL = {
 }
 
 # reductions whose reference is one ufunc.reduce on fp32 input giving fp32
-_REDUCE_FAST = {"add": np.add.reduce, "max": np.maximum.reduce, "min": np.minimum.reduce,
-                "multiply": np.multiply.reduce}
+_REDUCE_FAST = {
+    "add": np.add.reduce,
+    "max": np.maximum.reduce,
+    "min": np.minimum.reduce,
+    "multiply": np.multiply.reduce,
+}
 
+# ALU ops that are plain ufuncs (same function the reference's table calls), for ``out=``
 _UFUNC_ALU = {
     "add": np.add,
     "subtract": np.subtract,
@@ -163,53 +166,86 @@ def _copy(view: np.ndarray, value: np.ndarray, dt: np.dtype) -> None:
     """``_write`` for a value already of the destination's shape: same-dtype and plain
     float-to-float casts go straight into the destination (numpy's cast loop is the one
     ``astype`` uses, so the bits are the same)."""
-    if value.dtype == dt or (value.dtype == np.float32 and dt in _DIRECT_CAST):
+    if dt.metadata is None and (
+        value.dtype == dt or (value.dtype == np.float32 and dt in _DIRECT_CAST)
+    ):
         np.copyto(view, value, casting="unsafe")
     else:
         _write(view, value, view.shape, view.size, dt)
+
+
+def _bn_stats_all(x: np.ndarray) -> np.ndarray:
+    """The reference's bn_stats rule with every element valid, without its mask copies:
+    the same float64 operations on the same values in the same order."""
+    x = x.reshape(x.shape[0], -1).astype(np.float64)
+    p = x.shape[0]
+    out = np.empty((p, 6), dtype=np.float64)
+    for half in (0, 1):
+        xs = x[:, half::2]
+        n = np.full(p, xs.shape[1], dtype=np.int64)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mean = xs.sum(axis=1) / np.maximum(n, 1)
+            m2 = ((xs - mean[:, None]) ** 2).sum(axis=1)
+        out[:, 3 * half] = n
+        out[:, 3 * half + 1] = mean
+        out[:, 3 * half + 2] = m2
+    return out
 
 
 _DIRECT_CAST = {dtypes.float32, dtypes.bfloat16, dtypes.float16}
 
 
 class _Program:
-    """A compiled kernel: ``run(args, seed)`` executes it."""
+    """A compiled kernel: ``run(args, seed)`` executes it.  ``source`` is the generated
+    Python, ``n_fallback`` counts instructions left to the reference interpreter, and
+    ``written_params`` names the parameters the kernel writes (arguments not named there are
+    only read, so a caller need not copy them)."""
 
     def __init__(
         self,
         kernel: Kernel,
         source: str,
         namespace: dict,
-        slots: dict[int, int],
         poison_at_start: dict[int, bool],
         n_fallback: int,
     ) -> None:
         self.kernel = kernel
         self.source = source
-        self.slots = slots
         self.poison_at_start = poison_at_start
         self.n_fallback = n_fallback
+        # parameters some instruction writes: the only ones a caller must copy to protect
+        written = set()
+        for op, _ in kernel.ops():
+            for o in op.outs:
+                written.add(o.tensor.root.uid)
+        self.written_params = frozenset(t.name for t in kernel.params if t.uid in written)
         code = compile(source, f"<nkikit.sim.fast {kernel.name}>", "exec")
         exec(code, namespace)  # noqa: S102 - our own generated source
         self._fn = namespace["_kernel"]
+        # what run() does before the program starts, precomputed: HBM buffers to create
+        # (poisoned unless every element is written before any read) and constants
+        self._param_uids = [t.uid for t in kernel.params]
+        self._fresh = []
+        self._consts = []
+        for t in kernel.tensors:
+            if t.base is None and t.kind in ("hbm", "output"):
+                poison = poison_at_start.get(t.uid, True)
+                fill = dtypes.poison_value(t.dtype) if poison else None
+                self._fresh.append((t.uid, t.shape, dtypes.storage_dtype(t.dtype), fill))
+            elif t.kind == "const":
+                self._consts.append((t.uid, t.const_value))
+        self._out_uids = [t.uid for t in kernel.outputs]
 
     def run(self, args: list[np.ndarray], seed: int = 0) -> list[np.ndarray]:
-        k = self.kernel
-        mem: dict[int, np.ndarray] = {}
-        for t, a in zip(k.params, args):
-            mem[t.uid] = a
-        for t in k.tensors:
-            if t.base is None and t.kind in ("hbm", "output"):
-                if self.poison_at_start.get(t.uid, True):
-                    mem[t.uid] = dtypes.new_buffer(t.shape, t.dtype)
-                else:
-                    mem[t.uid] = np.empty(t.shape, dtypes.storage_dtype(t.dtype))
-            elif t.kind == "const":
-                mem[t.uid] = t.const_value
-        interp = Interpreter(k, seed=seed)
+        mem: dict[int, np.ndarray] = dict(zip(self._param_uids, args))
+        for uid, shape, dt, fill in self._fresh:
+            mem[uid] = np.empty(shape, dt) if fill is None else np.full(shape, fill, dt)
+        for uid, value in self._consts:
+            mem[uid] = value
+        interp = Interpreter(self.kernel, seed=seed)
         interp.mem = mem
         self._fn(mem, interp)
-        return [mem[t.uid] for t in k.outputs]
+        return [mem[uid] for uid in self._out_uids]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -237,13 +273,20 @@ class _AccessCode:
     """How generated code reaches an access: ``expr`` is a numpy expression for its value
     (read) or its destination view (write)."""
 
-    __slots__ = ("expr", "layout_exact")
+    __slots__ = ("expr", "layout_exact", "wide", "region")
 
-    def __init__(self, expr: str, layout_exact: bool) -> None:
+    def __init__(
+        self, expr: str, layout_exact: bool, wide: str | None = None, region: str | None = None
+    ) -> None:
         self.expr = expr
         # False when the expression has the reference's values but not its memory layout
         # (a transposed view where the reference fancy-indexes a fresh array)
         self.layout_exact = layout_exact
+        # the same read from the tensor's fp32 shadow (see _Compiler.plan_shadows), when the
+        # view is C-contiguous like the reference's widened copy
+        self.wide = wide
+        # "[...]" of the tensor elements a basic write touches
+        self.region = region
 
 
 class _Compiler:
@@ -258,13 +301,15 @@ class _Compiler:
             "_bt": np.broadcast_to,
             "_cast": dtypes.cast,
             "_where": np.where,
+            "_bn_stats_all": _bn_stats_all,
         }
-        self.slots: dict[int, int] = {}
         self.names: dict[Sym, str] = {}
         self.ranges: dict[Sym, int] = {}
         self.n_fallback = 0
         self.n_const = 0
         self.conds: list[str] = []
+        self.shadow: set[int] = set()
+        self.forwarded: set[int] = set()
         grid = kernel.grid or (1,)
         for i, g in enumerate(grid):
             self.names[ProgramId(i)] = f"p{i}"
@@ -381,15 +426,18 @@ class _Compiler:
             if basic:
                 if kept != bshape:
                     expr += f".reshape({shape!r})"
-                return _AccessCode(expr, True)
+                return _AccessCode(expr, True, region=f"[{ix}]")
             perm = tuple(int(i) for i in np.argsort(axes_seen))
             return _AccessCode(f"{expr}.transpose({perm!r})", False)
         if basic:
+            wide = None
+            if t.uid in self.shadow and not bcast and _contiguous(tshape, acc, dims):
+                wide = f"s{t.uid}[{ix}]" + (f".reshape({bshape!r})" if kept != bshape else "")
             if kept != bshape:
                 expr += f".reshape({bshape!r})"
             if bcast:
                 expr = f"_bt({expr}, {shape!r})"
-            return _AccessCode(expr, True)
+            return _AccessCode(expr, True, wide=wide)
         # axes out of order: the reference fancy-indexes a fresh C-ordered array
         perm = tuple(int(i) for i in np.argsort(axes_seen))
         expr = f"{expr}.transpose({perm!r})"
@@ -459,6 +507,10 @@ class _Compiler:
         if n > _COVER_MAX_ELEMS:
             return False
         cov = np.zeros(t.shape, dtype=bool)
+        return self._mark(cov, t, writes, free) and bool(cov.all())
+
+    def _mark(self, cov: np.ndarray, t: Tensor, writes: list[Access], free: set[Sym]) -> bool:
+        """Set ``cov`` where ``writes`` write; False when that cannot be enumerated."""
         for acc in writes:
             syms = [s for s in acc.syms if not isinstance(s, Axis)]
             if any(s not in free for s in syms):
@@ -481,7 +533,7 @@ class _Compiler:
                     else:
                         idx.append(base)
                 target[tuple(idx)] = True
-        return bool(cov.all())
+        return True
 
     def _touches(self, stmts: list, t_root: Tensor) -> tuple[bool, list[tuple[Op, Access]], bool]:
         """(reads, writes, all writes compilable-unmasked) of tensor ``t_root`` in ``stmts``."""
@@ -528,16 +580,25 @@ class _Compiler:
         return not self._cover(t, [w for _, w in writes], free)
 
     def needs_poison_temp(self, t: Tensor, rest: list) -> bool:
-        """``rest``: the statements after the Alloc in its body."""
+        """``rest``: the statements after the Alloc in its body.  Poison is needed unless
+        the write-only statements before the first read write every element."""
+        cov = None
         for s in rest:
             reads, writes, clean = self._touches([s], t)
             if not reads and not writes:
                 continue
             if reads or not clean:
                 return True
+            if cov is None:
+                if math.prod(t.shape) > _COVER_MAX_ELEMS:
+                    return True
+                cov = np.zeros(t.shape, dtype=bool)
             free = {x.var for x, _ in _loops_in(s)} if isinstance(s, Loop) else set()
-            return not self._cover(t, [w for _, w in writes], free)
-        return False  # never touched again
+            if not self._mark(cov, t, [w for _, w in writes], free):
+                return True
+            if cov.all():
+                return False
+        return cov is not None and not cov.all()
 
     # -- code generation ------------------------------------------------------------------------
     def emit(self, line: str, depth: int) -> None:
@@ -575,6 +636,12 @@ class _Compiler:
         for t in self.tensors.values():
             if t.base is None and t.kind in ("hbm", "output"):
                 poison_start[t.uid] = self.needs_poison_hbm(t)
+        self.plan_forwarding()
+        self.plan_shadows()
+        for uid in sorted(self.shadow):
+            self.emit(f"s{uid} = np.empty({self.tensors[uid].shape!r}, np.float32)", 1)
+        for uid in sorted(self.forwarded):
+            self.emit(f"b{uid} = m{uid}", 1)
         depth = 1
         grid = k.grid or (1,)
         for i, g in enumerate(grid):
@@ -585,7 +652,185 @@ class _Compiler:
         self.body(k.body, depth)
         self.emit("return None", 1)
         source = "\n".join(self.lines) + "\n"
-        return _Program(k, source, self.ns, self.slots, poison_start, self.n_fallback)
+        return _Program(k, source, self.ns, poison_start, self.n_fallback)
+
+    # -- forwarding ---------------------------------------------------------------------------
+    def plan_forwarding(self) -> None:
+        """Find tiles that can live in HBM memory instead of their own buffer.
+
+        *Load forwarding*: a tile whose only write is a same-dtype copy of a whole region of
+        an HBM tensor that nothing in the kernel writes becomes a view of that region.
+        *Store forwarding*: a tile written once and then only stored (whole, same dtype) to
+        HBM is computed straight into the destination.  Either way the data and (checked at
+        run time: C-contiguous) the layout are those of the reference's own buffer; the
+        copy is what disappears.  Dead writes (temporaries nobody reads) are dropped too.
+        """
+        reads: dict[int, list[Op]] = {}
+        writes: dict[int, list[Op]] = {}
+        for s, _ in self.k.walk():
+            if not isinstance(s, Op):
+                continue
+            for x in s.ins:
+                if isinstance(x, Access):
+                    reads.setdefault(x.tensor.root.uid, []).append(s)
+            for o in s.outs:
+                writes.setdefault(o.tensor.root.uid, []).append(s)
+                if (
+                    (s.prim == "nc_matmul" and s.attrs.get("accumulate"))
+                    or s.prim == "nc_stream_shuffle"
+                    or (s.prim == "dma_copy" and s.attrs.get("rmw_op"))
+                ):
+                    reads.setdefault(o.tensor.root.uid, []).append(s)
+        self.reads, self.writes = reads, writes
+        self.forwarded: set[int] = set()
+        self.load_fwd: dict[int, Tensor] = {}  # id(op) -> tile
+        self.store_fwd: dict[int, tuple[Tensor, Op]] = {}  # id(writer op) -> (tile, store op)
+        self.store_skip: dict[int, Tensor] = {}  # id(store op) -> tile
+        self._scan_forwarding(self.k.body)
+
+    def _plain_copy(self, op: Op) -> bool:
+        if (
+            op.prim not in ("dma_copy", "tensor_copy")
+            or op.attrs.get("rmw_op")
+            or len(op.outs) != 1
+        ):
+            return False
+        mp = self.mask_plan(op)
+        return mp is not None and mp[0] in ("none", "static") and isinstance(op.ins[0], Access)
+
+    def _scan_forwarding(self, stmts: list) -> None:
+        for i, s in enumerate(stmts):
+            if isinstance(s, Loop):
+                self._scan_forwarding(s.body)
+            if not isinstance(s, Alloc):
+                continue
+            t = s.tensor
+            ws = self.writes.get(t.uid, [])
+            rs = self.reads.get(t.uid, [])
+            if len(ws) != 1 or dtypes.is_tf32(t.dtype) or t.base is not None:
+                continue
+            w = ws[0]
+            # the writer must be a plain statement of this body, after the Alloc, with no
+            # read of t in between (that read would see the poison)
+            pos = next((j for j in range(i + 1, len(stmts)) if stmts[j] is w), None)
+            if pos is None or any(self._touches([x], t)[0] for x in stmts[i + 1 : pos]):
+                continue
+            out = w.outs[0] if len(w.outs) == 1 else None
+            if self._plain_copy(w) and out is not None and out.tensor is t and out.is_whole:
+                src = w.ins[0]
+                root = src.tensor.root
+                if (
+                    root.is_hbm
+                    and root.uid not in self.writes
+                    and src.shape == t.shape
+                    and src.tensor.dtype == t.dtype
+                    and t not in [x.tensor for x in w.ins[1:]]
+                ):
+                    code = self._static_access(src, False)
+                    if code is not None and code.layout_exact and "_bt(" not in code.expr:
+                        self.load_fwd[id(w)] = t
+                        self.forwarded.add(t.uid)
+                        continue
+            # store forwarding: t written whole by w, then read only by one plain store
+            if len(rs) != 1 or not any(o.tensor is t and o.is_whole for o in w.outs):
+                continue
+            st_op = rs[0]
+            spos = next((j for j in range(pos + 1, len(stmts)) if stmts[j] is st_op), None)
+            if spos is None or not self._plain_copy(st_op) or st_op.ins[0].tensor is not t:
+                continue
+            src, dst = st_op.ins[0], st_op.outs[0]
+            droot = dst.tensor.root
+            if (
+                not src.is_whole
+                or not droot.is_hbm
+                or dst.shape != t.shape
+                or dst.tensor.dtype != t.dtype
+                or any(isinstance(x, Access) and x.tensor.root is droot for x in w.ins)
+            ):
+                continue
+            # the writer must write every element of t unconditionally (else the reference
+            # would leave poison where this would leave the destination's old data)
+            if (
+                w.prim not in _WRITES_ALL
+                or self.mask_plan(w) not in (("none", None), ("static", None))
+                or any(
+                    self._static_access(x, False) is None for x in w.ins if isinstance(x, Access)
+                )
+                or any(self._static_access(o, True) is None for o in w.outs)
+                or w.prim in _ALWAYS_REFERENCE
+            ):
+                continue
+            between = stmts[pos + 1 : spos]
+            if any(self._touches([x], droot)[0] or self._touches([x], droot)[1] for x in between):
+                continue
+            code = self._static_access(dst, True)
+            if code is None or not code.layout_exact:
+                continue
+            self.store_fwd[id(w)] = (t, st_op)
+            self.store_skip[id(st_op)] = t
+            self.forwarded.add(t.uid)
+
+    def f32(self, x: Access, r: _AccessCode) -> str:
+        """Code for the reference's ``to_f32(read(x))``."""
+        if dtypes.storage_dtype(x.tensor.dtype) == np.float32:
+            return r.expr
+        if r.wide is not None:
+            return r.wide
+        return f"_f32({r.expr})"
+
+    def plan_shadows(self) -> None:
+        """Choose the bf16/fp16/fp8 tiles that keep an fp32 copy of themselves.
+
+        The reference widens a narrow tile to fp32 every time an instruction reads it.  A
+        tile read (much) more often than it is written -- a matmul operand block reused for
+        every row block, K^T in attention -- keeps a widened shadow instead, refreshed after
+        each write over the written region, and read wherever the reference's widened copy
+        would have the same (C-contiguous) layout.
+        """
+        self.shadow: set[int] = set()
+        execs: dict[int, int] = {}
+        grid = math.prod(self.k.grid or (1,))
+        for st, loops in self.k.walk():
+            if isinstance(st, Op):
+                execs[id(st)] = grid * math.prod(lp.trip for lp in loops)
+        for t in self.tensors.values():
+            if (
+                t.kind != "temp"
+                or t.base is not None
+                or t.uid in self.forwarded
+                or dtypes.is_tf32(t.dtype)
+                or not dtypes.is_float(t.dtype)
+                or dtypes.storage_dtype(t.dtype) == np.float32
+            ):
+                continue
+            r = sum(execs[id(op)] for op in self.reads.get(t.uid, []) if op.prim not in RAW)
+            w = sum(execs[id(op)] for op in self.writes.get(t.uid, []))
+            if r > 2 * w:
+                self.shadow.add(t.uid)
+
+    def refresh_shadow(self, op: Op, depth: int, outs: list[_AccessCode] | None) -> None:
+        """After ``op`` ran: bring the shadows of the tiles it wrote up to date."""
+        for j, o in enumerate(op.outs):
+            uid = o.tensor.uid
+            if uid not in self.shadow:
+                continue
+            region = outs[j].region if outs is not None and j < len(outs) else None
+            if region is None:
+                self.emit(f"np.copyto(s{uid}, m{uid}, casting='unsafe')", depth)
+            else:
+                self.emit(f"np.copyto(s{uid}{region}, m{uid}{region}, casting='unsafe')", depth)
+
+    def _static_access(self, acc: Access, write: bool) -> _AccessCode | None:
+        saved = self.conds
+        self.conds = []
+        try:
+            return self.access(acc, write, True, dynamic=False)
+        finally:
+            self.conds = saved
+
+    def dead(self, t: Tensor) -> bool:
+        """A temporary no instruction ever reads."""
+        return t.kind == "temp" and t.base is None and t.uid not in self.reads
 
     def body(self, stmts: list, depth: int) -> None:
         if not stmts:
@@ -594,9 +839,13 @@ class _Compiler:
         for i, s in enumerate(stmts):
             if isinstance(s, Alloc):
                 t = s.tensor
+                if t.uid in self.forwarded:
+                    self.emit(f"m{t.uid} = mem[{t.uid}] = b{t.uid}", depth)
                 if self.needs_poison_temp(t, stmts[i + 1 :]):
                     pv = self.const(dtypes.poison_value(t.dtype), "POISON")
                     self.emit(f"{self.slot(t)}.fill({pv})", depth)
+                    if t.uid in self.shadow:
+                        self.emit(f"np.copyto(s{t.uid}, m{t.uid}, casting='unsafe')", depth)
             elif isinstance(s, Loop):
                 n = self.names[s.var]
                 lv = self.const(s.var, "LV")
@@ -614,24 +863,72 @@ class _Compiler:
 
     def op(self, op: Op, depth: int) -> None:
         self.emit(f"# {op.prim} {op.loc}", depth)
+        t = self.load_fwd.get(id(op))
+        if t is not None:
+            src = self._static_access(op.ins[0], False)
+            self.emit(f"v = {src.expr}", depth)
+            self.emit("if v.flags.c_contiguous:", depth)
+            self.emit(f"    m{t.uid} = mem[{t.uid}] = v", depth)
+            self.emit("else:", depth)
+            self.emit(f"    m{t.uid} = mem[{t.uid}] = b{t.uid}", depth)
+            self.emit(f"    np.copyto(b{t.uid}, v)", depth)
+            return
+        t = self.store_skip.get(id(op))
+        if t is not None:
+            self.emit(f"if m{t.uid} is b{t.uid}:", depth)
+            self.op_body(op, depth + 1)
+            return
+        fwd = self.store_fwd.get(id(op))
+        if fwd is not None:
+            t, st_op = fwd
+            dst = self._static_access(st_op.outs[0], True)
+            self.emit(f"v = {dst.expr}", depth)
+            self.emit(f"m{t.uid} = mem[{t.uid}] = v if v.flags.c_contiguous else b{t.uid}", depth)
+        if (
+            op.outs
+            and all(self.dead(o.tensor) for o in op.outs)
+            and op.prim in _WRITES_ALL
+            and self.mask_plan(op) in (("none", None), ("static", None))
+        ):
+            saved = self.conds
+            self.conds = []
+            ok = all(
+                self.access(x, False, True, dynamic=False) is not None
+                for x in op.ins
+                if isinstance(x, Access)
+            )
+            ok = ok and all(self.access(o, True, True, dynamic=False) is not None for o in op.outs)
+            self.conds = saved
+            if ok:  # no one reads the result and it cannot fail: nothing to do
+                self.emit("pass  # dead: the result is never read", depth)
+                return
+        self.op_body(op, depth)
+
+    def op_body(self, op: Op, depth: int) -> None:
         mp = self.mask_plan(op)
         if op.prim in _ALWAYS_REFERENCE or mp is None:
             self.fallback(op, depth)
+            self.refresh_shadow(op, depth, None)
             return
         self.conds = [] if mp[1] is None else [mp[1]]
+        self.last_outs: list[_AccessCode] | None = None
         lines = self.op_lines(op, mp[0] != "none")
         if lines is None:
             self.fallback(op, depth)
+            self.refresh_shadow(op, depth, None)
             return
         if self.conds:
             self.emit(f"if {' and '.join(dict.fromkeys(self.conds))}:", depth)
             for ln in lines:
                 self.emit(ln, depth + 1)
+            self.refresh_shadow(op, depth + 1, self.last_outs)
             self.emit("else:", depth)
             self.fallback(op, depth + 1)
+            self.refresh_shadow(op, depth + 1, None)
         else:
             for ln in lines:
                 self.emit(ln, depth)
+            self.refresh_shadow(op, depth, self.last_outs)
 
     def op_lines(self, op: Op, masked: bool) -> list[str] | None:
         """Generated lines for an op that runs unmasked (its mask, if any, holds)."""
@@ -643,6 +940,7 @@ class _Compiler:
             if w is None:
                 return None
             outs.append(w)
+        self.last_outs = outs
         special = self.special(op, outs, masked)
         if special is not None:
             return special
@@ -653,9 +951,7 @@ class _Compiler:
                 r = self.access(x, False, False)
                 if r is None:
                     return None
-                e = r.expr
-                if not raw and dtypes.storage_dtype(x.tensor.dtype) != np.float32:
-                    e = f"_f32({e})"
+                e = r.expr if raw else self.f32(x, r)
                 lines.append(f"x{j} = {e}")
                 ins.append(f"x{j}")
             else:
@@ -700,18 +996,19 @@ class _Compiler:
                 if isinstance(s, Axis) and s.k >= len(shape):
                     return None
         parts = []
-        axes = self.const(axis_env(shape), "AXES")
+        env = axis_env(shape)
         for a, cmp in pred.clauses:
-            terms = []
-            for s, c in a.terms:
-                if isinstance(s, Axis):
-                    ax = self.const(s, "AX")
-                    terms.append(f"{axes}[{ax}]" + (f"*{c}" if c != 1 else ""))
             base = self.aff(
                 Affine(tuple((s, c) for s, c in a.terms if not isinstance(s, Axis)), a.const)
             )
-            expr = "+".join(terms + [f"({base})"]) if terms else f"({base})"
-            parts.append(f"(({expr}) {cmp} 0)")
+            axis_terms = [(s, c) for s, c in a.terms if isinstance(s, Axis)]
+            if not axis_terms:
+                parts.append(f"(({base}) {cmp} 0)")
+                continue
+            # the axis part of the clause is a constant integer array: compare it with the
+            # loop-dependent rest moved to the other side (exact integers, same booleans)
+            grid = sum(env[s] * c for s, c in axis_terms)
+            parts.append(f"({self.const(grid, 'AXS')} {cmp} -({base}))")
         return f"np.broadcast_to(np.asarray({' & '.join(parts)}, dtype=bool), {tuple(shape)!r})"
 
     # -- specialized executors ------------------------------------------------------------------
@@ -722,6 +1019,8 @@ class _Compiler:
         if out is None or (len(op.outs) != 1 and prim != "activation"):
             return None
         odt = out.tensor.dtype
+        if dtypes.is_tf32(odt) and prim != "memset":
+            return None  # tf32 rounding: the reference's _write does it
         o_f32 = dtypes.storage_dtype(odt) == np.float32 and not dtypes.is_tf32(odt)
         w = outs[0].expr
         if prim in ("dma_copy", "tensor_copy") and not op.attrs.get("rmw_op"):
@@ -758,20 +1057,29 @@ class _Compiler:
                 r = self.access(x, False, False)
                 if r is None:
                     return None
-                e = r.expr
-                if dtypes.storage_dtype(x.tensor.dtype) != np.float32:
-                    e = f"_f32({e})"
-                ins.append(e)
+                ins.append(self.f32(x, r))
             else:
                 ins.append(repr(float(x)))
 
         def shaped(i: int) -> bool:
             x = op.ins[i]
-            return not isinstance(x, Access) or x.shape == out.shape or (
-                x.shape[0] == out.shape[0] and x.free_size == 1 and len(x.shape) == len(out.shape))
+            return (
+                not isinstance(x, Access)
+                or x.shape == out.shape
+                or (
+                    x.shape[0] == out.shape[0]
+                    and x.free_size == 1
+                    and len(x.shape) == len(out.shape)
+                )
+            )
 
         if odt not in _DIRECT_CAST and not direct:
             return None
+        if prim == "bn_stats" and len(op.ins) == 1:
+            # a mask that holds changes nothing in the reference's arithmetic
+            return [
+                f"_write({w}, _bn_stats_all({ins[0]}), {tuple(out.shape)!r}, {int(np.prod(out.shape))}, {dt})"
+            ]
         if prim == "tensor_tensor":
             fn = _UFUNC_ALU.get(op.attrs["op"])
             if fn is None or op.ins[0].shape != out.shape or op.ins[1].shape != out.shape:
@@ -779,7 +1087,11 @@ class _Compiler:
             return finish(self.const(fn, "UF"), f"{ins[0]}, {ins[1]}")
         if prim in ("tensor_scalar", "scalar_tensor_tensor"):
             a = op.attrs
-            if a.get("reduce_op") or op.ins[0].shape != out.shape or not all(shaped(i) for i in range(len(ins))):
+            if (
+                a.get("reduce_op")
+                or op.ins[0].shape != out.shape
+                or not all(shaped(i) for i in range(len(ins)))
+            ):
                 return None
             f0 = _UFUNC_ALU.get(a["op0"])
             f1 = _UFUNC_ALU.get(a["op1"]) if a.get("op1") else None
@@ -791,7 +1103,8 @@ class _Compiler:
             # two ALU stages: the intermediate stays an fp32 array, as in the reference
             second = (ins[2], "y") if a["reverse1"] else ("y", ins[2])
             return [f"y = {self.const(f0, 'UF')}({first[0]}, {first[1]})"] + finish(
-                self.const(f1, "UF"), f"{second[0]}, {second[1]}")
+                self.const(f1, "UF"), f"{second[0]}, {second[1]}"
+            )
         if prim == "nc_matmul":
             if not direct:
                 return None
@@ -837,15 +1150,30 @@ class _Compiler:
                 p = out.shape[0]
                 axes = tuple(range(1, len(out.shape)))
                 lines.append(f"red = {red}(y, axis={axes!r}, keepdims=True).reshape({p}, 1)")
-                lines.append(f"_copy({w}, y, {dt})")
-                lines.append(f"_write({r.expr}, red, {tuple(op.outs[1].shape)!r}, "
-                             f"{int(np.prod(op.outs[1].shape))}, {rdt})")
+                if not self.dead(out.tensor):
+                    lines.append(f"_copy({w}, y, {dt})")
+                lines.append(
+                    f"_write({r.expr}, red, {tuple(op.outs[1].shape)!r}, "
+                    f"{int(np.prod(op.outs[1].shape))}, {rdt})"
+                )
                 return lines
             if len(op.outs) != 1:
                 return None
             lines.append(f"_copy({w}, y, {dt})")
             return lines
         return None
+
+
+def _contiguous(tshape: tuple[int, ...], acc: Access, dims: list) -> bool:
+    """Is the basic view of ``acc`` C-contiguous (as numpy flags it)?"""
+    strides = [math.prod(tshape[d + 1 :]) for d in range(len(tshape))]
+    kept = [(acc.shape[ax[0]], strides[d] * ax[1]) for d, ax in enumerate(dims) if ax is not None]
+    expect = 1
+    for n, stride in reversed(kept):
+        if n > 1 and stride != expect:
+            return False
+        expect *= n
+    return True
 
 
 def _loops_in(s: Loop):
@@ -855,6 +1183,3 @@ def _loops_in(s: Loop):
         if isinstance(x, Loop):
             out.extend(_loops_in(x))
     return out
-
-
-_ = (LoopVar, ACT)

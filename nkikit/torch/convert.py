@@ -55,7 +55,8 @@ def torch_dtype(name: str) -> torch.dtype:
 
 def to_numpy(t: torch.Tensor) -> np.ndarray:
     """A C-contiguous numpy view (or copy, for non-contiguous input) of a CPU tensor."""
-    t = t.detach()
+    if t.requires_grad:
+        t = t.detach()
     if not t.is_contiguous():
         t = t.contiguous()
     view_as = _VIEWS.get(t.dtype)
@@ -69,12 +70,16 @@ def from_numpy(a: np.ndarray, inputs: tuple[np.ndarray, ...] = ()) -> torch.Tens
 
     Arrays that may alias one of `inputs` are copied: a custom op must never return its input.
     """
-    a = np.asarray(a)
-    if (
-        not a.flags.c_contiguous
-        or not a.flags.writeable
-        or any(np.may_share_memory(a, i) for i in inputs)
-    ):
+    if type(a) is not np.ndarray:
+        a = np.asarray(a)
+    flags = a.flags
+    # an array owning its memory (base None) aliases an input only by being it
+    aliased = (
+        any(a is i for i in inputs)
+        if a.base is None
+        else any(np.may_share_memory(a, i) for i in inputs)
+    )
+    if aliased or not (flags.c_contiguous and flags.writeable):
         a = np.array(a, order="C", copy=True)
     back = _BACK.get(a.dtype)
     if back is not None:

@@ -87,6 +87,8 @@ class TorchBinding:
         self.nin = len(fn.spec.inputs)
         self.attr_defaults = tuple(fn.spec.attrs.values())
         self.returns_tuple = fn.spec.returns_tuple
+        self._allowed = {torch_dtype(d) for d in fn.spec.dtypes if _has_torch_dtype(d)}
+        self._attr_names = tuple(fn.spec.attrs)
         ns = fn.namespace
         self.qualname = f"{ns}::{fn.name}"
         self.op_def = torch.library.custom_op(
@@ -126,11 +128,14 @@ class TorchBinding:
     def _check(
         self, tensors: tuple[torch.Tensor, ...], devices: tuple[str, ...] = ("cpu",)
     ) -> None:
+        allowed = self._allowed
         for name, t in zip(self.fn.spec.inputs, tensors):
             if not isinstance(t, torch.Tensor):
                 raise KernelCallError(
                     f"{self.fn.name}(): input {name!r} must be a tensor, got {type(t).__name__}"
                 )
+            if t.is_cpu and t.dtype in allowed:  # the common case, without building names
+                continue
             if t.device.type not in devices:
                 raise KernelCallError(
                     f"{self.fn.name}(): input {name!r} is on {t.device}; nkikit runs kernels on the "
@@ -142,8 +147,8 @@ class TorchBinding:
     # -- forward -----------------------------------------------------------------------------
 
     def _run(self, tensors: tuple[torch.Tensor, ...], attrs: tuple) -> Any:
-        arrays = tuple(to_numpy(t) for t in tensors)
-        result = self.fn.entry(*arrays, **dict(zip(self.fn.spec.attrs, attrs)))
+        arrays = tuple([to_numpy(t) for t in tensors])
+        result = self.fn.entry(*arrays, **dict(zip(self._attr_names, attrs)))
         if self.returns_tuple:
             return tuple(from_numpy(r, arrays) for r in result)
         return from_numpy(result, arrays)
@@ -165,9 +170,10 @@ class TorchBinding:
     def call(self, full: tuple) -> Any:
         """Call with (inputs..., attrs...) as KernelFunction.normalize returns them."""
         tensors = full[: self.nin]
-        if _eager_plain(tensors):
-            self._check(tensors)
+        if _eager_plain(tensors, self._allowed):
             return self._run(tensors, full[self.nin :])
+        if _eager_plain(tensors, None):  # plain tensors, but a dtype or device to refuse
+            self._check(tensors)
         return self.op(*full)
 
     # -- backward ----------------------------------------------------------------------------
@@ -214,14 +220,25 @@ class TorchBinding:
         return [torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in tensors]
 
 
-def _eager_plain(tensors: tuple) -> bool:
-    """True when a call can skip the dispatcher: plain CPU tensors, no autograd needed, no
-    compile/export tracing, no dispatch mode and no functorch transform active."""
+def _has_torch_dtype(name: str) -> bool:
+    try:
+        torch_dtype(name)
+    except TypeError:
+        return False
+    return True
+
+
+def _eager_plain(tensors: tuple, allowed: set[torch.dtype] | None) -> bool:
+    """True when a call can skip the dispatcher: plain tensors (on the CPU, of an `allowed`
+    dtype, unless allowed is None), no autograd needed, no compile/export tracing, no dispatch
+    mode and no functorch transform active."""
     if torch.compiler.is_compiling():
         return False
     grad = torch.is_grad_enabled()
     for t in tensors:
         if type(t) is not torch.Tensor or (grad and t.requires_grad):
+            return False
+        if allowed is not None and not (t.is_cpu and t.dtype in allowed):
             return False
     return (
         torch._C._len_torch_dispatch_stack() == 0

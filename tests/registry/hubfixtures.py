@@ -27,8 +27,8 @@ if str(REPO_ROOT) not in sys.path:
 
 from huggingface_hub import constants  # noqa: E402
 from huggingface_hub.utils import disable_progress_bars  # noqa: E402
-from nkikit.hub import running_hub  # noqa: E402
 
+from nkikit.hub import running_hub  # noqa: E402
 from nkikit.registry.publish import PublishResult, publish  # noqa: E402
 
 disable_progress_bars()
@@ -81,7 +81,9 @@ class HubProcess:
         if token:
             cmd += ["--token", token]
         full_env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), **(env or {})}
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full_env)
+        self.proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full_env
+        )
         line = self.proc.stdout.readline() if self.proc.stdout else ""
         m = re.search(r"(http://\S+)", line)
         if not m:
@@ -112,3 +114,11 @@ def wait_for(predicate, timeout: float = 10.0, interval: float = 0.002) -> bool:
             return True
         time.sleep(interval)
     return False
+
+
+@pytest.fixture(scope="session")
+def library_repos(hub_url: str) -> dict[str, PublishResult]:
+    """Every library kernel published as nkikit/<name> v1 (tests skipped: they run in CI)."""
+    from nkikit.registry.publish import publish_all
+
+    return {r.repo_id: r for r in publish_all(LIBRARY, "nkikit", endpoint=hub_url, run_tests=False)}

@@ -40,10 +40,17 @@ def test_layout(built) -> None:  # noqa: ANN001
 
 
 def test_metadata(built) -> None:  # noqa: ANN001
-    for variant, backend, depends in (("torch-cpu", "cpu", []), ("torch-neuron", "neuron", ["nki"])):
+    for variant, backend, depends in (
+        ("torch-cpu", "cpu", []),
+        ("torch-neuron", "neuron", ["nki"]),
+    ):
         vdir = built.root / "build" / variant
         meta = json.loads((vdir / "metadata.json").read_text())
-        assert meta["name"] == "tiny-rmsnorm" and meta["version"] == 1 and meta["license"] == "Apache-2.0"
+        assert (
+            meta["name"] == "tiny-rmsnorm"
+            and meta["version"] == 1
+            and meta["license"] == "Apache-2.0"
+        )
         assert meta["backend"] == {"type": backend}
         assert meta["python-depends"] == depends
         assert re.fullmatch(rf"_tiny_rmsnorm_{backend}_[0-9a-f]{{7}}", meta["id"])
@@ -94,7 +101,11 @@ def test_library_kernels_collect(name: str) -> None:
 
 def test_failing_example_is_a_build_error(tmp_path: Path) -> None:
     folder = copy_fixture(tmp_path)
-    toml = (folder / "kernel.toml").read_text().replace("x = [130, 64], weight = [64]", "x = [130, 64], weight = [65]")
+    toml = (
+        (folder / "kernel.toml")
+        .read_text()
+        .replace("x = [130, 64], weight = [64]", "x = [130, 64], weight = [65]")
+    )
     (folder / "kernel.toml").write_text(toml)
     with pytest.raises(BuildError, match="running rmsnorm on its example"):
         build_kernel(folder, tmp_path / "out", "nkikit/x")

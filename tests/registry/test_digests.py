@@ -7,7 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from nkikit.registry.digests import digest_folder, git_blob_sha1, local_lock_hash, lock_hash, verify_folder
+from nkikit.registry.digests import (
+    digest_folder,
+    git_blob_sha1,
+    local_lock_hash,
+    lock_hash,
+    verify_folder,
+)
 from nkikit.registry.errors import IntegrityError
 
 
@@ -64,4 +70,8 @@ def test_lock_hash_definition(tmp_path: Path) -> None:
     h = hashlib.sha256()
     for rel in sorted(files):
         h.update(rel.encode() + bytes.fromhex(git_blob_sha1(files[rel])))
-    assert local_lock_hash(d) == lock_hash((r, git_blob_sha1(b)) for r, b in files.items()) == "sha256-" + h.hexdigest()
+    assert (
+        local_lock_hash(d)
+        == lock_hash((r, git_blob_sha1(b)) for r, b in files.items())
+        == "sha256-" + h.hexdigest()
+    )

@@ -49,14 +49,18 @@ example = { x = [4, 4] }
 @pytest.mark.parametrize(
     ("old", "new", "message"),
     [
-        ('version = 1', 'version = "1"', "version must be a non-negative integer"),
-        ('version = 1', 'version = -1', "version must be a non-negative integer"),
+        ("version = 1", 'version = "1"', "version must be a non-negative integer"),
+        ("version = 1", "version = -1", "version must be a non-negative integer"),
         ('name = "kk"', 'name = "Bad Name"', "invalid kernel name"),
         ('license = "MIT"', "", "license is required"),
         ('entry = "kernel:rmsnorm"', 'entry = "kernel.rmsnorm"', "expected 'module:callable'"),
         ('entry = "kernel:rmsnorm"', 'entry = "nope:f"', "refers to module 'nope'"),
         ('inputs = ["x"]', "inputs = []", "inputs must be a non-empty list"),
-        ("example = { x = [4, 4] }", "example = { y = [4] }", "example must give a shape for every input"),
+        (
+            "example = { x = [4, 4] }",
+            "example = { y = [4] }",
+            "example must give a shape for every input",
+        ),
         ("example = { x = [4, 4] }", "example = { x = [4, 0] }", "positive ints"),
         ('inputs = ["x"]', 'inputs = ["x"]\ndtypes = ["float99"]', "unknown dtype"),
         ('inputs = ["x"]', 'inputs = ["x"]\nattrs = { eps = {a = 1} }', "defaults must be"),

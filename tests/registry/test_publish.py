@@ -8,9 +8,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from hubfixtures import REPO_ROOT, TINY, HubProcess, copy_fixture
 from huggingface_hub import HfApi, hf_hub_download
 from huggingface_hub.errors import RepositoryNotFoundError
-from hubfixtures import REPO_ROOT, TINY, HubProcess, copy_fixture
 
 from nkikit.hub import running_hub
 from nkikit.registry.cli import main_publish
@@ -26,7 +26,11 @@ def _branches(url: str, repo_id: str) -> dict[str, str]:
 
 def _tree(url: str, repo_id: str, revision: str) -> set[str]:
     api = HfApi(endpoint=url)
-    return {e.path for e in api.list_repo_tree(repo_id, recursive=True, revision=revision, repo_type="kernel") if hasattr(e, "blob_id")}
+    return {
+        e.path
+        for e in api.list_repo_tree(repo_id, recursive=True, revision=revision, repo_type="kernel")
+        if hasattr(e, "blob_id")
+    }
 
 
 def test_publish_runs_the_kernel_tests(hub_url: str, tmp_path: Path) -> None:
@@ -34,14 +38,25 @@ def test_publish_runs_the_kernel_tests(hub_url: str, tmp_path: Path) -> None:
     result = publish(folder, "nkikit/tested", endpoint=hub_url)
     assert result.tests is not None and result.tests.passed == 5 and result.tests.failed == 0
     assert result.branch == "v1" and _branches(hub_url, "nkikit/tested")["v1"] == result.commit
-    card = Path(hf_hub_download("nkikit/tested", "README.md", repo_type="kernel", revision="v1", endpoint=hub_url, cache_dir=tmp_path / "c"))
+    card = Path(
+        hf_hub_download(
+            "nkikit/tested",
+            "README.md",
+            repo_type="kernel",
+            revision="v1",
+            endpoint=hub_url,
+            cache_dir=tmp_path / "c",
+        )
+    )
     assert "**5 passed**" in card.read_text()
 
 
 def test_a_failing_kernel_is_not_published(hub_url: str, tmp_path: Path) -> None:
     folder = copy_fixture(tmp_path)
     (folder / "test_broken.py").write_text("def test_broken():\n    assert 1 + 1 == 3\n")
-    with pytest.raises(KernelTestsFailedError, match=r"1 failed.*refusing to publish a failing kernel") as e:
+    with pytest.raises(
+        KernelTestsFailedError, match=r"1 failed.*refusing to publish a failing kernel"
+    ) as e:
         publish(folder, "nkikit/broken", endpoint=hub_url)
     assert "assert 1 + 1 == 3" in e.value.output
     with pytest.raises(RepositoryNotFoundError):  # nothing was created
@@ -73,7 +88,9 @@ def test_publish_all(hub_url: str, tmp_path: Path) -> None:
     root.mkdir()
     copy_fixture(root)
     two = copy_fixture(root / "x").rename(root / "tiny_two")
-    (two / "kernel.toml").write_text((two / "kernel.toml").read_text().replace('name = "tiny_rmsnorm"', 'name = "tiny_two"'))
+    (two / "kernel.toml").write_text(
+        (two / "kernel.toml").read_text().replace('name = "tiny_rmsnorm"', 'name = "tiny_two"')
+    )
     results = publish_all(root, "acme", endpoint=hub_url, run_tests=False, neuron=False)
     assert [r.repo_id for r in results] == ["acme/tiny-rmsnorm", "acme/tiny-two"]
     assert all(list(r.variants) == ["torch-cpu"] for r in results)
@@ -81,7 +98,21 @@ def test_publish_all(hub_url: str, tmp_path: Path) -> None:
 
 def test_cli_publish(hub_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     folder = copy_fixture(tmp_path)
-    assert main_publish([str(folder), "--repo", "nkikit/cli-k", "--endpoint", hub_url, "--no-tests", "--version", "3"]) == 0
+    assert (
+        main_publish(
+            [
+                str(folder),
+                "--repo",
+                "nkikit/cli-k",
+                "--endpoint",
+                hub_url,
+                "--no-tests",
+                "--version",
+                "3",
+            ]
+        )
+        == 0
+    )
     assert "nkikit/cli-k v3: v3 @" in capsys.readouterr().out
     (folder / "test_broken.py").write_text("def test_broken():\n    assert False\n")
     assert main_publish([str(folder), "--repo", "nkikit/cli-k", "--endpoint", hub_url]) == 1
@@ -102,7 +133,9 @@ def test_writes_need_the_token(tmp_path: Path) -> None:
         assert k.revision == done.commit
 
 
-def test_client_interrupted_before_the_version_appears(hub_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_client_interrupted_before_the_version_appears(
+    hub_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Ctrl-C after the build is committed but before branch v1 exists: no v1, no scratch left."""
     real = HfApi.create_branch
 
@@ -140,7 +173,14 @@ def test_publisher_killed_mid_publish(hub_url: str, tmp_path: Path) -> None:
         publish({str(TINY)!r}, "nkikit/killed", endpoint={hub_url!r}, run_tests=False)
         """
     )
-    proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env={"PYTHONPATH": str(REPO_ROOT), "PATH": "/usr/bin:/bin"}, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(REPO_ROOT), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 9, proc.stderr
     branches = _branches(hub_url, "nkikit/killed")
     assert "v1" not in branches and any(b.startswith(SCRATCH_PREFIX) for b in branches)

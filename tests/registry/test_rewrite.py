@@ -49,7 +49,9 @@ def test_line_numbers_are_kept() -> None:
 
 def test_other_library_kernels_are_refused() -> None:
     with pytest.raises(BuildError, match="k.py:2: imports nkikit.library.softmax"):
-        relative_imports("x = 1\nfrom nkikit.library.softmax import kernel\n", "k.py", SIBS, "rmsnorm")
+        relative_imports(
+            "x = 1\nfrom nkikit.library.softmax import kernel\n", "k.py", SIBS, "rmsnorm"
+        )
 
 
 def test_neuron_imports() -> None:
@@ -72,10 +74,16 @@ def test_neuron_imports() -> None:
         "import neuronxcc.nki as nkikit",
         "import neuronxcc.nki.isa; import neuronxcc.nki as nkikit",
     ]
-    assert neuron_imports("import nkikit.language as nl\n", "k.py", SIBS, "r", target="nki") == "import nki.language as nl\n"
+    assert (
+        neuron_imports("import nkikit.language as nl\n", "k.py", SIBS, "r", target="nki")
+        == "import nki.language as nl\n"
+    )
 
 
-@pytest.mark.parametrize("line", ["import nkikit.testing as t", "from nkikit.sim import interp", "from nkikit import registry"])
+@pytest.mark.parametrize(
+    "line",
+    ["import nkikit.testing as t", "from nkikit.sim import interp", "from nkikit import registry"],
+)
 def test_neuron_refuses_nkikit_machinery(line: str) -> None:
     with pytest.raises(BuildError, match="no NKI counterpart"):
         neuron_imports(line + "\n", "k.py", SIBS, "rmsnorm")
@@ -91,9 +99,16 @@ def test_neuron_source_runs_unchanged_on_nkikit(tmp_path, monkeypatch) -> None: 
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
     for mod in ("kernel", "reference"):
-        text = neuron_imports((LIBRARY / "rmsnorm" / f"{mod}.py").read_text(), f"{mod}.py", {"kernel", "reference"}, "rmsnorm")
+        text = neuron_imports(
+            (LIBRARY / "rmsnorm" / f"{mod}.py").read_text(),
+            f"{mod}.py",
+            {"kernel", "reference"},
+            "rmsnorm",
+        )
         assert "nkikit" not in text.replace("_nkikit_dtypes", "").replace("as nkikit", "")
-        back = text.replace("neuronxcc.nki", "nkikit").replace("from . import _nkikit_dtypes as dtypes", "from nkikit import dtypes")
+        back = text.replace("neuronxcc.nki", "nkikit").replace(
+            "from . import _nkikit_dtypes as dtypes", "from nkikit import dtypes"
+        )
         (pkg / f"{mod}.py").write_text(back)
     monkeypatch.syspath_prepend(str(tmp_path))
     mod = importlib.import_module("neuron_rms.kernel")

@@ -5,4 +5,4 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "registry"))
 
-from hubfixtures import _isolated_env, cache_dir, hub_url, rmsnorm_repo, tiny_repo  # noqa: E402, F401
+from hubfixtures import _isolated_env, cache_dir, hub_url, library_repos, rmsnorm_repo, tiny_repo  # noqa: E402, F401

@@ -1,0 +1,223 @@
+"""Cost formulas: cycles of the engine that runs an instruction, and TensorE FLOPs.
+
+Each formula is the legacy "Estimated instruction cost" of the ISA docs [LISA] (nki.md
+§3.3), written against an :class:`OpView` (the op, its main operand's partitions ``p`` and
+elements per partition ``n``, and the target's §4.5 constants).  Which primitive uses which
+formula is the table in :mod:`.lower`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .. import dtypes
+from ..ir.core import Access, Op
+from .regions import unit_stride
+from .targets import Target
+
+
+@dataclass(slots=True)
+class OpView:
+    """What a cost formula may look at: the op, its main operand's shape and the target."""
+
+    op: Op
+    target: Target
+    engine: str
+    n: int  # elements per partition of the main input (or of the output)
+    p: int  # partitions of the main operand
+    accesses: list[Access]  # every tensor operand, ins then outs
+
+    @property
+    def min_ii(self) -> int:
+        return self.target.min_ii
+
+    def dtypes(self) -> list:
+        return [a.tensor.dtype for a in self.accesses]
+
+    def all_16bit(self) -> bool:
+        return all(d.itemsize == 2 and dtypes.is_float(d) for d in self.dtypes())
+
+    def sbuf_16bit(self) -> bool:
+        sb = [a.tensor.dtype for a in self.accesses if a.tensor.buffer == "sbuf"]
+        return bool(sb) and all(d.itemsize == 2 and dtypes.is_float(d) for d in sb)
+
+    def any_psum(self) -> bool:
+        return any(a.tensor.buffer == "psum" for a in self.accesses)
+
+    def ins_psum(self) -> bool:
+        return any(isinstance(a, Access) and a.tensor.buffer == "psum" for a in self.op.ins)
+
+
+def _vector_perf(v: OpView, kind: str) -> float:
+    """Performance modes: the divisor applied to the legacy cost.
+
+    NC-v3+ VectorE [A3]: 4x for 16-bit SBUF-to-SBUF copies / tensor_scalar with unit inner
+    stride, 2x when strided or one side is PSUM, 2x for all-16-bit SBUF tensor_tensor.
+    NC-v4 ScalarE [A4]: 2x for 16-bit tensor_copy / tensor_scalar.
+    """
+    if not v.target.vector_perf_modes:
+        return 1.0
+    if v.engine == "scalar":
+        return 2.0 if kind == "copy" and v.target.nc_version >= 4 and v.sbuf_16bit() else 1.0
+    if v.engine != "vector":
+        return 1.0
+    if kind == "copy" and v.sbuf_16bit():
+        return 2.0 if v.any_psum() or not all(unit_stride(a) for a in v.accesses) else 4.0
+    if kind == "tt" and not v.any_psum() and v.all_16bit():
+        return 2.0
+    return 1.0
+
+
+def c_elementwise(v: OpView) -> float:
+    """``max(MIN_II, N)``: one pass over the data (tensor_copy, tensor_scalar, activation ...)."""
+    kind = "copy" if v.op.prim in ("tensor_copy", "tensor_scalar") else ""
+    cost = max(v.min_ii, v.n) / _vector_perf(v, kind)
+    if v.op.attrs.get("reduce_op") and v.op.prim in ("tensor_scalar", "activation"):
+        cost += v.min_ii  # ActReadAccumulator / reduce readout [A2, LISA]
+    return cost
+
+
+def c_tensor_tensor(v: OpView) -> float:
+    """``max(MIN_II, N)`` if an input is in PSUM or all-bf16 SBUF add/mul/sub, else 2N [LISA]."""
+    fast = v.ins_psum() or (
+        all(a.tensor.dtype == dtypes.bfloat16 for a in v.accesses)
+        and v.op.attrs.get("op") in ("add", "multiply", "subtract")
+    )
+    return max(v.min_ii, v.n if fast else 2 * v.n) / _vector_perf(v, "tt")
+
+
+def c_two_pass(v: OpView) -> float:
+    """``max(MIN_II, 2N)``: ops that stream two inputs (scan, select) [LISA, A2]."""
+    return max(v.min_ii, 2 * v.n)
+
+
+def c_select(v: OpView) -> float:
+    """where(): like tensor_copy_predicated, ``N`` with a PSUM side, else ``2N`` [LISA]."""
+    return max(v.min_ii, v.n if v.any_psum() else 2 * v.n)
+
+
+def c_scalar_tensor_tensor(v: OpView) -> float:
+    """``N`` for bf16 subtract-then-multiply on even N, else ``2N`` [LISA]."""
+    a = v.op.attrs
+    fast = (
+        v.all_16bit() and a.get("op0") == "subtract" and a.get("op1") == "multiply" and v.n % 2 == 0
+    )
+    return max(v.min_ii, v.n if fast else 2 * v.n)
+
+
+def c_reduce(v: OpView) -> float:
+    """``N/2`` for bf16 add/max, else ``N`` (at least MIN_II) [LISA]."""
+    fast = v.all_16bit() and v.op.attrs.get("op") in ("add", "max")
+    return max(v.min_ii, v.n / 2 if fast else v.n)
+
+
+def c_memset(v: OpView) -> float:
+    """``N/2`` for a zero fill of 16-bit data, else ``N`` (at least MIN_II) [LISA]."""
+    out = v.op.outs[0].tensor.dtype
+    fast = v.op.attrs.get("value") == 0.0 and out.itemsize == 2
+    return max(v.min_ii, v.n / 2 if fast else v.n)
+
+
+def c_reciprocal(v: OpView) -> float:
+    """VectorE reciprocal: ``max(MIN_II, 8N)`` [LISA]."""
+    return max(v.min_ii, 8 * v.n)
+
+
+def c_bn_aggr(v: OpView) -> float:
+    return max(v.min_ii, 13 * v.n / 3)
+
+
+def c_plain_n(v: OpView) -> float:
+    """``N`` (max8, find_index8, match_replace8) [LISA]."""
+    return max(1, v.n)
+
+
+def c_gpsimd(v: OpView) -> float:
+    """``GPSIMD_START + N`` (iota, affine_select) [LISA]."""
+    return v.target.gpsimd_start_cycles + v.n
+
+
+def c_partition_reduce(v: OpView) -> float:
+    # guess: each GpSimd core reduces its 16 partitions (N cycles), then the 8 cores combine (N)
+    return v.target.gpsimd_start_cycles + 2 * v.n
+
+
+def c_local_gather(v: OpView) -> float:
+    # [LISA] 150 + nidx * nelem / C; C taken as 1 element per core per cycle (guess)
+    idx = v.op.ins[1]
+    n_idx = idx.free_size if isinstance(idx, Access) else 1
+    return v.target.gpsimd_start_cycles + n_idx * int(v.op.attrs.get("num_elem_per_idx", 1))
+
+
+def c_transpose(v: OpView) -> float:
+    """TensorE ``max(P, min(64, F))``, VectorE ``max(MIN_II, N)`` [LISA]."""
+    if v.engine == "tensor":
+        f = v.n
+        cycles = max(v.p, min(64, f))
+        if (
+            v.op.ins[0].tensor.dtype.itemsize == 4
+        ):  # fp32 passes: 4x on v2, bit-exact 2x mode on v3+ [A3]
+            cycles *= 4 if v.target.nc_version < 3 else 2
+        return cycles
+    return max(v.min_ii, v.n)
+
+
+def c_matmul(v: OpView) -> float:
+    """``max(min(64, N_stationary), N_moving)``; fp32 4x; fp8 double-row 2x faster [LISA, A3]."""
+    st, mv = v.op.ins[0], v.op.ins[1]
+    cycles = max(min(64, st.free_size), mv.free_size)
+    if st.tensor.dtype.itemsize == 4 or mv.tensor.dtype.itemsize == 4:
+        cycles *= 4
+    elif v.op.attrs.get("perf_mode") == "double_row":
+        cycles /= 2
+    return cycles
+
+
+def c_broadcast(v: OpView) -> float:
+    """Partition broadcast = a matmul of a ones row by the (1, F) source: moving F = N."""
+    return max(min(64, v.p), v.n)
+
+
+def f_matmul(v: OpView) -> tuple[float, float]:
+    st, mv = v.op.ins[0], v.op.ins[1]
+    flops = 2.0 * st.partitions * st.free_size * mv.free_size
+    return flops, flops
+
+
+def f_transpose(v: OpView) -> tuple[float, float]:
+    # executed as a matmul against the identity: K = P, M = F, N = P; no useful FLOPs
+    if v.engine != "tensor":
+        return 0.0, 0.0
+    return 2.0 * v.p * v.n * v.p, 0.0
+
+
+def f_broadcast(v: OpView) -> tuple[float, float]:
+    return 2.0 * v.p * v.n, 0.0  # K = 1
+
+
+def dma_ns_per_partition(
+    target: Target,
+    bytes_per_partition: float,
+    *,
+    hbm: bool,
+    transpose: bool = False,
+    from_hbm: bool = True,
+) -> float:
+    """Transfer time of one partition's bytes on one DMA queue, in ns.
+
+    rate = queue bandwidth (capped at an even share of the core's HBM bandwidth when HBM is
+    involved) x ``dma_efficiency`` x a row efficiency ``b / (b + dma_row_overhead_bytes)``
+    for ``b`` bytes per partition (small rows are overhead-bound [DMABW, PG]); DMA
+    transposes run at ``dma_transpose_factor`` of that (at most half SBUF -> SBUF [A3]).
+    The fixed ~1.3 us start cost is a latency the scheduler adds, not part of this time.
+    """
+    t = target
+    bw = t.dma_queue_bytes_per_ns
+    if hbm:
+        bw = min(bw, t.hbm_bytes_per_ns / t.dma_queues)
+    b = bytes_per_partition
+    row_eff = b / (b + t.dma_row_overhead_bytes) if b > 0 else 1.0
+    rate = bw * t.dma_efficiency * row_eff
+    if transpose:
+        rate *= t.dma_transpose_factor if from_hbm else min(t.dma_transpose_factor, 0.5)
+    return b / rate if rate > 0 else 0.0

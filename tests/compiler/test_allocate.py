@@ -1,0 +1,141 @@
+"""SBUF/PSUM allocation: disjointness, PSUM banks, multi-buffering, capacity errors."""
+
+from __future__ import annotations
+
+import pytest
+
+import nkikit.language as nl
+import nkikit.typing as nt
+from nkikit.compiler.allocate import allocate
+from nkikit.compiler.targets import get_target
+from nkikit.errors import NkiError
+
+from . import kernels as K
+
+F32 = nl.float32
+BF16 = nl.bfloat16
+
+
+def _placements(kernel, *specs, target="trn2"):
+    ir = kernel.ir(*specs)
+    alloc = allocate(ir, get_target(target) if isinstance(target, str) else target)
+    return alloc, {p.tensor.name: p for p in alloc.placements.values()}
+
+
+def _overlap(p, q) -> bool:
+    """True when any buffer of p and any buffer of q share a byte of a partition."""
+    if p.memory != q.memory:
+        return False
+    if not (p.partition < q.partition + q.partitions and q.partition < p.partition + p.partitions):
+        return False
+    for i in range(p.buffers):
+        for j in range(q.buffers):
+            a, b = p.address(i), q.address(j)
+            if a < b + q.size and b < a + p.size:
+                return True
+    return False
+
+
+def test_live_together_means_disjoint():
+    _, pl = _placements(K.two_live, nt.tensor[[128, 512], F32], nt.tensor[[128, 512], F32])
+    names = [n for n in pl if pl[n].memory == "sbuf"]
+    assert {"x", "y"} <= set(names)
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            assert not _overlap(pl[a], pl[b]), (a, b)
+    for p in pl.values():
+        assert p.offset % 64 == 0 and p.end <= get_target("trn2").sbuf_bytes
+
+
+def test_disjoint_lifetimes_share_memory():
+    alloc, pl = _placements(K.two_phases, nt.tensor[[512, 256], F32])
+    first, second = pl["first"], pl["second"]
+    assert first.buffers == second.buffers == 4
+    assert first.offset == second.offset  # sibling loops reuse the same bytes
+    assert (second.tensor.uid, 0) in alloc.shared
+
+
+def test_multi_buffering_by_loop_kind():
+    _, pl = _placements(K.buffering, nt.tensor[[1024, 64], F32])
+    assert pl["top"].buffers == 1  # top level: one instance
+    assert pl["many"].buffers == 4  # affine_range(8): up to max_buffers
+    assert pl["pair"].buffers == 2  # affine_range(2): one per iteration
+    assert pl["seq"].buffers == 2  # sequential_range: double buffered
+    many = pl["many"]
+    assert [many.address(k) for k in range(4)] == [many.offset + k * many.size for k in range(4)]
+
+
+def test_fewer_buffers_when_memory_is_short():
+    # each tile is 64 fp32 = 256 B per partition; the loops run one after another, so their
+    # tiles share memory and only the four buffers of 'many' compete for 768 bytes
+    small = get_target("trn2").with_overrides(sbuf_bytes=3 * 256)
+    _, pl = _placements(K.buffering, nt.tensor[[1024, 64], F32], target=small)
+    assert pl["many"].buffers == 3
+    assert pl["pair"].buffers == 2 and pl["seq"].buffers == 2
+    assert all(p.end <= 3 * 256 for p in pl.values())
+
+
+def test_psum_tiles_stay_inside_one_bank():
+    _, pl = _placements(K.psum_tiles, nt.tensor[[128, 128], BF16], nt.tensor[[128, 512], BF16])
+    psum = [p for p in pl.values() if p.memory == "psum"]
+    assert {p.tensor.name for p in psum} == {"big", "mid", "small"}
+    assert pl["big"].offset % 2048 == 0 and pl["big"].size == 2048
+    assert pl["small"].size == 512  # 400 B padded to a power of two
+    for p in psum:
+        for k in range(p.buffers):
+            lo = p.address(k)
+            assert lo // 2048 == (lo + p.size - 1) // 2048, p
+            assert lo % min(p.size, 2048) == 0
+    for i, a in enumerate(psum):
+        for b in psum[i + 1 :]:
+            assert not _overlap(a, b)
+
+
+def test_small_partition_tiles_use_quadrants():
+    # seven live 32-partition tiles of 1 KiB fit in 2 KiB per partition only by using all
+    # four partition quadrants [A2]
+    tiny = get_target("trn2").with_overrides(sbuf_bytes=2048)
+    _, pl = _placements(K.quadrants, nt.tensor[[128, 256], F32], target=tiny)
+    assert {p.partition for p in pl.values()} == {0, 32, 64, 96}
+    assert all(p.partitions == 32 and p.end <= 2048 for p in pl.values())
+    for i, a in enumerate(pl.values()):
+        for b in list(pl.values())[i + 1 :]:
+            if a.live[0] <= b.live[1] and b.live[0] <= a.live[1]:
+                assert not _overlap(a, b)
+
+
+def test_over_capacity_names_tensors_sizes_and_lines():
+    tiny = get_target("trn2").with_overrides(sbuf_bytes=3 * 1024)
+    ir = K.two_live.ir(nt.tensor[[128, 512], F32], nt.tensor[[128, 512], F32])
+    with pytest.raises(NkiError) as e:
+        allocate(ir, tiny)
+    err = e.value
+    assert err.name == "err_sbuf_capacity_exceeded"
+    msg = str(err)
+    assert f"x (2048 B, kernels.py:{K.line_of('# @x')})" in msg
+    assert f"y (2048 B, kernels.py:{K.line_of('# @y')})" in msg
+    assert "3072" in msg
+
+
+def test_psum_over_capacity():
+    one_bank = get_target("trn2").with_overrides(psum_bytes=2048)
+    ir = K.psum_tiles.ir(nt.tensor[[128, 128], BF16], nt.tensor[[128, 512], BF16])
+    with pytest.raises(NkiError) as e:
+        allocate(ir, one_bank)
+    assert e.value.name == "err_psum_total_capacity_exceeded"
+    assert "big (2048 B" in str(e.value)
+
+
+def test_fully_optimized_matmul_fits_with_double_buffers():
+    from benchmarks.calibration.matmul_kernels import matmul_fully_blocked
+
+    _, pl = _placements(
+        matmul_fully_blocked,
+        nt.tensor[[8192, 4096], BF16],
+        nt.tensor[[8192, 8192], BF16],
+        target="trn1",
+    )
+    assert pl["partial"].buffers == 1  # 64 KiB: no room for a second copy
+    assert pl["b_blk"].buffers == 2 and pl["a_blk"].buffers == 2
+    assert pl["acc"].buffers == 4 and pl["acc"].memory == "psum"
+    assert max(p.end for p in pl.values() if p.memory == "sbuf") <= 192 * 1024

@@ -1,0 +1,249 @@
+"""Kernel functions as torch custom ops: schema, dtypes, layouts, opcheck, gradcheck, compile."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from nkikit.registry.errors import KernelCallError  # noqa: E402
+from nkikit.registry.pull import pull  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_repo, hub_url: str, tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN001, ANN201
+    """The fixture kernel: a jitted rmsnorm with a backward, and add_sub returning a tuple."""
+    return pull(
+        "nkikit/tiny-rmsnorm", version=1, endpoint=hub_url, cache_dir=tmp_path_factory.mktemp("c")
+    )
+
+
+@pytest.fixture(scope="module")
+def lib(rmsnorm_repo, hub_url: str, tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN001, ANN201
+    """The library's rmsnorm: a plain-Python entry, any number of leading dims, no backward."""
+    return pull(
+        "nkikit/rmsnorm", version=1, endpoint=hub_url, cache_dir=tmp_path_factory.mktemp("c")
+    )
+
+
+def _torch_ref(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    x64 = x.double()
+    return x64 * torch.rsqrt(x64.pow(2).mean(-1, keepdim=True) + eps) * w.double()
+
+
+def test_schemas(tiny) -> None:  # noqa: ANN001
+    ns = tiny.namespace
+    # torch prints float defaults at full precision (1e-06 -> 9.9999999999999995e-07)
+    schema = tiny.rmsnorm.op._schema
+    assert str(schema).startswith(f"{ns}::rmsnorm(Tensor x, Tensor weight, float eps=") and str(
+        schema
+    ).endswith(") -> Tensor")
+    assert schema.arguments[2].default_value == pytest.approx(1e-6)
+    assert (
+        str(tiny.add_sub.op._schema)
+        == f"{ns}::add_sub(Tensor a, Tensor b, float alpha=2.) -> (Tensor, Tensor)"
+    )
+    assert str(tiny.rmsnorm.torch.backward_op._schema).startswith(
+        f"{ns}::rmsnorm_backward(Tensor grad, Tensor x, Tensor weight"
+    )
+    assert tiny.ops.rmsnorm.default is tiny.rmsnorm.op
+    assert torch.Tag.pt2_compliant_tag in tiny.rmsnorm.op.tags
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_dtypes_match_the_numpy_path(tiny, dtype: torch.dtype) -> None:  # noqa: ANN001
+    x = torch.randn(130, 64).to(dtype)
+    w = torch.rand(64).to(dtype)
+    y = tiny.rmsnorm(x, w)
+    assert y.dtype == dtype and y.shape == x.shape
+    from nkikit.torch.convert import to_numpy
+
+    expected = tiny.rmsnorm(to_numpy(x), to_numpy(w))
+    np.testing.assert_array_equal(to_numpy(y).astype(np.float32), expected.astype(np.float32))
+    tol = {torch.float32: 1e-5, torch.bfloat16: 3e-2, torch.float16: 5e-3}[dtype]
+    torch.testing.assert_close(y.double(), _torch_ref(x, w), atol=tol, rtol=tol)
+
+
+def test_non_contiguous_inputs(tiny, lib) -> None:  # noqa: ANN001
+    base = torch.randn(64, 130)
+    x = base.t()  # (130, 64), column-major
+    assert not x.is_contiguous()
+    w = torch.rand(128)[::2]  # strided weight
+    torch.testing.assert_close(
+        tiny.rmsnorm(x, w), tiny.rmsnorm(x.contiguous(), w.contiguous()), rtol=0, atol=0
+    )
+    torch.testing.assert_close(
+        lib.rmsnorm(x, w), lib.rmsnorm(x.contiguous(), w.contiguous()), rtol=0, atol=0
+    )
+
+
+def test_eager_shortcut_and_dispatcher_agree(tiny) -> None:  # noqa: ANN001
+    x, w = torch.randn(5, 64), torch.rand(64)
+    torch.testing.assert_close(
+        tiny.rmsnorm(x, w, eps=1e-3), tiny.rmsnorm.op(x, w, 1e-3), rtol=0, atol=0
+    )
+    s, m = tiny.add_sub(x, x, 0.5)
+    s2, m2 = tiny.add_sub.op(x, x, alpha=0.5)
+    torch.testing.assert_close((s, m), (s2, m2), rtol=0, atol=0)
+
+
+def _opcheck_cases(tiny, lib):  # noqa: ANN001, ANN202
+    x = torch.randn(20, 64)
+    return [
+        (tiny.rmsnorm.op, (x.clone().requires_grad_(), torch.rand(64).requires_grad_(), 1e-6)),
+        (tiny.rmsnorm.op, (torch.randn(3, 64).bfloat16(), torch.rand(64).bfloat16())),
+        (tiny.rmsnorm.op, (torch.randn(64, 20).t(), torch.rand(64))),
+        (tiny.add_sub.op, (x, torch.randn(20, 64), 3.0)),
+        (lib.rmsnorm.op, (torch.randn(2, 3, 64), torch.rand(64))),
+        (lib.rmsnorm.op, (torch.randn(2, 3, 64).bfloat16(), torch.rand(64).bfloat16(), 1e-5)),
+    ]
+
+
+def test_opcheck(tiny, lib) -> None:  # noqa: ANN001
+    for op, args in _opcheck_cases(tiny, lib):
+        result = torch.library.opcheck(op, args)
+        assert set(result.values()) == {"SUCCESS"}, (op, result)
+
+
+def test_no_backward_kernel_says_so(lib) -> None:  # noqa: ANN001
+    x = torch.randn(3, 64, requires_grad=True)
+    y = lib.rmsnorm(x, torch.rand(64))  # the forward works ...
+    with pytest.raises(RuntimeError, match="no autograd formula was registered"):
+        y.sum().backward()  # ... and backward names the missing piece
+
+
+@pytest.mark.filterwarnings("ignore:Input #.* is not a double precision:UserWarning")
+def test_gradcheck_fp32(tiny) -> None:  # noqa: ANN001
+    """The kernels compute in fp32 (NKI has no float64), so gradcheck runs in fp32 with
+    finite-difference steps and tolerances sized for fp32 rounding; the test below checks the
+    same gradients tightly against torch autograd of a float64 reference."""
+    torch.manual_seed(0)
+    x = torch.randn(3, 8, requires_grad=True)
+    w = (torch.rand(8) + 0.5).requires_grad_()
+    assert torch.autograd.gradcheck(
+        lambda a, b: tiny.rmsnorm(a, b, eps=1e-3), (x, w), eps=1e-2, atol=2e-2, rtol=2e-2
+    )
+
+
+def test_gradients_match_torch_autograd_of_the_reference(tiny) -> None:  # noqa: ANN001
+    torch.manual_seed(1)
+    x = torch.randn(130, 64, requires_grad=True)
+    w = torch.rand(64, requires_grad=True)
+    g = torch.randn(130, 64)
+    tiny.rmsnorm(x, w).backward(g)
+    x64 = x.detach().double().requires_grad_()
+    w64 = w.detach().double().requires_grad_()
+    _torch_ref(x64, w64).backward(g.double())
+    torch.testing.assert_close(x.grad.double(), x64.grad, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(w.grad.double(), w64.grad, atol=1e-3, rtol=1e-4)
+
+
+def test_compile_fullgraph(tiny, lib) -> None:  # noqa: ANN001
+    torch._dynamo.reset()
+
+    def block(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        h = tiny.rmsnorm(x * 2.0, w)
+        s, m = tiny.add_sub(h, x)
+        return lib.rmsnorm(s + m, w, eps=1e-5).relu()
+
+    compiled = torch.compile(block, fullgraph=True)  # raises on any graph break
+    x, w = torch.randn(6, 64), torch.rand(64)
+    torch.testing.assert_close(compiled(x, w), block(x, w), rtol=0, atol=0)
+
+
+def test_compile_with_backward(tiny) -> None:  # noqa: ANN001
+    torch._dynamo.reset()
+    x = torch.randn(10, 64, requires_grad=True)
+    w = torch.rand(64, requires_grad=True)
+
+    def loss(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return (tiny.rmsnorm(a, b) ** 2).sum()
+
+    loss(x, w).backward()
+    eager = (x.grad.clone(), w.grad.clone())
+    x.grad = w.grad = None
+    torch.compile(loss, fullgraph=True)(x, w).backward()
+    torch.testing.assert_close((x.grad, w.grad), eager)
+
+
+def test_fake_tensors_give_shapes_without_running(tiny, lib) -> None:  # noqa: ANN001
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        y = tiny.rmsnorm.op(torch.empty(300, 64), torch.empty(64))
+        s, m = tiny.add_sub.op(torch.empty(7, 16), torch.empty(7, 16))
+        z = lib.rmsnorm.op(
+            torch.empty(2, 5, 32, dtype=torch.bfloat16), torch.empty(32, dtype=torch.bfloat16)
+        )
+    assert (y.shape, s.shape, m.shape) == ((300, 64), (7, 16), (7, 16))
+    assert z.shape == (2, 5, 32) and z.dtype == torch.bfloat16
+
+
+def test_wrong_dtype(tiny) -> None:  # noqa: ANN001
+    x = torch.randn(4, 64, dtype=torch.float64)
+    with pytest.raises(
+        KernelCallError,
+        match=r"input 'x' has dtype float64; this kernel supports float32, bfloat16, float16",
+    ):
+        tiny.rmsnorm(x, torch.rand(64, dtype=torch.float64))
+    with pytest.raises(KernelCallError, match="has dtype float64"):
+        tiny.rmsnorm.op(x, torch.rand(64, dtype=torch.float64))
+    with pytest.raises(
+        KernelCallError,
+        match=r"add_sub\(\): input 'a' has dtype bfloat16; this kernel supports float32",
+    ):
+        tiny.add_sub(torch.ones(2, 2, dtype=torch.bfloat16), torch.ones(2, 2, dtype=torch.bfloat16))
+
+
+def test_wrong_device(tiny) -> None:  # noqa: ANN001
+    x = torch.empty(4, 64, device="meta")
+    with pytest.raises(
+        KernelCallError, match=r"input 'x' is on meta; nkikit runs kernels on the CPU simulator"
+    ):
+        tiny.rmsnorm(x, torch.empty(64, device="meta"))
+
+
+def test_wrong_shape(tiny, lib) -> None:  # noqa: ANN001
+    from nkikit.errors import NkiError
+
+    with pytest.raises((NkiError, ValueError, IndexError)):
+        tiny.rmsnorm(torch.randn(4, 64), torch.rand(65))
+    with pytest.raises(ValueError, match=r"weight must have shape \(64,\)"):
+        lib.rmsnorm(torch.randn(4, 64), torch.rand(65))
+    with pytest.raises(ValueError, match="same shape"):
+        tiny.add_sub(torch.ones(2, 3), torch.ones(3, 2))
+
+
+def test_wrong_arguments(tiny) -> None:  # noqa: ANN001
+    with pytest.raises(
+        KernelCallError,
+        match=r"rmsnorm\(x, weight, eps=1e-06\): missing a required argument: 'weight'",
+    ):
+        tiny.rmsnorm(torch.ones(2, 2))
+    with pytest.raises(KernelCallError, match="unexpected keyword argument 'epsilon'"):
+        tiny.rmsnorm(torch.ones(2, 2), torch.ones(2), epsilon=1.0)
+
+
+def test_two_versions_register_distinct_ops(tiny, hub_url: str, tmp_path: Path) -> None:  # noqa: ANN001
+    import shutil
+
+    from hubfixtures import TINY
+
+    from nkikit.registry.publish import publish
+
+    folder = tmp_path / "k"
+    shutil.copytree(TINY, folder)
+    (folder / "reference.py").write_text((folder / "reference.py").read_text() + "\n# v2\n")
+    publish(
+        folder, "nkikit/tiny-rmsnorm-v2", endpoint=hub_url, run_tests=False, version=2, neuron=False
+    )
+    v2 = pull("nkikit/tiny-rmsnorm-v2", version=2, endpoint=hub_url, cache_dir=tmp_path / "c")
+    assert v2.namespace != tiny.namespace
+    x, w = torch.randn(3, 64), torch.rand(64)
+    torch.testing.assert_close(
+        getattr(torch.ops, v2.namespace).rmsnorm(x, w),
+        getattr(torch.ops, tiny.namespace).rmsnorm(x, w),
+    )
