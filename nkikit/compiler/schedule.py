@@ -7,7 +7,7 @@ The model (all of it; the constants live in the Target):
   order, one at a time, in parallel with the other engines [A2].
 * An instruction starts when its engine is free and its data dependencies are done.
   Dependencies go through memory: read-after-write, write-after-read and write-after-write
-  on the granules of the buffer an operand touches (see :class:`~.lower.Tracked`).  With
+  on the granules of the buffer an operand touches (see :class:`~.regions.Tracked`).  With
   multi-buffering, iteration ``i`` and ``i + k`` of a loop use different buffers and so do
   not depend on each other.
 * Waiting on another engine costs a semaphore latency (``semaphore_cycles`` of the waiting
@@ -30,8 +30,10 @@ Instructions are produced in program order with exact times in one pass; no grap
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Sequence
 
-from .lower import DMA, LOOP, OP, LoweredKernel, Region, StaticInstr, Tracked
+from .lower import DMA, LOOP, OP, LoweredKernel, StaticInstr
+from .regions import Region, Tracked
 
 _MAX_DEPS = 6
 _MAX_GAPS = 256
@@ -88,7 +90,6 @@ class Scheduler:
         self.floor: dict[tuple[int, int], tuple[float, int, int]] = {}
         # per (tensor uid, buffer): last access end, for tensors that share memory
         self.last: dict[tuple[int, int], tuple[float, int, int]] = {}
-        self.by_uid = {tr.tensor.uid: tr for tr in lk.tracked}
         self.dma_fixed = t.dma_fixed_ns
 
     # -- the replay --------------------------------------------------------------------------
@@ -132,7 +133,7 @@ class Scheduler:
             self.floor.pop((k, buf), None)
 
     # -- regions -------------------------------------------------------------------------------
-    def _cells(self, reg: Region) -> list[int] | tuple[int, ...]:
+    def _cells(self, reg: Region) -> Sequence[int]:
         tr = reg.tracked
         off = tr.base + self.slot[tr.index] * tr.granules
         fixed = reg.fixed
@@ -158,11 +159,14 @@ class Scheduler:
         c1 = 0 if c1 < 0 else nc - 1 if c1 >= nc else c1
         if r0 == r1:
             base = off + r0 * nc
-            return range(base + c0, base + c1 + 1)  # type: ignore[return-value]
+            return range(base + c0, base + c1 + 1)
         return [off + rr * nc + cc for rr in range(r0, r1 + 1) for cc in range(c0, c1 + 1)]
 
-    def _ready(self, si: StaticInstr, eng: int) -> tuple[float, list[tuple[float, int]], list]:
-        """Earliest start allowed by data dependencies, the dependencies, and the cells."""
+    def _ready(
+        self, si: StaticInstr, eng: int
+    ) -> tuple[float, dict[int, float], tuple[list, list]]:
+        """Earliest start allowed by data dependencies, the dependencies (id -> end) and the
+        granules read and written."""
         ready = 0.0
         deps: dict[int, float] = {}
         w_end, w_id, w_eng = self.w_end, self.w_id, self.w_eng

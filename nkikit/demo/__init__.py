@@ -205,6 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     if not ns.no_share:
         from ..registry.demo import sharing_demo
 
+        print("3. Share: publish the library RMSNorm to a local Hub, pull it, use it from torch")
         sharing_demo(out / "hub")
     return 0
 

@@ -166,3 +166,17 @@ def spmd_exp(a):
     x = nl.load(a[i * 128 : (i + 1) * 128, :])
     nl.store(out[i * 128 : (i + 1) * 128, :], nl.exp(x))
     return out
+
+
+@nki.jit
+def hbm_round_trip(a):
+    """Writes an HBM scratch tensor (through a reshaped view) and reads it back."""
+    scratch = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+    out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+    x = nl.load(a)
+    flat = scratch.reshape((a.shape[0] * a.shape[1],))
+    nl.store(scratch, nl.exp(x))  # @scratch-store
+    y = nl.load(scratch)  # @scratch-load
+    nl.store(out, y)
+    _ = flat
+    return out

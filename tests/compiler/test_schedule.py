@@ -180,3 +180,21 @@ def test_reused_memory_orders_the_two_tenants():
     # 'second' reuses the bytes of 'first': its first load waits for first's last store
     # that used the same buffer
     assert min(p.start[i] for i in second_load) >= min(p.end[i] for i in first_store)
+
+
+def test_read_after_write_through_hbm():
+    t = get_target("trn2")
+    p = compile(K.hbm_round_trip, nt.tensor[[128, 256], F32], target=t)
+    line = lambda m: f"kernels.py:{K.line_of(m)}"  # noqa: E731
+    store = [
+        i
+        for i in _ops(p, "DMA_SBUF_TO_HBM")
+        if p.infos[p.sid[i]].source == line("# @scratch-store")
+    ]
+    load = [i for i in range(len(p)) if p.infos[p.sid[i]].source == line("# @scratch-load")]
+    assert len(store) == len(load) == 16
+    transfer = p.infos[p.sid[load[0]]].duration_ns * 8
+    # the load's transfers start 1300 ns after the store's last piece
+    assert min(p.end[i] - transfer for i in load) == pytest.approx(
+        max(p.end[i] for i in store) + 1300
+    )
