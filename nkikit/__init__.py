@@ -5,6 +5,8 @@ the NeuronCore, and share them on the Hugging Face Hub.
 """
 
 from . import isa, language, typing  # noqa: F401
+from .compiler.api import benchmark, compile, profile, profile_kernel
+from .compiler.program import Program
 from .errors import NkiError
 from .trace.jit import JitKernel, jit
 from .typing import TensorSpec
@@ -19,11 +21,24 @@ def simulate_kernel(kernel, *args, **kwargs):
     return kernel(*args, **kwargs)
 
 
+def baremetal(func=None, **options):
+    """NKI's ``nki.baremetal``: here the kernel runs on the simulator (no device needed)."""
+    if func is None:
+        return lambda f: jit(f)
+    return jit(func)
+
+
 __all__ = [
-    "NkiError",
     "JitKernel",
+    "NkiError",
+    "Program",
     "TensorSpec",
+    "baremetal",
+    "benchmark",
+    "compile",
     "jit",
+    "profile",
+    "profile_kernel",
     "simulate_kernel",
     "isa",
     "language",

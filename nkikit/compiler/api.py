@@ -46,8 +46,9 @@ def compile(kernel: Any, *args: Any, target: str | Target | None = None, **kwarg
     """Trace ``kernel`` for these arguments (arrays or ``nt.tensor`` specs), allocate, lower and
     schedule it for ``target`` (default: ``NEURON_PLATFORM_TARGET_OVERRIDE`` or trn2)."""
     try:
-        ir, _ = _jit(kernel).specialize(*args, **kwargs)
-        return build_program(ir, target)
+        tgt = get_target(target)
+        ir, _ = _jit(kernel).specialize_for(tgt.name, *args, **kwargs)
+        return build_program(ir, tgt)
     except NkiError as e:
         raise hide_internal_frames(e) from None
 
@@ -115,8 +116,9 @@ class _Decorated:
 
     def _compile_and_maybe_run(self, args: tuple, kwargs: dict) -> Any:
         try:
-            ir, bound = self.kernel.specialize(*args, **kwargs)
-            self.program = build_program(ir, self.target)
+            tgt = get_target(self.target)
+            ir, bound = self.kernel.specialize_for(tgt.name, *args, **kwargs)
+            self.program = build_program(ir, tgt)
             self._after_compile()
             if any(isinstance(v, TensorSpec) for v in bound.arguments.values()):
                 return None

@@ -60,7 +60,7 @@ TARGETS: dict[str, Target] = {
     # NC-v4: a matmul may fill the whole PSUM (4096 fp32 moving columns)
     "trn3": Target("trn3", sbuf_bytes=256 * 1024, psum_tile_bytes=16 * 1024, gemm_moving_fmax=4096),
 }
-DEFAULT_TARGET = "trn1"
+DEFAULT_TARGET = "trn2"
 
 
 def get_target(target: str | Target | None) -> Target:
@@ -965,6 +965,6 @@ class _Walk:
 def verify(kernel: Kernel, target: str | Target | None = None) -> None:
     """Raise ``NkiError`` for the first architecture rule ``kernel`` breaks, in program order.
 
-    ``target`` (a name in ``TARGETS`` or a ``Target``; default trn1, NeuronCore-v2) sets the
+    ``target`` (a name in ``TARGETS`` or a ``Target``; default trn2, NeuronCore-v3) sets the
     capacity and tile limits.  Returns None when the kernel is legal."""
     _Walk(kernel, get_target(target)).run()

@@ -617,9 +617,17 @@ class _Compiler:
         for t in self.tensors.values():
             if t.base is None and t.kind != "temp":
                 self.emit(f"{self.slot(t)} = mem[{t.uid}]", 1)
+        offsets, total = self.plan_arena(temps)
+        if temps:
+            self.emit(f"arena = np.empty({total}, np.uint8)", 1)
         for t in temps:
             dt = self.const(dtypes.storage_dtype(t.dtype), "DT")
-            self.emit(f"{self.slot(t)} = mem[{t.uid}] = np.empty({t.shape!r}, {dt})", 1)
+            off = offsets[t.uid]
+            nbytes = math.prod(t.shape) * dtypes.storage_dtype(t.dtype).itemsize
+            self.emit(
+                f"{self.slot(t)} = mem[{t.uid}] = arena[{off}:{off + nbytes}].view({dt}).reshape({t.shape!r})",
+                1,
+            )
         # reshapes, outermost base first
         done: set[int] = set()
 
@@ -653,6 +661,70 @@ class _Compiler:
         self.emit("return None", 1)
         source = "\n".join(self.lines) + "\n"
         return _Program(k, source, self.ns, poison_start, self.n_fallback)
+
+    # -- memory -------------------------------------------------------------------------------
+    def plan_arena(self, temps: list[Tensor]) -> tuple[dict[int, int], int]:
+        """Byte offsets of the temporaries in one arena, sharing memory between tiles whose
+        lifetimes do not overlap (the reference allocates a fresh buffer at every Alloc and
+        lets the last one die; a fixed buffer per tile would hold every unrolled tile's
+        memory at once).
+
+        A tile lives from its Alloc to its last use; a use inside a loop that does not
+        contain the Alloc keeps it alive to the end of that loop (the next iteration comes
+        back to it).  Tiles never share while both live, so no tile sees another's data
+        except where the reference would see poison -- and poison is filled explicitly.
+        """
+        uids = {t.uid for t in temps}
+        start: dict[int, int] = {}
+        depth: dict[int, int] = {}
+        uses: dict[int, list[tuple[int, Loop | None]]] = {}
+        loop_end: dict[int, int] = {}
+        pos = 0
+
+        def walk(stmts: list, loops: list[Loop]) -> None:
+            nonlocal pos
+            for st in stmts:
+                p = pos
+                pos += 1
+                if isinstance(st, Alloc):
+                    if st.tensor.uid in uids:
+                        start[st.tensor.uid] = p
+                        depth[st.tensor.uid] = len(loops)
+                elif isinstance(st, Loop):
+                    walk(st.body, loops + [st])
+                    loop_end[id(st)] = pos - 1
+                elif isinstance(st, Op):
+                    accs = list(st.outs) + [x for x in st.ins if isinstance(x, Access)]
+                    for a in accs:
+                        uid = a.tensor.root.uid
+                        if uid in uids:
+                            d = depth.get(uid, 0)
+                            uses.setdefault(uid, []).append((p, loops[d] if len(loops) > d else None))
+
+        walk(self.k.body, [])
+        live: list[tuple[int, int, int, int, int]] = []  # (start, end, offset, size, uid)
+        for t in temps:
+            b = start.get(t.uid, 0)
+            e = b
+            for p, lp in uses.get(t.uid, []):
+                e = max(e, loop_end[id(lp)] if lp is not None else p)
+            size = -(-math.prod(t.shape) * dtypes.storage_dtype(t.dtype).itemsize // 64) * 64
+            live.append((b, e, 0, max(size, 64), t.uid))
+        live.sort()
+        placed: list[tuple[int, int, int, int]] = []  # (start, end, offset, size)
+        offsets: dict[int, int] = {}
+        total = 0
+        for b, e, _, size, uid in live:
+            busy = sorted((o, o + sz) for (s2, e2, o, sz) in placed if not (e2 < b or s2 > e))
+            off = 0
+            for lo, hi in busy:
+                if off + size <= lo:
+                    break
+                off = max(off, hi)
+            placed.append((b, e, off, size))
+            offsets[uid] = off
+            total = max(total, off + size)
+        return offsets, total
 
     # -- forwarding ---------------------------------------------------------------------------
     def plan_forwarding(self) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -113,16 +114,24 @@ class JitKernel:
         return tuple(parts)
 
     def specialize(self, *args, **kwargs) -> tuple[Kernel, inspect.BoundArguments]:
-        """The verified IR for these arguments (traced once per specialization, then cached)."""
+        """The IR for these arguments, verified for the default target
+        (``NEURON_PLATFORM_TARGET_OVERRIDE``, else trn2).  Traced once per specialization."""
+        return self.specialize_for(None, *args, **kwargs)
+
+    def specialize_for(self, target, *args, **kwargs) -> tuple[Kernel, inspect.BoundArguments]:
+        """The IR for these arguments, verified against ``target``'s limits (a name or None)."""
+        from ..ir.verify import verify
+
         bound = self.bind(args, kwargs)
         key = self._key(bound)
-        kernel = self._cache.get(key)
-        if kernel is None:
-            kernel = self._trace(bound)
-            from ..ir.verify import verify
-
-            verify(kernel)
-            self._cache[key] = kernel
+        entry = self._cache.get(key)
+        if entry is None:
+            entry = self._cache[key] = (self._trace(bound), set())
+        kernel, verified = entry
+        name = target or os.environ.get("NEURON_PLATFORM_TARGET_OVERRIDE") or "trn2"
+        if name not in verified:
+            verify(kernel, name)
+            verified.add(name)
         return kernel, bound
 
     def _trace(self, bound: inspect.BoundArguments) -> Kernel:
