@@ -699,7 +699,9 @@ class _Compiler:
                         uid = a.tensor.root.uid
                         if uid in uids:
                             d = depth.get(uid, 0)
-                            uses.setdefault(uid, []).append((p, loops[d] if len(loops) > d else None))
+                            uses.setdefault(uid, []).append(
+                                (p, loops[d] if len(loops) > d else None)
+                            )
 
         walk(self.k.body, [])
         live: list[tuple[int, int, int, int, int]] = []  # (start, end, offset, size, uid)
