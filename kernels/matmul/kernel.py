@@ -33,67 +33,111 @@ from nkikit import dtypes
 
 # Entry points take numpy arrays or CPU torch tensors (annotated as numpy) and return the same kind.
 
-DTYPES = ("float32", "bfloat16", "float16")
-MAX_K = 8192  # the fp32 rhs strip [K, 512] and lhsT strip [K, 128] must fit SBUF together
+FLOAT_DTYPES = ("float32", "bfloat16", "float16")
+FP8_DTYPES = ("float8_e4m3", "float8_e4m3fn", "float8_e5m2")
+DTYPES = FLOAT_DTYPES + FP8_DTYPES
+OUT_DTYPES = ("float32", "bfloat16", "float16")  # fp8 inputs: bfloat16 (default) or float32
+MAX_K = 8192  # the fp32 rhs block [K, 512] and lhsT block [K, 128] must fit SBUF together
+BLOCK_BUDGET = 96 * 1024  # preferred SBUF bytes per partition for one (rhs, lhsT) block pair
+MAX_BLOCK_N = 4  # 512-column tiles per rhs block
+MAX_BLOCK_M = 4  # 128-row tiles per lhsT block
+
+
+def block_tiles(k_size: int, m_size: int, n_size: int, itemsize: int) -> tuple[int, int]:
+    """(row tiles per lhsT block, column tiles per rhs block) for a problem size.
+
+    As many 512-column tiles per rhs block as fit ``BLOCK_BUDGET`` with the lhsT block (every
+    extra column tile is one less reload of the lhsT block), then as many 128-row tiles per lhsT
+    block as fit (wider lhsT DMAs); never less than one tile of each.
+    """
+    tn, tm, tk = nl.tile_size.gemm_moving_fmax, nl.tile_size.gemm_stationary_fmax, nl.tile_size.pmax
+    k_tiles = math.ceil(k_size / tk)
+    bm = min(MAX_BLOCK_M, math.ceil(m_size / tm))
+    bn = min(MAX_BLOCK_N, math.ceil(n_size / tn))
+
+    def size(bm_: int, bn_: int) -> int:
+        return k_tiles * (bn_ * min(tn, n_size) + bm_ * min(tm, m_size)) * itemsize
+
+    while bn > 1 and size(bm, bn) > BLOCK_BUDGET:
+        bn -= 1
+    while bm > 1 and size(bm, bn) > BLOCK_BUDGET:
+        bm -= 1
+    return bm, bn
 
 
 @nki.jit
-def matmul_kernel(lhsT, rhs):
+def matmul_kernel(lhsT, rhs, out_dtype=None):
     """``lhsT.T @ rhs`` for ``lhsT`` [K, M] and ``rhs`` [K, N] of one dtype; returns [M, N] in
-    that dtype (accumulated in fp32)."""
+    ``out_dtype`` (default: the input dtype), accumulated in fp32 PSUM."""
     k_size, m_size = lhsT.shape
     _, n_size = rhs.shape
-    out = nl.ndarray((m_size, n_size), dtype=lhsT.dtype, buffer=nl.shared_hbm)
+    out = nl.ndarray((m_size, n_size), dtype=out_dtype or lhsT.dtype, buffer=nl.shared_hbm)
 
     tile_k = nl.tile_size.pmax
     tile_m = min(nl.tile_size.gemm_stationary_fmax, m_size)
     tile_n = min(nl.tile_size.gemm_moving_fmax, n_size)
     k_full, k_rest = divmod(k_size, tile_k)
     k_tiles = k_full + (k_rest > 0)
+    block_m, block_n = block_tiles(k_size, m_size, n_size, lhsT.itemsize)
+    width_m, width_n = block_m * tile_m, block_n * tile_n  # free sizes of the blocks
 
     i_k = nl.arange(tile_k)[:, None]
     i_k_rest = nl.arange(k_rest)[:, None]
     i_m = nl.arange(tile_m)[None, :]
     i_n = nl.arange(tile_n)[None, :]
+    i_bm = nl.arange(width_m)[None, :]
+    i_bn = nl.arange(width_n)[None, :]
     i_out = nl.arange(tile_m)[:, None]
 
-    for n in nl.affine_range(math.ceil(n_size / tile_n)):
-        cols = n * tile_n + i_n
-        rhs_strip = nl.ndarray(
-            (k_tiles, nl.par_dim(tile_k), tile_n), dtype=rhs.dtype, buffer=nl.sbuf
-        )
+    for nb in nl.affine_range(math.ceil(n_size / width_n)):
+        # rhs block [K, width_n]: one DMA of width_n columns per 128 contraction rows
+        cols = nb * width_n + i_bn
+        rhs_blk = nl.ndarray((k_tiles, nl.par_dim(tile_k), width_n), dtype=rhs.dtype, buffer=nl.sbuf)
         for k in nl.affine_range(k_full):
-            rhs_strip[k, i_k, i_n] = nl.load(rhs[k * tile_k + i_k, cols], mask=cols < n_size)
+            rhs_blk[k, i_k, i_bn] = nl.load(rhs[k * tile_k + i_k, cols], mask=cols < n_size)
         if k_rest:
-            rhs_strip[k_full, i_k_rest, i_n] = nl.load(
+            rhs_blk[k_full, i_k_rest, i_bn] = nl.load(
                 rhs[k_full * tile_k + i_k_rest, cols], mask=cols < n_size
             )
 
-        for m in nl.affine_range(math.ceil(m_size / tile_m)):
-            lhs_cols = m * tile_m + i_m
-            lhsT_strip = nl.ndarray(
-                (k_tiles, nl.par_dim(tile_k), tile_m), dtype=lhsT.dtype, buffer=nl.sbuf
+        for mb in nl.affine_range(math.ceil(m_size / width_m)):
+            # lhsT block [K, width_m], loaded once and used by every column tile of the rhs block
+            lhs_cols = mb * width_m + i_bm
+            lhsT_blk = nl.ndarray(
+                (k_tiles, nl.par_dim(tile_k), width_m), dtype=lhsT.dtype, buffer=nl.sbuf
             )
             for k in nl.affine_range(k_full):
-                lhsT_strip[k, i_k, i_m] = nl.load(
+                lhsT_blk[k, i_k, i_bm] = nl.load(
                     lhsT[k * tile_k + i_k, lhs_cols], mask=lhs_cols < m_size
                 )
             if k_rest:
-                lhsT_strip[k_full, i_k_rest, i_m] = nl.load(
+                lhsT_blk[k_full, i_k_rest, i_bm] = nl.load(
                     lhsT[k_full * tile_k + i_k_rest, lhs_cols], mask=lhs_cols < m_size
                 )
 
-            out_rows = m * tile_m + i_out
-            inside = (out_rows < m_size) & (cols < n_size)
-            acc = nl.zeros((tile_m, tile_n), dtype=nl.float32, buffer=nl.psum)
-            for k in nl.affine_range(k_full):
-                acc += nisa.nc_matmul(lhsT_strip[k, i_k, i_m], rhs_strip[k, i_k, i_n], mask=inside)
-            if k_rest:
-                acc += nisa.nc_matmul(
-                    lhsT_strip[k_full, i_k_rest, i_m], rhs_strip[k_full, i_k_rest, i_n], mask=inside
-                )
-            res = nl.copy(acc, dtype=out.dtype, mask=inside)
-            nl.store(out[out_rows, cols], value=res, mask=inside)
+            for bm in nl.affine_range(block_m):
+                out_rows = (mb * block_m + bm) * tile_m + i_out
+                row_ok = out_rows < m_size
+                # the block's column tiles of this output row tile, coalesced for one wide store
+                packed = nl.ndarray((nl.par_dim(tile_m), width_n), dtype=out.dtype, buffer=nl.sbuf)
+                for bn in nl.affine_range(block_n):
+                    inside = row_ok & (nb * width_n + bn * tile_n + i_n < n_size)
+                    acc = nl.zeros((tile_m, tile_n), dtype=nl.float32, buffer=nl.psum)
+                    for k in nl.affine_range(k_full):
+                        acc += nisa.nc_matmul(
+                            lhsT_blk[k, i_k, bm * tile_m + i_m],
+                            rhs_blk[k, i_k, bn * tile_n + i_n],
+                            mask=inside,
+                        )
+                    if k_rest:
+                        acc += nisa.nc_matmul(
+                            lhsT_blk[k_full, i_k_rest, bm * tile_m + i_m],
+                            rhs_blk[k_full, i_k_rest, bn * tile_n + i_n],
+                            mask=inside,
+                        )
+                    packed[i_out, bn * tile_n + i_n] = nl.copy(acc, dtype=out.dtype, mask=inside)
+                valid = row_ok & (cols < n_size)
+                nl.store(out[out_rows, cols], value=packed[i_out, i_bn], mask=valid)
     return out
 
 

@@ -236,9 +236,12 @@ class Interpreter:
                     q = (i // 32) * 32 + m
                     dst[i] = src[q]
             results = [dst]
+        elif op.prim == "dropout":
+            # deterministic per (call seed, source line, loop iteration): reruns reproduce
+            key = [self.seed, op.loc.line, *(int(v) for v in env.values())]
+            keep = np.random.default_rng(key).random(ins[0].shape) >= np.asarray(ins[1], np.float32)
+            results = [np.where(keep, ins[0], np.float32(0.0))]
         else:
-            if op.prim == "dropout":
-                op.attrs.setdefault("seed", self.seed)
             results = RULES[op.prim](op, ins, valid)
         if op.prim == "nc_matmul" and op.attrs.get("accumulate"):
             results = [dtypes.to_f32(self.read(op.outs[0], env, op)) + results[0]]

@@ -220,14 +220,6 @@ def _bn_aggr(op, ins, valid):
     return [np.stack([mu, var], axis=1)]
 
 
-@rule("dropout")
-def _dropout(op, ins, valid):
-    data, prob = ins
-    rng = np.random.default_rng(op.attrs.get("seed", 0) + id(op) % 9973)
-    keep = rng.random(data.shape) >= np.asarray(prob, dtype=np.float32)
-    return [np.where(keep, data, 0.0)]
-
-
 @rule("max8")
 def _max8(op, ins, valid):
     x = ins[0].reshape(ins[0].shape[0], -1)

@@ -7,7 +7,7 @@ import numpy as np
 from .. import dtypes
 from ..errors import NkiError, SourceLoc
 from ..ir.affine import Affine, Axis, Predicate
-from ..ir.core import Access, Tensor
+from ..ir.core import Access
 from .builder import current
 from .index import Index, Pred
 from .tile import Tile
@@ -137,7 +137,3 @@ def result_dtype(dtype: object, *xs: object) -> np.dtype:
         d = dtype_of(x)
         out = d if out is None else dtypes.promote(out, d)
     return out if out is not None else dtypes.float32
-
-
-def is_tensor(t: Tensor, *buffers: str) -> bool:
-    return t.buffer in buffers

@@ -242,3 +242,18 @@ def test_fused_softmax_and_rms_norm():
     s = e / e.sum(1, keepdims=True)
     ref = s / np.sqrt((s * s).mean(1, keepdims=True) + 1e-6) * w
     np.testing.assert_allclose(softmax_rms(x, w), ref, rtol=2e-5, atol=1e-6)
+
+
+@nki.jit
+def dropout_kernel(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    nl.store(out, value=nisa.dropout(nl.load(x), prob=0.25))
+    return out
+
+
+def test_dropout_zeroes_about_prob_and_is_reproducible():
+    x = np.ones((128, 256), np.float32)
+    a, b = dropout_kernel(x), dropout_kernel(x)
+    assert np.array_equal(a, b)
+    assert set(np.unique(a)) <= {0.0, 1.0}
+    assert abs((a == 0).mean() - 0.25) < 0.02
