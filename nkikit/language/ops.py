@@ -215,7 +215,7 @@ def _tensor_scalar(data: Access, name: str, operand0, reverse: bool, dtype, mask
         "tensor_scalar",
         [out],
         [data, operand0],
-        {"op0": op_name(name), "reverse0": reverse, "op1": None, "reverse1": False},
+        _scalar_attrs(name, reverse),
         mask=mask,
         loc=loc,
     )
@@ -263,40 +263,24 @@ def accumulate(dst: Tile, other, name: str, *, loc: SourceLoc) -> Tile:
         o = as_tile_access(access_of(other, loc, name))
         dd = as_tile_access(d)
         if o.free_size == 1 and dd.free_size > 1:
-            _emit(
-                "tensor_scalar",
-                [dd],
-                [dd, o],
-                {
-                    "op0": op_name(name),
-                    "reverse0": False,
-                    "op1": None,
-                    "reverse1": False,
-                    "accumulate": True,
-                },
-                loc=loc,
-            )
+            _emit("tensor_scalar", [dd], [dd, o], _scalar_attrs(name, accumulate=True), loc=loc)
         else:
             o = broadcast_access(o, dd.shape, loc, name)
-            _emit(
-                "tensor_tensor", [dd], [dd, o], {"op": op_name(name), "accumulate": True}, loc=loc
-            )
+            attrs = {"op": op_name(name), "accumulate": True}
+            _emit("tensor_tensor", [dd], [dd, o], attrs, loc=loc)
         return dst
     dd = as_tile_access(d)
-    _emit(
-        "tensor_scalar",
-        [dd],
-        [dd, operand(other, loc)],
-        {
-            "op0": op_name(name),
-            "reverse0": False,
-            "op1": None,
-            "reverse1": False,
-            "accumulate": True,
-        },
-        loc=loc,
-    )
+    attrs = _scalar_attrs(name, accumulate=True)
+    _emit("tensor_scalar", [dd], [dd, operand(other, loc)], attrs, loc=loc)
     return dst
+
+
+def _scalar_attrs(name: str, reverse: bool = False, accumulate: bool = False) -> dict:
+    """Attributes of a one-operation ``tensor_scalar``."""
+    attrs = {"op0": op_name(name), "reverse0": reverse, "op1": None, "reverse1": False}
+    if accumulate:
+        attrs["accumulate"] = True
+    return attrs
 
 
 def _make_binary(name: str):
@@ -414,29 +398,21 @@ def reduce(
     return tile
 
 
-def sum(x, axis=None, *, dtype=None, mask=None, keepdims=False, **kwargs) -> Tile:  # noqa: A001
-    """Sum along free axes."""
-    return reduce("add", x, axis, dtype, mask, keepdims, loc=caller_loc())
+def _make_reduce(public: str, op: str, what: str):
+    def fn(x, axis=None, *, dtype=None, mask=None, keepdims=False, **kwargs) -> Tile:
+        return reduce(op, x, axis, dtype, mask, keepdims, loc=caller_loc())
+
+    fn.__name__ = fn.__qualname__ = public
+    fn.__nki_op__ = op
+    fn.__doc__ = f"{what} along free axes ``axis`` (default: all free axes)."
+    return fn
 
 
-def max(x, axis=None, *, dtype=None, mask=None, keepdims=False, **kwargs) -> Tile:  # noqa: A001
-    """Maximum along free axes."""
-    return reduce("max", x, axis, dtype, mask, keepdims, loc=caller_loc())
-
-
-def min(x, axis=None, *, dtype=None, mask=None, keepdims=False, **kwargs) -> Tile:  # noqa: A001
-    """Minimum along free axes."""
-    return reduce("min", x, axis, dtype, mask, keepdims, loc=caller_loc())
-
-
-def prod(x, axis=None, *, dtype=None, mask=None, keepdims=False, **kwargs) -> Tile:
-    """Product along free axes."""
-    return reduce("multiply", x, axis, dtype, mask, keepdims, loc=caller_loc())
-
-
-def all(x, axis=None, *, dtype=None, mask=None, keepdims=False, **kwargs) -> Tile:  # noqa: A001
-    """Logical and along free axes."""
-    return reduce("logical_and", x, axis, dtype, mask, keepdims, loc=caller_loc())
+sum = _make_reduce("sum", "add", "Sum")  # noqa: A001 - NKI's names
+max = _make_reduce("max", "max", "Maximum")  # noqa: A001
+min = _make_reduce("min", "min", "Minimum")  # noqa: A001
+prod = _make_reduce("prod", "multiply", "Product")
+all = _make_reduce("all", "logical_and", "Logical and")  # noqa: A001
 
 
 def mean(x, axis=None, *, dtype=None, mask=None, keepdims=False, **kwargs) -> Tile:
