@@ -643,6 +643,82 @@ def _ratio(a: float | None, b: float | None) -> str:
     return f"{a / b:.2f}×" if a / b < 100 else f"{a / b:.0f}×"
 
 
+def goal_lines(results: dict) -> list[str]:
+    """The performance goals (DESIGN.md, issue "Simulator speed"), each met or not, from the
+    numbers of this run."""
+    rows = results["rows"]
+    if not rows:
+        return []
+
+    def verdict(ok: bool) -> str:
+        return "met" if ok else "**not met**"
+
+    def ratio(a, b):
+        return None if a is None or b is None or not b else a / b
+
+    def worst(fn) -> tuple[float, str]:
+        vals = [
+            (fn(r), f"{r['kernel']} {r['size']} {r['dtype']}") for r in rows if fn(r) is not None
+        ]
+        return max(vals) if vals else (float("nan"), "—")
+
+    out = ["Goals, from this run:", ""]
+    w, where = worst(lambda r: ratio(r["warm_s"], r["numpy_s"]))
+    out.append(
+        f"- warm within 1.5× of numpy for every kernel: {verdict(w <= 1.5)} (worst {w:.2f}×, {where})"
+    )
+    c, where = worst(lambda r: ratio(r["cold_s"], r["numpy_s"]))
+    out.append(f"- cold within 3× of numpy: {verdict(c <= 3)} (worst {c:.2f}×, {where})")
+    tri = [
+        (ratio(r.get("triton_s"), r["warm_s"]), f"{r['kernel']} {r['size']} {r['dtype']}")
+        for r in rows
+        if r.get("triton_s")
+    ]
+    if tri:
+        t, where = min(tri)
+        out.append(
+            f"- at least 20× faster than Triton's interpreter: {verdict(t >= 20)} (least {t:.0f}×, {where})"
+        )
+    lib = [r for r in results.get("library_trace", []) if "trace_verify_s" in r]
+    if lib:
+        m = max(lib, key=lambda r: r["trace_verify_s"])
+        out.append(
+            f"- trace + verify of a library kernel under 100 ms: {verdict(m['trace_verify_s'] < 0.1)} "
+            f"(slowest {m['trace_verify_s'] * 1e3:.1f} ms, {m['kernel']})"
+        )
+    ov = (results.get("call_overhead") or {}).get("fast")
+    if ov:
+        out.append(
+            f"- a cached call adds under 50 µs: {verdict(ov['added_us'] < 50)} ({ov['added_us']:.0f} µs on a "
+            f"tiny kernel; the specialization-cache lookup alone is {ov['specialize_hit_us']:.0f} µs)"
+        )
+    p, where = worst(lambda r: ratio(r.get("peak_fast_bytes"), r.get("io_bytes")))
+    out.append(
+        f"- peak memory under 2× inputs + outputs: {verdict(p < 2)} (worst {p:.2f}×, {where})"
+    )
+    for r in rows:
+        if r["dtype"] == "fp32" and (r["kernel"], r["size"]) in (
+            ("rmsnorm", "4096x4096"),
+            ("matmul", "2048^3"),
+        ):
+            ref, fast = ratio(r["ref_s"], r["numpy_s"]), ratio(r["warm_s"], r["numpy_s"])
+            out.append(
+                f"- milestone Core, {r['kernel']} {r['size']} fp32 within 3× of numpy: reference "
+                f"{ref:.2f}× ({verdict(ref <= 3)}), fast path {fast:.2f}× ({verdict(fast <= 3)})"
+            )
+    out.append(
+        "- fast path bit-identical to the reference on every row: "
+        f"{verdict(all(r['fast_equals_reference'] for r in rows))}"
+    )
+    if any("earlier run" in (r.get("triton_note") or "") for r in rows):
+        out += [
+            "",
+            "The Triton column comes from an earlier full run of this benchmark (`--reuse-triton`); "
+            "the Triton kernels did not change in between.",
+        ]
+    return out
+
+
 def render_markdown(results: dict) -> str:
     meta = results["meta"]
     lines = [
@@ -676,6 +752,7 @@ def render_markdown(results: dict) -> str:
             f"{_ratio(r['ref_s'], r['numpy_s'])} | {_ratio(r.get('triton_s'), r['warm_s'])} | "
             f"{'—' if peak is None else f'{peak:.2f}×'} | {'yes' if r['fast_equals_reference'] else '**NO**'} |"
         )
+    lines += ["", *goal_lines(results)]
     ov = results.get("call_overhead")
     lines += [
         "",
@@ -747,6 +824,12 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--quick", action="store_true", help="small sizes and 2 repeats (smoke test)")
     ap.add_argument("--tiny", action="store_true", help="one tiny size per kernel (for tests)")
     ap.add_argument(
+        "--render",
+        default=None,
+        metavar="JSON",
+        help="only rewrite the Markdown next to an existing results.json",
+    )
+    ap.add_argument(
         "--repeats", type=int, default=None, help="runs per measurement (default 5, quick 2)"
     )
     ap.add_argument("--kernels", default="rmsnorm,softmax,layernorm,matmul,attention")
@@ -807,6 +890,13 @@ def _threads(n: int):
 
 
 def _main(opts) -> dict:
+    if opts.render:
+        results = json.loads(Path(opts.render).read_text())
+        out = Path(opts.render).with_suffix(".md")
+        out.write_text(render_markdown(results))
+        print(f"wrote {out}")
+        return results
+    machine = machine_info()  # before the run: its load average is the one at the start
     mode = "tiny" if opts.tiny else "quick" if opts.quick else "full"
     sizes = TINY if opts.tiny else QUICK if opts.quick else FULL
     repeats = opts.repeats or (1 if opts.tiny else 2 if opts.quick else 5)
@@ -848,7 +938,7 @@ def _main(opts) -> dict:
             "mode": mode,
             "repeats": repeats,
             "threads": opts.threads,
-            "machine": machine_info(),
+            "machine": machine,
             "loadavg_end": os.getloadavg(),
             "triton": "measured" if use_triton else (triton_available() or "skipped"),
         },

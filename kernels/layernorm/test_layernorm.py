@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import nkikit.typing as nt
-from nkikit.testing import check_kernel, check_manifest, random_inputs
+from nkikit.testing import assert_close, check_kernel, check_manifest, random_inputs, tolerance
 from nkikit.testing import strategies as nst
 
 from . import kernel, reference
@@ -77,3 +77,77 @@ def test_layernorm_largest_row_fits_sbuf(dtype):
 def test_layernorm_large(dtype):
     x, w, b = random_inputs([(1000, 4000), (4000,), (4000,)], dtype, seed=4)
     check_kernel(kernel.layernorm, reference.layernorm, x, w, b, dtype=dtype, op_kind=OP_KIND)
+
+
+# --- backward ----------------------------------------------------------------------------------
+
+
+def assert_grads_close(got, want, dtype):
+    """Each gradient against the float64 analytic reference.  The input gradient is a
+    difference of terms of the size of the largest gradient entries (cancellation), so the
+    absolute part of the tolerance is the dtype's relative tolerance times that size."""
+    tol = tolerance(dtype, OP_KIND)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        scale = float(np.max(np.abs(w))) if np.size(w) else 1.0
+        assert_close(g, w, dtype=dtype, op_kind=OP_KIND, atol=tol.atol + tol.rtol * scale)
+
+
+@given(
+    rows=nst.row_counts(3 * 128),
+    d=nst.free_sizes(600),
+    dtype=nst.nki_dtypes(kernel.DTYPES),
+    offset=st.sampled_from([0.0, 4.0]),
+    seed=nst.seeds(),
+)
+def test_layernorm_backward_matches_reference(rows, d, dtype, offset, seed):
+    g, x, w, b = random_inputs([(rows, d), (rows, d), (d,), (d,)], dtype, seed)
+    x = x + np.asarray(offset, dtype=x.dtype)
+    got = kernel.layernorm_backward(g, x, w, b)
+    assert [a.dtype for a in got] == [x.dtype] * 3 and got[1].shape == got[2].shape == (d,)
+    assert_grads_close(got, reference.layernorm_backward(g, x, w, b), dtype)
+
+
+def test_layernorm_backward_reference_is_torch_autograd():
+    torch = pytest.importorskip("torch")
+    g, x, w, b = random_inputs([(3, 5, 40), (3, 5, 40), (40,), (40,)], "float32", seed=7)
+    ts = [torch.tensor(a, dtype=torch.float64, requires_grad=True) for a in (x, w, b)]
+    y = torch.nn.functional.layer_norm(ts[0], (40,), ts[1], ts[2], eps=1e-5)
+    y.backward(torch.tensor(g, dtype=torch.float64))
+    for got, t in zip(reference.layernorm_backward(g, x, w, b), ts):
+        np.testing.assert_allclose(got, t.grad.numpy(), rtol=1e-9, atol=1e-11)
+
+
+@pytest.fixture(scope="module")
+def bound():
+    """The folder's functions bound as torch ops (with autograd) without publishing."""
+    pytest.importorskip("torch")
+    from nkikit.registry.manifest import load_manifest
+    from nkikit.registry.runtime import bind_functions
+
+    return bind_functions(
+        __package__, load_manifest(Path(__file__).parent), "nkikit_local_layernorm"
+    )
+
+
+@pytest.mark.filterwarnings("ignore:Input #.* is not a double precision:UserWarning")
+def test_layernorm_gradcheck(bound):
+    """gradcheck through the torch binding.  The kernels compute in fp32 (NKI has no float64),
+    so it runs in fp32 with finite-difference steps and tolerances loosened for fp32 rounding;
+    the tests above check the same gradients tightly against the float64 reference."""
+    import torch
+
+    torch.manual_seed(0)
+    x = torch.randn(3, 8, requires_grad=True)
+    w = (torch.rand(8) + 0.5).requires_grad_()
+    b = torch.randn(8, requires_grad=True)
+    assert torch.autograd.gradcheck(
+        lambda *a: bound["layernorm"](*a, eps=1e-3), (x, w, b), eps=1e-2, atol=2e-2, rtol=2e-2
+    )
+
+
+@pytest.mark.parametrize("dtype", kernel.DTYPES)
+def test_layernorm_backward_largest_row_fits_sbuf(dtype):
+    d = kernel.MAX_D
+    spec = nt.tensor[[256, d], dtype]
+    kernel.layernorm_backward_kernel.ir(spec, spec, nt.tensor[[d], dtype], 1e-5)

@@ -92,7 +92,9 @@ def matmul_kernel(lhsT, rhs, out_dtype=None):
     for nb in nl.affine_range(math.ceil(n_size / width_n)):
         # rhs block [K, width_n]: one DMA of width_n columns per 128 contraction rows
         cols = nb * width_n + i_bn
-        rhs_blk = nl.ndarray((k_tiles, nl.par_dim(tile_k), width_n), dtype=rhs.dtype, buffer=nl.sbuf)
+        rhs_blk = nl.ndarray(
+            (k_tiles, nl.par_dim(tile_k), width_n), dtype=rhs.dtype, buffer=nl.sbuf
+        )
         for k in nl.affine_range(k_full):
             rhs_blk[k, i_k, i_bn] = nl.load(rhs[k * tile_k + i_k, cols], mask=cols < n_size)
         if k_rest:
@@ -141,32 +143,105 @@ def matmul_kernel(lhsT, rhs, out_dtype=None):
     return out
 
 
-def matmul(lhsT: np.ndarray, rhs: np.ndarray) -> np.ndarray:
+def matmul(lhsT: np.ndarray, rhs: np.ndarray, *, out_dtype: str = "") -> np.ndarray:
     """Matrix product ``lhsT.T @ rhs``, i.e. ``A @ B`` with ``A`` given transposed.
 
     Layout: ``lhsT`` is [K, M] (the left matrix **transposed**, contraction dimension first),
-    ``rhs`` is [K, N]; the result is [M, N].  Numpy arrays or CPU torch tensors, both float32,
-    both bfloat16 or both float16; 1 <= K <= 8192, any M and N.  Products accumulate in fp32
-    (PSUM) and the result is rounded once to the input dtype.
+    ``rhs`` is [K, N]; the result is [M, N].  Numpy arrays or CPU torch tensors of one dtype:
+    float32, bfloat16, float16 or an fp8 format (float8_e4m3, float8_e4m3fn, float8_e5m2);
+    1 <= K <= 8192, any M and N.  Products accumulate in fp32 (PSUM) and the result is rounded
+    once to ``out_dtype``: one of float32, bfloat16, float16, or "" for the default (the input
+    dtype; bfloat16 for fp8 inputs).
     Raises ``ValueError`` for non-2-D or mismatched shapes and ``TypeError`` for an unsupported
-    or mixed dtype.
+    or mixed dtype or an unsupported ``out_dtype``.
     """
+    _check_shapes("matmul", lhsT, rhs)
+    in_dtype = _common_dtype("matmul", lhsT, rhs)
+    return matmul_kernel(lhsT, rhs, _out_dtype(in_dtype, out_dtype))
+
+
+def matmul_backward(
+    grad: np.ndarray, lhsT: np.ndarray, rhs: np.ndarray, *, out_dtype: str = ""
+) -> tuple[np.ndarray, np.ndarray]:
+    """Gradients of ``out = lhsT.T @ rhs`` given ``grad`` = dL/d out [M, N]:
+
+    - ``grad_lhsT`` [K, M] = ``rhs @ grad.T`` = ``matmul(rhs.T, grad.T)`` (contraction over N),
+    - ``grad_rhs`` [K, N] = ``lhsT @ grad`` = ``matmul(lhsT.T, grad)`` (contraction over M),
+
+    both computed by ``matmul_kernel`` (fp32 PSUM accumulation) and returned in the dtype of
+    ``lhsT``/``rhs``.  The operand transposes (``rhs.T``, ``grad.T``, ``lhsT.T``) are host-side
+    copies into the [contraction, free] layout the kernel takes.  The operands meet in the
+    input dtype when ``grad`` has it, in ``grad``'s dtype for fp8 inputs with a bf16/fp16
+    ``grad``, else in float32 (all widenings exact).  Needs M, N <= 8192 (they are the contraction sizes here).
+    ``out_dtype`` is the forward's attribute (unused: the gradients take the input dtype).
+    """
+    del out_dtype
+    _check_shapes("matmul_backward", lhsT, rhs)
+    in_dtype = _common_dtype("matmul_backward", lhsT, rhs)
+    (_, m_size), (_, n_size) = tuple(lhsT.shape), tuple(rhs.shape)
+    if tuple(grad.shape) != (m_size, n_size):
+        raise ValueError(
+            f"matmul_backward: grad must have the output shape {(m_size, n_size)}, got {tuple(grad.shape)}"
+        )
+    if max(m_size, n_size) > MAX_K:
+        raise ValueError(
+            f"matmul_backward: M and N must be <= {MAX_K} (the backward contracts over them), "
+            f"got M={m_size}, N={n_size}"
+        )
+    g_dtype = dtypes.name(dtypes.as_dtype(grad.dtype))
+    if g_dtype == in_dtype:
+        work = in_dtype
+    elif in_dtype in FP8_DTYPES and g_dtype in ("bfloat16", "float16"):
+        work = g_dtype  # fp8 widens exactly to bf16/fp16
+    else:
+        work = "float32"
+    g, a, b = (_as(x, work) for x in (grad, lhsT, rhs))
+    grad_lhsT = matmul_kernel(_transposed(b), _transposed(g), in_dtype)
+    grad_rhs = matmul_kernel(_transposed(a), g, in_dtype)
+    return grad_lhsT, grad_rhs
+
+
+def _check_shapes(fn: str, lhsT: np.ndarray, rhs: np.ndarray) -> None:
     if len(lhsT.shape) != 2 or len(rhs.shape) != 2:
         raise ValueError(
-            f"matmul: lhsT and rhs must be 2-D, got {tuple(lhsT.shape)} and {tuple(rhs.shape)}"
+            f"{fn}: lhsT and rhs must be 2-D, got {tuple(lhsT.shape)} and {tuple(rhs.shape)}"
         )
     (k_size, m_size), (k2, n_size) = tuple(lhsT.shape), tuple(rhs.shape)
     if k_size != k2:
         raise ValueError(
-            f"matmul: lhsT [K, M] = {tuple(lhsT.shape)} and rhs [K, N] = {tuple(rhs.shape)} differ in K"
+            f"{fn}: lhsT [K, M] = {tuple(lhsT.shape)} and rhs [K, N] = {tuple(rhs.shape)} differ in K"
         )
     if not 1 <= k_size <= MAX_K:
-        raise ValueError(f"matmul: K must be in [1, {MAX_K}], got {k_size}")
+        raise ValueError(f"{fn}: K must be in [1, {MAX_K}], got {k_size}")
     if m_size == 0 or n_size == 0:
-        raise ValueError(f"matmul: M and N must be positive, got M={m_size}, N={n_size}")
+        raise ValueError(f"{fn}: M and N must be positive, got M={m_size}, N={n_size}")
+
+
+def _common_dtype(fn: str, lhsT: np.ndarray, rhs: np.ndarray) -> str:
     names = {dtypes.name(dtypes.as_dtype(t.dtype)) for t in (lhsT, rhs)}
     if len(names) != 1 or not names <= set(DTYPES):
         raise TypeError(
-            f"matmul: lhsT and rhs must share one of {', '.join(DTYPES)}; got {', '.join(sorted(names))}"
+            f"{fn}: lhsT and rhs must share one of {', '.join(DTYPES)}; got {', '.join(sorted(names))}"
         )
-    return matmul_kernel(lhsT, rhs)
+    return names.pop()
+
+
+def _out_dtype(in_dtype: str, out_dtype: str) -> str:
+    if not out_dtype:
+        return "bfloat16" if in_dtype in FP8_DTYPES else in_dtype
+    if out_dtype not in OUT_DTYPES:
+        raise TypeError(
+            f"matmul: out_dtype must be one of {', '.join(OUT_DTYPES)} or '', got {out_dtype!r}"
+        )
+    return out_dtype
+
+
+def _as(x, dtype_name: str):  # noqa: ANN001, ANN202
+    """``x`` (numpy array or CPU torch tensor) in an NKI dtype, as a numpy array."""
+    a = x.numpy() if hasattr(x, "numpy") and not isinstance(x, np.ndarray) else np.asarray(x)
+    dt = dtypes.as_dtype(dtype_name)
+    return a if a.dtype == dt else a.astype(np.float32).astype(dt)
+
+
+def _transposed(x: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(x.T)

@@ -1,5 +1,20 @@
-"""RMSNorm over the last dimension (``rmsnorm(x, weight, eps=1e-6)``)."""
+"""RMSNorm over the last dimension (``rmsnorm(x, weight, eps=1e-6)``), its backward, and the
+fused residual variant ``add_rmsnorm(x, residual, weight)``."""
 
-from .kernel import rmsnorm, rmsnorm_kernel
+from .kernel import (
+    add_rmsnorm,
+    add_rmsnorm_kernel,
+    rmsnorm,
+    rmsnorm_backward,
+    rmsnorm_backward_kernel,
+    rmsnorm_kernel,
+)
 
-__all__ = ["rmsnorm", "rmsnorm_kernel"]
+__all__ = [
+    "add_rmsnorm",
+    "add_rmsnorm_kernel",
+    "rmsnorm",
+    "rmsnorm_backward",
+    "rmsnorm_backward_kernel",
+    "rmsnorm_kernel",
+]

@@ -10,3 +10,25 @@ def rmsnorm(x: np.ndarray, weight: np.ndarray, *, eps: float = 1e-6) -> np.ndarr
     x64 = np.asarray(x, dtype=np.float64)
     ms = np.mean(x64 * x64, axis=-1, keepdims=True)
     return x64 / np.sqrt(ms + eps) * np.asarray(weight, dtype=np.float64)
+
+
+def add_rmsnorm(
+    x: np.ndarray, residual: np.ndarray, weight: np.ndarray, *, eps: float = 1e-6
+) -> tuple[np.ndarray, np.ndarray]:
+    """``h = x + residual`` and ``rmsnorm(h, weight)``, in float64; returns ``(out, h)``."""
+    h = np.asarray(x, np.float64) + np.asarray(residual, np.float64)
+    return rmsnorm(h, weight, eps=eps), h
+
+
+def rmsnorm_backward(
+    grad_out: np.ndarray, x: np.ndarray, weight: np.ndarray, *, eps: float = 1e-6
+) -> tuple[np.ndarray, np.ndarray]:
+    """Analytic gradients of :func:`rmsnorm` in float64: ``(grad_x, grad_weight)``."""
+    g = np.asarray(grad_out, np.float64)
+    x64 = np.asarray(x, np.float64)
+    w = np.asarray(weight, np.float64)
+    d = x64.shape[-1]
+    r = 1.0 / np.sqrt(np.mean(x64 * x64, axis=-1, keepdims=True) + eps)
+    gw = g * w
+    gx = r * gw - x64 * r**3 * np.sum(gw * x64, axis=-1, keepdims=True) / d
+    return gx, np.sum((g * x64 * r).reshape(-1, d), axis=0)

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import nkikit.typing as nt
-from nkikit.testing import check_kernel, check_manifest, random_inputs
+from nkikit.testing import assert_close, check_kernel, check_manifest, random_inputs, tolerance
 from nkikit.testing import strategies as nst
 
 from . import kernel, reference
@@ -74,3 +74,101 @@ def test_rmsnorm_largest_row_fits_sbuf(dtype):
 def test_rmsnorm_large(dtype):
     x, w = random_inputs([(1000, 4096), (4096,)], dtype, seed=2)
     check_kernel(kernel.rmsnorm, reference.rmsnorm, x, w, dtype=dtype, op_kind=OP_KIND)
+
+
+# --- add_rmsnorm -------------------------------------------------------------------------------
+
+
+@given(
+    rows=nst.row_counts(3 * 128),
+    d=nst.free_sizes(1024),
+    dtype=nst.nki_dtypes(kernel.DTYPES),
+    seed=nst.seeds(),
+)
+def test_add_rmsnorm_matches_reference(rows, d, dtype, seed):
+    x, r, w = random_inputs([(rows, d), (rows, d), (d,)], dtype, seed)
+    check_kernel(kernel.add_rmsnorm, reference.add_rmsnorm, x, r, w, dtype=dtype, op_kind=OP_KIND)
+
+
+@pytest.mark.parametrize("dtype", kernel.DTYPES)
+def test_add_rmsnorm_is_add_then_rmsnorm(dtype):
+    x, r, w = random_inputs([(2, 65, 96), (2, 65, 96), (96,)], dtype, seed=4)
+    y, h = kernel.add_rmsnorm(x, r, w, eps=1e-5)
+    want_h = (x.astype(np.float32) + r.astype(np.float32)).astype(x.dtype)
+    np.testing.assert_array_equal(h, want_h)  # one rounding of the exact sum
+    np.testing.assert_array_equal(y, kernel.rmsnorm(want_h, w, eps=1e-5))
+    with pytest.raises(ValueError, match="residual must have"):
+        kernel.add_rmsnorm(x, r[:1], w)
+
+
+# --- backward ----------------------------------------------------------------------------------
+
+
+def assert_grads_close(got, want, dtype):
+    """Each gradient against the float64 analytic reference.  The input gradient is a
+    difference of two terms of the size of the largest gradient entries (cancellation), so the
+    absolute part of the tolerance is the dtype's relative tolerance times that size."""
+    tol = tolerance(dtype, OP_KIND)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        scale = float(np.max(np.abs(w))) if np.size(w) else 1.0
+        assert_close(g, w, dtype=dtype, op_kind=OP_KIND, atol=tol.atol + tol.rtol * scale)
+
+
+@given(
+    rows=nst.row_counts(3 * 128),
+    d=nst.free_sizes(600),
+    dtype=nst.nki_dtypes(kernel.DTYPES),
+    eps=st.sampled_from([1e-6, 0.1]),
+    seed=nst.seeds(),
+)
+def test_rmsnorm_backward_matches_reference(rows, d, dtype, eps, seed):
+    g, x, w = random_inputs([(rows, d), (rows, d), (d,)], dtype, seed)
+    got = kernel.rmsnorm_backward(g, x, w, eps=eps)
+    assert got[0].dtype == x.dtype and got[1].dtype == w.dtype and got[1].shape == (d,)
+    assert_grads_close(got, reference.rmsnorm_backward(g, x, w, eps=eps), dtype)
+
+
+def test_rmsnorm_backward_reference_is_torch_autograd():
+    torch = pytest.importorskip("torch")
+    g, x, w = random_inputs([(3, 5, 40), (3, 5, 40), (40,)], "float32", seed=7)
+    xt = torch.tensor(x, dtype=torch.float64, requires_grad=True)
+    wt = torch.tensor(w, dtype=torch.float64, requires_grad=True)
+    y = xt * torch.rsqrt(xt.pow(2).mean(-1, keepdim=True) + 1e-6) * wt
+    y.backward(torch.tensor(g, dtype=torch.float64))
+    gx, gw = reference.rmsnorm_backward(g, x, w)
+    np.testing.assert_allclose(gx, xt.grad.numpy(), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(gw, wt.grad.numpy(), rtol=1e-10, atol=1e-12)
+
+
+@pytest.fixture(scope="module")
+def bound():
+    """The folder's functions bound as torch ops (with autograd) without publishing."""
+    pytest.importorskip("torch")
+    from nkikit.registry.manifest import load_manifest
+    from nkikit.registry.runtime import bind_functions
+
+    return bind_functions(__package__, load_manifest(Path(__file__).parent), "nkikit_local_rmsnorm")
+
+
+@pytest.mark.filterwarnings("ignore:Input #.* is not a double precision:UserWarning")
+def test_rmsnorm_gradcheck(bound):
+    """gradcheck through the torch binding.  The kernels compute in fp32 (NKI has no float64),
+    so it runs in fp32 with finite-difference steps and tolerances loosened for fp32 rounding;
+    the tests above check the same gradients tightly against the float64 reference."""
+    import torch
+
+    torch.manual_seed(0)
+    x = torch.randn(3, 8, requires_grad=True)
+    w = (torch.rand(8) + 0.5).requires_grad_()
+    assert torch.autograd.gradcheck(
+        lambda a, b: bound["rmsnorm"](a, b, eps=1e-3), (x, w), eps=1e-2, atol=2e-2, rtol=2e-2
+    )
+
+
+@pytest.mark.parametrize("dtype", kernel.DTYPES)
+def test_rmsnorm_backward_largest_row_fits_sbuf(dtype):
+    d = kernel.MAX_D
+    spec = nt.tensor[[256, d], dtype]
+    kernel.rmsnorm_backward_kernel.ir(spec, spec, nt.tensor[[d], dtype], 1e-6)
+    kernel.add_rmsnorm_kernel.ir(spec, spec, nt.tensor[[d], dtype], 1e-6)

@@ -1,14 +1,21 @@
-"""Row softmax: ``y = exp(x - max(x)) / sum(exp(x - max(x)))`` over the last dimension.
+"""Row softmax: ``y = exp(x - max(x)) / sum(exp(x - max(x)))`` over the last dimension, with an
+optional causal mask, and its backward ``grad_x = y * (grad - sum(grad * y))``.
 
-Rows go on the 128 partitions (``affine_range`` over row tiles, last tile masked).  Per tile,
-four compute instructions, all in fp32 until the final write:
+Rows go on the 128 partitions (``affine_range`` over row tiles; the ragged last tile is peeled
+off the loop, so no instruction needs a mask).  Per tile of the forward:
 
-1. VectorE ``tensor_reduce``: ``-max(x)`` per row (``negate=True`` puts the sign flip in the
-   reduction, so the max can feed the next instruction's bias directly).
-2. ScalarE ``activation_reduce``: ``exp(x + (-max))`` with the row sum accumulated by the same
-   instruction.
+0. (causal only) GpSimd ``affine_select``: columns ``j > i + offset`` become ``-inf``.
+1. VectorE ``tensor_reduce``: ``-max(x)`` per row, in x's dtype (the max of 16-bit values is
+   exact in 16 bits, and the 16-bit reduce runs at twice the fp32 rate); ``negate=True`` puts
+   the sign flip in the reduction, so it feeds the next instruction's bias directly.
+2. ScalarE ``activation_reduce``: ``exp(x + (-max))`` with the row sum (fp32) accumulated by the
+   same instruction.
 3. VectorE ``reciprocal`` of the (P, 1) sums: one division per row instead of per element.
 4. VectorE ``tensor_scalar``: ``exp * (1/sum)``, rounded once to x's dtype.
+
+The backward recomputes ``y`` the same way (its inputs are ``grad`` and ``x``), then
+``s = sum(grad * y)`` (GpSimd product, ScalarE row sum) and one VectorE
+``scalar_tensor_tensor``: ``(grad - s) * y``.
 """
 
 from __future__ import annotations
@@ -26,58 +33,187 @@ from nkikit import dtypes
 
 DTYPES = ("float32", "bfloat16", "float16")
 MAX_D = 16384  # x, exp(x) in fp32 and y must fit SBUF (192 KiB per partition)
+MAX_D_BACKWARD = 8192  # the backward also holds grad, grad * y and grad_x
 
 
 @nki.jit
-def softmax_kernel(x):
-    """Softmax of each row of ``x`` [N, D]; returns [N, D] in x's dtype."""
-    n, d = x.shape
-    out = nl.ndarray((n, d), dtype=x.dtype, buffer=nl.shared_hbm)
-    pmax = nl.tile_size.pmax
-    i_p = nl.arange(pmax)[:, None]
+def softmax_kernel(x, causal, offset):
+    """Softmax of each row of ``x`` [B, S, D]; returns [B, S, D] in x's dtype.  With ``causal``,
+    row i of each [S, D] slice keeps columns ``j <= i + offset`` (the rest become 0)."""
+    b, n, d = x.shape
+    out = nl.ndarray((b, n, d), dtype=x.dtype, buffer=nl.shared_hbm)
     i_f = nl.arange(d)[None, :]
 
-    for t in nl.affine_range(math.ceil(n / pmax)):
-        rows = t * pmax + i_p
-        valid = rows < n
-        x_tile = nl.load(x[rows, i_f], mask=valid)
+    def row_tile(bi, r0, k):
+        i_k = nl.arange(k)[:, None]
+        x_tile = nl.load(x[bi, r0 + i_k, i_f])
+        y = yield from _softmax_rows(x_tile, r0, causal, offset)
+        nl.store(out[bi, r0 + i_k, i_f], value=y)
 
-        neg_max = nisa.tensor_reduce(
-            nl.max, x_tile, axis=1, negate=True, keepdims=True, dtype=nl.float32, mask=valid
-        )
-        row_sum = nl.ndarray((pmax, 1), dtype=nl.float32)
-        exp_tile = nisa.activation_reduce(
-            op=nl.exp,
-            data=x_tile,
-            bias=neg_max,
-            reduce_op=nl.add,
-            reduce_res=row_sum,
-            dtype=nl.float32,
-            mask=valid,
-        )
-        inv_sum = nisa.reciprocal(row_sum, mask=valid)
-        y = nisa.tensor_scalar(exp_tile, nl.multiply, inv_sum, dtype=x.dtype, mask=valid)
-        nl.store(out[rows, i_f], value=y, mask=valid)
+    _for_row_tiles(b, n, row_tile, _group(d, x.dtype, 4))
     return out
 
 
-def softmax(x: np.ndarray) -> np.ndarray:
+@nki.jit
+def softmax_backward_kernel(grad, x, causal, offset):
+    """``grad_x = y * (grad - sum(grad * y))`` with ``y = softmax(x)`` recomputed; [B, S, D]."""
+    b, n, d = x.shape
+    out = nl.ndarray((b, n, d), dtype=x.dtype, buffer=nl.shared_hbm)
+    i_f = nl.arange(d)[None, :]
+
+    def row_tile(bi, r0, k):
+        i_k = nl.arange(k)[:, None]
+        x_tile = nl.load(x[bi, r0 + i_k, i_f])
+        g_tile = nl.load(grad[bi, r0 + i_k, i_f])
+        y = yield from _softmax_rows(x_tile, r0, causal, offset)
+        yield
+        gy = nisa.tensor_tensor(g_tile, y, nl.multiply, dtype=x.dtype, engine=nisa.engine.gpsimd)
+        s = nl.ndarray((k, 1), dtype=nl.float32)
+        nisa.activation_reduce(op=nl.copy, data=gy, reduce_op=nl.add, reduce_res=s)
+        yield
+        # (grad - s) * y: all-16-bit operands (s rounded to x's dtype) make it the N-cycle form
+        s_x = nisa.tensor_copy(s, dtype=x.dtype)
+        dx = nisa.scalar_tensor_tensor(
+            data=g_tile, op0=nl.subtract, operand0=s_x, op1=nl.multiply, operand1=y, dtype=x.dtype
+        )
+        nl.store(out[bi, r0 + i_k, i_f], value=dx)
+
+    _for_row_tiles(b, n, row_tile, _group(d, x.dtype, 2))
+    return out
+
+
+def _for_row_tiles(b, n, body, group):
+    """Run ``body(batch, first_row, rows)`` for every 128-row tile of every batch.
+
+    ``body`` is a generator function; each ``yield`` ends one stage of its tile.  Full tiles
+    go ``group`` per ``affine_range`` iteration with their stages interleaved in program
+    order (stage 1 of every tile, then stage 2 of every tile, ...): each engine runs its
+    instructions in program order, so an engine that works twice on one tile (VectorE before
+    and after the ScalarE exp) would otherwise idle while the other engine works.  Tiles left
+    over, including the ragged last one (peeled with a static size, so no instruction needs a
+    mask), run after the loop.
+    """
+    pmax = nl.tile_size.pmax
+    full = n // pmax
+    for bi in nl.affine_range(b):
+        for t in nl.affine_range(full // group):
+            _interleave([body(bi, (t * group + u) * pmax, pmax) for u in range(group)])
+        tail = [body(bi, u * pmax, pmax) for u in range(full // group * group, full)]
+        if n % pmax:
+            tail.append(body(bi, full * pmax, n % pmax))
+        _interleave(tail)
+
+
+def _interleave(stages) -> None:
+    """Advance the generators round-robin until all are exhausted (traces their stages in
+    interleaved program order)."""
+    live = list(stages)
+    while live:
+        live = [g for g in live if next(g, _DONE) is not _DONE]
+
+
+_DONE = object()
+
+
+def _softmax_rows(x_tile, r0, causal, offset):
+    """Softmax of the rows of an SBUF tile (row i of the tile is row ``r0 + i``); x's dtype."""
+    k, d = x_tile.shape
+    dtype = x_tile.dtype
+    if causal:
+        i_k = nl.arange(k)[:, None]
+        i_f = nl.arange(d)[None, :]
+        x_tile = nisa.affine_select(r0 + i_k + offset - i_f >= 0, x_tile, -np.inf)
+    # 16-bit: the max is exact in the input dtype and the 16-bit reduce is twice as fast
+    red_dtype = dtype if _is_16bit(dtype) else nl.float32
+    neg_max = nisa.tensor_reduce(
+        nl.max, x_tile, axis=1, negate=True, keepdims=True, dtype=red_dtype
+    )
+    yield
+    row_sum = nl.ndarray((k, 1), dtype=nl.float32)
+    exp_tile = nisa.activation_reduce(
+        op=nl.exp,
+        data=x_tile,
+        bias=neg_max,
+        reduce_op=nl.add,
+        reduce_res=row_sum,
+        dtype=red_dtype,
+    )
+    # 16-bit: 1/sum rounded to x's dtype so the multiply runs in the 16-bit tensor_scalar mode
+    # (4x); exp, 1/sum and the product are each rounded once (<= 1.5 ulp together)
+    inv_sum = nisa.reciprocal(row_sum, dtype=red_dtype)
+    return nisa.tensor_scalar(exp_tile, nl.multiply, inv_sum, dtype=dtype)
+
+
+def _group(d, dtype, most):
+    """Row tiles per loop iteration: up to ``most``, while the group's input tiles stay within
+    32 KiB per partition (more would not fit SBUF with their intermediates and buffers)."""
+    return max(1, min(most, 32768 // (d * dtypes.as_dtype(dtype).itemsize)))
+
+
+def _is_16bit(dtype) -> bool:
+    return dtypes.as_dtype(dtype).itemsize == 2
+
+
+def softmax(x: np.ndarray, *, causal: bool = False, offset: int = 0) -> np.ndarray:
     """Softmax over the last dimension, max-subtracted (no overflow for large inputs).
 
     ``x``: [..., D] (leading dims flattened to rows), numpy array or CPU torch tensor of
-    float32, bfloat16 or float16; 1 <= D <= 16384.  Returns x's shape and dtype.
-    Raises ``ValueError`` for a bad shape and ``TypeError`` for an unsupported dtype.
+    float32, bfloat16 or float16; 1 <= D <= 16384.  With ``causal=True``, x is [..., S, D]
+    (e.g. attention scores [B, H, S_q, S_k]) and row i of each [S, D] slice keeps the columns
+    ``j <= i + offset`` (``offset >= 0``; ``offset = S_k - S_q`` aligns the mask bottom-right);
+    masked entries are 0.  Returns x's shape and dtype.  Raises ``ValueError`` for a bad shape
+    or offset and ``TypeError`` for an unsupported dtype.
     """
+    shape = _check("softmax", x, causal, offset)
+    if math.prod(shape) == 0:  # nothing to do; an empty kernel launch is not legal
+        return x.copy() if hasattr(x, "copy") else x.clone()
+    y = softmax_kernel(x.reshape(_as_3d(shape, causal)), bool(causal), int(offset))
+    return y.reshape(shape)
+
+
+def softmax_backward(
+    grad_out: np.ndarray, x: np.ndarray, *, causal: bool = False, offset: int = 0
+) -> tuple[np.ndarray]:
+    """Gradient of :func:`softmax` w.r.t. ``x``: ``(y * (grad_out - sum(grad_out * y)),)`` with
+    ``y = softmax(x, causal=causal, offset=offset)`` recomputed.  ``grad_out``: x's shape and
+    dtype.  Returns a 1-tuple (one gradient per input)."""
+    shape = _check("softmax_backward", x, causal, offset)
+    if tuple(grad_out.shape) != shape:
+        raise ValueError(
+            f"softmax_backward: grad_out must have x's shape {shape}, got {tuple(grad_out.shape)}"
+        )
+    gname = dtypes.name(dtypes.as_dtype(grad_out.dtype))
+    if gname != dtypes.name(dtypes.as_dtype(x.dtype)):
+        raise TypeError(f"softmax_backward: grad_out must have x's dtype; got {gname}")
+    if shape[-1] > MAX_D_BACKWARD:
+        raise ValueError(
+            f"softmax_backward: the last dimension must be <= {MAX_D_BACKWARD}, got {shape[-1]}"
+        )
+    if math.prod(shape) == 0:
+        return (x.copy() if hasattr(x, "copy") else x.clone(),)
+    s3 = _as_3d(shape, causal)
+    gx = softmax_backward_kernel(grad_out.reshape(s3), x.reshape(s3), bool(causal), int(offset))
+    return (gx.reshape(shape),)
+
+
+def _check(fn: str, x: np.ndarray, causal: bool, offset: int) -> tuple[int, ...]:
     shape = tuple(x.shape)
     if len(shape) == 0:
-        raise ValueError("softmax: x must have at least one dimension")
+        raise ValueError(f"{fn}: x must have at least one dimension")
     d = shape[-1]
     if not 1 <= d <= MAX_D:
-        raise ValueError(f"softmax: the last dimension must be in [1, {MAX_D}], got {d}")
+        raise ValueError(f"{fn}: the last dimension must be in [1, {MAX_D}], got {d}")
+    if causal and offset < 0:
+        raise ValueError(f"{fn}: offset must be >= 0 (every row keeps column 0), got {offset}")
     name = dtypes.name(dtypes.as_dtype(x.dtype))
     if name not in DTYPES:
-        raise TypeError(f"softmax: x must be one of {', '.join(DTYPES)}; got {name}")
-    rows = math.prod(shape[:-1])
-    if rows == 0:  # nothing to do; an empty kernel launch is not legal
-        return x.copy() if hasattr(x, "copy") else x.clone()
-    return softmax_kernel(x.reshape((rows, d))).reshape(shape)
+        raise TypeError(f"{fn}: x must be one of {', '.join(DTYPES)}; got {name}")
+    return shape
+
+
+def _as_3d(shape: tuple[int, ...], causal: bool) -> tuple[int, int, int]:
+    """[B, S, D] for the kernel: the causal mask needs each row's index within its slice."""
+    if causal:
+        s = shape[-2] if len(shape) >= 2 else 1
+        return (math.prod(shape[:-2]), s, shape[-1])
+    return (1, math.prod(shape[:-1]), shape[-1])
