@@ -15,8 +15,10 @@ Forward, per tile:
 3. ScalarE ``activation``: ``rstd = rsqrt(var + eps)`` (eps on the bias port); a (P, 1)
    VectorE op for ``-mean * rstd``.
 4. ScalarE ``activation(copy, scale=rstd, bias=-mean*rstd)``: ``xhat = (x - mean) * rstd``
-   in one pass (fp32 inside, rounded to x's dtype).
-5. VectorE ``tensor_tensor``: ``xhat * weight``; GpSimd ``tensor_tensor``: ``+ bias``.
+   in one pass, kept in fp32.
+5. ``xhat * weight`` (fp32) then ``+ bias`` (rounded once to x's dtype, so entries where the
+   two nearly cancel stay accurate): two 2N-cycle tensor_tensor passes, split by columns
+   between VectorE (``VECTOR_SHARE``; it also ran bn_stats) and GpSimd.
 
 ``weight`` and ``bias`` are loaded once and broadcast across the partitions before the loop.
 
@@ -40,8 +42,7 @@ from nkikit import dtypes
 # Entry points take numpy arrays or CPU torch tensors (annotated as numpy) and return the same kind.
 
 DTYPES = ("float32", "bfloat16")
-GROUP_FWD = 2  # 16-bit row tiles per loop iteration (stages interleaved, see _for_row_tiles)
-GROUP_BWD = 2
+GROUP = 2  # row tiles per loop iteration, stages interleaved (see _for_row_tiles)
 VECTOR_SHARE = 0.27  # forward: share of the columns whose y = xhat * w + b runs on VectorE
 MAX_D = 8192  # x, the fp32 intermediate, y and two broadcast parameter tiles must fit SBUF
 
@@ -82,8 +83,7 @@ def layernorm_kernel(x, weight, bias, eps):
                 )
         nl.store(out[r0 + i_k, i_f], value=y)
 
-    # 16-bit tiles are half the size, so 4 tiles in flight still fit SBUF's buffers
-    _for_row_tiles(n, row_tile, GROUP_FWD if dtypes.as_dtype(x.dtype).itemsize == 2 else 2)
+    _for_row_tiles(n, row_tile, GROUP)
     return out
 
 
@@ -134,7 +134,7 @@ def layernorm_backward_kernel(grad, x, weight, eps):
         nl.store(gx_out[r0 + i_k, i_f], value=dx)
 
     # one tile per iteration for the longest fp32 rows (two would not fit SBUF)
-    _for_row_tiles(n, row_tile, GROUP_BWD if d * dtypes.as_dtype(x.dtype).itemsize <= 16384 else 1)
+    _for_row_tiles(n, row_tile, GROUP if d * dtypes.as_dtype(x.dtype).itemsize <= 16384 else 1)
     _column_sums_to(gw_out, acc_w, d)
     _column_sums_to(gb_out, acc_b, d)
     return gx_out, gw_out, gb_out

@@ -23,7 +23,8 @@ def tiny(tiny_repo, hub_url: str, tmp_path_factory: pytest.TempPathFactory):  # 
 
 @pytest.fixture(scope="module")
 def lib(rmsnorm_repo, hub_url: str, tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN001, ANN201
-    """The library's rmsnorm: a plain-Python entry, any number of leading dims, no backward."""
+    """The library's rmsnorm: a plain-Python entry, any number of leading dims; rmsnorm has a
+    backward kernel, add_rmsnorm (two outputs) has none."""
     return pull(
         "nkikit/rmsnorm", version=1, endpoint=hub_url, cache_dir=tmp_path_factory.mktemp("c")
     )
@@ -110,7 +111,8 @@ def test_opcheck(tiny, lib) -> None:  # noqa: ANN001
 
 def test_no_backward_kernel_says_so(lib) -> None:  # noqa: ANN001
     x = torch.randn(3, 64, requires_grad=True)
-    y = lib.rmsnorm(x, torch.rand(64))  # the forward works ...
+    # add_rmsnorm (two outputs) has no backward kernel; rmsnorm has one
+    y, _ = lib.add_rmsnorm(x, torch.randn(3, 64), torch.rand(64))  # the forward works ...
     with pytest.raises(RuntimeError, match="no autograd formula was registered"):
         y.sum().backward()  # ... and backward names the missing piece
 
