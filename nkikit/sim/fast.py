@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import threading
 from collections import OrderedDict
 from typing import Any
 
@@ -52,6 +53,7 @@ __all__ = ["simulate", "explain", "compile_kernel"]
 # cannot be reused while cached.  Bounded, because property tests trace thousands of kernels.
 _CACHE: OrderedDict[int, tuple[Kernel, _Program]] = OrderedDict()
 _CACHE_SIZE = 256
+_LOCK = threading.Lock()
 
 # Largest buffer (elements) and number of loop iterations the coverage proof enumerates;
 # beyond them the buffer is simply poisoned, as the reference does.
@@ -125,16 +127,19 @@ def simulate(kernel: Kernel, args: list[np.ndarray], *, seed: int = 0) -> list[n
 
 
 def compile_kernel(kernel: Kernel) -> _Program:
-    """The compiled program for ``kernel`` (built on first use, then cached)."""
+    """The compiled program for ``kernel`` (built on first use, then cached).  Programs are
+    re-entrant (each run has its own memory), so threads may share them."""
     key = id(kernel)
-    hit = _CACHE.get(key)
-    if hit is not None and hit[0] is kernel:
-        _CACHE.move_to_end(key)
-        return hit[1]
+    with _LOCK:
+        hit = _CACHE.get(key)
+        if hit is not None and hit[0] is kernel:
+            _CACHE.move_to_end(key)
+            return hit[1]
     prog = _Compiler(kernel).build()
-    _CACHE[key] = (kernel, prog)
-    if len(_CACHE) > _CACHE_SIZE:
-        _CACHE.popitem(last=False)
+    with _LOCK:
+        _CACHE[key] = (kernel, prog)
+        if len(_CACHE) > _CACHE_SIZE:
+            _CACHE.popitem(last=False)
     return prog
 
 

@@ -549,6 +549,7 @@ def specs(draw) -> Spec:
             "select",
             "chunked",
             "accumulate",
+            "dropout",
         ]
         if n_cols:
             kinds += ["ts", "act_bias"]
@@ -621,6 +622,8 @@ def specs(draw) -> Spec:
             )
         elif kind == "accumulate":
             ops.append((kind, a))
+        elif kind == "dropout":  # seeded by the loop iteration: the env must match
+            ops.append((kind, a, dt))
         elif kind == "matmul":
             ops.append((kind, a, dt))
         elif kind == "transpose":
@@ -755,6 +758,9 @@ def random_kernel(x, y, w, spec: Spec):
                             tiles[a][ip, j * c + ic], 2.0, mask=(j * c + ic < f)
                         )
                 tiles.append(t)
+            elif kind == "dropout":
+                _, a, dt = op
+                tiles.append(nisa.dropout(tiles[a], 0.3, dtype=DTYPES[dt]))
             elif kind == "accumulate":
                 _, a = op
                 acc[...] += tiles[a]
