@@ -59,6 +59,9 @@ SIZES: dict[tuple[str, str], list[tuple[list[tuple[int, ...]], str, dict[str, An
     ("attention", "attention"): [
         ([(1, 8, 2048, 128), (1, 2, 2048, 128), (1, 2, 2048, 128)], "bfloat16", {})
     ],
+    ("rope", "rope"): [([(1, 32, 2048, 128), (2048, 64), (2048, 64)], "bfloat16", {})],
+    ("cross_entropy", "cross_entropy"): [([(4096, 32000), (4096,)], "bfloat16", {})],
+    ("rmsnorm", "add_rmsnorm"): [([(4096, 4096), (4096, 4096), (4096,)], "bfloat16", {})],
 }
 MATMUL_CLASS = {"matmul", "attention"}  # the TensorE bar; everything else: the MBU bar
 

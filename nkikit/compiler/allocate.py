@@ -28,6 +28,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from math import prod
 
+import numpy as np
+
 from ..errors import UNKNOWN_LOC, NkiError
 from ..ir.core import ON_CHIP, Access, Alloc, Kernel, Loop, Op, Tensor
 from .targets import Target
@@ -208,15 +210,6 @@ class _Item:
         return self.size * self.buffers
 
 
-def _conflict(a: _Info, b: _Info, mode: str) -> bool:
-    if a.lo <= b.hi and b.lo <= a.hi:
-        return True
-    if mode == "pipelined":
-        sa, sb = a.tensor.scope, b.tensor.scope
-        return bool(sa and sb and sa[0] is sb[0])
-    return False
-
-
 def _first_fit(
     items: list[_Item], mode: str, total_partitions: int, order: str
 ) -> tuple[dict[int, tuple[int, int]], int]:
@@ -225,33 +218,42 @@ def _first_fit(
         seq = sorted(items, key=lambda it: (-it.footprint, it.info.lo))
     else:
         seq = sorted(items, key=lambda it: (it.info.lo, -it.footprint))
-    placed: list[tuple[_Item, int, int]] = []  # item, partition start, offset
+    n = len(seq)
+    # placed items as columns, so each item's conflicts are found with one vector test
+    # (unrolled kernels have thousands of tiles; a Python scan per pair was quadratic)
+    lo = np.empty(n, np.int64)
+    hi = np.empty(n, np.int64)
+    scope = np.empty(n, np.int64)  # id of the outermost enclosing loop, -1 for none
+    part = np.empty(n, np.int64)
+    parts = np.empty(n, np.int64)
+    off_lo = np.empty(n, np.int64)
+    off_hi = np.empty(n, np.int64)
     result: dict[int, tuple[int, int]] = {}
     high = 0
-    for it in seq:
-        blockers = [
-            (p, off, off + other.footprint, other.partitions)
-            for other, p, off in placed
-            if _conflict(it.info, other.info, mode)
-        ]
+    for k, it in enumerate(seq):
+        info = it.info
+        mine = id(info.tensor.scope[0]) if info.tensor.scope else -1
+        hit = (lo[:k] <= info.hi) & (hi[:k] >= info.lo)
+        if mode == "pipelined" and mine != -1:
+            hit |= scope[:k] == mine
+        idx = np.flatnonzero(hit)
         best: tuple[int, int] | None = None
         for pstart in _starts(it.partitions, total_partitions):
-            rects = sorted(
-                (lo, hi)
-                for p, lo, hi, n in blockers
-                if p < pstart + it.partitions and pstart < p + n
-            )
+            sel = idx[(part[idx] < pstart + it.partitions) & (pstart < part[idx] + parts[idx])]
+            rects = sorted(zip(off_lo[sel].tolist(), off_hi[sel].tolist()))
             off = 0
-            for lo, hi in rects:
-                if off + it.footprint <= lo:
+            for r_lo, r_hi in rects:
+                if off + it.footprint <= r_lo:
                     break
-                if hi > off:
-                    off = _align(hi, it.align)
+                if r_hi > off:
+                    off = _align(r_hi, it.align)
             if best is None or off < best[1]:
                 best = (pstart, off)
         assert best is not None
-        placed.append((it, best[0], best[1]))
-        result[it.info.tensor.uid] = best
+        lo[k], hi[k], scope[k] = info.lo, info.hi, mine
+        part[k], parts[k] = best[0], it.partitions
+        off_lo[k], off_hi[k] = best[1], best[1] + it.footprint
+        result[info.tensor.uid] = best
         high = max(high, best[1] + it.footprint)
     return result, high
 
@@ -320,8 +322,11 @@ def _fit(items: list[_Item], capacity: int, partitions: int):
             if not multi:
                 break
             # keep double buffering as long as possible: shed the third and fourth buffers
-            # of every tensor before any tensor drops to a single buffer
-            max(multi, key=lambda it: (it.buffers > 2, it.footprint, it.size)).buffers -= 1
+            # of every tensor before any tensor drops to a single buffer; the biggest first,
+            # an eighth of them per round so that kernels with thousands of tiles converge
+            multi.sort(key=lambda it: (it.buffers > 2, it.footprint, it.size), reverse=True)
+            for it in multi[: max(1, len(multi) // 8)]:
+                it.buffers -= 1
     return None, high, "static"
 
 
