@@ -3,28 +3,29 @@ heads: ``out = softmax(scale * q @ k.T [+ causal mask]) @ v`` per (batch, head).
 
 Layout (the standard one): ``q`` [B, H, S, D], ``k`` and ``v`` [B, Hkv, S, D], ``out`` [B, H, S, D];
 ``Hkv`` divides ``H`` and query head ``h`` reads KV head ``h // (H // Hkv)``.  ``S`` is a multiple
-of 128 and ``D <= 128``.  The TensorE contracts over the partition axis, so the kernel relays out
-in SBUF: ``q`` and ``k`` tiles are loaded transposed (``nl.load_transpose2d``, D on the
-partitions) and the probability tiles are transposed on the TensorE (``nisa.nc_transpose``).
+of 128 (at most ``MAX_S``) and ``D <= 128``.  The TensorE contracts over the partition axis, so the
+kernels relay out in SBUF: q and k tiles are loaded transposed (``nl.load_transpose2d``, D on the
+partitions).
 
-Forward, per (batch, KV head): K^T [D, S] and V [S, D] are loaded once into SBUF and serve the
-``H // Hkv`` query heads of the group.  Per 128-row query tile (a static loop, so the causal
-bound of the KV loop is a compile-time number), a ``sequential_range`` over KV tiles of 128 keeps
-the running row max ``m``, row sum ``l`` and fp32 accumulator ``acc`` (online softmax):
+Forward, per (batch, KV head): K^T [D, S] and [V | 1] [128, S/128, D + 1] are loaded once and serve
+the ``H // Hkv`` query heads of the group.  Per query head, the steps (query tile of 128 rows, KV
+block of 512 keys) carry the online-softmax state of each query tile: ``u`` = minus the running
+row max and the fp32 accumulator ``acc = [sum p v, sum p]``.  Each step (``_STAGES``):
 
-    s     = q_tile @ k_tile.T                     TensorE -> PSUM fp32 [128 q, 128 k]
-            (diagonal tile only: causal mask with nisa.affine_select, GpSimd)
-    m_new = max(m, rowmax(s))                     VectorE
-    p     = exp(scale * s - scale * m_new)        ScalarE, row sum fused (reduce add)
-    alpha = exp(scale * (m - m_new))              ScalarE
-    l     = l * alpha + rowsum(p)                 VectorE (one scalar_tensor_tensor)
-    acc   = acc * alpha + p @ v_tile              TensorE transpose of p, PSUM -> SBUF copy,
-                                                  TensorE matmul, VectorE scalar_tensor_tensor
-    out   = acc / l,  lse = scale * m + log(l)
+    s      = q @ k.T [128 q, 512 k]                     TensorE (PSUM), for the row max only
+    u_new  = min(u, -rowmax(s))                         VectorE (max), GpSimd
+    s.T+u  = k @ q.T + ones.T @ diag(u_new)             TensorE, keys on the partitions
+    p.T    = exp(scale * (s.T + u_new))                 ScalarE, PSUM -> SBUF (matmul dtype)
+    alpha  = exp(scale * (u_new - u))                   ScalarE
+    acc    = acc * alpha + p @ [v | 1]                  TensorE, ScalarE, VectorE
+    out    = acc[:, :D] / acc[:, D],  lse = log(l) - scale * u
 
-With ``causal`` the KV tiles above the diagonal are skipped entirely (never computed) and only
-the diagonal tile is masked.  Matmul inputs are in the input dtype (bf16 stays bf16, fp32 runs
-the fp32 TensorE path); PSUM, the softmax statistics and the accumulator are fp32.
+With ``causal`` the KV blocks after a query tile are never computed, a diagonal tile computes keys
+up to its last row only, and its last 128 keys get a causal bias (built once with
+``nisa.affine_select``) added in PSUM by an identity matmul.  The steps are unrolled at trace time
+and software-pipelined (stage s of step t issued with stage s-1 of step t+1).  Matmul inputs are
+in the input dtype (bf16 stays bf16, fp32 runs the fp32 TensorE path); PSUM, the statistics and
+the accumulators are fp32 (``u`` is rounded to the matmul dtype once, so every use agrees).
 
 Backward (FlashAttention-2 style, recomputing probabilities from the saved log-sum-exp): the
 forward kernel is rerun with ``with_lse=True``; then one kernel per (batch, KV head) loops over KV
@@ -51,7 +52,8 @@ from nkikit import dtypes
 DTYPES = ("float32", "bfloat16")
 TILE = 128  # query and key rows per tile (partitions)
 MAX_D = 128  # head dim: the contraction of q @ k.T runs over the partitions
-MAX_S = 16384  # K^T and V of one KV head stay in SBUF: 2 * S * 4 bytes per partition (fp32)
+MAX_S = 4096  # a head's K^T, Q^T, [V | 1], accumulators and output stay in SBUF; the
+# forward's (query tile, KV block) steps are unrolled at trace time
 NEG_BIG = -3.0e38  # masked scores (and minus the running max before the first block)
 KV_BLOCK = 512  # keys per online-softmax step: one fp32 PSUM bank of scores [128, 512]
 
@@ -89,8 +91,18 @@ def _forward_head(q_t, k_t, v_ext, o_sb, lse_sb, consts, causal, scale, mm_dt):
     for n, st in enumerate(steps):
         st.append(last[st[0]] == n)
 
-    ctx = {"q_t": q_t, "k_t": k_t, "v_ext": v_ext, "o_sb": o_sb, "lse_sb": lse_sb,
-           "consts": consts, "scale": scale, "mm_dt": mm_dt, "u": {}, "acc": {}}
+    ctx = {
+        "q_t": q_t,
+        "k_t": k_t,
+        "v_ext": v_ext,
+        "o_sb": o_sb,
+        "lse_sb": lse_sb,
+        "consts": consts,
+        "scale": scale,
+        "mm_dt": mm_dt,
+        "u": {},
+        "acc": {},
+    }
     live = [dict() for _ in steps]  # the tiles one step passes from stage to stage
     n_stages = len(_STAGES)
     for tick in range(len(steps) + n_stages - 1):
@@ -394,7 +406,6 @@ def flash_attention_bwd_dkdv_kernel(q, k, v, o, do, lse, causal, scale):
 
     i_p = nl.arange(pmax)[:, None]
     i_d = nl.arange(d)[None, :]
-    i_one = nl.arange(1)[None, :]
 
     for b in nl.affine_range(b_size):
         for g in nl.affine_range(n_kv):
@@ -408,11 +419,15 @@ def flash_attention_bwd_dkdv_kernel(q, k, v, o, do, lse, causal, scale):
                     h = g * group + hh
                     if causal:  # query tiles before j see none of these keys: skipped
                         rows = j * pmax + i_p
-                        _dkdv_tile(q, o, do, lse, b, h, rows, k_t, v_t, dk_ps, dv_ps, scale, mm_dt, True)
+                        _dkdv_tile(
+                            q, o, do, lse, b, h, rows, k_t, v_t, dk_ps, dv_ps, scale, mm_dt, True
+                        )
                     first = j + 1 if causal else 0
                     for i in nl.affine_range(n_tiles - first):
                         rows = (first + i) * pmax + i_p
-                        _dkdv_tile(q, o, do, lse, b, h, rows, k_t, v_t, dk_ps, dv_ps, scale, mm_dt, False)
+                        _dkdv_tile(
+                            q, o, do, lse, b, h, rows, k_t, v_t, dk_ps, dv_ps, scale, mm_dt, False
+                        )
                 dk_sb = nisa.tensor_scalar(dk_ps, nl.multiply, scale, dtype=k.dtype)
                 nl.store(dk[b, g, keys, i_d], value=dk_sb)
                 nl.store(dv[b, g, keys, i_d], value=nl.copy(dv_ps, dtype=v.dtype))
@@ -421,7 +436,6 @@ def flash_attention_bwd_dkdv_kernel(q, k, v, o, do, lse, causal, scale):
 
 def _dkdv_tile(q, o, do, lse, b, h, rows, k_t, v_t, dk_ps, dv_ps, scale, mm_dt, diagonal):
     i_d = nl.arange(q.shape[3])[None, :]
-    i_one = nl.arange(1)[None, :]
     q_sb = nl.load(q[b, h, rows, i_d], dtype=mm_dt)
     q_t = nl.load_transpose2d(q[b, h, rows, i_d], dtype=mm_dt)
     do_sb = nl.load(do[b, h, rows, i_d], dtype=mm_dt)
@@ -448,7 +462,6 @@ def flash_attention_bwd_dq_kernel(q, k, v, o, do, lse, causal, scale):
     i_f = nl.arange(pmax)[None, :]
     i_d = nl.arange(d)[None, :]
     i_dp = nl.arange(d)[:, None]
-    i_one = nl.arange(1)[None, :]
 
     for b in nl.affine_range(b_size):
         for g in nl.affine_range(n_kv):
@@ -472,15 +485,29 @@ def flash_attention_bwd_dq_kernel(q, k, v, o, do, lse, causal, scale):
                     dq_ps = nl.zeros((pmax, d), dtype=nl.float32, buffer=nl.psum)
                     for j in nl.affine_range(i if causal else n_tiles):
                         _, ds = _probs_and_dscores(
-                            q_t, k_t[j, i_dp, i_f], v_t[j, i_dp, i_f], do_t, neg_lse, di,
-                            scale, mm_dt, False,
+                            q_t,
+                            k_t[j, i_dp, i_f],
+                            v_t[j, i_dp, i_f],
+                            do_t,
+                            neg_lse,
+                            di,
+                            scale,
+                            mm_dt,
+                            False,
                         )
                         ds_t = nl.copy(nisa.nc_transpose(ds), dtype=mm_dt)  # [128 k, 128 q]
                         dq_ps += nisa.nc_matmul(ds_t, k_sb[j, i_p, i_d])
                     if causal:
                         _, ds = _probs_and_dscores(
-                            q_t, k_t[i, i_dp, i_f], v_t[i, i_dp, i_f], do_t, neg_lse, di,
-                            scale, mm_dt, True,
+                            q_t,
+                            k_t[i, i_dp, i_f],
+                            v_t[i, i_dp, i_f],
+                            do_t,
+                            neg_lse,
+                            di,
+                            scale,
+                            mm_dt,
+                            True,
                         )
                         ds_t = nl.copy(nisa.nc_transpose(ds), dtype=mm_dt)
                         dq_ps += nisa.nc_matmul(ds_t, k_sb[i, i_p, i_d])

@@ -3,7 +3,7 @@
 Two executors with the same contract and bit-identical results: ``interp`` (the reference
 interpreter, one instruction at a time) and ``fast`` (the kernel compiled once to a
 straight-line numpy program).  ``simulate`` picks one by the ``NKIKIT_SIM`` environment
-variable: ``reference`` (the default), ``fast``, or ``check`` (run both, raise
+variable: ``fast`` (the default), ``reference``, or ``check`` (run both, raise
 ``SimulatorMismatch`` unless outputs and written arguments are bit-identical; for CI).
 """
 
@@ -23,7 +23,7 @@ class SimulatorMismatch(AssertionError):
 
 def simulate(kernel, args: list[np.ndarray], *, seed: int = 0) -> list[np.ndarray]:
     """Run ``kernel`` on ``args`` with the simulator ``NKIKIT_SIM`` names."""
-    mode = os.environ.get("NKIKIT_SIM", "reference") or "reference"
+    mode = os.environ.get("NKIKIT_SIM", "fast") or "fast"
     if mode == "fast":
         from .fast import simulate as run
     elif mode == "reference":

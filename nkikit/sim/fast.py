@@ -239,7 +239,7 @@ class _Program:
                 self._fresh.append((t.uid, t.shape, dtypes.storage_dtype(t.dtype), fill))
             elif t.kind == "const":
                 self._consts.append((t.uid, t.const_value))
-        self._out_uids = [t.uid for t in kernel.outputs]
+        self._outputs = list(kernel.outputs)
 
     def run(self, args: list[np.ndarray], seed: int = 0) -> list[np.ndarray]:
         mem: dict[int, np.ndarray] = dict(zip(self._param_uids, args))
@@ -250,7 +250,8 @@ class _Program:
         interp = Interpreter(self.kernel, seed=seed)
         interp.mem = mem
         self._fn(mem, interp)
-        return [mem[uid] for uid in self._out_uids]
+        # storage() follows reshapes: a kernel may return a reshaped view of a buffer
+        return [interp.storage(t) for t in self._outputs]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -86,6 +86,10 @@ class JitKernel:
         self.grid = grid
         self.options = options or {}
         self.signature = inspect.signature(func)
+        params = list(self.signature.parameters.values())
+        self._names = [p.name for p in params]
+        plain = all(p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD for p in params)
+        self._n_positional = len(params) if plain else -1
         self._cache: dict = {} if cache is None else cache
         functools.update_wrapper(self, func)
 
@@ -99,6 +103,9 @@ class JitKernel:
 
     # -- specialization -----------------------------------------------------------------------
     def bind(self, args: tuple, kwargs: dict) -> inspect.BoundArguments:
+        if not kwargs and len(args) == self._n_positional:
+            # the common call: every parameter given positionally, nothing to default
+            return inspect.BoundArguments(self.signature, dict(zip(self._names, args)))
         try:
             bound = self.signature.bind(*args, **kwargs)
         except TypeError as e:
@@ -107,10 +114,16 @@ class JitKernel:
         return bound
 
     def _key(self, bound: inspect.BoundArguments) -> tuple:
+        # cheap to compute on every call: raw shapes and dtype numbers (validated when traced)
         parts: list[Any] = [self.grid]
-        for name, v in bound.arguments.items():
-            spec = _spec_of(v)
-            parts.append((name, spec[0], dtypes.name(spec[1])) if spec else (name, _const_key(v)))
+        for v in bound.arguments.values():
+            if isinstance(v, np.ndarray | TensorSpec):
+                dt = v.dtype
+                parts.append((v.shape, dt.num, dt.metadata is not None))
+            elif _is_torch(v):
+                parts.append((tuple(v.shape), v.dtype))
+            else:
+                parts.append(_const_key(v))
         return tuple(parts)
 
     def specialize(self, *args, **kwargs) -> tuple[Kernel, inspect.BoundArguments]:
@@ -207,7 +220,7 @@ class JitKernel:
 
 
 def run(kernel: Kernel, bound: inspect.BoundArguments):
-    from ..sim.interp import simulate
+    from ..sim import simulate
 
     arrays = []
     like = None
@@ -217,10 +230,8 @@ def run(kernel: Kernel, bound: inspect.BoundArguments):
             raise TypeError(
                 f"argument {t.name!r} is abstract (nt.tensor[...]); pass an array to simulate"
             )
-        a = to_numpy(v, t.dtype)
-        if not t.mutable and a is v:
-            a = a.copy()
-        arrays.append(a)
+        # no defensive copy: the verifier rejects writes to parameters not marked mutable
+        arrays.append(to_numpy(v, t.dtype))
         like = like if like is not None else v
     outs = simulate(kernel, arrays)
     for t, a in zip(kernel.params, arrays):  # write back mutable numpy arguments

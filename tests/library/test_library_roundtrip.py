@@ -9,8 +9,8 @@ when the test file does not say)."""
 from __future__ import annotations
 
 import contextlib
+import importlib
 import io
-import re
 from pathlib import Path
 
 import pytest
@@ -26,12 +26,11 @@ ORG = "roundtrip"
 FOLDERS = discover_kernels(LIBRARY)
 
 
-def _op_kind(folder: Path) -> str:
-    for test in folder.glob("test_*.py"):
-        m = re.search(r'^OP_KIND\s*=\s*"(\w+)"', test.read_text(), re.M)
-        if m:
-            return m.group(1)
-    return "matmul"
+def _tolerance(folder: Path) -> tuple[str, float | None]:
+    """The kernel's own test module's tolerance class (``OP_KIND``, default ``matmul``) and
+    its absolute tolerance for 16-bit inputs (``BF16_ATOL``), if it sets one."""
+    tests = importlib.import_module(f"nkikit.library.{folder.name}.test_{folder.name}")
+    return getattr(tests, "OP_KIND", "matmul"), getattr(tests, "BF16_ATOL", None)
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +80,7 @@ def test_pulled_kernel_matches_reference(
         cache_dir=cache,
         trust_remote_code=True,  # our own org on a loopback hub
     )
-    kind = _op_kind(folder)
+    kind, low_precision_atol = _tolerance(folder)
     for name, spec in manifest.functions.items():
         fn = getattr(mod, name)
         assert fn.reference is not None, f"{folder.name}.{name}: no reference in the pulled build"
@@ -89,6 +88,13 @@ def test_pulled_kernel_matches_reference(
             # the inputs kernels' own manifest tests use (nkikit.testing.check_manifest)
             shapes = [tuple(spec.example[i]) for i in spec.inputs]
             arrays = random_inputs(shapes, dtype, seed=0)
+            atol = None if dtype == "float32" else low_precision_atol
             check_kernel(
-                fn.entry, fn.reference, *arrays, dtype=dtype, op_kind=kind, **dict(spec.attrs)
+                fn.entry,
+                fn.reference,
+                *arrays,
+                dtype=dtype,
+                op_kind=kind,
+                atol=atol,
+                **dict(spec.attrs),
             )
