@@ -2,18 +2,10 @@
 2 KV heads, head dim 64, MLP width 1024, sequence 256) built from library kernels published to a
 local `nkikit.hub` and pulled back, used through their torch bindings inside an `nn.Module`.
 
-Which parts run on library kernels:
-
-- RMSNorm (both norms): library ``rmsnorm``; its backward kernel when kernel.toml declares one,
-  else torch gradients around the library's forward values (straight-through).
-- All projections (q, k, v, o, fused gate/up, down): library ``matmul`` (``x @ W`` as
-  ``matmul(x.T, W)``; backward via the matmul kernel).
-- Attention (causal, grouped-query) and the SwiGLU gate: library ``attention`` and ``swiglu``
-  when those folders exist, publish, pull and agree with torch on a probe; otherwise torch ops
-  (``scaled_dot_product_attention`` with ``enable_gqa``, ``silu(a) * b``) and a warning naming the
-  reason.  ``test_decoder_layer_parts`` reports which one was used.
-- RoPE: torch ops (no library rope kernel exists yet).
-- Residual adds, reshapes/transposes: torch.
+Every op with a library kernel runs on it: RMSNorm (both norms, with its backward kernel), all
+projections (``x @ W`` as ``matmul(x.T, W)``, backward via the matmul kernel), RoPE (half-split
+layout), causal grouped-query attention and the SwiGLU gate.  Residual adds and
+reshapes/transposes are torch.
 
 The layer is checked against a plain PyTorch layer with the same weights (forward and every
 parameter's gradient; fp32, tolerances sized for fp32 accumulation-order differences), run under
@@ -24,7 +16,6 @@ the loss going down.
 from __future__ import annotations
 
 import math
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -66,39 +57,35 @@ class TorchOps:
     def swiglu(a, b):  # noqa: ANN001, ANN205
         return F.silu(a) * b
 
+    @staticmethod
+    def rope(x, cos, sin):  # noqa: ANN001, ANN205
+        """Rotate-half RoPE on [..., S, D]; cos/sin are [S, D/2] (one angle per pair)."""
+        x1, x2 = x[..., : HEAD_DIM // 2], x[..., HEAD_DIM // 2 :]
+        return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+
 
 class LibraryOps(TorchOps):
-    """Library kernels (pulled modules) where available, TorchOps for the rest."""
+    """Every op on the pulled library kernels."""
 
-    def __init__(self, mods: dict, parts: dict[str, str]):
-        self.mods, self.parts = mods, parts
+    KERNELS = ("rmsnorm", "matmul", "rope", "attention", "swiglu")
+
+    def __init__(self, mods: dict):
+        self.mods = mods
 
     def rmsnorm(self, x, w):  # noqa: ANN001, ANN201
-        fn = self.mods["rmsnorm"].rmsnorm
-        if self.parts["rmsnorm"] == "library":
-            return fn(x, w, eps=EPS)
-        # no backward kernel declared: library values, torch gradients (straight-through)
-        y, t = fn(x.detach(), w.detach(), eps=EPS), TorchOps.rmsnorm(x, w)
-        return y + (t - t.detach())
+        return self.mods["rmsnorm"].rmsnorm(x, w, eps=EPS)
 
     def linear(self, x, w):  # noqa: ANN001, ANN201
         return self.mods["matmul"].matmul(x.t(), w)  # x @ W = matmul(lhsT = x.T, rhs = W)
 
     def attention(self, q, k, v):  # noqa: ANN001, ANN201
-        if self.parts["attention"] != "library":
-            return TorchOps.attention(q, k, v)
         return self.mods["attention"].attention(q, k, v, causal=True)
 
     def swiglu(self, a, b):  # noqa: ANN001, ANN201
-        if self.parts["swiglu"] != "library":
-            return TorchOps.swiglu(a, b)
         return self.mods["swiglu"].swiglu(a, b)
 
-
-def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotary embedding (rotate-half form) on [..., S, D] (torch: no library rope kernel yet)."""
-    x1, x2 = x[..., : HEAD_DIM // 2], x[..., HEAD_DIM // 2 :]
-    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+    def rope(self, x, cos, sin):  # noqa: ANN001, ANN201
+        return self.mods["rope"].rope(x.contiguous(), cos, sin, layout="half")
 
 
 class DecoderLayer(nn.Module):
@@ -122,7 +109,7 @@ class DecoderLayer(nn.Module):
         self.w_down = w(MLP, HIDDEN)
         pos = torch.arange(SEQ, dtype=torch.float32)[:, None]
         inv = 10000.0 ** (-torch.arange(0, HEAD_DIM, 2, dtype=torch.float32) / HEAD_DIM)
-        ang = torch.cat((pos * inv, pos * inv), dim=-1)  # [S, D]
+        ang = pos * inv  # [S, D/2]: one angle per rotated pair
         self.register_buffer("cos", ang.cos())
         self.register_buffer("sin", ang.sin())
 
@@ -132,7 +119,7 @@ class DecoderLayer(nn.Module):
         q = ops.linear(h, self.wq).view(SEQ, HEADS, HEAD_DIM).transpose(0, 1)
         k = ops.linear(h, self.wk).view(SEQ, KV_HEADS, HEAD_DIM).transpose(0, 1)
         v = ops.linear(h, self.wv).view(SEQ, KV_HEADS, HEAD_DIM).transpose(0, 1)
-        q, k = rope(q, self.cos, self.sin), rope(k, self.cos, self.sin)
+        q, k = ops.rope(q, self.cos, self.sin), ops.rope(k, self.cos, self.sin)
         a = ops.attention(q[None].contiguous(), k[None].contiguous(), v[None].contiguous())
         x = x + ops.linear(a[0].transpose(0, 1).reshape(SEQ, HIDDEN), self.wo)
         h = ops.rmsnorm(x, self.mlp_norm)
@@ -149,46 +136,10 @@ def _publish_pull(name: str, hub_url: str, cache: Path):  # noqa: ANN202
     return kernels.pull(repo, version=1, endpoint=hub_url, cache_dir=cache)
 
 
-def _probe(name: str, mod) -> None:  # noqa: ANN001
-    """Small forward + backward of an optional kernel against torch; raises on disagreement."""
-    g = torch.Generator().manual_seed(5)
-    if name == "attention":
-        args = [torch.randn(1, 4, 128, 32, generator=g) for _ in range(1)] + [
-            torch.randn(1, 2, 128, 32, generator=g) for _ in range(2)
-        ]
-        fn, ref = (lambda q, k, v: mod.attention(q, k, v, causal=True)), TorchOps.attention
-    else:
-        args = [torch.randn(130, 64, generator=g) for _ in range(2)]
-        fn, ref = mod.swiglu, TorchOps.swiglu
-    args = [a.requires_grad_() for a in args]
-    ref_args = [a.detach().clone().requires_grad_() for a in args]
-    out, want = fn(*args), ref(*ref_args)
-    torch.testing.assert_close(out, want, atol=1e-4, rtol=1e-4)
-    gout = torch.randn(out.shape, generator=g)
-    out.backward(gout)
-    want.backward(gout)
-    for a, r in zip(args, ref_args):
-        torch.testing.assert_close(a.grad, r.grad, atol=1e-3, rtol=1e-3)
-
-
 @pytest.fixture(scope="module")
 def library(hub_url: str, tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
     cache = tmp_path_factory.mktemp("cache")
-    mods = {n: _publish_pull(n, hub_url, cache) for n in ("rmsnorm", "matmul")}
-    parts = {"rmsnorm": "library", "linear": "library", "rope": "torch (no library kernel)"}
-    if mods["rmsnorm"].rmsnorm.backward is None:
-        parts["rmsnorm"] = "library forward, torch backward (kernel.toml declares no backward)"
-    for name in ("attention", "swiglu"):
-        try:
-            if not (LIBRARY / name / "kernel.toml").is_file():
-                raise FileNotFoundError(f"kernels/{name} does not exist")
-            mods[name] = _publish_pull(name, hub_url, cache)
-            _probe(name, mods[name])
-            parts[name] = "library"
-        except Exception as e:  # noqa: BLE001 - any failure means: use torch for this part
-            parts[name] = f"torch ({type(e).__name__}: {str(e).splitlines()[0][:200]})"
-            warnings.warn(f"decoder layer: {name} runs on torch: {parts[name]}", stacklevel=1)
-    return LibraryOps(mods, parts)
+    return LibraryOps({n: _publish_pull(n, hub_url, cache) for n in LibraryOps.KERNELS})
 
 
 def _layers(library: LibraryOps) -> tuple[DecoderLayer, DecoderLayer]:
@@ -205,10 +156,10 @@ def _inputs() -> tuple[torch.Tensor, torch.Tensor]:
 # -- tests ------------------------------------------------------------------------------------
 
 
-def test_decoder_layer_parts(library: LibraryOps) -> None:
-    print("decoder layer parts:", library.parts)
-    assert library.parts["linear"] == "library"
-    assert library.parts["rmsnorm"].startswith("library")
+def test_every_kernel_used_has_a_backward(library: LibraryOps) -> None:
+    for name in ("rmsnorm", "matmul", "rope", "attention", "swiglu"):
+        fn = getattr(library.mods[name], name)
+        assert fn.backward is not None, name
 
 
 def test_decoder_layer_matches_torch(library: LibraryOps) -> None:
