@@ -12,7 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import nkikit.typing as nt
-from nkikit.testing import assert_close, check_kernel, check_manifest, random_inputs, tolerance
+from nkikit import testing
+from nkikit.testing import check_kernel, check_manifest, random_inputs
 from nkikit.testing import strategies as nst
 
 from . import kernel, reference
@@ -117,15 +118,7 @@ def test_softmax_causal_is_lower_triangular():
 
 
 def assert_grads_close(got, want, dtype, term_scale=0.0):
-    """Each gradient against the float64 analytic reference.  The input gradient is a
-    difference of terms (cancellation: it can be far smaller than its terms), so the absolute
-    part of the tolerance is the dtype's relative tolerance times the larger of the largest
-    gradient entry and ``term_scale``, the size of the largest term."""
-    tol = tolerance(dtype, OP_KIND)
-    assert len(got) == len(want)
-    for g, w in zip(got, want):
-        scale = max(float(np.max(np.abs(w))) if np.size(w) else 1.0, term_scale)
-        assert_close(g, w, dtype=dtype, op_kind=OP_KIND, atol=tol.atol + tol.rtol * scale)
+    testing.assert_grads_close(got, want, dtype, op_kind=OP_KIND, term_scale=term_scale)
 
 
 @given(

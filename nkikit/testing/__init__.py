@@ -20,7 +20,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from .check import assert_close, check_kernel, compare
+from .check import assert_close, assert_grads_close, check_kernel, compare
 from .inputs import random_inputs, round_to
 from .manifest import check_manifest, load_manifest, manifest_problems
 from .tolerances import DTYPE_TOLERANCES, OP_KINDS, Tolerance, loosest_tolerance, tolerance
@@ -42,6 +42,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "assert_grads_close",
     "DTYPE_TOLERANCES",
     "OP_KINDS",
     "Tolerance",

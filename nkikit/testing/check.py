@@ -10,7 +10,7 @@ import numpy as np
 
 from .. import dtypes
 from .inputs import round_to
-from .tolerances import Tolerance, loosest_tolerance
+from .tolerances import Tolerance, loosest_tolerance, tolerance
 
 _POISON_HINT = (
     "NaN where the reference is finite usually means the kernel read memory it never wrote: "
@@ -236,3 +236,19 @@ def _nki_dtype(dt: np.dtype) -> bool:
     except TypeError:
         return False
     return True
+
+
+def assert_grads_close(
+    got: Any, want: Any, dtype: object, *, op_kind: str = "normalization", term_scale: float = 0.0
+) -> None:
+    """Each gradient in ``got`` against its float64 analytic reference in ``want``.
+
+    An input gradient is often a difference of terms (it can be far smaller than the terms
+    themselves), so the absolute part of the tolerance is the dtype's relative tolerance times
+    the larger of the largest reference entry and ``term_scale``, the size of the largest term.
+    """
+    tol = tolerance(dtypes.as_dtype(dtype), op_kind)
+    assert len(got) == len(want), f"{len(got)} gradients, expected {len(want)}"
+    for g, w in zip(got, want):
+        scale = max(float(np.max(np.abs(w))) if np.size(w) else 1.0, term_scale)
+        assert_close(g, w, dtype=dtype, op_kind=op_kind, atol=tol.atol + tol.rtol * scale)
