@@ -109,10 +109,12 @@ def input_reload(a: Analysis, s: dict[str, Any]) -> list[Warning_]:
 
 
 def low_tensor_utilization(a: Analysis, s: dict[str, Any]) -> list[Warning_]:
-    """TensorE active under 50% in a kernel that has matmuls."""
+    """TensorE active under 50% in a kernel that has matmuls doing useful work.  Matmuls with
+    no model FLOPs (partition broadcasts through the TensorE) do not make a kernel
+    matmul-bound, so they alone never trigger it."""
     n = s["matmul_instruction_count"]
     tensor = s["tensor_active_percent"]
-    if n == 0 or tensor >= LOW_TENSOR_ACTIVE_PERCENT:
+    if n == 0 or s["model_flops"] == 0 or tensor >= LOW_TENSOR_ACTIVE_PERCENT:
         return []
     bound = s["bound_by"]
     if bound == "tensor":

@@ -185,6 +185,18 @@ def test_low_tensor_does_not_fire_without_matmul(make_profile) -> None:
     assert "low_tensor_utilization" not in names(p)
 
 
+def test_low_tensor_does_not_fire_for_broadcast_only_matmuls(make_profile) -> None:
+    # a memory-bound kernel whose only TensorE work is a partition broadcast (no model FLOPs)
+    p = make_profile(
+        [
+            ("tensor", "MATMUL", 0, 10, dict(flops=64, model_flops=0)),
+            ("dma0", "DMA_LOAD", 10, 1000, dict(hbm_read_bytes=1 << 20, partitions=128)),
+        ]
+    )
+    assert p.summary["matmul_instruction_count"] == 1
+    assert "low_tensor_utilization" not in names(p)
+
+
 def test_low_tensor_does_not_fire_when_busy(make_profile) -> None:
     p = make_profile(
         [
