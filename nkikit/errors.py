@@ -155,6 +155,17 @@ CATALOGUE: dict[str, str] = {
         "({banks} banks of 2 KiB); largest live PSUM tensors: {tensors}; copy results to SBUF "
         "sooner or create PSUM tiles inside the loop that uses them"
     ),
+    # -- indirect DMA (runtime index tiles) ----------------------------------------------------
+    "err_indirect_indices_free_dim": (
+        "indirect indexing of {tensor} on a free dimension is not supported ({why}); an index "
+        "tile gives one index per partition and must index the dimension the tile's partition "
+        "axis walks, e.g. t[idx_tile, i_f] or t[idx_tile[i_p, 0], i_f] with idx_tile a "
+        "(P, 1) SBUF tile of integers"
+    ),
+    "err_indirect_indices_are_not_supported_with_nki_api": (
+        "{api} cannot take an indirectly indexed operand ({operand}); only DMAs gather and "
+        "scatter by an index tile: nl.load, nl.store, nl.atomic_rmw and nisa.dma_copy"
+    ),
     "err_spmd_output_dependencies": (
         "{op} writes {tensor} at the same location from every instance along SPMD grid "
         "axis {axis} (size {size}); index the destination by nl.program_id({axis})"

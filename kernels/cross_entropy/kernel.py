@@ -6,23 +6,28 @@ flows into the backward) and, from ``cross_entropy_forward``, the fp32 logsumexp
 Rows whose target is outside ``[0, V)`` (e.g. torch's ``ignore_index=-100``) get loss 0 and a
 zero gradient.
 
-Mapping: rows on the 128 partitions (``affine_range`` over row tiles, the last masked); the
-vocabulary in chunks of ``CHUNK`` columns (the last masked).  The chunks of a row tile are
-independent (``affine_range``): chunk ``c`` writes its own column ``c`` of three small
-[128, n_chunks] fp32 tiles, so there is no loop-carried dependency and the logits are read once:
+Mapping: rows on the 128 partitions, in blocks of up to ``TILES_PER_BLOCK`` row tiles
+(``affine_range`` over blocks and over their tiles, the last masked); row tile ``j`` of a block
+is column ``j`` of the block's [P, tiles] tiles.  The vocabulary in ``ceil(V / CHUNK)`` chunks
+of equal width (the last masked).  The chunks of a row tile are independent
+(``affine_range``): chunk ``c`` writes its own element ``[p, j, c]`` of two [P, tiles,
+n_chunks] fp32 tiles, so there is no loop-carried dependency and the logits are read once:
 
 1. VectorE ``tensor_reduce(max)``: the chunk max ``m_c``;
-2. ScalarE ``activation_reduce(exp, bias=-m_c, reduce=add)``: ``s_c = sum exp(x - m_c)``;
-3. VectorE ``range_select`` (keep the column ``t <= i < t + 1``, else -FLT_MAX, max-reduce):
-   the target logit when it falls in this chunk.
+2. ScalarE ``activation_reduce(exp, bias=-m_c, reduce=add)``: ``s_c = sum exp(x - m_c)``.
 
-Then per row tile, on [128, n_chunks]: ``M = max_c m_c``, ``lse = M + log(sum_c s_c
-exp(m_c - M))``, target logit = max over the chunks, ``loss = (lse - x_t) * valid``.
+The target logit ``x[r, t[r]]`` is one **indirect DMA** (gather) per row tile from the flat
+[N*V, 1] view of the logits: partition ``p`` reads element ``p*V + t`` of the view that starts
+at the tile's first row (``t`` clamped to [0, V), so an ignored row reads a real logit; the
+valid mask zeroes its loss).  At the end of a block, for all its row tiles at once:
+``M = max_c m_c``, ``lse = M + log(sum_c s_c exp(m_c - M))``, ``loss = (lse - x_t) * valid``
+-- once per block so that no engine waits on another between row tiles.
 
 Backward ``grad_logits = (softmax - onehot) * grad[r]``: ``cross_entropy_backward`` first runs
-the forward for the logsumexp, then per chunk: ScalarE ``exp(x - lse)``; VectorE
-``scalar_tensor_tensor((iota == t - c*CHUNK) - p)`` against a hoisted column-index iota;
-GpSimd ``tensor_scalar(* -grad)`` rounded once to the logits' dtype.
+the forward for the logsumexp, then per chunk ScalarE ``p = exp(x - lse)`` and GpSimd
+``p * grad`` rounded once to the logits' dtype, stored; at the end of a block the target
+columns are overwritten with ``(p_t - 1) * grad`` (``p_t`` from the gathered target logits) by
+one **indirect DMA** (scatter) per row tile, so no per-element one-hot compare is left.
 """
 
 from __future__ import annotations
@@ -39,8 +44,72 @@ from nkikit import dtypes
 # Entry points take numpy arrays or CPU torch tensors (annotated as numpy) and return the same kind.
 
 DTYPES = ("float32", "bfloat16")
-CHUNK = 4096  # vocabulary columns per tile: 16 KiB (fp32) / 8 KiB (bf16) per partition
-_FMAX = 3.4028234663852886e38
+# Most vocabulary columns per tile: 32 KiB (fp32) / 16 KiB (bf16) per partition per DMA.  V is
+# cut into ceil(V / CHUNK) chunks of equal width (the last one up to n_chunks - 1 narrower).
+CHUNK = 8192
+# Engines compute in fp32, so the per-partition offset p*V + t of the gather is exact only
+# below 2**24: one indirect DMA covers the largest power-of-two group of partitions with
+# group * V <= 2**24 (all 128 up to V = 131072).
+_EXACT = 1 << 24
+# Row tiles per block: the per-row-tile results of a block live in SBUF until the block ends
+# ([P, tiles, chunks] fp32 tiles), so blocks bound that memory for any N.
+TILES_PER_BLOCK = 64
+
+
+def _group(v: int, pmax: int) -> int:
+    """Partitions per indirect DMA for vocabulary size ``v`` (see ``_EXACT``)."""
+    g = 1
+    while g * 2 <= min(pmax, _EXACT // v):
+        g *= 2
+    return g
+
+
+def _row_offsets(v: int, pmax: int):
+    """int32 [pmax, 1]: ``(p - p0) * V`` for partition ``p`` of the gather group starting at
+    ``p0`` (see ``_group``): where its row starts in the group's flat view."""
+    g = _group(v, pmax)
+    i_g = nl.arange(g)[:, None]
+    i_0 = nl.arange(1)[None, :]
+    base = nl.ndarray((pmax, 1), dtype=nl.int32, buffer=nl.sbuf)
+    for k in nl.static_range(pmax // g):
+        base[k * g + i_g, i_0] = nisa.iota(i_g * v + 0 * i_0, dtype=nl.int32)
+    return base
+
+
+def _target_index(base, tgt_i, v: int, mask):
+    """int32 [P, n_tiles] (``tgt_i``'s shape): ``base + clamp(t, 0, V-1)``, the flat offset
+    of each row's target logit in its gather group.  Clamped, an ignored row (t = -1 or V
+    after ``_check``, anything in the kernel) reads a real logit of its own row; the valid
+    mask zeroes its loss and gradient."""
+    tc = nisa.tensor_scalar(
+        tgt_i, nl.maximum, 0.0, op1=nl.minimum, operand1=float(v - 1), dtype=nl.int32, mask=mask
+    )
+    return nl.add(tc, base, dtype=nl.int32, mask=mask)
+
+
+def _row_elements(flat, idx, t, col, n: int, v: int, pmax: int):
+    """For row tile ``t``: the accesses of element ``(row, t[row])`` of the flat [N*V, 1] view
+    for each partition's row, one indirect DMA per gather group (``_group``): a list of
+    ``(partition index, indirect access, mask)``.  Column ``col`` of ``idx`` holds the tile's
+    offsets from ``_target_index``; group ``k`` indexes the flat view of its own rows, which
+    starts at row ``t*P + k*g``."""
+    g = _group(v, pmax)
+    i_0 = nl.arange(1)[None, :]
+    out = []
+    for k in nl.static_range(pmax // g):
+        i_g = nl.arange(g)[:, None]
+        p0 = k * g
+        rows = flat[nl.ds((t * pmax + p0) * v, g * v), :]  # this group's rows, flat
+        out.append((p0 + i_g, rows[idx[p0 + i_g, col + i_0], i_0], t * pmax + p0 + i_g < n))
+    return out
+
+
+def _blocks(n: int, pmax: int) -> tuple[int, int]:
+    """(row tiles per block, blocks): blocks of at most ``TILES_PER_BLOCK`` row tiles, as even
+    as possible (the last block's extra tiles, if any, are fully masked)."""
+    nt = math.ceil(n / pmax)
+    nb = math.ceil(nt / TILES_PER_BLOCK)
+    return math.ceil(nt / nb), nb
 
 
 @nki.jit
@@ -51,84 +120,81 @@ def cross_entropy_kernel(logits, targets):
     loss = nl.ndarray((n,), dtype=logits.dtype, buffer=nl.shared_hbm)
     lse_out = nl.ndarray((n,), dtype=nl.float32, buffer=nl.shared_hbm)
     pmax = nl.tile_size.pmax
-    ch = min(v, CHUNK)
-    nch = math.ceil(v / ch)
+    tb, nb = _blocks(n, pmax)
+    nch = math.ceil(v / CHUNK)
+    ch = math.ceil(v / nch)
     f32 = nl.float32
     i_p = nl.arange(pmax)[:, None]
     i_f = nl.arange(ch)[None, :]
     i_0 = nl.arange(1)[None, :]
-    i_c = nl.arange(nch)[None, :]
-    chunk_base = nisa.iota(i_c * ch + 0 * i_p, dtype=f32)  # c * CHUNK in column c
-    t2 = targets.reshape((n, 1))
-    loss2 = loss.reshape((n, 1))
-    lse2 = lse_out.reshape((n, 1))
+    flat = logits.reshape((n * v, 1))
+    offsets = _row_offsets(v, pmax)
 
-    for t in nl.affine_range(math.ceil(n / pmax)):
-        rows = t * pmax + i_p
-        rvalid = rows < n
-        tgt_i = nl.load(t2[rows, i_0], mask=rvalid)
-        tgt = nisa.tensor_copy(tgt_i, dtype=f32, mask=rvalid)
-        # per-chunk bounds t - c*CHUNK and t - c*CHUNK + 1, one column per chunk
-        lo = nisa.tensor_scalar(chunk_base, nl.subtract, tgt, reverse0=True, mask=rvalid)
-        hi = nisa.tensor_scalar(lo, nl.add, 1.0, mask=rvalid)
-        cmax = nl.ndarray((pmax, nch), dtype=f32, buffer=nl.sbuf)
-        csum = nl.ndarray((pmax, nch), dtype=f32, buffer=nl.sbuf)
-        ctgt = nl.ndarray((pmax, nch), dtype=f32, buffer=nl.sbuf)
-        for c in nl.affine_range(nch):
-            cols = c * ch + i_f
-            valid = rvalid & (cols < v)
-            x = nl.load(logits[rows, cols], mask=valid)
-            # the max of bf16 values is a bf16 value: reducing in the I/O dtype is exact and
-            # takes the VectorE's bf16 fast path (N/2 cycles)
-            neg_m = nisa.tensor_reduce(
-                nl.max, x, axis=1, negate=True, keepdims=True, dtype=logits.dtype, mask=valid
-            )
-            cmax[i_p, c + i_0] = nisa.tensor_scalar(neg_m, nl.multiply, -1.0, mask=rvalid)
-            nisa.activation_reduce(
-                op=nl.exp,
-                data=x,
-                bias=neg_m,
-                reduce_op=nl.add,
-                reduce_res=csum[i_p, c + i_0],
-                dtype=logits.dtype,
-                mask=valid,
-            )
-            nisa.range_select(
-                on_true_tile=x,
-                comp_op0=nl.greater_equal,
-                comp_op1=nl.less,
-                bound0=lo[i_p, c + i_0],
-                bound1=hi[i_p, c + i_0],
-                reduce_op=nl.max,
-                reduce_res=ctgt[i_p, c + i_0],
-                dtype=logits.dtype,
-                mask=valid,
-            )
-        # combine the chunks: lse = M + log(sum_c s_c * exp(m_c - M))
+    for b in nl.affine_range(nb):
+        # the block's row tiles at once: row (b*tb + j)*P + p is element [p, j]
+        rows_all = i_p + pmax * (b * tb + nl.arange(tb)[None, :])
+        valid_all = rows_all < n
+        tgt_all = nl.load(targets[rows_all], mask=valid_all)
+        idx = _target_index(offsets, tgt_all, v, valid_all)
+        x_t = nl.ndarray((pmax, tb), dtype=logits.dtype, buffer=nl.sbuf)
+        cmax = nl.ndarray((pmax, tb, nch), dtype=f32, buffer=nl.sbuf)
+        csum = nl.ndarray((pmax, tb, nch), dtype=f32, buffer=nl.sbuf)
+        for j in nl.affine_range(tb):
+            t = b * tb + j
+            rows = t * pmax + i_p
+            rvalid = rows < n
+            # the target logit of every row: one indirect DMA (gather) per group of partitions
+            for part, src, m in _row_elements(flat, idx, t, j, n, v, pmax):
+                x_t[part, j + i_0] = nl.load(src, mask=m)
+            for c in nl.affine_range(nch):
+                cols = c * ch + i_f
+                valid = rvalid & (cols < v)
+                x = nl.load(logits[rows, cols], mask=valid)
+                # the max of bf16 values is a bf16 value: reducing in the I/O dtype is exact
+                # and takes the VectorE's bf16 fast path (N/2 cycles)
+                neg_m = nisa.tensor_reduce(
+                    nl.max, x, axis=1, negate=True, keepdims=True, dtype=logits.dtype, mask=valid
+                )
+                cmax[i_p, j, c + i_0] = nisa.tensor_scalar(neg_m, nl.multiply, -1.0, mask=rvalid)
+                nisa.activation_reduce(
+                    op=nl.exp,
+                    data=x,
+                    bias=neg_m,
+                    reduce_op=nl.add,
+                    reduce_res=csum[i_p, j, c + i_0],
+                    dtype=logits.dtype,
+                    mask=valid,
+                )
+        # combine the chunks of the block's row tiles at once (not per tile, so that VectorE
+        # and ScalarE do not wait on each other between row tiles):
+        # lse = M + log(sum_c s_c * exp(m_c - M))
+        i_3 = nl.arange(pmax)[:, None, None] + pmax * (b * tb + nl.arange(tb)[None, :, None])
+        valid3 = i_3 + 0 * nl.arange(nch)[None, None, :] < n
         neg_big = nisa.tensor_reduce(
-            nl.max, cmax[i_p, i_c], axis=1, negate=True, keepdims=True, dtype=f32, mask=rvalid
+            nl.max, cmax, axis=2, negate=True, keepdims=True, dtype=f32, mask=valid3
         )
-        scale = nisa.activation(op=nl.exp, data=cmax[i_p, i_c], bias=neg_big, mask=rvalid)
-        prod = nisa.tensor_tensor(scale, csum[i_p, i_c], nl.multiply, dtype=f32, mask=rvalid)
-        total = nisa.tensor_reduce(nl.add, prod, axis=1, keepdims=True, dtype=f32, mask=rvalid)
-        log_total = nisa.activation(op=nl.log, data=total, dtype=f32, mask=rvalid)
-        lse = nisa.tensor_tensor(log_total, neg_big, nl.subtract, dtype=f32, mask=rvalid)
-        x_t = nisa.tensor_reduce(
-            nl.max, ctgt[i_p, i_c], axis=1, keepdims=True, dtype=f32, mask=rvalid
-        )
-        # valid = (t >= 0) * (t < V)
-        below = nisa.tensor_scalar(tgt, nl.less, float(v), mask=rvalid)
-        ok = nisa.scalar_tensor_tensor(
-            data=tgt, op0=nl.greater_equal, operand0=0.0, op1=nl.multiply, operand1=below,
-            mask=rvalid,
-        )  # fmt: skip
-        row_loss = nisa.scalar_tensor_tensor(
-            data=lse, op0=nl.subtract, operand0=x_t, op1=nl.multiply, operand1=ok,
-            dtype=logits.dtype, mask=rvalid,
-        )  # fmt: skip
-        nl.store(loss2[rows, i_0], value=row_loss, mask=rvalid)
-        nl.store(lse2[rows, i_0], value=lse, mask=rvalid)
+        scale = nl.exp(nl.add(cmax, neg_big, dtype=f32, mask=valid3), dtype=f32, mask=valid3)
+        prod = nl.multiply(scale, csum, dtype=f32, mask=valid3)
+        total = nisa.tensor_reduce(nl.add, prod, axis=2, keepdims=True, dtype=f32, mask=valid3)
+        lse3 = nl.subtract(nl.log(total, dtype=f32), neg_big, dtype=f32)
+        lse = lse3[i_p, nl.arange(tb)[None, :], 0]  # [P, tb]
+        ok = _valid_rows(tgt_all, v, valid_all)
+        diff = nl.subtract(lse, x_t, dtype=f32, mask=valid_all)
+        row_loss = nl.multiply(diff, ok, dtype=logits.dtype, mask=valid_all)
+        nl.store(loss[rows_all], value=row_loss, mask=valid_all)
+        nl.store(lse_out[rows_all], value=lse, mask=valid_all)
     return loss, lse_out
+
+
+def _valid_rows(tgt, v: int, mask):
+    """fp32, ``tgt``'s shape: 1 where ``0 <= t < V``, else 0."""
+    below = nisa.tensor_scalar(tgt, nl.less, float(v), dtype=nl.float32, mask=mask)
+    return nl.multiply(
+        nisa.tensor_scalar(tgt, nl.greater_equal, 0.0, dtype=nl.float32, mask=mask),
+        below,
+        dtype=nl.float32,
+        mask=mask,
+    )
 
 
 @nki.jit
@@ -139,41 +205,57 @@ def cross_entropy_backward_kernel(grad, logits, targets, lse):
     n, v = logits.shape
     out = nl.ndarray((n, v), dtype=logits.dtype, buffer=nl.shared_hbm)
     pmax = nl.tile_size.pmax
-    ch = min(v, CHUNK)
-    nch = math.ceil(v / ch)
+    tb, nb = _blocks(n, pmax)
+    nch = math.ceil(v / CHUNK)
+    ch = math.ceil(v / nch)
     f32 = nl.float32
     i_p = nl.arange(pmax)[:, None]
     i_f = nl.arange(ch)[None, :]
     i_0 = nl.arange(1)[None, :]
-    iota = nisa.iota(i_f + 0 * i_p, dtype=f32)  # column index within a chunk, every row
-    i_c = nl.arange(nch)[None, :]
-    chunk_base = nisa.iota(i_c * ch + 0 * i_p, dtype=f32)  # c * CHUNK in column c
+    flat = logits.reshape((n * v, 1))
+    out_flat = out.reshape((n * v, 1))
+    offsets = _row_offsets(v, pmax)
 
-    for t in nl.affine_range(math.ceil(n / pmax)):
-        rows = t * pmax + i_p
-        rvalid = rows < n
-        tgt_i = nl.load(targets.reshape((n, 1))[rows, i_0], mask=rvalid)
-        tgt = nisa.tensor_copy(tgt_i, dtype=f32, mask=rvalid)
-        t_loc = nisa.tensor_scalar(chunk_base, nl.subtract, tgt, reverse0=True, mask=rvalid)
+    for b in nl.affine_range(nb):
+        rows_all = i_p + pmax * (b * tb + nl.arange(tb)[None, :])
+        valid_all = rows_all < n
+        tgt_all = nl.load(targets[rows_all], mask=valid_all)
+        idx = _target_index(offsets, tgt_all, v, valid_all)
         neg_lse = nisa.tensor_scalar(
-            nl.load(lse.reshape((n, 1))[rows, i_0], mask=rvalid), nl.multiply, -1.0, mask=rvalid
+            nl.load(lse[rows_all], mask=valid_all), nl.multiply, -1.0, mask=valid_all
         )
-        neg_g = nisa.tensor_scalar(
-            nl.load(grad.reshape((n, 1))[rows, i_0], mask=rvalid), nl.multiply, -1.0, mask=rvalid
-        )
-        for c in nl.affine_range(nch):
-            cols = c * ch + i_f
-            valid = rvalid & (cols < v)
-            x = nl.load(logits[rows, cols], mask=valid)
-            p = nisa.activation(op=nl.exp, data=x, bias=neg_lse, dtype=f32, mask=valid)
-            d = nisa.scalar_tensor_tensor(
-                data=iota, op0=nl.equal, operand0=t_loc[i_p, c + i_0], op1=nl.subtract, operand1=p,
-                dtype=f32, mask=valid,
-            )  # fmt: skip
-            y = nisa.tensor_scalar(
-                d, nl.multiply, neg_g, dtype=logits.dtype, engine=nisa.engine.gpsimd, mask=valid
-            )
-            nl.store(out[rows, cols], value=y, mask=valid)
+        g = nl.load(grad[rows_all], mask=valid_all)
+        x_t = nl.ndarray((pmax, tb), dtype=logits.dtype, buffer=nl.sbuf)
+        for j in nl.affine_range(tb):
+            t = b * tb + j
+            rows = t * pmax + i_p
+            rvalid = rows < n
+            for part, src, m in _row_elements(flat, idx, t, j, n, v, pmax):
+                x_t[part, j + i_0] = nl.load(src, mask=m)
+            for c in nl.affine_range(nch):
+                cols = c * ch + i_f
+                valid = rvalid & (cols < v)
+                x = nl.load(logits[rows, cols], mask=valid)
+                p = nisa.activation(
+                    op=nl.exp, data=x, bias=neg_lse[i_p, j + i_0], dtype=f32, mask=valid
+                )
+                y = nisa.tensor_scalar(
+                    p, nl.multiply, g[i_p, j + i_0], dtype=logits.dtype,
+                    engine=nisa.engine.gpsimd, mask=valid,
+                )  # fmt: skip
+                nl.store(out[rows, cols], value=y, mask=valid)
+        # the target columns: (p_t - 1) * grad (p_t as the chunks computed it: exp(x_t - lse)),
+        # written over p_t * grad by one indirect DMA (scatter) per row tile.  They come after
+        # the block's tiles: a scatter's rows are only known at run time, so every store to
+        # `out` before it must finish first, and the stores after it wait for it.
+        p_t = nl.exp(nl.add(x_t, neg_lse, dtype=f32, mask=valid_all), dtype=f32, mask=valid_all)
+        fix = nl.multiply(
+            nl.subtract(p_t, 1.0, dtype=f32, mask=valid_all), g, dtype=logits.dtype,
+            mask=valid_all,
+        )  # fmt: skip
+        for j in nl.affine_range(tb):
+            for part, dst, m in _row_elements(out_flat, idx, b * tb + j, j, n, v, pmax):
+                nl.store(dst, value=fix[part, j + i_0], mask=m)
     return out
 
 
@@ -188,7 +270,8 @@ def cross_entropy(logits: np.ndarray, targets: np.ndarray) -> np.ndarray:
     ``F.cross_entropy(..., reduction="none")``; ``.mean()`` of it is the usual loss).
 
     ``logits``: [N, V], float32 or bfloat16 (numpy array or CPU torch tensor); the logsumexp is
-    max-subtracted and accumulated in fp32, so any V works (tiled by ``CHUNK`` columns).
+    max-subtracted and accumulated in fp32, so any V up to 2**24 works (tiled in chunks of at
+    most ``CHUNK`` columns; class indices are handled exactly in fp32 only up to 2**24).
     ``targets``: [N] class indices, an integer array (cast to int32) or a float array holding
     integers (rounded to the nearest integer: the registry's example inputs are float).
     Rows whose target is outside ``[0, V)`` (e.g. ``-100``) are ignored: loss 0, gradient 0.
@@ -229,6 +312,8 @@ def _check(fn: str, logits: np.ndarray, targets: np.ndarray):
         raise ValueError(f"{fn}: logits must be a non-empty [N, V] array, got shape {shape}")
     if tuple(targets.shape) != (shape[0],):
         raise ValueError(f"{fn}: targets must have shape ({shape[0]},), got {tuple(targets.shape)}")
+    if shape[1] > 1 << 24:
+        raise ValueError(f"{fn}: at most 2**24 classes (fp32-exact indices), got V = {shape[1]}")
     name = dtypes.name(dtypes.as_dtype(logits.dtype))
     if name not in DTYPES:
         raise TypeError(f"{fn}: logits must be one of {', '.join(DTYPES)}; got {name}")

@@ -195,6 +195,25 @@ def f_broadcast(v: OpView) -> tuple[float, float]:
     return 2.0 * v.p * v.n, 0.0  # K = 1
 
 
+# -- indirect DMA -------------------------------------------------------------------------------
+# An indirect DMA (nl.load / nl.store / nl.atomic_rmw with an index tile) cannot use the
+# descriptors the compiler builds ahead of time (the static mode [A3, HISA]): its addresses
+# are known only when the index tile has been written.  A descriptor generator (hardware DGE
+# on NeuronCore-v3+, GpSimd software DGE before [A3]) reads the index tile and writes one
+# descriptor per partition row, each row then moves as its own element run.  The model:
+#
+# * start: the DGE runs once the index tile is ready and takes INDIRECT_DGE_NS before the
+#   first descriptor exists (the ~600 ns of a HW DGE instruction on NC-v3 [A3], assumed for
+#   every generation; software DGE on trn1 is not modeled as GpSimd time);
+# * transfer: every row pays the usual per-row overhead (``dma_row_overhead_bytes``) plus
+#   INDIRECT_DESCRIPTOR_BYTES for its runtime-written descriptor (guess: one 64-byte
+#   descriptor written by the DGE and fetched by the queue, on top of the static one), so an
+#   indirect DMA is never faster than the same contiguous transfer and small rows (a
+#   gather of one element per partition) are overhead-bound.
+INDIRECT_DGE_NS = 600.0
+INDIRECT_DESCRIPTOR_BYTES = 64
+
+
 def dma_ns_per_partition(
     target: Target,
     bytes_per_partition: float,
@@ -202,6 +221,7 @@ def dma_ns_per_partition(
     hbm: bool,
     transpose: bool = False,
     from_hbm: bool = True,
+    indirect: bool = False,
 ) -> float:
     """Transfer time of one partition's bytes on one DMA queue, in ns.
 
@@ -209,6 +229,8 @@ def dma_ns_per_partition(
     involved) x ``dma_efficiency`` x a row efficiency ``b / (b + dma_row_overhead_bytes)``
     for ``b`` bytes per partition (small rows are overhead-bound [DMABW, PG]); DMA
     transposes run at ``dma_transpose_factor`` of that (at most half SBUF -> SBUF [A3]).
+    An ``indirect`` DMA's rows each also carry a runtime-generated descriptor
+    (``INDIRECT_DESCRIPTOR_BYTES`` more overhead per row; see above).
     The fixed ~1.3 us start cost is a latency the scheduler adds, not part of this time.
     """
     t = target
@@ -216,7 +238,8 @@ def dma_ns_per_partition(
     if hbm:
         bw = min(bw, t.hbm_bytes_per_ns / t.dma_queues)
     b = bytes_per_partition
-    row_eff = b / (b + t.dma_row_overhead_bytes) if b > 0 else 1.0
+    overhead = t.dma_row_overhead_bytes + (INDIRECT_DESCRIPTOR_BYTES if indirect else 0)
+    row_eff = b / (b + overhead) if b > 0 else 1.0
     rate = bw * t.dma_efficiency * row_eff
     if transpose:
         rate *= t.dma_transpose_factor if from_hbm else min(t.dma_transpose_factor, 0.5)

@@ -24,6 +24,7 @@ from ..ir.affine import Affine, Axis, ProgramId, Sym
 from ..ir.core import Access, Alloc, Kernel, Loop, Op, Tensor
 from .allocate import Allocation
 from .costs import (
+    INDIRECT_DGE_NS,
     OpView,
     c_bn_aggr,
     c_broadcast,
@@ -212,6 +213,12 @@ class _Lowerer:
         if tr is None:
             return None
         t = a.tensor
+        if a.indirect is not None:
+            # rows chosen at run time: the whole tensor, so every access that may overlap
+            # is ordered before / after it
+            reg = Region(tr, 0, (), tr.rows, 0, (), tr.cols)
+            tr.regions.append(reg)
+            return reg
         item = t.dtype.itemsize
         if t.is_hbm and tr.tensor.uid in self.flat_roots:
             # accessed through reshaped views: only the flat byte offset is comparable
@@ -293,18 +300,22 @@ class _Lowerer:
         parts, n = tile_pf(on_chip)
         parts = max(parts, 1)
         byts = _bytes(op)
+        # the transfer itself: source and destination (an index tile is read by the DGE)
+        moved = _bytes(Op(op.prim, [dst], [src], op.attrs, op.loc))
         total = max(
-            sum(v for k, v in byts.items() if k.endswith("read_bytes")),
-            sum(v for k, v in byts.items() if k.endswith("write_bytes")),
+            sum(v for k, v in moved.items() if k.endswith("read_bytes")),
+            sum(v for k, v in moved.items() if k.endswith("write_bytes")),
         )
         per_part = total / parts
         transpose = bool(op.attrs.get("transpose"))
+        indirect = dst.indirect is not None or src.indirect is not None
         ns_per_part = dma_ns_per_partition(
             t,
             per_part,
             hbm=dst.tensor.is_hbm or src.tensor.is_hbm,
             transpose=transpose,
             from_hbm=src.tensor.is_hbm,
+            indirect=indirect,
         )
         opcode = (
             "DMA_"
@@ -316,10 +327,14 @@ class _Lowerer:
             opcode += "_TRANSPOSE"
         if op.attrs.get("rmw_op"):
             opcode += "_RMW"
+        if indirect:
+            opcode += "_INDIRECT"
         reads, writes = self._regions(op)
         h = src if src.tensor.is_hbm else dst if dst.tensor.is_hbm else None
         name, hconst, hterms, hstride = "", 0, (), 0
-        if h is not None:
+        # an indirect DMA's HBM rows are unknown here: no offsets (and no input-reload
+        # analysis, which compares them)
+        if h is not None and h.indirect is None:
             ht = h.tensor
             item = ht.dtype.itemsize
             flat = flat_offset(h, list(range(len(ht.shape))), row_major(list(ht.shape)))
@@ -345,6 +360,10 @@ class _Lowerer:
             hbm_const=hconst,
             hbm_terms=hterms,
             hbm_part_stride=hstride,
+            # the descriptor generator starts when the index tile (a dependency) is ready
+            # and needs INDIRECT_DGE_NS before the transfer's fixed cost begins
+            wait_ns=INDIRECT_DGE_NS if indirect else 0.0,
+            same_engine_raw_ns=INDIRECT_DGE_NS if indirect else 0.0,
         )
 
     def _regions(self, op: Op) -> tuple[list[Region], list[Region]]:

@@ -72,11 +72,23 @@ class Tensor:
 @dataclass(frozen=True, slots=True)
 class Access:
     """A tile-shaped window of a tensor: tile element ``(a0, a1, ...)`` is tensor element
-    ``(index[0], index[1], ...)`` evaluated with ``Axis(k) = ak``."""
+    ``(index[0], index[1], ...)`` evaluated with ``Axis(k) = ak``.
+
+    An *indirect* access (indirect DMA, ``t[idx_tile, i_f]``) also has a runtime index:
+    along tensor dimension ``indirect_dim`` the coordinate is ``index[indirect_dim]`` (a static
+    offset, usually 0) **plus** the integer the SBUF index tile holds for the element.
+    ``indirect`` is that index tile's access, written in the same tile axes as this access
+    (so ``%idx[a0, 0]`` gives partition ``a0`` its own index); ``indirect.shape`` is its extent
+    along each of this access's tile axes ((P, 1) for a legal gather/scatter).  The op that
+    uses an indirect access also lists ``indirect`` among its inputs (the builder adds it), so
+    every pass that follows reads sees the index tile as one.
+    """
 
     tensor: Tensor
     shape: tuple[int, ...]
     index: tuple[Affine, ...]
+    indirect: Access | None = None
+    indirect_dim: int = 0
 
     @staticmethod
     def whole(tensor: Tensor) -> Access:
@@ -90,13 +102,17 @@ class Access:
 
     @property
     def is_whole(self) -> bool:
-        return self.shape == self.tensor.shape and all(
-            a == Affine.of(Axis(k)) for k, a in enumerate(self.index)
+        return (
+            self.indirect is None
+            and self.shape == self.tensor.shape
+            and all(a == Affine.of(Axis(k)) for k, a in enumerate(self.index))
         )
 
     @property
     def syms(self) -> tuple[Sym, ...]:
-        return tuple(dict.fromkeys(s for a in self.index for s in a.syms))
+        own = (s for a in self.index for s in a.syms)
+        ind = self.indirect.syms if self.indirect is not None else ()
+        return tuple(dict.fromkeys((*own, *ind)))
 
     @property
     def partitions(self) -> int:
@@ -107,14 +123,38 @@ class Access:
         return int(np.prod(self.shape[1:])) if len(self.shape) > 1 else 1
 
     def substitute(self, mapping: dict[Sym, Affine]) -> Access:
-        return Access(self.tensor, self.shape, tuple(a.substitute(mapping) for a in self.index))
+        return self.remap(self.shape, mapping)
+
+    def remap(self, shape: tuple[int, ...], mapping: dict[Sym, Affine]) -> Access:
+        """This access seen with tile ``shape``, its indices (and its runtime index tile's)
+        rewritten by ``mapping`` (typically tile axes of the old shape -> those of the new)."""
+        index = tuple(a.substitute(mapping) for a in self.index)
+        ind = self.indirect
+        if ind is not None:
+            ind_index = tuple(a.substitute(mapping) for a in ind.index)
+            ind_shape = tuple(
+                n if any(a.coef(Axis(k)) != 0 for a in ind_index) else 1
+                for k, n in enumerate(shape)
+            )
+            ind = Access(ind.tensor, ind_shape, ind_index)
+        return Access(self.tensor, tuple(shape), index, ind, self.indirect_dim)
 
     def __repr__(self) -> str:
         if self.is_whole:
             return repr(self.tensor)
-        idx = ", ".join(repr(a) for a in self.index)
+        parts = [repr(a) for a in self.index]
+        if self.indirect is not None:
+            ind = self.indirect
+            where = f"{ind.tensor!r}[{', '.join(repr(a) for a in ind.index)}]"
+            off = self.index[self.indirect_dim]
+            parts[self.indirect_dim] = where if off == Affine() else f"{where} + {off!r}"
         shape = "x".join(map(str, self.shape))
-        return f"{self.tensor!r}[{idx}]<{shape}>"
+        return f"{self.tensor!r}[{', '.join(parts)}]<{shape}>"
+
+
+def indirect_index_tiles(accesses) -> list[Access]:
+    """The runtime index tiles of the indirect accesses among ``accesses`` (in order)."""
+    return [a.indirect for a in accesses if isinstance(a, Access) and a.indirect is not None]
 
 
 Operand = Access | float | int

@@ -4,7 +4,8 @@
 breaks, with the NKI error name and the kernel's own source line.  Rules are data:
 
 - ``OP_RULES``: functions ``rule(site)`` run on every op, in order, where a ``Site`` is the op
-  with its enclosing loops and the value range of every symbol its indices may use;
+  with its enclosing loops and the value range of every symbol its indices may use (among
+  them ``rule_indirect``: where an index tile may index, and what it must be);
 - ``PRIM_RULES``: per-primitive constraints (matmul limits, activation bias/scale, ...), run
   for an op before the generic shape rules so the most specific message wins;
 - ``engine_of`` (``_FIXED_ENGINE`` / ``_VECTOR_DEFAULT``): which engine runs each primitive,
@@ -20,6 +21,8 @@ breaks, with the NKI error name and the kernel's own source line.  Rules are dat
 Every check is symbolic: index ranges are bounded like ``Affine.bounds`` does, over loop trip
 counts, SPMD grid sizes and tile axis sizes, never by enumerating elements, so verifying a
 kernel costs time proportional to its IR, not to its data (well under a millisecond per op).
+The one index no rule can bound is a runtime index (indirect DMA): the simulator checks it
+when it runs, as the hardware does.
 """
 
 from __future__ import annotations
@@ -106,7 +109,7 @@ Rule = Callable[[Site], None]
 
 # Names of operands in messages, by primitive: ins first, then outs.
 _IN_NAMES: dict[str, tuple[str, ...]] = {
-    "dma_copy": ("src",),
+    "dma_copy": ("src", "index tile"),
     "tensor_copy": ("src",),
     "tensor_reduce": ("data",),
     "tensor_partition_reduce": ("data",),
@@ -273,6 +276,77 @@ def rule_memory(site: Site) -> None:
 
 # instructions that stream two tiles through one engine: at most one of them may be in PSUM
 _TWO_TILE_INPUTS = {"tensor_tensor": (0, 1), "scalar_tensor_tensor": (0, 2)}
+
+
+# ---------------------------------------------------------------------------------------------
+# indirect DMA (runtime index tiles)
+
+
+def rule_indirect(site: Site) -> None:
+    """An index tile (``t[idx_tile, i_f]``) may only index the HBM side of a DMA (nl.load,
+    nl.store, nl.atomic_rmw, nisa.dma_copy); it is an SBUF tile of integers with one index
+    per partition of the access ((P, 1)), on the dimension the partition axis walks."""
+    op = site.op
+    for role, a, _ in site.operands:
+        ind = a.indirect
+        if ind is None:
+            continue
+        if op.prim != "dma_copy" or op.attrs.get("transpose"):
+            raise site.fail(
+                "err_indirect_indices_are_not_supported_with_nki_api",
+                api="load_transpose2d" if op.attrs.get("transpose") else op.prim,
+                operand=f"{role} {a!r}",
+            )
+        if not a.tensor.is_hbm:
+            raise site.fail(
+                "err_unsupported_memory",
+                op=op.prim,
+                what=f"indirectly indexed {role} {a.tensor.name!r}",
+                allowed="HBM (an indirect DMA gathers from or scatters to HBM)",
+                got=_mem(a.tensor),
+            )
+        if ind.tensor.buffer != "sbuf":
+            raise site.fail(
+                "err_unsupported_memory",
+                op=op.prim,
+                what=f"index tile {ind.tensor.name!r} of {role} {a.tensor.name!r}",
+                allowed="SBUF (load the indices with nl.load first)",
+                got=_mem(ind.tensor),
+            )
+        if not dtypes.is_int(ind.dtype) or ind.dtype.kind == "b":
+            raise site.fail(
+                "err_unsupported_dtype",
+                op=op.prim,
+                dtype=dtypes.name(ind.dtype),
+                why=f"index tile {ind.tensor.name!r} must hold integers (int32 or uint32; "
+                "e.g. nl.load of an int32 tensor, or nisa.iota(..., dtype=nl.int32))",
+            )
+        free = [k for k, n in enumerate(ind.shape) if k > 0 and n > 1]
+        if free:
+            raise site.fail(
+                "err_indirect_indices_free_dim",
+                tensor=a.tensor.name,
+                why=f"index tile {ind.tensor.name!r} varies along free tile axis {free[0]} "
+                f"(extent {ind.shape[free[0]]})",
+            )
+        if ind.partitions != a.partitions:
+            raise site.fail(
+                "err_num_partition_mismatch",
+                op=f"{op.prim} (index tile {ind.tensor.name!r} of {role} {a.tensor.name!r})",
+                a=ind.partitions,
+                b=a.partitions,
+            )
+        if a.partitions > 1:
+            walked = [
+                d for d, x in enumerate(a.index) if d != a.indirect_dim and x.coef(Axis(0)) != 0
+            ]
+            if walked:
+                raise site.fail(
+                    "err_indirect_indices_free_dim",
+                    tensor=a.tensor.name,
+                    why=f"dimension {walked[0]} already takes the partition axis, so the "
+                    f"index tile on dimension {a.indirect_dim} indexes a free dimension",
+                )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -660,7 +734,19 @@ def _varies_with(op: Op, a: Access, sym: Sym) -> bool:
     or through a mask that selects on it (e.g. only iteration 0 writes)."""
     if any(x.coef(sym) != 0 for x in a.index):
         return True
+    if a.indirect is not None and any(x.coef(sym) != 0 for x in a.indirect.index):
+        return True
     return op.mask is not None and any(c.coef(sym) != 0 for c, _ in op.mask.clauses)
+
+
+def _writes_in(body: list, t: Tensor) -> bool:
+    """Whether some op in ``body`` (or a loop nested in it) writes tensor ``t``."""
+    for s in body:
+        if isinstance(s, Op) and any(o.tensor.root is t for o in s.outs):
+            return True
+        if isinstance(s, Loop) and _writes_in(s.body, t):
+            return True
+    return False
 
 
 def rule_distinct_writes(site: Site) -> None:
@@ -675,6 +761,10 @@ def rule_distinct_writes(site: Site) -> None:
         for loop in site.loops:
             var = loop.var
             if var.kind != "affine" or var.trip <= 1 or var in scope:
+                continue
+            # a scatter whose index tile is (re)written in the loop writes where the data
+            # says: distinctness is then the author's contract, as for atomic_rmw
+            if a.indirect is not None and _writes_in(loop.body, a.indirect.tensor.root):
                 continue
             if not _varies_with(op, a, var):
                 raise site.fail(
@@ -693,7 +783,8 @@ def rule_spmd_writes(site: Site) -> None:
         return
     for a in op.outs:
         root = a.tensor.root
-        if root.buffer != "shared_hbm":
+        # a scatter writes where its index tile says (per instance): not provable here
+        if root.buffer != "shared_hbm" or a.indirect is not None:
             continue
         for axis, size in enumerate(grid):
             pid = ProgramId(axis)
@@ -723,6 +814,8 @@ def rule_bounds(site: Site) -> None:
         if 0 in shape:
             continue
         for d, x in enumerate(a.index[: len(tshape)]):
+            if a.indirect is not None and d == a.indirect_dim:
+                continue  # a runtime index: checked when it runs (simulator / hardware)
             # Affine.bounds, inlined: each term sweeps [0, n) of its symbol
             lo = hi = x.const
             for sym, c in x.terms:
@@ -745,6 +838,7 @@ def rule_bounds(site: Site) -> None:
 OP_RULES: list[Rule] = [
     rule_loop_scope,
     rule_mask,
+    rule_indirect,
     rule_memory,
     rule_prim,
 ]

@@ -33,6 +33,7 @@ from .creation import (  # noqa: F401
 )
 from .ops import (  # noqa: F401
     all,
+    atomic_rmw,
     broadcast_to,
     copy,
     device_print,

@@ -34,7 +34,9 @@ def _emit(prim, outs, ins, attrs=None, mask=None, loc=None):
 
 
 def load(src: Tile, *, mask=None, dtype=None, **kwargs) -> Tile:
-    """HBM -> SBUF: a new SBUF tile with ``src``'s (canonical 2-D+) shape."""
+    """HBM -> SBUF: a new SBUF tile with ``src``'s (canonical 2-D+) shape.  ``src`` may be
+    indexed by an SBUF tile of integers on its partition dimension, ``t[idx_tile, i_f]``
+    (an indirect DMA: a gather of one row per partition, bounds checked when it runs)."""
     loc = caller_loc()
     a = access_of(src, loc, "load")
     if not a.tensor.is_hbm:
@@ -62,14 +64,16 @@ def load_transpose2d(src: Tile, *, mask=None, dtype=None, **kwargs) -> Tile:
     if len(a.shape) != 2:
         raise NkiError("err_invalid_argument", loc, op="load_transpose2d", why="src must be 2-D")
     swap = {Axis(0): Affine.of(Axis(1)), Axis(1): Affine.of(Axis(0))}
-    t_src = Access(a.tensor, (a.shape[1], a.shape[0]), tuple(x.substitute(swap) for x in a.index))
+    t_src = a.remap((a.shape[1], a.shape[0]), swap)
     tile, out = new_tile(t_src.shape, dtype or a.dtype, loc, fallback="load_t")
     _emit("dma_copy", [out], [t_src], {"transpose": True}, mask=mask_of(mask, loc), loc=loc)
     return tile
 
 
 def store(dst: Tile, value, *, mask=None, **kwargs) -> None:
-    """SBUF (or PSUM, through an implicit copy) -> HBM."""
+    """SBUF (or PSUM, through an implicit copy) -> HBM.  ``dst`` may be indexed by an index
+    tile, ``t[idx_tile, i_f]`` (an indirect DMA: a scatter; rows sharing an index: the last
+    partition's wins in simulation, unspecified on hardware)."""
     loc = caller_loc()
     d = access_of(dst, loc, "store")
     if not d.tensor.is_hbm:
@@ -97,6 +101,57 @@ def store(dst: Tile, value, *, mask=None, **kwargs) -> None:
             src=v.shape,
         )
     _emit("dma_copy", [d2], [v], mask=mask_of(mask, loc), loc=loc)
+
+
+def atomic_rmw(dst: Tile, value, op, *, mask=None, **kwargs) -> None:
+    """``dst = op(dst, value)`` on HBM, atomically per element: ``dst`` is an HBM tensor
+    indexed by an index tile (``t[idx_tile, i_f]``, the only form NKI supports), ``op`` is
+    ``np.add`` (or ``nl.add``), ``value`` a tile of ``dst``'s shape or a scalar.  Rows that
+    share an index all apply, one after another (a scatter-add, e.g. an embedding's
+    gradient).  Raises ``err_invalid_argument`` for a destination without an index tile or
+    another ``op``."""
+    loc = caller_loc()
+    d = access_of(dst, loc, "atomic_rmw")
+    if not d.tensor.is_hbm:
+        raise NkiError(
+            "err_unsupported_memory",
+            loc,
+            op="atomic_rmw",
+            what="dst",
+            allowed="HBM",
+            got=d.tensor.buffer,
+        )
+    if d.indirect is None:
+        raise NkiError(
+            "err_invalid_argument",
+            loc,
+            op="atomic_rmw",
+            why="dst must be indexed by an index tile (dst[idx_tile, i_f]); for a fixed "
+            "destination, load it, add and store",
+        )
+    name = op_name(op)
+    if name != "add":
+        raise NkiError(
+            "err_invalid_argument",
+            loc,
+            op="atomic_rmw",
+            why=f"op must be np.add (the only atomic operation), got {op!r}",
+        )
+    if isinstance(value, Scalar):
+        value = full(canon(d.shape), value, dtype=dtypes.float32)
+    v = access_of(value, loc, "atomic_rmw value")
+    if v.tensor.buffer == "psum":
+        v = copy(value, dtype=v.dtype).access
+    d2 = _fit(d, v.shape)
+    if d2 is None:
+        raise NkiError(
+            "err_store_dst_shape_smaller_than_other_shape",
+            loc,
+            op="atomic_rmw",
+            dst=d.shape,
+            src=v.shape,
+        )
+    _emit("dma_copy", [d2], [v], {"rmw_op": name}, mask=mask_of(mask, loc), loc=loc)
 
 
 def _fit(a: Access, shape: tuple[int, ...]) -> Access | None:

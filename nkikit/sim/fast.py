@@ -44,7 +44,7 @@ from .. import dtypes
 from ..ir.affine import Affine, Axis, ProgramId, Sym, axis_env
 from ..ir.core import Access, Alloc, Kernel, Loop, Op, Tensor
 from .alu import ALU
-from .interp import _MASK_ON_INPUT, Interpreter
+from .interp import _MASK_ON_INPUT, Interpreter, scatter
 from .rules import RAW, RULES
 
 __all__ = ["simulate", "explain", "compile_kernel"]
@@ -156,15 +156,33 @@ def _f32(x: np.ndarray) -> np.ndarray:
     return x if x.dtype == np.float32 else x.astype(np.float32)
 
 
-def _write(view: np.ndarray, value: Any, shape: tuple[int, ...], size: int, dt: np.dtype) -> None:
-    """The reference's ``Interpreter.write`` for an unmasked, in-bounds, precomputed view."""
+def _prep(value: Any, shape: tuple[int, ...], size: int, dt: np.dtype) -> np.ndarray:
+    """The value ``Interpreter.write`` stores: shaped like the access, rounded to ``dt``."""
     value = np.asarray(value)
     if value.shape != shape:
         value = value.reshape(shape) if value.size == size else np.broadcast_to(value, shape)
     value = dtypes.cast(value, dt)
     if dtypes.is_tf32(dt):
         value = value.astype(np.float32)
-    view[...] = value
+    return value
+
+
+def _write(view: np.ndarray, value: Any, shape: tuple[int, ...], size: int, dt: np.dtype) -> None:
+    """The reference's ``Interpreter.write`` for an unmasked, in-bounds, precomputed view."""
+    view[...] = _prep(value, shape, size, dt)
+
+
+def _ind(axes: tuple, bases: tuple, d: int, rt: np.ndarray, shape: tuple[int, ...]) -> tuple:
+    """The reference's ``indirect_index`` without a mask or bounds checks: per dimension the
+    tile-axis part (a constant int array) plus the loop-dependent part, and along dimension
+    ``d`` the index tile's values ``rt``."""
+    idx = []
+    for k, (ax, b) in enumerate(zip(axes, bases)):
+        v = np.broadcast_to(np.asarray(ax + b, dtype=np.int64), shape)
+        if k == d:
+            v = v + np.broadcast_to(rt.astype(np.int64), shape)
+        idx.append(v)
+    return tuple(idx)
 
 
 def _copy(view: np.ndarray, value: np.ndarray, dt: np.dtype) -> None:
@@ -308,6 +326,9 @@ class _Compiler:
             "_cast": dtypes.cast,
             "_where": np.where,
             "_bn_stats_all": _bn_stats_all,
+            "_prep": _prep,
+            "_ind": _ind,
+            "_scatter": scatter,
         }
         self.names: dict[Sym, str] = {}
         self.ranges: dict[Sym, int] = {}
@@ -380,6 +401,8 @@ class _Compiler:
         cannot be proved for every iteration become runtime conditions (appended to
         ``self.conds``; when one fails, the reference runs the op and reports the error),
         unless ``dynamic`` is False."""
+        if acc.indirect is not None:
+            return None  # a gather/scatter: only ``indirect_lines`` compiles those
         t = acc.tensor
         tshape = t.shape
         dims: list[tuple[int, int] | None] = []
@@ -1012,6 +1035,8 @@ class _Compiler:
 
     def op_lines(self, op: Op, masked: bool) -> list[str] | None:
         """Generated lines for an op that runs unmasked (its mask, if any, holds)."""
+        if any(isinstance(a, Access) and a.indirect is not None for a in (*op.outs, *op.ins)):
+            return self.indirect_lines(op)
         prim = op.prim
         raw = prim in RAW
         outs = []
@@ -1066,6 +1091,68 @@ class _Compiler:
             lines.append(
                 f"if R[{j}] is not None: _write({w.expr}, R[{j}], {tuple(o.shape)!r}, {size}, {dt})"
             )
+        return lines
+
+    def indirect_lines(self, op: Op) -> list[str] | None:
+        """A gather (``nl.load(t[idx, i_f])``) or scatter (``nl.store(t[idx, i_f], v)``):
+        the reference's fancy index built from precomputed tile-axis grids and the index
+        tile, the runtime index checked against the tensor (else the reference runs the op
+        and raises its error), the same numpy gather or the same ``scatter`` function.
+        Read-modify-write DMAs (``nl.atomic_rmw``) stay with the reference."""
+        if op.prim != "dma_copy" or op.attrs.get("rmw_op") or len(op.outs) != 1:
+            return None
+        src, dst = op.ins[0], op.outs[0]
+        if not isinstance(src, Access) or src.shape != dst.shape:
+            return None
+        if (src.indirect is None) == (dst.indirect is None):
+            return None
+        ind_acc = src if src.indirect is not None else dst
+        ind = ind_acc.indirect
+        assert ind is not None
+        rt = self.access(ind, False, True)
+        if rt is None:
+            return None
+        shape = ind_acc.shape
+        tshape = ind_acc.tensor.shape
+        grid = axis_env(shape)
+        axes, bases = [], []
+        for d, a in enumerate(ind_acc.index):
+            if d != ind_acc.indirect_dim:
+                lo, hi = self.sym_range(a, shape)
+                if lo < 0 or hi >= tshape[d]:
+                    return None  # the reference reports it
+            ax = [(s, c) for s, c in a.terms if isinstance(s, Axis)]
+            axes.append(self.const(sum(grid[s] * c for s, c in ax), "AXS") if ax else "0")
+            bases.append(
+                self.aff(
+                    Affine(tuple((s, c) for s, c in a.terms if not isinstance(s, Axis)), a.const)
+                )
+            )
+        d = ind_acc.indirect_dim
+        opn = self.const(op, "OP")
+        index = f"_ind(({', '.join(axes)},), ({', '.join(bases)},), {d}, {rt.expr}, {shape!r})"
+        lines = [f"I = {index}", f"if 0 <= I[{d}].min() and I[{d}].max() < {tshape[d]}:"]
+        odt = dst.tensor.dtype
+        dt = self.const(odt, "DT")
+        size = int(np.prod(shape))
+        if src.indirect is not None:  # gather into a plain destination
+            w = self.access(dst, True, True)
+            if w is None:
+                return None
+            self.last_outs = [w]
+            value = f"{self.slot(src.tensor)}[I]"
+            if dtypes.is_tf32(odt) or odt not in _DIRECT_CAST and src.tensor.dtype != odt:
+                lines.append(f"    _write({w.expr}, {value}, {shape!r}, {size}, {dt})")
+            else:
+                lines.append(f"    _copy({w.expr}, {value}, {dt})")
+        else:  # scatter a plain source
+            r = self.access(src, False, True)
+            if r is None:
+                return None
+            self.last_outs = None
+            value = f"_prep({r.expr}, {shape!r}, {size}, {dt})"
+            lines.append(f"    _scatter({self.slot(dst.tensor)}, I, {value}, None)")
+        lines += ["else:", f"    interp.exec_op({opn}, env)"]
         return lines
 
     def predicate_code(self, pred, shape) -> str | None:

@@ -85,6 +85,9 @@ class Interpreter:
     ):
         """numpy index for ``access`` and whether it is basic slicing.  Masked-off elements may
         lie out of bounds; they are not checked."""
+        if access.indirect is not None:
+            rt = self.read(access.indirect, env, op)
+            return indirect_index(access, env, rt, valid, op), False
         plan = self._plan(access)
         tshape = access.tensor.shape
         if plan.basic and not (writing and plan.bcast):
@@ -152,6 +155,9 @@ class Interpreter:
         if valid is not None and valid.shape != access.shape:
             valid = _fit_valid(valid, access.shape)
         idx, basic = self._index(access, env, op, valid, writing=True)
+        if access.indirect is not None:
+            scatter(store, idx, value, valid)
+            return
         if basic:
             plan = self._plan(access)
             view = store[idx]
@@ -248,6 +254,13 @@ class Interpreter:
         elif op.prim == "dma_copy" and op.attrs.get("rmw_op"):
             from .alu import alu
 
+            out = op.outs[0]
+            if out.indirect is not None:  # atomic read-modify-write of the gathered rows
+                idx, _ = self._index(out, env, op, valid, writing=True)
+                value = np.broadcast_to(dtypes.to_f32(np.asarray(ins[0])), out.shape)
+                store = self.storage(out.tensor)
+                scatter_rmw(store, idx, value, op.attrs["rmw_op"], out.tensor.dtype, valid)
+                return
             results = [
                 alu(
                     op.attrs["rmw_op"],
@@ -258,6 +271,111 @@ class Interpreter:
         for out, r in zip(op.outs, results):
             if r is not None:
                 self.write(out, r, env, op, valid)
+
+
+# ---------------------------------------------------------------------------------------------
+# indirect DMA: shared with the fast simulator, which calls these same functions
+
+
+def indirect_index(
+    access: Access, env: dict, rt: np.ndarray, valid: np.ndarray | None, op: Op
+) -> tuple[np.ndarray, ...]:
+    """The numpy (fancy) index of an indirect access: per tensor dimension an int64 array of
+    the tile's shape; along ``access.indirect_dim`` the static offset plus ``rt``, the index
+    tile's values (broadcast from (P, 1)).  Masked-off elements index 0 and are not checked;
+    a kept element outside the tensor raises ``err_tensor_access_out_of_bound`` naming the
+    runtime index, the index tile and the partition (an indirect DMA's bounds are only known
+    when it runs)."""
+    shape = access.shape
+    full = {**env, **axis_env(shape)}
+    tshape = access.tensor.shape
+    ind = access.indirect
+    assert ind is not None
+    runtime = np.broadcast_to(np.asarray(rt).astype(np.int64), shape)
+    idx = []
+    for d, a in enumerate(access.index):
+        v = np.broadcast_to(np.asarray(a.evaluate(full), dtype=np.int64), shape)
+        if d == access.indirect_dim:
+            v = v + runtime
+        if valid is not None:
+            v = np.where(valid, v, 0)
+        if v.size:
+            bad = (v < 0) | (v >= tshape[d])
+            if bad.any():
+                at = tuple(int(i[0]) for i in np.nonzero(bad))
+                value = int(v[at])
+                if d == access.indirect_dim:
+                    where = (
+                        f"{value} (index tile {ind.tensor.name} holds {int(runtime[at])} for "
+                        f"partition {at[0]}; an indirect DMA's indices are checked at run time)"
+                    )
+                else:
+                    where = str(value)
+                raise NkiError(
+                    "err_tensor_access_out_of_bound",
+                    op.loc,
+                    tensor=access.tensor.name,
+                    dim=d,
+                    index=where,
+                    size=tshape[d],
+                )
+        idx.append(v)
+    return tuple(idx)
+
+
+def _flat_kept(idx, value, valid, shape):
+    """The index arrays and values of the written elements, flattened in element order
+    (partition-major), and their linear offsets in a tensor of ``shape``."""
+    tile = idx[0].shape
+    value = np.broadcast_to(value, tile)
+    if valid is not None:
+        keep = np.broadcast_to(valid, tile)
+        idx = tuple(i[keep] for i in idx)
+        value = value[keep]
+    else:
+        idx = tuple(i.reshape(-1) for i in idx)
+        value = value.reshape(-1)
+    return idx, value, np.ravel_multi_index(idx, shape)
+
+
+def scatter(store: np.ndarray, idx, value: np.ndarray, valid: np.ndarray | None) -> None:
+    """``store[idx] = value`` for an indirect write (``value`` already in the store's dtype).
+    Where several elements land on one location the last one in element order (the highest
+    partition) wins: the DMA queues may run the rows in any order on hardware, so a kernel
+    that relies on which duplicate wins is not portable."""
+    idx, value, lin = _flat_kept(idx, value, valid, store.shape)
+    if lin.size == 0:
+        return
+    _, first_from_end = np.unique(lin[::-1], return_index=True)
+    if first_from_end.size != lin.size:
+        keep = np.sort(lin.size - 1 - first_from_end)
+        idx = tuple(i[keep] for i in idx)
+        value = value[keep]
+    store[idx] = value
+
+
+def scatter_rmw(
+    store: np.ndarray, idx, value: np.ndarray, op: str, dt: np.dtype, valid: np.ndarray | None
+) -> None:
+    """Atomic ``store[idx] = op(store[idx], value)`` (``nl.atomic_rmw``): computed in fp32
+    and rounded to the store's dtype once per update; updates of one location apply one after
+    another in element order (partition-major), so duplicates accumulate."""
+    from .alu import alu
+
+    idx, value, lin = _flat_kept(idx, value, valid, store.shape)
+    if lin.size == 0:
+        return
+    order = np.argsort(lin, kind="stable")
+    ranked = lin[order]
+    starts = np.flatnonzero(np.r_[True, ranked[1:] != ranked[:-1]])
+    group = np.repeat(starts, np.diff(np.r_[starts, ranked.size]))
+    rank = np.empty_like(order)
+    rank[order] = np.arange(ranked.size) - group
+    for r in range(int(rank.max()) + 1):
+        sel = rank == r  # at most one update per location in this round
+        where = tuple(i[sel] for i in idx)
+        new = dtypes.cast(np.asarray(alu(op, dtypes.to_f32(store[where]), value[sel])), dt)
+        store[where] = new.astype(np.float32) if dtypes.is_tf32(dt) else new
 
 
 def _fit_valid(valid: np.ndarray, shape: tuple[int, ...]) -> np.ndarray | None:

@@ -10,7 +10,7 @@ import numpy as np
 
 from ..errors import NkiError, SourceLoc, caller_loc
 from ..ir.affine import Affine, Axis, LoopVar, Sym
-from ..ir.core import ON_CHIP, Access, Alloc, Loop, Op, Operand, Stmt, Tensor
+from ..ir.core import ON_CHIP, Access, Alloc, Loop, Op, Operand, Stmt, Tensor, indirect_index_tiles
 
 _state = threading.local()
 _ASSIGN = re.compile(r"^\s*([A-Za-z_]\w*)\s*(?::[^=]+)?=[^=]")
@@ -90,6 +90,10 @@ class Builder:
         loc: SourceLoc | None = None,
     ) -> Op:
         loc = loc or caller_loc()
+        # an indirect access reads its index tile: list it as an input, so that every pass
+        # that follows reads (liveness, dependencies, the simulators' memory plans) sees it
+        ins = list(ins)
+        ins.extend(x for x in indirect_index_tiles([*outs, *ins]) if x not in ins)
         for a in list(outs) + list(ins):
             if isinstance(a, Access):
                 self.check_scope(a.tensor, loc)
@@ -156,7 +160,7 @@ def reshape_access(access: Access, shape: tuple[int, ...]) -> Access | None:
     mapping: dict[Sym, Affine] = {Axis(k): Affine() for k, s in enumerate(access.shape) if s == 1}
     for a, b in zip(src, dst):
         mapping[Axis(a)] = Affine.of(Axis(b))
-    return Access(access.tensor, shape, tuple(x.substitute(mapping) for x in access.index))
+    return access.remap(shape, mapping)
 
 
 def resolve(access: Access) -> Access:
@@ -164,9 +168,7 @@ def resolve(access: Access) -> Access:
     while access.tensor.alias is not None:
         target = access.tensor.alias
         mapping = {Axis(k): a for k, a in enumerate(access.index)}
-        access = Access(
-            target.tensor, access.shape, tuple(x.substitute(mapping) for x in target.index)
-        )
+        access = target.remap(access.shape, mapping)
     return access
 
 

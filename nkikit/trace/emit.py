@@ -82,7 +82,7 @@ def broadcast_access(a: Access, shape: tuple[int, ...], loc: SourceLoc, op: str)
                 why=f"shapes {a.shape} and {shape} do not broadcast",
             )
         mapping[Axis(k)] = Affine()
-    return Access(a.tensor, shape, tuple(x.substitute(mapping) for x in a.index))
+    return a.remap(shape, mapping)
 
 
 def new_tile(

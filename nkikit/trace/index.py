@@ -259,6 +259,20 @@ def ds(start: object, size: int) -> DynSlice:
     return DynSlice(start, int(size))
 
 
+class RuntimeIndex:
+    """A tile of integers used inside an index tuple (``t[idx_tile, i_f]``): an indirect
+    (runtime) index, one value per partition.  ``Tile.__getitem__`` wraps tile keys in it."""
+
+    __slots__ = ("access",)
+
+    def __init__(self, access: Access) -> None:
+        self.access = access
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        return self.access.shape
+
+
 def loop_index(var: LoopVar) -> Index:
     return Index(Affine.of(var))
 
@@ -300,7 +314,7 @@ def index_access(base: Access, key: object) -> Access:
             op="indexing",
             why=f"{n_real} indices for a tensor of {ndim} dimensions",
         )
-    advanced = any(isinstance(k, Index) and k.sizes for k in key)
+    advanced = any((isinstance(k, Index) and k.sizes) or isinstance(k, RuntimeIndex) for k in key)
     if advanced:
         return _advanced(base, key)
     return _basic(base, key)
@@ -316,14 +330,79 @@ def _advanced(base: Access, key: tuple) -> Access:
             op="indexing",
             why=f"arange indexing needs one index per dimension ({len(base.shape)}), got {len(key)}",
         )
+    runtime = [d for d, k in enumerate(key) if isinstance(k, RuntimeIndex)]
+    # a runtime index tile's axes line up with the aranges' from the left: (P, 1) is P on the
+    # partition axis, padded with unit axes to the rank of the aranges
+    rank = max((len(k.sizes) for k in key if isinstance(k, Index) and k.sizes), default=0)
     sizes: tuple[int, ...] = ()
     for k in key:
         if isinstance(k, Index) and k.sizes:
             if len(k.sizes) == 1 and len(key) > 1:
                 raise NkiError("err_1d_arange_not_supported", caller_loc())
             sizes = _broadcast_sizes(sizes, k.sizes)
-    new = [k.affine if isinstance(k, Index) else _scalar_affine(k) for k in key]
-    return _compose(base, new, sizes)
+        elif isinstance(k, RuntimeIndex):
+            ks = k.sizes
+            sizes = _broadcast_sizes(sizes, ks + (1,) * (rank - len(ks)))
+    new = [
+        Affine()
+        if isinstance(k, RuntimeIndex)
+        else k.affine
+        if isinstance(k, Index)
+        else _scalar_affine(k)
+        for k in key
+    ]
+    if not runtime:
+        return _compose(base, new, sizes)
+    return _indirect(base, key, runtime, new, sizes)
+
+
+def _indirect(
+    base: Access, key: tuple, runtime: list[int], new: list[Affine], sizes: tuple[int, ...]
+) -> Access:
+    """``base[key]`` where ``key[runtime[0]]`` is an index tile: the tensor dimension that key
+    position walks takes the tile's values at run time (an indirect DMA access)."""
+    loc = caller_loc()
+    name = base.tensor.name
+    if len(runtime) > 1:
+        raise NkiError(
+            "err_indirect_indices_free_dim",
+            loc,
+            tensor=name,
+            why=f"index tiles on dimensions {runtime}; only one dimension can be indexed "
+            "at run time, and a second one would be a free dimension",
+        )
+    if base.indirect is not None:
+        raise NkiError(
+            "err_invalid_argument",
+            loc,
+            op="indexing",
+            why=f"{name} is already indexed by an index tile; index it once, with one tile",
+        )
+    d = runtime[0]
+    # the tensor dimension key position d walks (base may be a view: t[b][idx, i_f])
+    dims = [(n, x.coef(Axis(d))) for n, x in enumerate(base.index) if x.coef(Axis(d)) != 0]
+    if len(dims) != 1 or dims[0][1] != 1:
+        raise NkiError(
+            "err_invalid_argument",
+            loc,
+            op="indexing",
+            why=f"an index tile must index one dimension of {name} with stride 1",
+        )
+    tile = key[d].access
+    if tile.indirect is not None:
+        raise NkiError(
+            "err_invalid_argument",
+            loc,
+            op="indexing",
+            why="an index tile must be a tile in SBUF, not an indirectly indexed tensor",
+        )
+    padded = tile.shape + (1,) * (len(sizes) - len(tile.shape))
+    # unit axes of the index tile broadcast: they read its element 0
+    bcast = {Axis(k): Affine() for k, n in enumerate(padded) if n == 1}
+    ind = Access(tile.tensor, padded, tuple(a.substitute(bcast) for a in tile.index))
+    acc = _compose(base, new, sizes)
+    # remap with no change: sets the index tile's extents along this access's tile axes
+    return Access(acc.tensor, acc.shape, acc.index, ind, dims[0][0]).remap(acc.shape, {})
 
 
 def _basic(base: Access, key: tuple) -> Access:
@@ -380,4 +459,4 @@ def _basic(base: Access, key: tuple) -> Access:
 
 def _compose(base: Access, new: list[Affine], sizes: tuple[int, ...]) -> Access:
     mapping = {Axis(d): a for d, a in enumerate(new)}
-    return Access(base.tensor, tuple(sizes), tuple(a.substitute(mapping) for a in base.index))
+    return base.remap(tuple(sizes), mapping)

@@ -8,14 +8,16 @@ from .. import dtypes
 from ..errors import NkiError, caller_loc
 from ..ir.core import Access, Tensor
 from .builder import current, reshape_access, resolve
-from .index import index_access
+from .index import RuntimeIndex, index_access
 
 
 class Tile:
     """A tensor or tile inside a traced kernel (NKI's ``nki.tensor``).
 
     Supports ``.shape``, ``.dtype``, indexing (basic slicing, ``nl.arange``/``nl.mgrid``
-    indices, ``nl.ds``), assignment ``t[...] = value``, Python arithmetic operators
+    indices, ``nl.ds``, and an SBUF tile of integers on the partition dimension of an HBM
+    tensor: ``t[idx_tile, i_f]``, an indirect DMA access), assignment ``t[...] = value``,
+    Python arithmetic operators
     (each one instruction), ``reshape`` (HBM tensors) and ``broadcast_to``.
     """
 
@@ -88,12 +90,12 @@ class Tile:
 
     # -- indexing ---------------------------------------------------------------------------
     def __getitem__(self, key) -> Tile:
-        return Tile(index_access(self.access, key))
+        return Tile(index_access(self.access, _runtime_key(key)))
 
     def __setitem__(self, key, value) -> None:
         from ..language import ops as L
 
-        dst = index_access(self.access, key)
+        dst = index_access(self.access, _runtime_key(key))
         b = current()
         loc = caller_loc()
         if isinstance(value, Tile):
@@ -268,3 +270,12 @@ class Tile:
         from ..language import ops as L
 
         return L.invert(self)
+
+
+def _runtime_key(key):
+    """Wrap the tiles of an index tuple as runtime (indirect) indices: ``t[idx_tile, i_f]``."""
+    if isinstance(key, Tile):
+        return RuntimeIndex(key.access)
+    if isinstance(key, tuple) and any(isinstance(k, Tile) for k in key):
+        return tuple(RuntimeIndex(k.access) if isinstance(k, Tile) else k for k in key)
+    return key

@@ -52,12 +52,28 @@ def tiled_matmul(lhsT, rhs):
     return out
 
 
+@nki.jit
+def gather_scatter(data, idx):
+    n, v = data.shape
+    out = nl.ndarray(data.shape, dtype=data.dtype, buffer=nl.shared_hbm)
+    i_p = nl.arange(64)[:, None]
+    i_f = nl.arange(v)[None, :]
+    it = nl.load(idx[i_p])
+    rows = nl.load(data[it[i_p, 0], i_f], mask=(i_p < 60))
+    nl.store(out[it, i_f], value=rows)
+    nl.atomic_rmw(out[it, i_f], value=rows, op=np.add)
+    return out
+
+
 CASES = {
     "rmsnorm_rows": lambda: rmsnorm_rows.ir(
         nt.tensor[[300, 256], nl.float32], nt.tensor[[256], nl.float32]
     ),
     "tiled_matmul": lambda: tiled_matmul.ir(
         nt.tensor[[256, 256], nl.bfloat16], nt.tensor[[256, 1024], nl.bfloat16]
+    ),
+    "gather_scatter": lambda: gather_scatter.ir(
+        nt.tensor[[128, 32], nl.float32], nt.tensor[[64], nl.int32]
     ),
 }
 

@@ -494,6 +494,101 @@ def test_env_switch(monkeypatch):
 
 
 # ---------------------------------------------------------------------------------------------
+# indirect DMA: gathers and scatters by a runtime index tile
+
+
+@nki.jit
+def ind_gather(data, idx, n):
+    """Gather rows by an index tile (load-forwarded: a view of the HBM indices), masked to
+    the first ``n`` partitions, cast on the way in; then a second, unmasked gather by an
+    iota index tile through a view with a loop-dependent start."""
+    out = nl.ndarray((128, data.shape[1]), dtype=nl.float32, buffer=nl.shared_hbm)
+    out2 = nl.ndarray((2, 64, data.shape[1]), dtype=data.dtype, buffer=nl.shared_hbm)
+    i_p = nl.arange(128)[:, None]
+    i_f = nl.arange(data.shape[1])[None, :]
+    it = nl.load(idx[i_p], mask=(i_p < n))
+    rows = nl.load(data[it, i_f], mask=(i_p < n), dtype=nl.float32)
+    nl.store(out[i_p, i_f], value=rows, mask=(i_p < n))
+    ev = nisa.iota(2 * nl.arange(64)[:, None], dtype=nl.uint32)
+    for t in nl.affine_range(2):
+        view = data[t : t + 100, 0 : data.shape[1]]
+        nl.store(out2[t], value=nl.load(view[ev, i_f]))
+    return out, out2
+
+
+@nki.jit
+def ind_scatter(src, idx):
+    """Scatter rows (duplicates: the last partition wins), then scatter-add with atomic_rmw
+    (duplicates accumulate, rounded once per update)."""
+    out = nl.ndarray((40, src.shape[1]), dtype=src.dtype, buffer=nl.shared_hbm)
+    acc = nl.ndarray((40, src.shape[1]), dtype=src.dtype, buffer=nl.shared_hbm)
+    zero = nl.zeros((40, src.shape[1]), dtype=src.dtype)
+    nl.store(out, value=zero)
+    nl.store(acc, value=zero)
+    i_p = nl.arange(src.shape[0])[:, None]
+    i_f = nl.arange(src.shape[1])[None, :]
+    it = nl.load(idx[i_p])
+    x = nl.load(src)
+    nl.store(out[it, i_f], value=x)
+    nl.atomic_rmw(acc[it, i_f], value=x, op=np.add)
+    nl.atomic_rmw(acc[it, i_f], value=1.0, op=np.add)
+    return out, acc
+
+
+@nki.jit
+def ind_oob(data, idx):
+    out = nl.ndarray((16, data.shape[1]), dtype=data.dtype, buffer=nl.shared_hbm)
+    i_p = nl.arange(16)[:, None]
+    it = nl.load(idx[i_p])
+    nl.store(out, value=nl.load(data[it, nl.arange(data.shape[1])[None, :]]))
+    return out
+
+
+@pytest.mark.parametrize("dt", ["float32", "bfloat16", "float16"])
+def test_indirect_dma_kernels(differential, dt):
+    rng = np.random.default_rng(5)
+    d = DTYPES[dt]
+    data = _rand(rng, (200, 48), d)
+    idx = np.full(128, 2**31 - 1, np.int32)  # masked-off partitions hold junk indices
+    idx[:90] = rng.integers(0, 200, 90)
+    out, out2 = ind_gather(data, idx, 90)
+    assert _same(out[:90], data[idx[:90]].astype(np.float32))
+    assert _same(out2[1], data[1 : 1 + 128 : 2])
+    src = _rand(rng, (64, 24), d)
+    dup = rng.integers(0, 40, 64).astype(np.int32)
+    out, acc = ind_scatter(src, dup)
+    last = {int(r): p for p, r in enumerate(dup)}
+    for r, p in last.items():
+        assert _same(out[r], src[p])
+
+
+def test_indirect_dma_is_compiled_by_the_fast_path():
+    rng = np.random.default_rng(6)
+    data = _rand(rng, (200, 48), np.dtype(np.float32))
+    k, _ = ind_gather.specialize(data, np.zeros(128, np.int32), 128)
+    src = fast.explain(k)
+    assert src.count("_ind(") == 2  # both gathers: no mask left, so compiled
+    k, _ = ind_scatter.specialize(
+        _rand(rng, (64, 24), np.dtype(np.float32)), np.zeros(64, np.int32)
+    )
+    assert "_scatter(" in fast.explain(k)
+
+
+def test_indirect_out_of_bounds_errors_match(differential):
+    data = np.zeros((50, 8), np.float32)
+    idx = np.arange(16, dtype=np.int32)
+    idx[7] = 50
+    with pytest.raises(NkiError) as e:
+        ind_oob(data, idx)
+    assert e.value.name == "err_tensor_access_out_of_bound"
+    assert "partition 7" in str(e.value)
+    idx[7] = -1
+    with pytest.raises(NkiError) as e:
+        ind_oob(data, idx)
+    assert "index -1" in str(e.value) or "reaches index -1" in str(e.value)
+
+
+# ---------------------------------------------------------------------------------------------
 # random legal kernels
 
 
