@@ -26,7 +26,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 import nkikit.language as nl  # noqa: E402
 import nkikit.typing as nt  # noqa: E402
 from nkikit.compiler.build import build_program  # noqa: E402
-from nkikit.compiler.targets import get_target  # noqa: E402
+from nkikit.targets import get_target  # noqa: E402
 
 from .matmul_kernels import KERNELS  # noqa: E402
 

@@ -7,10 +7,10 @@ cost, FLOPs) -> :mod:`.schedule` (dependencies and timing) -> :mod:`.program` (t
 JSON, and the profiler's Profile).  :mod:`.api` holds the user-facing functions.
 """
 
+from ..targets import TARGETS, Target, UnknownTargetError, default_target_name, get_target
 from .api import BenchmarkResult, benchmark, compile, main_profile, profile, profile_kernel
 from .build import build_program
 from .program import Program
-from .targets import TARGETS, Target, UnknownTargetError, default_target_name, get_target
 
 __all__ = [
     "TARGETS",

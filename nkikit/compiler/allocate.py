@@ -32,7 +32,7 @@ import numpy as np
 
 from ..errors import UNKNOWN_LOC, NkiError
 from ..ir.core import ON_CHIP, Access, Alloc, Kernel, Loop, Op, Tensor
-from .targets import Target
+from ..targets import Target
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,11 +21,11 @@ from typing import Any
 
 from ..errors import NkiError, hide_internal_frames
 from ..profiler.model import Profile
+from ..targets import Target, get_target
 from ..trace.jit import JitKernel, jit, run
 from ..typing import TensorSpec
 from .build import build_program
 from .program import Program
-from .targets import Target, get_target
 
 __all__ = ["compile", "profile_kernel", "benchmark", "profile", "main_profile", "BenchmarkResult"]
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import time
 
 from ..ir.core import Kernel
+from ..targets import Target, get_target
 from .allocate import allocate
 from .lower import DMA, ENGINES, count_instructions, lower
 from .program import InstrInfo, Program
 from .schedule import schedule
-from .targets import Target, get_target
 
 MAX_INSTRUCTIONS = 20_000_000
 

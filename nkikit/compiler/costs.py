@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from .. import dtypes
 from ..ir.core import Access, Op
+from ..targets import Target
 from .regions import unit_stride
-from .targets import Target
 
 
 @dataclass(slots=True)
@@ -202,16 +202,14 @@ def f_broadcast(v: OpView) -> tuple[float, float]:
 # on NeuronCore-v3+, GpSimd software DGE before [A3]) reads the index tile and writes one
 # descriptor per partition row, each row then moves as its own element run.  The model:
 #
-# * start: the DGE runs once the index tile is ready and takes INDIRECT_DGE_NS before the
-#   first descriptor exists (the ~600 ns of a HW DGE instruction on NC-v3 [A3], assumed for
-#   every generation; software DGE on trn1 is not modeled as GpSimd time);
+# * start: the DGE runs once the index tile is ready and takes ``Target.dma_dge_ns`` before
+#   the first descriptor exists (the ~600 ns of a HW DGE instruction on NC-v3 [A3], assumed
+#   for every generation; software DGE on trn1 is not modeled as GpSimd time);
 # * transfer: every row pays the usual per-row overhead (``dma_row_overhead_bytes``) plus
-#   INDIRECT_DESCRIPTOR_BYTES for its runtime-written descriptor (guess: one 64-byte
-#   descriptor written by the DGE and fetched by the queue, on top of the static one), so an
-#   indirect DMA is never faster than the same contiguous transfer and small rows (a
+#   ``Target.dma_indirect_descriptor_bytes`` for its runtime-written descriptor (guess: one
+#   64-byte descriptor written by the DGE and fetched by the queue, on top of the static one),
+#   so an indirect DMA is never faster than the same contiguous transfer and small rows (a
 #   gather of one element per partition) are overhead-bound.
-INDIRECT_DGE_NS = 600.0
-INDIRECT_DESCRIPTOR_BYTES = 64
 
 
 def dma_ns_per_partition(
@@ -230,7 +228,7 @@ def dma_ns_per_partition(
     for ``b`` bytes per partition (small rows are overhead-bound [DMABW, PG]); DMA
     transposes run at ``dma_transpose_factor`` of that (at most half SBUF -> SBUF [A3]).
     An ``indirect`` DMA's rows each also carry a runtime-generated descriptor
-    (``INDIRECT_DESCRIPTOR_BYTES`` more overhead per row; see above).
+    (``dma_indirect_descriptor_bytes`` more overhead per row; see above).
     The fixed ~1.3 us start cost is a latency the scheduler adds, not part of this time.
     """
     t = target
@@ -238,7 +236,7 @@ def dma_ns_per_partition(
     if hbm:
         bw = min(bw, t.hbm_bytes_per_ns / t.dma_queues)
     b = bytes_per_partition
-    overhead = t.dma_row_overhead_bytes + (INDIRECT_DESCRIPTOR_BYTES if indirect else 0)
+    overhead = t.dma_row_overhead_bytes + (t.dma_indirect_descriptor_bytes if indirect else 0)
     row_eff = b / (b + overhead) if b > 0 else 1.0
     rate = bw * t.dma_efficiency * row_eff
     if transpose:

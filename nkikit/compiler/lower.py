@@ -4,7 +4,7 @@ Ops are data.  :data:`PRIMS` has one :class:`Lowering` per IR primitive: the eng
 ``None`` when the op's ``engine`` attribute decides), the opcode, the cost formula in cycles
 of that engine and, for TensorE, the FLOPs.  Cost formulas are the legacy "Estimated
 instruction cost" column of the ISA docs [LISA] (nki.md §3.3) with the §4.5 constants held
-by the :class:`~nkikit.compiler.targets.Target`.  Bytes per memory come from the operands
+by the :class:`~nkikit.targets.Target`.  Bytes per memory come from the operands
 themselves and need no table.
 
 :func:`lower` walks the kernel once and returns a :class:`LoweredKernel`: a tree of steps
@@ -22,9 +22,9 @@ from math import prod
 from .. import dtypes
 from ..ir.affine import Affine, Axis, ProgramId, Sym
 from ..ir.core import Access, Alloc, Kernel, Loop, Op, Tensor
+from ..targets import Target
 from .allocate import Allocation
 from .costs import (
-    INDIRECT_DGE_NS,
     OpView,
     c_bn_aggr,
     c_broadcast,
@@ -58,7 +58,6 @@ from .regions import (
     split_affine,
     tile_pf,
 )
-from .targets import Target
 
 ENGINES: tuple[str, ...] = ("tensor", "vector", "scalar", "gpsimd", "sync")
 TENSOR, VECTOR, SCALAR, GPSIMD, SYNC = range(5)
@@ -361,9 +360,9 @@ class _Lowerer:
             hbm_terms=hterms,
             hbm_part_stride=hstride,
             # the descriptor generator starts when the index tile (a dependency) is ready
-            # and needs INDIRECT_DGE_NS before the transfer's fixed cost begins
-            wait_ns=INDIRECT_DGE_NS if indirect else 0.0,
-            same_engine_raw_ns=INDIRECT_DGE_NS if indirect else 0.0,
+            # and needs the target's dma_dge_ns before the transfer's fixed cost begins
+            wait_ns=self.target.dma_dge_ns if indirect else 0.0,
+            same_engine_raw_ns=self.target.dma_dge_ns if indirect else 0.0,
         )
 
     def _regions(self, op: Op) -> tuple[list[Region], list[Region]]:

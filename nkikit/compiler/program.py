@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..profiler.model import COMPUTE_ENGINES, Instruction, Profile
-from .targets import Target, get_target
+from ..targets import Target, get_target
 
 FORMAT_NAME = "nkikit-program"
 FORMAT_VERSION = 1

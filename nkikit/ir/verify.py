@@ -32,50 +32,9 @@ from dataclasses import dataclass, field
 
 from .. import dtypes
 from ..errors import UNKNOWN_LOC, NkiError, SourceLoc
+from ..targets import Target, get_target
 from .affine import Affine, Axis, LoopVar, Predicate, ProgramId, Sym
 from .core import ON_CHIP, Access, Alloc, Kernel, Loop, Op, Tensor
-
-# ---------------------------------------------------------------------------------------------
-# targets
-
-
-@dataclass(frozen=True, slots=True)
-class Target:
-    """Architecture limits of one NeuronCore generation (per partition unless stated)."""
-
-    name: str
-    sbuf_bytes: int  # SBUF capacity per partition
-    psum_bytes: int = 16 * 1024  # 8 banks of 2 KiB
-    psum_tile_bytes: int = 2 * 1024  # one PSUM tile (a bank) per partition
-    pmax: int = 128
-    gemm_stationary_fmax: int = 128
-    gemm_moving_fmax: int = 512
-    bn_stats_fmax: int = 512
-    sbuf_fmax: int = 64 * 1024  # elements per partition one Vector/Scalar/GpSimd op may touch
-    psum_fmax: int = 4 * 1024  # same, in PSUM
-    max_tile_dims: int = 5  # partition + a 4-D free access pattern
-
-
-TARGETS: dict[str, Target] = {
-    "trn1": Target("trn1", sbuf_bytes=192 * 1024),
-    "inf2": Target("inf2", sbuf_bytes=192 * 1024),
-    "trn2": Target("trn2", sbuf_bytes=224 * 1024),
-    # NC-v4: a matmul may fill the whole PSUM (4096 fp32 moving columns)
-    "trn3": Target("trn3", sbuf_bytes=256 * 1024, psum_tile_bytes=16 * 1024, gemm_moving_fmax=4096),
-}
-DEFAULT_TARGET = "trn2"
-
-
-def get_target(target: str | Target | None) -> Target:
-    """The ``Target`` for a name (``trn1``, ``inf2``, ``trn2``, ``trn3``) or a Target."""
-    if isinstance(target, Target):
-        return target
-    name = (target or DEFAULT_TARGET).lower()
-    alias = {"gen2": "trn1", "gen3": "trn2", "gen4": "trn3"}
-    if alias.get(name, name) not in TARGETS:
-        raise ValueError(f"unknown target {target!r}; known targets: {sorted(TARGETS)}")
-    return TARGETS[alias.get(name, name)]
-
 
 # ---------------------------------------------------------------------------------------------
 # the op in context
@@ -1059,6 +1018,6 @@ class _Walk:
 def verify(kernel: Kernel, target: str | Target | None = None) -> None:
     """Raise ``NkiError`` for the first architecture rule ``kernel`` breaks, in program order.
 
-    ``target`` (a name in ``TARGETS`` or a ``Target``; default trn2, NeuronCore-v3) sets the
-    capacity and tile limits.  Returns None when the kernel is legal."""
+    ``target`` (a name or alias in ``nkikit.targets.TARGETS``, or a ``Target``; default: the
+    ``NEURON_PLATFORM_TARGET_OVERRIDE`` target, else trn2) sets the capacity and tile limits.  Returns None when the kernel is legal."""
     _Walk(kernel, get_target(target)).run()

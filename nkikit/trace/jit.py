@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import os
 from collections.abc import Callable
 from typing import Any
 
@@ -134,6 +133,7 @@ class JitKernel:
     def specialize_for(self, target, *args, **kwargs) -> tuple[Kernel, inspect.BoundArguments]:
         """The IR for these arguments, verified against ``target``'s limits (a name or None)."""
         from ..ir.verify import verify
+        from ..targets import canonical_name, default_target_name
 
         bound = self.bind(args, kwargs)
         key = self._key(bound)
@@ -141,7 +141,7 @@ class JitKernel:
         if entry is None:
             entry = self._cache[key] = (self._trace(bound), set())
         kernel, verified = entry
-        name = target or os.environ.get("NEURON_PLATFORM_TARGET_OVERRIDE") or "trn2"
+        name = canonical_name(target) if target else default_target_name()
         if name not in verified:
             verify(kernel, name)
             verified.add(name)

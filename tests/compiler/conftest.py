@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from nkikit.compiler.targets import get_target
+from nkikit.targets import get_target
 
 
 @pytest.fixture(autouse=True)

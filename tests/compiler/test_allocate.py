@@ -7,8 +7,8 @@ import pytest
 import nkikit.language as nl
 import nkikit.typing as nt
 from nkikit.compiler.allocate import allocate
-from nkikit.compiler.targets import get_target
 from nkikit.errors import NkiError
+from nkikit.targets import get_target
 
 from . import kernels as K
 

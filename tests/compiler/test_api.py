@@ -11,8 +11,8 @@ import pytest
 import nkikit.language as nl
 import nkikit.typing as nt
 from nkikit.compiler import Program, benchmark, compile, main_profile, profile, profile_kernel
-from nkikit.compiler.targets import ENV_VAR
 from nkikit.profiler import Profile
+from nkikit.targets import ENV_VAR
 
 from . import kernels as K
 

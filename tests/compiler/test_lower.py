@@ -9,7 +9,7 @@ import nkikit.typing as nt
 from nkikit.compiler import compile
 from nkikit.compiler.costs import dma_ns_per_partition
 from nkikit.compiler.lower import PRIMS
-from nkikit.compiler.targets import get_target
+from nkikit.targets import get_target
 
 from . import kernels as K
 

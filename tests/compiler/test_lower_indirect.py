@@ -12,12 +12,12 @@ import nkikit.isa as nisa
 import nkikit.language as nl
 import nkikit.typing as nt
 from nkikit.compiler import compile
-from nkikit.compiler.costs import (
-    INDIRECT_DESCRIPTOR_BYTES,
-    INDIRECT_DGE_NS,
-    dma_ns_per_partition,
-)
-from nkikit.compiler.targets import get_target
+from nkikit.compiler.costs import dma_ns_per_partition
+from nkikit.targets import get_target
+
+TRN2 = get_target("trn2")
+INDIRECT_DESCRIPTOR_BYTES = TRN2.dma_indirect_descriptor_bytes
+INDIRECT_DGE_NS = TRN2.dma_dge_ns
 
 F32, I32 = nl.float32, nl.int32
 

@@ -8,7 +8,7 @@ import pytest
 import nkikit.language as nl
 import nkikit.typing as nt
 from nkikit.compiler import compile
-from nkikit.compiler.targets import get_target
+from nkikit.targets import get_target
 
 from . import kernels as K
 

@@ -19,7 +19,8 @@ import nkikit.isa as nisa
 import nkikit.language as nl
 import nkikit.typing as nt
 from nkikit.errors import NkiError
-from nkikit.ir.verify import TARGETS, Target, get_target, verify
+from nkikit.ir.verify import verify
+from nkikit.targets import TARGETS, get_target
 
 HERE = os.path.abspath(__file__)
 NKIKIT_DIR = os.path.dirname(os.path.abspath(nki.__file__))
@@ -660,7 +661,7 @@ def test_capacity_follows_the_target():
     kernel = sbuf_dead_tiles_free_space.ir(a)  # two 64 KiB tiles live at once
     verify(kernel, target="trn2")
     with pytest.raises(NkiError) as info:
-        verify(kernel, target=Target("tiny", sbuf_bytes=100 * 1024))
+        verify(kernel, target=TARGETS["trn2"].with_overrides(name="tiny", sbuf_bytes=100 * 1024))
     assert info.value.name == "err_sbuf_capacity_exceeded"
     assert get_target("gen3") is TARGETS["trn2"]
     with pytest.raises(ValueError, match="unknown target"):

@@ -1,11 +1,17 @@
-"""Target tables, aliases, the default target and the environment override."""
+"""nkikit.targets: the one table of generations (verifier limits, allocator sizes, cost model),
+aliases, the default target and the environment override."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
-from nkikit.compiler import TARGETS, UnknownTargetError, default_target_name, get_target
-from nkikit.compiler.targets import ENV_VAR
+import nkikit as nki
+import nkikit.isa as nisa
+import nkikit.language as nl
+from nkikit.errors import NkiError
+from nkikit.ir.verify import verify
+from nkikit.targets import ENV_VAR, TARGETS, UnknownTargetError, default_target_name, get_target
 
 
 def test_three_generations_with_their_clocks():
@@ -91,3 +97,37 @@ def test_overrides_make_a_copy():
     small = t.with_overrides(sbuf_bytes=1024)
     assert small.sbuf_bytes == 1024 and t.sbuf_bytes == 192 * 1024
     assert t.cycles_ns("tensor", 2.8e3) == pytest.approx(1000.0)
+
+
+@nki.jit
+def wide_matmul(a, b):
+    """One nc_matmul with 1024 moving columns: over the NC-v2/v3 limit, legal on NC-v4."""
+    out = nl.ndarray((128, 1024), dtype=nl.float32, buffer=nl.shared_hbm)
+    acc = nisa.nc_matmul(nl.load(a), nl.load(b))
+    nl.store(out, value=acc)
+    return out
+
+
+def test_the_verifier_reads_its_limits_from_the_same_table():
+    a = np.ones((128, 128), np.float32)
+    b = np.ones((128, 1024), np.float32)
+    kernel, _ = wide_matmul.specialize_for("trn3", a, b)  # traced, verified for trn3 only
+    assert get_target("trn2").gemm_moving_fmax == 512
+    assert get_target("trn3").gemm_moving_fmax == 4096
+    verify(kernel, "trn3")
+    with pytest.raises(NkiError) as info:
+        verify(kernel, "trn2")
+    assert "512" in str(info.value)
+    slim = get_target("trn3").with_overrides(gemm_moving_fmax=512)
+    with pytest.raises(NkiError):
+        verify(kernel, slim)
+
+
+def test_the_verifier_default_follows_the_environment_override(monkeypatch):
+    a, b = np.ones((128, 128), np.float32), np.ones((128, 1024), np.float32)
+    kernel, _ = wide_matmul.specialize_for("trn3", a, b)
+    monkeypatch.setenv(ENV_VAR, "trn3")
+    verify(kernel)
+    monkeypatch.setenv(ENV_VAR, "trn1")
+    with pytest.raises(NkiError):
+        verify(kernel)

@@ -1,5 +1,9 @@
 """Hardware targets: one table of per-NeuronCore numbers per Trainium generation.
 
+The one place a generation's numbers live: the verifier's architecture limits (partitions,
+matmul and PSUM tile sizes, per-instruction free sizes), the allocator's memory sizes and the
+cost model's clocks, bandwidths and latencies all read the same :class:`Target`.
+
 Every constant cites its source key in ``reference/nki.md`` (``[A2]``, ``[DMABW]``, ...).
 ``derived`` marks arithmetic on sourced numbers, ``guess`` a value no source gives, and
 ``fitted`` a value chosen so that the cost model reproduces a published measurement (the
@@ -16,7 +20,7 @@ import os
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..profiler.model import COMPUTE_ENGINES, TargetInfo
+from .profiler.model import COMPUTE_ENGINES, TargetInfo
 
 KIB = 1024
 
@@ -82,7 +86,25 @@ class Target:
     max_buffers: int = 4
     sequential_buffers: int = 2
     sbuf_align: int = 64
+    # -- indirect DMA (see compiler/costs.py)
+    dma_dge_ns: float = (
+        600.0  # [A3] one hardware-DGE instruction ~600 ns (assumed on every generation)
+    )
+    dma_indirect_descriptor_bytes: int = 64  # guess: one runtime-written descriptor per row
+    # -- instruction limits the verifier checks (elements per partition unless stated)
+    psum_tile_bytes: int = 2 * KIB  # one matmul output / PSUM tile: a bank [A2, MIG]
+    gemm_stationary_fmax: int = 128  # [HISA]
+    gemm_moving_fmax: int = 512  # [HISA] (NC-v4: 4096 fp32)
+    bn_stats_fmax: int = 512  # [HAPI]
+    sbuf_fmax: int = 64 * KIB  # one Vector/Scalar/GpSimd instruction's SBUF free size
+    psum_fmax: int = 4 * KIB  # the same in PSUM
+    max_tile_dims: int = 5  # partition + a 4-D free access pattern
     notes: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def pmax(self) -> int:
+        """Partitions an on-chip tile may span (``nl.tile_size.pmax``)."""
+        return self.partitions
 
     def clock(self, engine: str) -> float:
         return self.clock_hz[engine]
@@ -222,6 +244,9 @@ TRN3 = Target(
     dma_efficiency=1.0,  # guess: as trn2
     dma_transpose_factor=0.9,  # [A3] (assumed unchanged on v4)
     hbm_bytes_per_ns=612.5,  # derived: 4.9 TB/s [TRN3] / 8 NeuronCores (arch guide: 4.7 TB/s [A4])
+    # NC-v4: one matmul may fill the whole PSUM, 4096 fp32 moving columns [HISA, RN 0.5.0]
+    psum_tile_bytes=16 * KIB,
+    gemm_moving_fmax=4096,
 )
 
 TARGETS: dict[str, Target] = {t.name: t for t in (TRN1, TRN2, TRN3)}
