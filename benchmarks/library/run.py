@@ -34,8 +34,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import nkikit as nki  # noqa: E402
-from nkikit import dtypes  # noqa: E402
-from nkikit.registry.manifest import load_manifest  # noqa: E402
+from nkikit.registry.manifest import load_manifest, numpy_dtype  # noqa: E402
 from nkikit.trace.jit import JitKernel  # noqa: E402
 from nkikit.typing import TensorSpec  # noqa: E402
 
@@ -43,7 +42,9 @@ KERNELS = ROOT / "kernels"
 OUT = Path(__file__).resolve().parent / "results.md"
 TARGET = "trn2"
 
-# (kernel, function) -> list of (input shapes in manifest order, dtype, attrs)
+# (kernel, function) -> list of (input shapes in manifest order, dtype, attrs).  The dtype is
+# the function's variant: inputs with their own ``input_dtypes`` in kernel.toml (e.g. int class
+# targets) get their first declared dtype.  A backward is profiled on the same sizes.
 SIZES: dict[tuple[str, str], list[tuple[list[tuple[int, ...]], str, dict[str, Any]]]] = {
     ("matmul", "matmul"): [
         ([(4096, 4096), (4096, 4096)], "bfloat16", {}),
@@ -168,6 +169,21 @@ def profile_call(fn: Any, arrays: list[np.ndarray], attrs: dict[str, Any]) -> di
     }
 
 
+def spec_arrays(spec: Any, shapes: list[tuple[int, ...]], dtype: str) -> list[np.ndarray]:
+    """Inputs for profiling (values do not matter: launches are traced, not simulated): zeros
+    in each input's declared dtype for the variant ``dtype``, or the low end of its declared
+    range (a valid value, e.g. class index 0) when it has one."""
+    by_name = dict(zip(spec.inputs, shapes))
+    out = []
+    for n, shape in by_name.items():
+        a = np.zeros(shape, dtype=numpy_dtype(spec.input_dtype(n, dtype)))
+        bounds = spec.input_range(n, by_name)
+        if bounds is not None:
+            a[...] = bounds[0]
+        out.append(a)
+    return out
+
+
 def bench_kernel(folder: Path, rows: list[Row], echo: Any = print) -> None:
     name = folder.name
     try:
@@ -186,16 +202,17 @@ def bench_kernel(folder: Path, rows: list[Row], echo: Any = print) -> None:
                 row = Row(name, fname + suffix, " x ".join(str(list(s)) for s in shapes), dtype)
                 try:
                     fn = getattr(importlib.import_module(f"kernels.{name}.{sym.module}"), sym.attr)
-                    arrays = [np.zeros(s, dtype=dtypes.as_dtype(dtype)) for s in shapes]
-                    if suffix:  # backward: grad_out has the forward output's shape and dtype
+                    arrays = spec_arrays(spec, shapes, dtype)
+                    if suffix:  # backward: one gradient per output, of its shape and dtype
                         fwd = getattr(
                             importlib.import_module(f"kernels.{name}.{spec.entry.module}"),
                             spec.entry.attr,
                         )
                         with captured_launches([]):
                             out = fwd(*arrays, **{**spec.attrs, **attrs})
-                        out = out[0] if isinstance(out, tuple | list) else out
-                        arrays = [np.zeros(np.shape(out), dtype=np.asarray(out).dtype), *arrays]
+                        outs = out if isinstance(out, tuple | list) else (out,)
+                        grads = [np.zeros(np.shape(o), dtype=np.asarray(o).dtype) for o in outs]
+                        arrays = [*grads, *arrays]
                     with time_limit(TIMEOUT_S):
                         r = profile_call(fn, arrays, {**spec.attrs, **attrs})
                     row.us, row.mbu, row.tensor = (

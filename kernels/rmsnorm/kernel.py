@@ -21,6 +21,10 @@ scalars and ``gw * r + x * coef``; TensorE reduces ``grad * x`` weighted by ``r`
 partitions (matmuls with the data chunk stationary and the (k, 1) ``r`` column moving),
 accumulating ``grad_weight`` in PSUM over all row tiles.
 
+``add_rmsnorm_backward`` recomputes ``h = x + residual`` per tile (VectorE, rounded as the
+forward stored it), runs the same backward tile on ``h`` and adds ``grad_h`` (GpSimd, which
+has spare time there); ``grad_x`` and ``grad_residual`` are equal and stored from one tile.
+
 ``weight`` is loaded once and broadcast across the partitions (on the TensorE) before the loop.
 """
 
@@ -118,32 +122,8 @@ def rmsnorm_backward_kernel(grad, x, weight, eps):
         i_k = nl.arange(k)[:, None]
         x_tile = nl.load(x[r0 + i_k, i_f])
         g_tile = nl.load(grad[r0 + i_k, i_f])
-        rstd = _rstd(x_tile, eps_tile[i_k, 0], d)
-        # GpSimd: g * w and g * x; ScalarE: the row dot sum(g * w * x)
-        gw = nisa.tensor_tensor(
-            g_tile, w_tile[i_k, i_f], nl.multiply, dtype=x.dtype, engine=nisa.engine.gpsimd
-        )
-        gx = nisa.tensor_tensor(
-            g_tile, x_tile, nl.multiply, dtype=x.dtype, engine=nisa.engine.gpsimd
-        )
-        gwx = nisa.tensor_tensor(gw, x_tile, nl.multiply, dtype=x.dtype)
-        dot = nl.ndarray((k, 1), dtype=nl.float32)
-        nisa.activation_reduce(op=nl.copy, data=gwx, reduce_op=nl.add, reduce_res=dot)
-        # per-row scalars, in x's dtype so the VectorE tensor_scalar runs in its 16-bit mode:
-        # r, and coef = -r**3 * dot / D
-        r_col = nisa.tensor_copy(rstd, dtype=x.dtype)
-        r2 = nisa.tensor_scalar(
-            rstd, nl.multiply, rstd, op1=nl.multiply, operand1=-1.0 / d, dtype=nl.float32
-        )
-        coef = nisa.tensor_scalar(
-            r2, nl.multiply, rstd, op1=nl.multiply, operand1=dot, dtype=x.dtype
-        )
-        # grad_x = gw * r + x * coef
-        gwr = nisa.tensor_scalar(gw, nl.multiply, r_col, dtype=x.dtype)
-        xc = nisa.tensor_scalar(x_tile, nl.multiply, coef, dtype=x.dtype)
-        dx = nisa.tensor_tensor(gwr, xc, nl.add, dtype=x.dtype)
+        dx = _backward_rows(g_tile, x_tile, w_tile[i_k, i_f], eps_tile[i_k, 0], acc, k, d)
         nl.store(gx_out[r0 + i_k, i_f], value=dx)
-        _accumulate_column_sums(acc, gx, r_col, k, d)
 
     for t in nl.affine_range(n // pmax):
         row_tile(t * pmax, pmax)
@@ -151,6 +131,75 @@ def rmsnorm_backward_kernel(grad, x, weight, eps):
         row_tile(n // pmax * pmax, n % pmax)
     _column_sums_to(gw_out, acc, d)
     return gx_out, gw_out
+
+
+@nki.jit
+def add_rmsnorm_backward_kernel(grad_y, grad_h, x, residual, weight, eps):
+    """Gradients of ``add_rmsnorm``: returns (grad_x, grad_residual, grad_weight).
+
+    ``h = x + residual`` is recomputed (rounded to x's dtype, as the forward stored it); then
+    ``grad_x = grad_residual = rmsnorm_backward(grad_y, h) + grad_h`` and ``grad_weight`` is
+    rmsnorm's, on ``h``.  The two equal [N, D] gradients are stored from one tile.
+    """
+    n, d = x.shape
+    gx_out = nl.ndarray((n, d), dtype=x.dtype, buffer=nl.shared_hbm)
+    gr_out = nl.ndarray((n, d), dtype=x.dtype, buffer=nl.shared_hbm)
+    gw_out = nl.ndarray((d,), dtype=weight.dtype, buffer=nl.shared_hbm)
+    pmax = nl.tile_size.pmax
+    i_f = nl.arange(d)[None, :]
+    w_tile = _broadcast_row(weight, d, pmax)
+    eps_tile = nl.full((pmax, 1), eps, dtype=nl.float32)
+    acc = nl.zeros((pmax, math.ceil(d / pmax)), dtype=nl.float32, buffer=nl.psum)
+
+    def row_tile(r0, k):
+        i_k = nl.arange(k)[:, None]
+        x_tile = nl.load(x[r0 + i_k, i_f])
+        r_tile = nl.load(residual[r0 + i_k, i_f])
+        gy_tile = nl.load(grad_y[r0 + i_k, i_f])
+        h = nisa.tensor_tensor(x_tile, r_tile, nl.add, dtype=x.dtype)  # as the forward rounds it
+        dh = _backward_rows(gy_tile, h, w_tile[i_k, i_f], eps_tile[i_k, 0], acc, k, d)
+        # loaded last, so that at D = MAX_D in fp32 it is not live beside the backward's tiles
+        gh_tile = nl.load(grad_h[r0 + i_k, i_f])
+        # on GpSimd: VectorE carries most of the backward tile, GpSimd only two passes
+        dx = nisa.tensor_tensor(dh, gh_tile, nl.add, dtype=x.dtype, engine=nisa.engine.gpsimd)
+        nl.store(gx_out[r0 + i_k, i_f], value=dx)
+        nl.store(gr_out[r0 + i_k, i_f], value=dx)
+
+    for t in nl.affine_range(n // pmax):
+        row_tile(t * pmax, pmax)
+    if n % pmax:
+        row_tile(n // pmax * pmax, n % pmax)
+    _column_sums_to(gw_out, acc, d)
+    return gx_out, gr_out, gw_out
+
+
+def _backward_rows(g_tile, x_tile, w_tile, eps_col, acc, k, d):
+    """RMSNorm backward of one row tile: returns ``grad_x`` (k, D) in x's dtype and adds the
+    tile's ``grad * x * r`` column sums to the PSUM accumulator ``acc`` (grad_weight).
+
+    GpSimd forms ``gw = g * w`` and ``g * x``, VectorE ``gw * x`` (ScalarE sums it), the per-row
+    scalars and ``gw * r + x * coef``; TensorE reduces ``g * x`` weighted by ``r`` across the
+    partitions."""
+    dtype = x_tile.dtype
+    rstd = _rstd(x_tile, eps_col, d)
+    gw = nisa.tensor_tensor(g_tile, w_tile, nl.multiply, dtype=dtype, engine=nisa.engine.gpsimd)
+    gx = nisa.tensor_tensor(g_tile, x_tile, nl.multiply, dtype=dtype, engine=nisa.engine.gpsimd)
+    gwx = nisa.tensor_tensor(gw, x_tile, nl.multiply, dtype=dtype)
+    dot = nl.ndarray((k, 1), dtype=nl.float32)
+    nisa.activation_reduce(op=nl.copy, data=gwx, reduce_op=nl.add, reduce_res=dot)
+    # per-row scalars, in x's dtype so the VectorE tensor_scalar runs in its 16-bit mode:
+    # r, and coef = -r**3 * dot / D
+    r_col = nisa.tensor_copy(rstd, dtype=dtype)
+    r2 = nisa.tensor_scalar(
+        rstd, nl.multiply, rstd, op1=nl.multiply, operand1=-1.0 / d, dtype=nl.float32
+    )
+    coef = nisa.tensor_scalar(r2, nl.multiply, rstd, op1=nl.multiply, operand1=dot, dtype=dtype)
+    # grad_x = gw * r + x * coef
+    gwr = nisa.tensor_scalar(gw, nl.multiply, r_col, dtype=dtype)
+    xc = nisa.tensor_scalar(x_tile, nl.multiply, coef, dtype=dtype)
+    dx = nisa.tensor_tensor(gwr, xc, nl.add, dtype=dtype)
+    _accumulate_column_sums(acc, gx, r_col, k, d)
+    return dx
 
 
 def _rstd(x_tile, eps_col, d):
@@ -236,6 +285,45 @@ def rmsnorm_backward(
         grad_out.reshape((rows, d)), x.reshape((rows, d)), weight, float(eps)
     )
     return gx.reshape(tuple(x.shape)), gw
+
+
+def add_rmsnorm_backward(
+    grad_y: np.ndarray,
+    grad_h: np.ndarray,
+    x: np.ndarray,
+    residual: np.ndarray,
+    weight: np.ndarray,
+    *,
+    eps: float = 1e-6,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Gradients of :func:`add_rmsnorm`: ``(grad_x, grad_residual, grad_weight)`` for
+    ``grad_y`` = dL/dy and ``grad_h`` = dL/dh of its two outputs ``(y, h)``.
+
+    With ``h = x + residual`` (recomputed, rounded to x's dtype as the forward does):
+    ``grad_x = grad_residual = rmsnorm_backward(grad_y, h)[0] + grad_h`` (equal values, two
+    arrays) and ``grad_weight = rmsnorm_backward(grad_y, h)[1]``.  ``grad_y``, ``grad_h``,
+    ``x``, ``residual``: [..., D] of one shape; ``weight``: [D]; all float32 or all bfloat16;
+    1 <= D <= 8192.  Raises ``ValueError`` for mismatched shapes, ``TypeError`` for dtypes.
+    """
+    for label, a in (("grad_y", grad_y), ("grad_h", grad_h), ("residual", residual)):
+        if tuple(a.shape) != tuple(x.shape):
+            raise ValueError(
+                f"add_rmsnorm_backward: {label} must have x's shape {tuple(x.shape)}, got "
+                f"{tuple(a.shape)}"
+            )
+    rows, d = _check("add_rmsnorm_backward", x, weight, residual, grad_y, grad_h)
+    if rows == 0:
+        return _copy(x), _copy(x), weight * 0
+    flat = (rows, d)
+    gx, gr, gw = add_rmsnorm_backward_kernel(
+        grad_y.reshape(flat),
+        grad_h.reshape(flat),
+        x.reshape(flat),
+        residual.reshape(flat),
+        weight,
+        float(eps),
+    )
+    return gx.reshape(tuple(x.shape)), gr.reshape(tuple(x.shape)), gw
 
 
 def _check(fn: str, x: np.ndarray, weight: np.ndarray, *others: np.ndarray) -> tuple[int, int]:

@@ -32,3 +32,21 @@ def rmsnorm_backward(
     gw = g * w
     gx = r * gw - x64 * r**3 * np.sum(gw * x64, axis=-1, keepdims=True) / d
     return gx, np.sum((g * x64 * r).reshape(-1, d), axis=0)
+
+
+def add_rmsnorm_backward(
+    grad_y: np.ndarray,
+    grad_h: np.ndarray,
+    x: np.ndarray,
+    residual: np.ndarray,
+    weight: np.ndarray,
+    *,
+    eps: float = 1e-6,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Analytic gradients of :func:`add_rmsnorm` in float64: ``(grad_x, grad_residual,
+    grad_weight)``; ``grad_x = grad_residual`` = rmsnorm's input gradient at ``h`` plus
+    ``grad_h``."""
+    h = np.asarray(x, np.float64) + np.asarray(residual, np.float64)
+    gh, gw = rmsnorm_backward(grad_y, h, weight, eps=eps)
+    gx = gh + np.asarray(grad_h, np.float64)
+    return gx, gx.copy(), gw

@@ -26,12 +26,11 @@ from pathlib import Path
 
 from .card import VariantRow, render_card
 from .digests import METADATA_FILE, content_hash, digest_folder
-from .errors import BuildError
 from .manifest import MANIFEST_FILE, Manifest, load_manifest
 from .names import build_id, python_name
 from .probe import FunctionProbe, probe_build
 from .rewrite import VENDORED, neuron_imports, relative_imports
-from .runtime import BUILD_FILE, BUILD_FORMAT
+from .runtime import BUILD_FILE, build_format
 from .testrun import TestReport
 
 NEURON_PYTHON_DEPENDS = ["nki"]  # the HF kernels allow-list name for the NKI package
@@ -132,7 +131,7 @@ def _metadata(
         # Our own section (HF kernels ignores unknown keys): what runs the build.
         "nkikit": {
             "requires": f"nkikit>={__version__}",
-            "build-format": BUILD_FORMAT,
+            "build-format": build_format(manifest),
             "source": source,
         },
     }
@@ -243,11 +242,6 @@ def build_kernel(
 
     probes = probe_build(cpu_dir, manifest, profile=profile)
     manifest = manifest.with_outputs({n: (p.outputs, p.returns_tuple) for n, p in probes.items()})
-    for fname, spec in manifest.functions.items():
-        if spec.backward is not None and spec.returns_tuple:
-            raise BuildError(
-                f"{fname}: a backward kernel is only supported for single-output functions"
-            )
 
     manifest_json = json.dumps(manifest.to_dict(), sort_keys=True).encode()
     source = content_hash(
@@ -260,7 +254,7 @@ def build_kernel(
     )
     names = list(manifest.functions)
     build_file = {
-        "format": BUILD_FORMAT,
+        "format": build_format(manifest),
         "id": cpu_id,
         "name": manifest.hub_name,
         "version": manifest.version,

@@ -58,6 +58,30 @@ def _demote_headings(markdown: str, levels: int = 2) -> str:
     return "\n".join(out).strip()
 
 
+def _inputs_text(spec: FunctionSpec) -> str:
+    """Each input with its example shape, its own dtypes and its value range when declared."""
+    parts = []
+    for name in spec.inputs:
+        notes = []
+        if spec.example.get(name):
+            notes.append(f"e.g. `{list(spec.example[name])}`")
+        if name in spec.input_dtypes:
+            notes.append(" or ".join(spec.input_dtypes[name]))
+        if name in spec.ranges:
+            lo, hi = spec.ranges[name]
+            notes.append(f"values in `[{lo}, {hi})`")
+        parts.append(f"`{name}`" + (f" ({'; '.join(notes)})" if notes else ""))
+    return ", ".join(parts)
+
+
+def _dtypes_text(spec: FunctionSpec) -> str:
+    """`float32, bfloat16`, then the inputs with dtypes of their own: `; targets: int32, int64`."""
+    own = [
+        f"; `{n}`: {', '.join(spec.input_dtypes[n])}" for n in spec.inputs if n in spec.input_dtypes
+    ]
+    return ", ".join(spec.dtypes) + "".join(own)
+
+
 def _call_args(spec: FunctionSpec) -> str:
     return ", ".join([*spec.inputs, *(f"{k}={v!r}" for k, v in spec.attrs.items())])
 
@@ -88,6 +112,8 @@ def render_card(
             {
                 "spec": spec,
                 "call_args": _call_args(spec),
+                "inputs_text": _inputs_text(spec),
+                "dtypes_text": _dtypes_text(spec),
                 "outputs_text": outputs_text,
                 "perf": probe.perf if probe else [],
             }

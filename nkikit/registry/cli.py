@@ -159,7 +159,11 @@ def main_pull(argv: Sequence[str] | None = None) -> int:
     for name, fn in k.functions.items():
         spec = getattr(fn, "spec", None)
         sig = spec.signature if spec is not None else name
-        print(f"  {sig}" + (f"  dtypes: {', '.join(spec.dtypes)}" if spec is not None else ""))
+        if spec is None:
+            print(f"  {sig}")
+            continue
+        own = "".join(f"; {n}: {', '.join(d)}" for n, d in spec.input_dtypes.items())
+        print(f"  {sig}  dtypes: {', '.join(spec.dtypes)}{own}")
     return 0
 
 

@@ -12,7 +12,26 @@
     attrs = { eps = 1e-6 }
     dtypes = ["float32", "bfloat16"]
     example = { x = [256, 1024], weight = [1024] }
-    backward = "kernel:rmsnorm_backward"   # optional: fn(grad_out, *inputs, **attrs) -> grads
+    backward = "kernel:rmsnorm_backward"   # optional: fn(*grad_outs, *inputs, **attrs) -> grads
+
+    [functions.cross_entropy]
+    ...
+    inputs = ["logits", "targets"]
+    dtypes = ["float32", "bfloat16"]
+    input_dtypes = { targets = ["int32", "int64"] }  # optional: inputs with dtypes of their own
+    ranges = { targets = [0, "logits.shape[1]"] }   # optional: where test values are drawn
+
+`dtypes` lists the dtypes the function computes in (NKI dtypes); each is one variant in which
+every input not named in `input_dtypes` has that dtype. `input_dtypes.<input>` (a dtype name or
+a list) is what that input accepts whatever the variant; the first is the one example and test
+inputs use. Besides NKI dtypes it may name `int64` (HOST_DTYPES: what torch and numpy index
+tensors are; the entry converts it before a kernel sees it). Integer inputs get no gradient.
+`ranges.<input>` = [low, high): random example/test values are drawn uniformly from it (integers
+for an integer input); a bound is a number or `"<input>.shape[<axis>]"`, a dimension of an input
+resolved against the shapes in use (so class indices stay below the vocabulary size).
+A backward takes one gradient per output (a tuple-returning function gets several, zeros for
+outputs that did not contribute to the loss), then the inputs and attrs, and returns one
+gradient per input (entries for integer inputs are ignored and may be None).
 
 The same data, plus what publishing learns (the number of outputs of each function), travels
 inside every build as `kernel.json` (`Manifest.to_dict` / `Manifest.from_dict`), so a pulled
@@ -21,8 +40,9 @@ build needs no TOML parser and no access to the original folder.
 
 from __future__ import annotations
 
+import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -33,6 +53,13 @@ from .names import kernel_name
 MANIFEST_FILE = "kernel.toml"
 
 _ATTR_TYPES = (bool, int, float, str)
+
+# Dtypes an input may declare beyond the NKI ones: host-side only (no kernel computes in them),
+# accepted at the API boundary because torch and numpy index tensors default to them.
+HOST_DTYPES = ("int64",)
+
+Bound = int | float | str  # a number, or "<input>.shape[<axis>]"
+_SHAPE_REF = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\.shape\[\s*(-?\d+)\s*\]\s*$")
 
 
 @dataclass(frozen=True)
@@ -76,6 +103,38 @@ class FunctionSpec:
     backward: Symbol | None = None
     outputs: int | None = None
     returns_tuple: bool = False
+    input_dtypes: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    ranges: dict[str, tuple[Bound, Bound]] = field(default_factory=dict)
+
+    def accepted_dtypes(self, input_name: str) -> tuple[str, ...]:
+        """Every dtype `input_name` may have: its `input_dtypes` entry, else `dtypes`."""
+        return self.input_dtypes.get(input_name, self.dtypes)
+
+    def input_dtype(self, input_name: str, dtype: str | None = None) -> str:
+        """The dtype of `input_name` in example/test inputs when the function runs in `dtype`
+        (default: the first of `dtypes`): the first of its own `input_dtypes`, else `dtype`."""
+        own = self.input_dtypes.get(input_name)
+        return own[0] if own else (dtype or self.dtypes[0])
+
+    def input_range(
+        self, input_name: str, shapes: Mapping[str, Sequence[int]] | None = None
+    ) -> tuple[int | float, int | float] | None:
+        """The declared [low, high) of `input_name`'s values with shape references resolved
+        against `shapes` (input name -> shape; default: the example), or None.
+
+        Raises ManifestError when a referenced input or axis is missing from `shapes` or the
+        range comes out empty."""
+        bounds = self.ranges.get(input_name)
+        if bounds is None:
+            return None
+        shapes = self.example if shapes is None else shapes
+        where = f"[functions.{self.name}] ranges.{input_name}"
+        lo, hi = (_resolve_bound(b, shapes, where) for b in bounds)
+        if not lo < hi:
+            raise ManifestError(
+                f"{where} = {list(bounds)} is empty for shapes {dict(shapes)}: [{lo}, {hi})"
+            )
+        return lo, hi
 
     @property
     def signature(self) -> str:
@@ -98,6 +157,11 @@ class FunctionSpec:
         if self.outputs is not None:
             d["outputs"] = self.outputs
             d["returns_tuple"] = self.returns_tuple
+        # only when used, so the kernel.json (and the build id) of other kernels is unchanged
+        if self.input_dtypes:
+            d["input_dtypes"] = {k: list(v) for k, v in self.input_dtypes.items()}
+        if self.ranges:
+            d["ranges"] = {k: list(v) for k, v in self.ranges.items()}
         return d
 
 
@@ -226,6 +290,8 @@ def _parse_function(name: str, spec: object, where: str) -> FunctionSpec:
         "backward",
         "outputs",
         "returns_tuple",
+        "input_dtypes",
+        "ranges",
     }
     unknown = set(spec) - known
     if unknown:
@@ -267,6 +333,7 @@ def _parse_function(name: str, spec: object, where: str) -> FunctionSpec:
         raise ManifestError(
             f"{where}: unknown dtype(s) {bad}; use NKI dtype names (float32, bfloat16, ...)"
         )
+    input_dtypes = _parse_input_dtypes(spec.get("input_dtypes", {}), inputs, where)
 
     example = spec.get("example", {})
     if not isinstance(example, Mapping):
@@ -289,6 +356,8 @@ def _parse_function(name: str, spec: object, where: str) -> FunctionSpec:
             )
         shapes[k] = tuple(shape)
 
+    ranges = _parse_ranges(spec.get("ranges", {}), inputs, input_dtypes, dtypes, shapes, where)
+
     outputs = spec.get("outputs")
     if outputs is not None and (
         not isinstance(outputs, int) or isinstance(outputs, bool) or outputs < 1
@@ -308,7 +377,124 @@ def _parse_function(name: str, spec: object, where: str) -> FunctionSpec:
         backward=backward,
         outputs=outputs,
         returns_tuple=returns_tuple,
+        input_dtypes=input_dtypes,
+        ranges=ranges,
     )
+
+
+def _parse_input_dtypes(raw: object, inputs: list[str], where: str) -> dict[str, tuple[str, ...]]:
+    if not isinstance(raw, Mapping):
+        raise ManifestError(
+            f"{where}: input_dtypes must be a table of input = dtype or [dtypes], "
+            f'e.g. input_dtypes = {{ targets = ["int32", "int64"] }}'
+        )
+    out: dict[str, tuple[str, ...]] = {}
+    for name, value in raw.items():
+        key = f"{where} input_dtypes.{name}"
+        if name not in inputs:
+            raise ManifestError(f"{key}: {name!r} is not an input (inputs: {', '.join(inputs)})")
+        names = [value] if isinstance(value, str) else value
+        if not isinstance(names, list) or not names or not all(isinstance(d, str) for d in names):
+            raise ManifestError(f"{key}: expected a dtype name or a non-empty list of them")
+        bad = [d for d in names if not (_is_nki_dtype(d) or d in HOST_DTYPES)]
+        if bad:
+            raise ManifestError(
+                f"{key}: unknown dtype(s) {bad}; use NKI dtype names (float32, int32, ...) "
+                f"or {', '.join(HOST_DTYPES)}"
+            )
+        if len(set(names)) != len(names):
+            raise ManifestError(f"{key}: lists a dtype twice")
+        out[name] = tuple(names)
+    return out
+
+
+def _parse_ranges(
+    raw: object,
+    inputs: list[str],
+    input_dtypes: Mapping[str, tuple[str, ...]],
+    dtypes: list[str],
+    shapes: Mapping[str, tuple[int, ...]],
+    where: str,
+) -> dict[str, tuple[Bound, Bound]]:
+    if not isinstance(raw, Mapping):
+        raise ManifestError(
+            f"{where}: ranges must be a table of input = [low, high], "
+            f'e.g. ranges = {{ targets = [0, "logits.shape[1]"] }}'
+        )
+    out: dict[str, tuple[Bound, Bound]] = {}
+    for name, value in raw.items():
+        key = f"{where} ranges.{name}"
+        if name not in inputs:
+            raise ManifestError(f"{key}: {name!r} is not an input (inputs: {', '.join(inputs)})")
+        if not isinstance(value, list) or len(value) != 2:
+            raise ManifestError(f"{key}: expected [low, high] (high excluded), got {value!r}")
+        kinds = {_dtype_kind(d) for d in input_dtypes.get(name, dtypes)}
+        if "bool" in kinds:
+            raise ManifestError(f"{key}: a bool input takes no range")
+        for b in value:
+            if isinstance(b, str):
+                m = _SHAPE_REF.match(b)
+                if m is None or m.group(1) not in inputs:
+                    raise ManifestError(
+                        f"{key}: bound {b!r} must be a number or '<input>.shape[<axis>]' "
+                        f"naming one of {', '.join(inputs)}"
+                    )
+                rank = len(shapes[m.group(1)])
+                if not -rank <= int(m.group(2)) < rank:
+                    raise ManifestError(
+                        f"{key}: {b!r}: axis out of range for {m.group(1)}, which has "
+                        f"{rank} dimension(s) in the example"
+                    )
+            elif isinstance(b, bool) or not isinstance(b, int | float):
+                raise ManifestError(f"{key}: bound {b!r} must be a number or a shape reference")
+            elif "int" in kinds and not isinstance(b, int):
+                raise ManifestError(f"{key}: bound {b!r} must be an integer for an integer input")
+        bounds = (value[0], value[1])
+        lo, hi = (_resolve_bound(b, shapes, key) for b in bounds)
+        if not lo < hi:
+            raise ManifestError(f"{key} = {value!r} is empty for the example shapes: [{lo}, {hi})")
+        out[name] = bounds
+    return out
+
+
+def _resolve_bound(b: Bound, shapes: Mapping[str, Sequence[int]], where: str) -> int | float:
+    if not isinstance(b, str):
+        return b
+    m = _SHAPE_REF.match(b)
+    assert m is not None  # checked when parsed
+    name, axis = m.group(1), int(m.group(2))
+    shape = shapes.get(name)
+    if shape is None or not -len(shape) <= axis < len(shape):
+        raise ManifestError(f"{where}: {b!r} needs the shape of {name!r}, got {shape!r}")
+    return int(shape[axis])
+
+
+def _dtype_kind(name: str) -> str:
+    """'float', 'int' or 'bool' for a dtype name the manifest accepts."""
+    if name in HOST_DTYPES:
+        return "int"
+    from .. import dtypes
+
+    dt = dtypes.as_dtype(name)
+    if dt == dtypes.bool_:
+        return "bool"
+    return "int" if dtypes.is_int(dt) else "float"
+
+
+def numpy_dtype(name: str) -> object:
+    """The numpy dtype of a manifest dtype name (NKI dtypes and HOST_DTYPES)."""
+    import numpy as np
+
+    if name in HOST_DTYPES:
+        return np.dtype(name)
+    from .. import dtypes
+
+    return dtypes.as_dtype(name)
+
+
+def is_float_dtype(name: str) -> bool:
+    """True for a floating dtype name (a differentiable input)."""
+    return _dtype_kind(name) == "float"
 
 
 def _is_nki_dtype(name: str) -> bool:

@@ -62,22 +62,12 @@ class _Recorder:
 
 
 def example_inputs(spec: FunctionSpec, dtype: str | None = None, seed: int = 0) -> list[np.ndarray]:
-    """Random arrays of the manifest's example shapes in `dtype` (default: the first listed)."""
-    from .. import dtypes
+    """Random arrays of the manifest's example shapes for the variant `dtype` (default: the
+    first listed), each input in its declared dtype and value range
+    (`nkikit.testing.example_inputs`, at half scale)."""
+    from ..testing.inputs import example_inputs as draw
 
-    dt = dtypes.as_dtype(dtype or spec.dtypes[0])
-    rng = np.random.default_rng(seed)
-    out = []
-    for name in spec.inputs:
-        shape = spec.example[name]
-        if dtypes.is_int(dt):
-            a = rng.integers(-8, 8, size=shape)
-        else:
-            a = rng.standard_normal(shape) * 0.5
-        out.append(
-            np.asarray(a, dtype=np.float32).astype(dt) if not dtypes.is_int(dt) else a.astype(dt)
-        )
-    return out
+    return draw(spec, dtype, seed, scale=0.5)
 
 
 def _is_jit(obj: object) -> bool:

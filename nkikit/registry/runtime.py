@@ -18,17 +18,32 @@ import json
 import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from .errors import KernelCallError, RegistryError
-from .manifest import FunctionSpec, Manifest, Symbol
+from .manifest import FunctionSpec, Manifest, Symbol, numpy_dtype
 
 BUILD_FILE = "kernel.json"
-BUILD_FORMAT = 1
+# 1: every input in the function's dtypes, backward only for single-output functions.
+# 2: per-input dtypes and value ranges, backward for tuple-returning functions. A build is
+# written as format 1 unless it needs 2, so older nkikit keeps loading what it can run and
+# says "upgrade nkikit" (not an obscure manifest error) for what it cannot.
+BUILD_FORMAT = 2
+READABLE_FORMATS = (1, 2)
+
+
+def build_format(manifest: Manifest) -> int:
+    """The oldest build format that can carry `manifest`."""
+    needs_2 = any(
+        f.input_dtypes or f.ranges or (f.backward is not None and f.returns_tuple)
+        for f in manifest.functions.values()
+    )
+    return 2 if needs_2 else 1
+
 
 Spec = tuple[tuple[int, ...], str]  # (shape, dtype name) of one array
 
@@ -85,9 +100,12 @@ class KernelFunction:
         ]
         self.__signature__ = inspect.Signature(params)
         self.__name__ = self.__qualname__ = spec.name
+        own = "".join(
+            f"; {n}: {', '.join(d)}" for n, d in spec.input_dtypes.items() if n in spec.inputs
+        )
         self.__doc__ = (
             f"{spec.signature}\n\nNKI kernel run on the nkikit simulator. Inputs: numpy arrays or "
-            f"CPU torch tensors of dtype {', '.join(spec.dtypes)}."
+            f"CPU torch tensors of dtype {', '.join(spec.dtypes)}{own}."
         )
 
     def __repr__(self) -> str:
@@ -122,12 +140,14 @@ class KernelFunction:
         return self.entry(*arrays, **attrs)
 
     def check_dtype(self, input_name: str, dtype: str) -> None:
-        """Raises KernelCallError if `dtype` is not one the manifest declares."""
-        if dtype not in self.spec.dtypes:
+        """Raises KernelCallError if `dtype` is not one the manifest declares for the input."""
+        accepted = self.spec.accepted_dtypes(input_name)
+        if dtype not in accepted:
+            first = accepted[0]
             raise KernelCallError(
                 f"{self.name}(): input {input_name!r} has dtype {dtype}; this kernel supports "
-                f"{', '.join(self.spec.dtypes)}. Cast the input first (e.g. x.to(torch.float32) "
-                "or x.astype(np.float32))."
+                f"{', '.join(accepted)}. Cast the input first (e.g. {input_name}.to(torch.{first}) "
+                f"or {input_name}.astype('{first}'))."
             )
 
     # -- shapes without data (fake tensors) ------------------------------------------------------
@@ -163,6 +183,43 @@ class KernelFunction:
 
     # -- torch -----------------------------------------------------------------------------------
 
+    def learn_outputs(self) -> None:
+        """Record in `spec` how many arrays the function returns and whether as a tuple.
+
+        A build's manifest has this from publishing; one read from a kernel folder (e.g. bound
+        with `bind_functions` for the folder's own torch tests) does not, and the torch op's
+        schema needs it. An `@nki.jit` entry is traced on the example shapes; any other entry
+        runs once on the example shapes, on zeros (or the low end of a declared range).
+        """
+        spec = self.spec
+        if spec.outputs is not None:
+            return
+        kwargs = dict(spec.attrs)
+        shapes = {n: tuple(spec.example[n]) for n in spec.inputs}
+        entry = self.entry
+        if hasattr(entry, "specialize") and hasattr(entry, "func"):  # an @nki.jit kernel
+            from ..typing import TensorSpec
+
+            specs = [TensorSpec(shapes[n], _np_dtype(spec.input_dtype(n))) for n in spec.inputs]
+            kernel, _ = entry.specialize(*specs, **kwargs)
+            structure = kernel.return_structure
+            count, as_tuple = (
+                len(_flatten_structure(structure)),
+                isinstance(structure, tuple | list),
+            )
+        else:
+            arrays = []
+            for n in spec.inputs:
+                a = np.zeros(shapes[n], dtype=_np_dtype(spec.input_dtype(n)))
+                bounds = spec.input_range(n, shapes)
+                if bounds is not None:
+                    a[...] = bounds[0]
+                arrays.append(a)
+            result = entry(*arrays, **kwargs)
+            as_tuple = isinstance(result, tuple | list)
+            count = len(result) if as_tuple else 1
+        self.spec = replace(spec, outputs=count, returns_tuple=as_tuple)
+
     @property
     def torch(self) -> Any:
         """The torch binding (nkikit.torch.ops.TorchBinding), registered on first access."""
@@ -171,6 +228,7 @@ class KernelFunction:
                 if self._binding is None:
                     from ..torch.ops import TorchBinding
 
+                    self.learn_outputs()
                     self._binding = TorchBinding(self)
         return self._binding
 
@@ -185,9 +243,7 @@ class KernelFunction:
 
 
 def _np_dtype(name: str) -> np.dtype:
-    from .. import dtypes
-
-    return dtypes.as_dtype(name)
+    return numpy_dtype(name)  # type: ignore[return-value]
 
 
 def _flatten_structure(s: object) -> list[int]:
@@ -222,7 +278,7 @@ def read_build_file(root: Path) -> dict[str, Any]:
         raise RegistryError(f"{root} is not an nkikit build: it has no {BUILD_FILE}") from None
     except ValueError as e:
         raise RegistryError(f"{path}: invalid JSON: {e}") from None
-    if not isinstance(data, dict) or data.get("format") != BUILD_FORMAT:
+    if not isinstance(data, dict) or data.get("format") not in READABLE_FORMATS:
         raise RegistryError(
             f"{path}: unsupported build format {data.get('format') if isinstance(data, dict) else data!r}; "
             "upgrade nkikit"

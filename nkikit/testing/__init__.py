@@ -4,9 +4,13 @@
   the per-dtype tolerance, fail with a message that locates the error.
 * ``assert_close``, ``compare``: the comparison alone.
 * ``tolerance(dtype, op_kind)``, ``Tolerance``, ``DTYPE_TOLERANCES``, ``OP_KINDS``.
-* ``random_inputs(shapes, dtype, seed)``, ``round_to(x, dtype)``.
-* ``check_manifest(folder, package)``: a library kernel's ``kernel.toml`` matches its code and
-  its example runs against the reference in every listed dtype.
+* ``random_inputs(shapes, dtype, seed)`` (one dtype, or one per array; optional value
+  ``bounds``), ``round_to(x, dtype)``.
+* ``example_inputs(spec, dtype, seed)``: inputs for a manifest function (a registry
+  ``FunctionSpec``) in its declared per-input dtypes and value ranges.
+* ``check_manifest(folder, package)``: a library kernel's ``kernel.toml`` (parsed by the
+  registry's parser) matches its code and its example runs against the reference in every
+  declared dtype; ``load_manifest``, ``manifest_problems``.
 * ``nkikit.testing.strategies`` (needs hypothesis): tile-legal shapes, NKI dtypes, inputs.
 * ``load_profile()`` / ``register_profiles()`` (needs hypothesis): the ``ci``/``dev``
   settings profiles.
@@ -21,7 +25,7 @@ import importlib
 from typing import Any
 
 from .check import assert_close, assert_grads_close, check_kernel, compare
-from .inputs import random_inputs, round_to
+from .inputs import example_inputs, random_inputs, round_to
 from .manifest import check_manifest, load_manifest, manifest_problems
 from .tolerances import DTYPE_TOLERANCES, OP_KINDS, Tolerance, loosest_tolerance, tolerance
 
@@ -50,6 +54,7 @@ __all__ = [
     "check_kernel",
     "check_manifest",
     "compare",
+    "example_inputs",
     "load_manifest",
     "load_profile",
     "loosest_tolerance",

@@ -1,80 +1,70 @@
-"""Check a library kernel's ``kernel.toml`` against its code: the manifest has the registry's
-shape, its entry and reference resolve, the entry's signature matches ``inputs``/``attrs``, and
-the ``example`` runs and matches the reference in every listed dtype."""
+"""Check a library kernel's ``kernel.toml`` against its code.
+
+The manifest is parsed by the registry's parser (``nkikit.registry.manifest``: the same rules
+and error messages as ``nkikit publish``); on top of that this checks that each function's
+entry and reference resolve, that their signatures match ``inputs``/``attrs``, and that the
+``example`` runs and matches the reference in every declared dtype.
+"""
 
 from __future__ import annotations
 
 import importlib
 import inspect
-import tomllib
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from .. import dtypes
+from ..registry.errors import ManifestError
+from ..registry.manifest import MANIFEST_FILE, FunctionSpec, Manifest, Symbol, is_float_dtype
+from ..registry.manifest import load_manifest as _load_registry_manifest
 from .check import check_kernel
-from .inputs import random_inputs
-
-_KERNEL_KEYS = {"name": str, "version": int, "license": str, "description": str}
-_FUNCTION_KEYS = {"entry": str, "reference": str, "inputs": list, "dtypes": list, "example": dict}
-_OPTIONAL_FUNCTION_KEYS = {"attrs": dict, "backward": str}
+from .inputs import example_inputs
 
 
-def load_manifest(folder: str | Path) -> dict[str, Any]:
-    """Parse ``folder/kernel.toml``.  Raises ``FileNotFoundError`` or ``tomllib.TOMLDecodeError``."""
-    with open(Path(folder) / "kernel.toml", "rb") as f:
-        return tomllib.load(f)
+def load_manifest(folder: str | Path) -> Manifest:
+    """Parse ``folder/kernel.toml`` (``nkikit.registry.manifest.load_manifest``).
+
+    Raises ``ManifestError`` naming the file and the first problem (missing file, invalid TOML,
+    a bad or missing key)."""
+    return _load_registry_manifest(folder)
 
 
-def manifest_problems(manifest: Mapping[str, Any]) -> list[str]:
-    """Everything wrong with the manifest's shape (an empty list when it is well formed)."""
-    problems: list[str] = []
-    kernel = manifest.get("kernel")
-    if not isinstance(kernel, dict):
-        return ["missing [kernel] table"]
-    for key, typ in _KERNEL_KEYS.items():
-        if not isinstance(kernel.get(key), typ) or isinstance(kernel.get(key), bool):
-            problems.append(f"[kernel].{key} must be a {typ.__name__}")
-    if isinstance(kernel.get("version"), int) and kernel["version"] < 1:
-        problems.append("[kernel].version must be >= 1")
-    functions = manifest.get("functions")
-    if not isinstance(functions, dict) or not functions:
-        return problems + ["missing [functions.<name>] tables"]
-    for fname, fn in functions.items():
-        where = f"[functions.{fname}]"
-        if not isinstance(fn, dict):
-            problems.append(f"{where} must be a table")
-            continue
-        for key, typ in _FUNCTION_KEYS.items():
-            if not isinstance(fn.get(key), typ):
-                problems.append(f"{where}.{key} must be a {typ.__name__}")
-        for key, typ in _OPTIONAL_FUNCTION_KEYS.items():
-            if key in fn and not isinstance(fn[key], typ):
-                problems.append(f"{where}.{key} must be a {typ.__name__}")
-        unknown = set(fn) - set(_FUNCTION_KEYS) - set(_OPTIONAL_FUNCTION_KEYS)
-        if unknown:
-            problems.append(f"{where} has unknown keys {sorted(unknown)}")
-        for key in ("entry", "reference", "backward"):
-            if isinstance(fn.get(key), str) and fn[key].count(":") != 1:
-                problems.append(f"{where}.{key} must be 'module:callable', got {fn[key]!r}")
-        for name in fn.get("dtypes") or []:
-            try:
-                dtypes.as_dtype(name)
-            except TypeError:
-                problems.append(f"{where}.dtypes: {name!r} is not an NKI dtype")
-        inputs = fn.get("inputs") or []
-        example = fn.get("example") or {}
-        if isinstance(example, dict) and set(example) != set(inputs):
-            problems.append(
-                f"{where}.example must give a shape for each input {inputs}, got {sorted(example)}"
-            )
-    return problems
+def manifest_problems(source: str | Path | Mapping[str, Any]) -> list[str]:
+    """What is wrong with a manifest: ``[]`` when it is well formed, else the registry parser's
+    message for the first problem (it names the file and the key).
+
+    ``source``: a kernel folder, or ``kernel.toml`` data as ``tomllib`` returns it (a
+    ``[kernel]`` table and ``[functions.<name>]`` tables)."""
+    try:
+        if isinstance(source, Mapping):
+            kernel = source.get("kernel")
+            if not isinstance(kernel, Mapping):
+                raise ManifestError(f"{MANIFEST_FILE}: a [kernel] table is required")
+            merged = {**kernel, "functions": source.get("functions")}
+            Manifest.from_dict(merged, where=MANIFEST_FILE)
+        else:
+            _load_registry_manifest(source)
+    except ManifestError as e:
+        return [str(e)]
+    return []
 
 
-def resolve(package: str, target: str) -> Callable[..., Any]:
+def resolve(package: str, target: str | Symbol) -> Callable[..., Any]:
     """``module:callable`` inside ``package`` (e.g. ``kernel:rmsnorm``)."""
-    module, _, attr = target.partition(":")
+    module, _, attr = str(target).partition(":")
     return getattr(importlib.import_module(f"{package}.{module}"), attr)
+
+
+def dtype_variants(spec: FunctionSpec) -> list[tuple[str, dict[str, str]]]:
+    """The (function dtype, per-input dtypes) combinations ``check_manifest`` runs: every
+    dtype in ``dtypes`` with each input in its first declared dtype, then each further dtype an
+    input declares in ``input_dtypes`` once (with the first function dtype), so every declared
+    dtype of every input is exercised without running the full product."""
+    base = {n: spec.input_dtype(n) for n in spec.inputs}
+    variants = [(dt, {n: spec.input_dtype(n, dt) for n in spec.inputs}) for dt in spec.dtypes]
+    for name, own in spec.input_dtypes.items():
+        variants += [(spec.dtypes[0], {**base, name: alt}) for alt in own[1:]]
+    return variants
 
 
 def check_manifest(
@@ -84,42 +74,63 @@ def check_manifest(
     op_kind: str | Mapping[str, str] = "elementwise",
     seed: int = 0,
     run_examples: bool = True,
-) -> dict[str, Any]:
+) -> Manifest:
     """Assert the kernel in ``folder`` (imported as ``package``) matches its manifest.
 
+    The manifest must parse (the registry's rules), name the folder, and give every function a
+    ``reference``; each entry and reference must take exactly ``inputs`` as positional
+    parameters and ``attrs`` with the manifest's defaults.
     ``op_kind``: the tolerance kind for every function, or a mapping function -> kind.
-    With ``run_examples`` each function's example shapes run in every listed dtype and are
-    compared with the reference (``check_kernel``).  Returns the parsed manifest.
-    Raises ``AssertionError`` listing what is wrong.
+    With ``run_examples`` each function's example runs (inputs from ``example_inputs``: the
+    declared per-input dtypes and value ranges) in every combination of ``dtype_variants`` and
+    is compared with the reference (``check_kernel``).
+    Returns the parsed ``nkikit.registry.manifest.Manifest``.
+    Raises ``AssertionError`` saying what is wrong.
     """
-    manifest = load_manifest(folder)
-    problems = manifest_problems(manifest)
-    assert not problems, "kernel.toml: " + "; ".join(problems)
-    assert manifest["kernel"]["name"] == Path(folder).name, (
-        f"kernel.toml: [kernel].name {manifest['kernel']['name']!r} differs from the folder name {Path(folder).name!r}"
+    try:
+        manifest = _load_registry_manifest(folder)
+    except ManifestError as e:
+        raise AssertionError(str(e)) from e
+    where = Path(folder) / MANIFEST_FILE
+    assert manifest.name == Path(folder).name, (
+        f"{where}: [kernel] name {manifest.name!r} differs from the folder name "
+        f"{Path(folder).name!r}"
     )
-    for fname, fn in manifest["functions"].items():
-        entry = resolve(package, fn["entry"])
-        reference = resolve(package, fn["reference"])
-        attrs = fn.get("attrs", {})
-        for label, f in (("entry", entry), ("reference", reference)):
+    for fname, fn in manifest.functions.items():
+        assert fn.reference is not None, (
+            f"{where}: [functions.{fname}] has no reference; check_manifest needs one"
+        )
+        entry = resolve(package, fn.entry)
+        reference = resolve(package, fn.reference)
+        for label, sym, f in (("entry", fn.entry, entry), ("reference", fn.reference, reference)):
             params = inspect.signature(f).parameters
             positional = [n for n, p in params.items() if p.default is inspect.Parameter.empty]
-            assert positional == fn["inputs"], (
-                f"{fname}: {label} {fn[label]} takes arrays {positional}, kernel.toml says inputs = {fn['inputs']}"
+            assert positional == list(fn.inputs), (
+                f"{fname}: {label} {sym} takes arrays {positional}, kernel.toml says inputs = "
+                f"{list(fn.inputs)}"
             )
-            for a, default in attrs.items():
+            for a, default in fn.attrs.items():
                 assert a in params, (
-                    f"{fname}: {label} {fn[label]} has no argument {a!r} (kernel.toml attrs)"
+                    f"{fname}: {label} {sym} has no argument {a!r} (kernel.toml attrs)"
                 )
                 assert params[a].default == default, (
-                    f"{fname}: {label} {fn[label]} default {a}={params[a].default!r}, kernel.toml says {default!r}"
+                    f"{fname}: {label} {sym} default {a}={params[a].default!r}, kernel.toml "
+                    f"says {default!r}"
                 )
         if not run_examples:
             continue
         kind = op_kind if isinstance(op_kind, str) else op_kind.get(fname, "elementwise")
-        shapes = [tuple(fn["example"][name]) for name in fn["inputs"]]
-        for dt in fn["dtypes"]:
-            args = random_inputs(shapes, dt, seed)
-            check_kernel(entry, reference, *args, dtype=dt, op_kind=kind, **attrs)
+        for dt, per_input in dtype_variants(fn):
+            args = example_inputs(fn, dt, seed, input_dtypes=per_input)
+            # check_kernel rounds float inputs to `dtype`; an input with a float dtype of its own
+            # must keep it, so then the inputs go as drawn (already in their dtypes)
+            own_float = any(per_input[n] != dt and is_float_dtype(per_input[n]) for n in fn.inputs)
+            check_kernel(
+                entry,
+                reference,
+                *args,
+                dtype=None if own_float else dt,
+                op_kind=kind,
+                **fn.attrs,
+            )
     return manifest

@@ -7,10 +7,16 @@ For each function of a build (registry.runtime.KernelFunction) this registers, w
     numpy and runs the kernel on the simulator;
   - a fake implementation giving the outputs' shapes and dtypes from the kernel's trace (no
     simulation), so torch.compile and export see through the op;
-  - when the manifest names a backward kernel, a second op `<function>_backward` (returning one
-    gradient per input) and `register_autograd` wiring it in.
+  - when the manifest names a backward kernel, a second op `<function>_backward` taking one
+    gradient per output (then the forward's arguments) and returning one gradient per input,
+    and `register_autograd` wiring it in. A function returning several outputs gets the
+    gradient of each (zeros for an output the loss did not use). Inputs of a non-floating dtype
+    (e.g. int class indices, see `input_dtypes` in kernel.toml) are not differentiable: autograd
+    gets no gradient for them, and the backward op returns zeros for them.
 
-Errors (KernelCallError): an input of an undeclared dtype, or on a device other than the CPU.
+Each input is checked against its own declared dtypes (the manifest's `dtypes`, or its
+`input_dtypes` entry). Errors (KernelCallError): an input of an undeclared dtype, or on a device
+other than the CPU.
 A shape the kernel cannot take fails in the kernel's own trace (an NkiError naming its line),
 eagerly and under torch.compile alike.
 
@@ -24,6 +30,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 
 from ..registry.errors import KernelCallError
@@ -50,10 +57,16 @@ def schema_of(fn: KernelFunction) -> str:
     return f"({', '.join(_schema_args(fn))}) -> {ret}"
 
 
+def _grad_names(fn: KernelFunction) -> list[str]:
+    n = fn.spec.outputs or 1
+    return ["grad"] if n == 1 and not fn.spec.returns_tuple else [f"grad_{i}" for i in range(n)]
+
+
 def backward_schema_of(fn: KernelFunction) -> str:
-    """The backward op's schema: the forward's arguments after the output gradient, one
-    gradient per input out."""
-    return f"({', '.join(['Tensor grad', *_schema_args(fn)])}) -> Tensor[]"
+    """The backward op's schema: one gradient per output (`grad`, or `grad_0, grad_1, ...` for
+    a tuple-returning function), then the forward's arguments; one gradient per input out."""
+    grads = [f"Tensor {g}" for g in _grad_names(fn)]
+    return f"({', '.join([*grads, *_schema_args(fn)])}) -> Tensor[]"
 
 
 def _attr_type(name: str, v: object) -> str:
@@ -87,7 +100,12 @@ class TorchBinding:
         self.nin = len(fn.spec.inputs)
         self.attr_defaults = tuple(fn.spec.attrs.values())
         self.returns_tuple = fn.spec.returns_tuple
-        self._allowed = {torch_dtype(d) for d in fn.spec.dtypes if _has_torch_dtype(d)}
+        self.nout = fn.spec.outputs or 1
+        # per input: the torch dtypes it may have
+        self._allowed = tuple(
+            frozenset(torch_dtype(d) for d in fn.spec.accepted_dtypes(n) if _has_torch_dtype(d))
+            for n in fn.spec.inputs
+        )
         self._attr_names = tuple(fn.spec.attrs)
         ns = fn.namespace
         self.qualname = f"{ns}::{fn.name}"
@@ -97,10 +115,6 @@ class TorchBinding:
         self.op_def.register_fake(self._fake)
         self.backward_op = None
         if fn.backward is not None:
-            if fn.spec.returns_tuple:
-                raise KernelCallError(
-                    f"{fn.name}: a backward kernel needs a single-output function"
-                )
             self.bwd_def = torch.library.custom_op(
                 f"{ns}::{fn.name}_backward",
                 self._backward_impl,
@@ -128,8 +142,7 @@ class TorchBinding:
     def _check(
         self, tensors: tuple[torch.Tensor, ...], devices: tuple[str, ...] = ("cpu",)
     ) -> None:
-        allowed = self._allowed
-        for name, t in zip(self.fn.spec.inputs, tensors):
+        for name, t, allowed in zip(self.fn.spec.inputs, tensors, self._allowed):
             if not isinstance(t, torch.Tensor):
                 raise KernelCallError(
                     f"{self.fn.name}(): input {name!r} must be a tensor, got {type(t).__name__}"
@@ -181,30 +194,53 @@ class TorchBinding:
     def _setup_context(self, ctx: Any, inputs: tuple, output: Any) -> None:
         ctx.save_for_backward(*inputs[: self.nin])
         ctx.attrs = tuple(inputs[self.nin :])
+        outs = output if self.returns_tuple else (output,)
+        # enough to make zeros for an output whose gradient autograd leaves out
+        ctx.out_meta = tuple((o.shape, o.dtype, o.device) for o in outs)
 
-    def _autograd_backward(self, ctx: Any, grad: torch.Tensor) -> tuple:
-        grads = self.backward_op(grad, *ctx.saved_tensors, *ctx.attrs)
-        return (*grads, *([None] * len(ctx.attrs)))
+    def _autograd_backward(self, ctx: Any, *grads: torch.Tensor | None) -> tuple:
+        full = [
+            torch.zeros(shape, dtype=dtype, device=device) if g is None else g
+            for g, (shape, dtype, device) in zip(grads, ctx.out_meta)
+        ]
+        tensors = ctx.saved_tensors
+        in_grads = self.backward_op(*full, *tensors, *ctx.attrs)
+        # integer inputs (class indices, ...) are not differentiable: no gradient at all
+        return (
+            *(g if t.is_floating_point() else None for g, t in zip(in_grads, tensors)),
+            *([None] * len(ctx.attrs)),
+        )
 
     def _backward_impl(self, *args: Any, **kwargs: Any) -> list[torch.Tensor]:
-        grad, rest = args[0], args[1:]
+        out_grads, rest = args[: self.nout], args[self.nout :]
         tensors, attrs = self._split(rest, kwargs)
         self._check(tensors)
         arrays = tuple(to_numpy(t) for t in tensors)
-        g = (
-            to_numpy(grad.to(tensors[0].dtype))
-            if grad.dtype != tensors[0].dtype
-            else to_numpy(grad)
+        # the kernels take the output gradients in their float inputs' dtype
+        like = next((t.dtype for t in tensors if t.is_floating_point()), None)
+        gs = tuple(
+            to_numpy(g.to(like) if like is not None and g.dtype != like else g) for g in out_grads
         )
-        grads = self.fn.backward(g, *arrays, **dict(zip(self.fn.spec.attrs, attrs)))  # type: ignore[misc]
+        grads = self.fn.backward(*gs, *arrays, **dict(zip(self.fn.spec.attrs, attrs)))  # type: ignore[misc]
         grads = grads if isinstance(grads, tuple | list) else (grads,)
         if len(grads) != self.nin:
             raise KernelCallError(
-                f"{self.fn.name}: the backward kernel returned {len(grads)} gradients for {self.nin} inputs"
+                f"{self.fn.name}: the backward kernel returned {len(grads)} gradients for "
+                f"{self.nin} inputs"
             )
-        out = []
+        out: list[torch.Tensor] = []
+        seen: tuple[np.ndarray, ...] = arrays + gs
         for t, gr in zip(tensors, grads):
-            gt = from_numpy(gr, arrays + (g,))
+            if not t.is_floating_point():  # not differentiable: whatever the kernel returned
+                out.append(torch.zeros_like(t))
+                continue
+            if gr is None:
+                raise KernelCallError(
+                    f"{self.fn.name}: the backward kernel returned no gradient for a floating input"
+                )
+            a = np.asarray(gr) if not isinstance(gr, np.ndarray) else gr
+            gt = from_numpy(a, seen)  # copies if it aliases an input or an earlier gradient
+            seen += (a,)
             if gt.dtype != t.dtype:  # autograd wants each gradient in its input's dtype
                 gt = gt.to(t.dtype)
             if tuple(gt.shape) != tuple(t.shape):
@@ -216,7 +252,7 @@ class TorchBinding:
         return out
 
     def _backward_fake(self, *args: Any, **kwargs: Any) -> list[torch.Tensor]:
-        tensors, _ = self._split(args[1:], kwargs)
+        tensors, _ = self._split(args[self.nout :], kwargs)
         return [torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in tensors]
 
 
@@ -228,17 +264,17 @@ def _has_torch_dtype(name: str) -> bool:
     return True
 
 
-def _eager_plain(tensors: tuple, allowed: set[torch.dtype] | None) -> bool:
-    """True when a call can skip the dispatcher: plain tensors (on the CPU, of an `allowed`
-    dtype, unless allowed is None), no autograd needed, no compile/export tracing, no dispatch
-    mode and no functorch transform active."""
+def _eager_plain(tensors: tuple, allowed: tuple[frozenset[torch.dtype], ...] | None) -> bool:
+    """True when a call can skip the dispatcher: plain tensors (on the CPU, each of a dtype
+    its input allows, unless allowed is None), no autograd needed, no compile/export tracing,
+    no dispatch mode and no functorch transform active."""
     if torch.compiler.is_compiling():
         return False
     grad = torch.is_grad_enabled()
-    for t in tensors:
+    for i, t in enumerate(tensors):
         if type(t) is not torch.Tensor or (grad and t.requires_grad):
             return False
-        if allowed is not None and not (t.is_cpu and t.dtype in allowed):
+        if allowed is not None and not (t.is_cpu and t.dtype in allowed[i]):
             return False
     return (
         torch._C._len_torch_dispatch_stack() == 0

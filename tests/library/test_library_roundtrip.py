@@ -19,7 +19,8 @@ from nkikit.registry.cli import main_publish
 from nkikit.registry.manifest import load_manifest
 from nkikit.registry.publish import discover_kernels
 from nkikit.registry.pull import pull
-from nkikit.testing import check_kernel, random_inputs
+from nkikit.testing import check_kernel, example_inputs
+from nkikit.testing.manifest import dtype_variants
 
 LIBRARY = Path(__file__).resolve().parents[2] / "kernels"
 ORG = "roundtrip"
@@ -84,10 +85,10 @@ def test_pulled_kernel_matches_reference(
     for name, spec in manifest.functions.items():
         fn = getattr(mod, name)
         assert fn.reference is not None, f"{folder.name}.{name}: no reference in the pulled build"
-        for dtype in spec.dtypes:
-            # the inputs kernels' own manifest tests use (nkikit.testing.check_manifest)
-            shapes = [tuple(spec.example[i]) for i in spec.inputs]
-            arrays = random_inputs(shapes, dtype, seed=0)
+        for dtype, per_input in dtype_variants(spec):
+            # the inputs kernels' own manifest tests use (nkikit.testing.check_manifest): the
+            # declared per-input dtypes (e.g. int class targets) and value ranges
+            arrays = example_inputs(spec, dtype, seed=0, input_dtypes=per_input)
             atol = None if dtype == "float32" else low_precision_atol
             check_kernel(
                 fn.entry,

@@ -109,3 +109,34 @@ def test_failing_example_is_a_build_error(tmp_path: Path) -> None:
     (folder / "kernel.toml").write_text(toml)
     with pytest.raises(BuildError, match="running rmsnorm on its example"):
         build_kernel(folder, tmp_path / "out", "nkikit/x")
+
+
+def test_build_format_is_1_unless_a_function_needs_2(built) -> None:  # noqa: ANN001
+    # the fixture uses no per-input dtype, range or multi-output backward: older nkikit reads it
+    data = json.loads((built.root / "build/torch-cpu/kernel.json").read_text())
+    meta = json.loads((built.root / "build/torch-cpu/metadata.json").read_text())
+    assert data["format"] == 1 and meta["nkikit"]["build-format"] == 1
+    assert "input_dtypes" not in json.dumps(data)
+
+
+def test_per_input_dtypes_and_ranges_travel_in_the_build(tmp_path: Path) -> None:
+    b = build_kernel(
+        LIBRARY / "cross_entropy", tmp_path, "nkikit/cross-entropy", neuron=False, profile=False
+    )
+    data = json.loads((b.root / "build/torch-cpu/kernel.json").read_text())
+    assert data["format"] == 2
+    fn = data["manifest"]["functions"]["cross_entropy"]
+    assert fn["input_dtypes"] == {"targets": ["int32", "int64"]}
+    assert fn["ranges"] == {"targets": [0, "logits.shape[1]"]}
+    card = (b.root / "README.md").read_text()
+    assert "| dtypes | float32, bfloat16; `targets`: int32, int64 |" in card
+    assert "`targets` (e.g. `[256]`; int32 or int64; values in `[0, logits.shape[1])`)" in card
+
+
+def test_an_unknown_build_format_says_upgrade(tmp_path: Path) -> None:
+    from nkikit.registry.errors import RegistryError
+    from nkikit.registry.runtime import read_build_file
+
+    (tmp_path / "kernel.json").write_text(json.dumps({"format": 3, "id": "x"}))
+    with pytest.raises(RegistryError, match="unsupported build format 3; upgrade nkikit"):
+        read_build_file(tmp_path)

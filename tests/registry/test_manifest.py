@@ -65,6 +65,56 @@ example = { x = [4, 4] }
         ('inputs = ["x"]', 'inputs = ["x"]\ndtypes = ["float99"]', "unknown dtype"),
         ('inputs = ["x"]', 'inputs = ["x"]\nattrs = { eps = {a = 1} }', "defaults must be"),
         ('inputs = ["x"]', 'inputs = ["x"]\nbogus = 1', "unknown key"),
+        (
+            'inputs = ["x"]',
+            'inputs = ["x"]\ninput_dtypes = { y = "int32" }',
+            r"\[functions.f\] input_dtypes.y: 'y' is not an input \(inputs: x\)",
+        ),
+        (
+            'inputs = ["x"]',
+            'inputs = ["x"]\ninput_dtypes = { x = ["int99"] }',
+            r"input_dtypes.x: unknown dtype\(s\) \['int99'\].*or int64",
+        ),
+        (
+            'inputs = ["x"]',
+            'inputs = ["x"]\ninput_dtypes = { x = [] }',
+            "input_dtypes.x: expected a dtype name or a non-empty list",
+        ),
+        (
+            'inputs = ["x"]',
+            'inputs = ["x"]\ninput_dtypes = ["int32"]',
+            "input_dtypes must be a table",
+        ),
+        (
+            'inputs = ["x"]',
+            'inputs = ["x"]\nranges = { x = [0] }',
+            r"ranges.x: expected \[low, high\]",
+        ),
+        (
+            'inputs = ["x"]',
+            'inputs = ["x"]\nranges = { x = [0, "y.shape[1]"] }',
+            r"ranges.x: bound 'y.shape\[1\]' must be a number or '<input>.shape\[<axis>\]'",
+        ),
+        (
+            'inputs = ["x"]',
+            'inputs = ["x"]\nranges = { x = [0, "x.shape[2]"] }',
+            "axis out of range for x, which has 2 dimension",
+        ),
+        (
+            'inputs = ["x"]',
+            'inputs = ["x"]\nranges = { x = [5, "x.shape[0]"] }',
+            r"ranges.x = \[5, 'x.shape\[0\]'\] is empty for the example shapes: \[5, 4\)",
+        ),
+        (
+            'inputs = ["x"]',
+            'inputs = ["x"]\ninput_dtypes = { x = "int32" }\nranges = { x = [0.5, 3] }',
+            "bound 0.5 must be an integer for an integer input",
+        ),
+        (
+            'inputs = ["x"]',
+            'inputs = ["x"]\ninput_dtypes = { x = "bool" }\nranges = { x = [0, 1] }',
+            "a bool input takes no range",
+        ),
     ],
 )
 def test_manifest_errors(tmp_path: Path, old: str, new: str, message: str) -> None:
@@ -72,6 +122,50 @@ def test_manifest_errors(tmp_path: Path, old: str, new: str, message: str) -> No
     _write(folder, GOOD.replace(old, new))
     with pytest.raises(ManifestError, match=message):
         load_manifest(folder)
+
+
+def test_errors_name_the_file(tmp_path: Path) -> None:
+    folder = copy_fixture(tmp_path)
+    _write(folder, GOOD.replace('inputs = ["x"]', 'inputs = ["x"]\ninput_dtypes = { y = "int32" }'))
+    with pytest.raises(ManifestError) as err:
+        load_manifest(folder)
+    assert str(err.value).startswith(f"{folder / 'kernel.toml'}: [functions.f] input_dtypes.y:")
+
+
+def test_per_input_dtypes_and_ranges(tmp_path: Path) -> None:
+    folder = copy_fixture(tmp_path)
+    text = GOOD.replace('inputs = ["x"]', 'inputs = ["x", "t", "w"]').replace(
+        "example = { x = [4, 4] }",
+        """dtypes = ["float32", "bfloat16"]
+input_dtypes = { t = ["int32", "int64"], w = "float32" }
+ranges = { t = [0, "x.shape[-1]"], w = [0.5, 2.0] }
+example = { x = [4, 9], t = [4], w = [9] }""",
+    )
+    _write(folder, text)
+    m = load_manifest(folder)
+    f = m.functions["f"]
+    assert f.input_dtypes == {"t": ("int32", "int64"), "w": ("float32",)}
+    assert f.accepted_dtypes("x") == ("float32", "bfloat16")
+    assert f.accepted_dtypes("t") == ("int32", "int64")
+    assert [f.input_dtype(n, "bfloat16") for n in f.inputs] == ["bfloat16", "int32", "float32"]
+    assert f.input_range("t") == (0, 9)
+    assert f.input_range("t", {"x": (2, 32000), "t": (2,), "w": (32000,)}) == (0, 32000)
+    assert f.input_range("w") == (0.5, 2.0) and f.input_range("x") is None
+    with pytest.raises(ManifestError, match="is empty for shapes"):
+        f.input_range("t", {"x": (2, 0), "t": (2,), "w": (0,)})
+    # kernel.json carries them; manifests without them serialize as before
+    d = m.to_dict()["functions"]["f"]
+    assert d["input_dtypes"] == {"t": ["int32", "int64"], "w": ["float32"]}
+    assert d["ranges"] == {"t": [0, "x.shape[-1]"], "w": [0.5, 2.0]}
+    assert Manifest.from_dict(m.to_dict()).functions == m.functions
+    assert "input_dtypes" not in load_manifest(TINY).to_dict()["functions"]["rmsnorm"]
+
+
+def test_cross_entropy_declares_int_targets() -> None:
+    f = load_manifest(LIBRARY / "cross_entropy").functions["cross_entropy"]
+    assert f.accepted_dtypes("logits") == ("float32", "bfloat16")
+    assert f.accepted_dtypes("targets") == ("int32", "int64")
+    assert f.input_range("targets") == (0, f.example["logits"][1])
 
 
 def test_missing_and_invalid_toml(tmp_path: Path) -> None:

@@ -1,4 +1,5 @@
-"""check_manifest / manifest_problems on a throwaway kernel package."""
+"""check_manifest / manifest_problems on throwaway kernel packages: one parser (the registry's),
+signatures, examples in every declared dtype, per-input dtypes and value ranges."""
 
 from __future__ import annotations
 
@@ -7,7 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from nkikit.registry.errors import ManifestError
+from nkikit.registry.manifest import Manifest
+from nkikit.registry.manifest import load_manifest as registry_load_manifest
 from nkikit.testing import check_manifest, load_manifest, manifest_problems
+from nkikit.testing.manifest import dtype_variants
 
 KERNEL = """
 import nkikit as nki
@@ -66,8 +71,10 @@ def _make(
 def test_good_manifest(tmp_path, monkeypatch):
     folder = _make(tmp_path, monkeypatch, "lib_good")
     m = check_manifest(folder, "lib_good.scale")
-    assert m["kernel"]["name"] == "scale"
-    assert manifest_problems(load_manifest(folder)) == []
+    assert isinstance(m, Manifest) and m.name == "scale"
+    assert m.functions["scale"].dtypes == ("float32", "bfloat16")
+    assert manifest_problems(folder) == []
+    assert load_manifest(folder) == m  # the registry's parser and dataclass
 
 
 def test_wrong_reference_fails_the_example(tmp_path, monkeypatch):
@@ -95,31 +102,125 @@ def test_inputs_mismatch(tmp_path, monkeypatch):
         check_manifest(folder, "lib_inputs.scale")
 
 
-def test_manifest_problems():
-    assert manifest_problems({}) == ["missing [kernel] table"]
-    m = {
-        "kernel": {"name": "k", "version": 0, "license": "MIT", "description": 3},
+def test_manifest_problems_are_the_registry_parser_messages(tmp_path, monkeypatch):
+    assert manifest_problems({}) == ["kernel.toml: a [kernel] table is required"]
+    data = {
+        "kernel": {"name": "kk", "version": 1, "license": "MIT"},
         "functions": {
             "f": {
                 "entry": "kernel.f",
                 "reference": "reference:f",
                 "inputs": ["x"],
-                "dtypes": ["float64"],
-                "example": {"y": [1]},
-                "extra": 1,
+                "example": {"x": [1]},
             }
         },
     }
-    problems = manifest_problems(m)
-    assert "[kernel].description must be a str" in problems
-    assert "[kernel].version must be >= 1" in problems
-    assert "[functions.f].entry must be 'module:callable', got 'kernel.f'" in problems
-    assert "[functions.f].dtypes: 'float64' is not an NKI dtype" in problems
-    assert any("example must give a shape for each input" in p for p in problems)
-    assert any("unknown keys ['extra']" in p for p in problems)
-    assert manifest_problems(
-        {"kernel": {"name": "k", "version": 1, "license": "x", "description": "d"}}
-    ) == ["missing [functions.<name>] tables"]
+    (problem,) = manifest_problems(data)
+    assert problem == "kernel.toml: [functions.f] entry: expected 'module:callable', got 'kernel.f'"
+    data["functions"]["f"]["entry"] = "kernel:f"
+    assert manifest_problems(data) == []
+    data["functions"]["f"]["dtypes"] = ["float64"]
+    assert "unknown dtype(s) ['float64']" in manifest_problems(data)[0]
+    # from a folder: the message names the file and the key, exactly as nkikit publish says it
+    bad = TOML.replace("attrs = {", 'input_dtypes = { y = "int32" }\nattrs = {')
+    folder = _make(tmp_path, monkeypatch, "lib_problem", toml=bad)
+    with pytest.raises(ManifestError) as err:
+        registry_load_manifest(folder)
+    assert manifest_problems(folder) == [str(err.value)]
+    assert str(err.value).startswith(f"{folder / 'kernel.toml'}: [functions.scale] input_dtypes.y")
+
+
+def test_check_manifest_reports_parse_errors_as_assertions(tmp_path, monkeypatch):
+    folder = _make(
+        tmp_path, monkeypatch, "lib_parse", toml=TOML.replace("version = 1", "version = -1")
+    )
+    with pytest.raises(AssertionError, match=r"kernel\.toml: \[kernel\] version must be"):
+        check_manifest(folder, "lib_parse.scale")
+
+
+def test_check_manifest_needs_a_reference(tmp_path, monkeypatch):
+    toml = TOML.replace('reference = "reference:scale"\n', "")
+    folder = _make(tmp_path, monkeypatch, "lib_noref", toml=toml)
+    with pytest.raises(AssertionError, match=r"\[functions.scale\] has no reference"):
+        check_manifest(folder, "lib_noref.scale")
+
+
+PICK_KERNEL = (
+    KERNEL
+    + """
+
+import numpy as np
+
+
+def pick(x, idx):
+    idx = np.asarray(idx)
+    if idx.dtype not in ACCEPTED:
+        raise TypeError(f"idx must be one of {ACCEPTED}, got {idx.dtype}")
+    if (idx < 0).any() or (idx >= x.shape[1]).any():
+        raise IndexError("idx out of range")
+    y = np.asarray(_scale(x, 1.0))
+    return y[np.arange(x.shape[0]), idx]
+"""
+)
+PICK_REFERENCE = """
+import numpy as np
+
+
+def pick(x, idx):
+    return np.asarray(x)[np.arange(x.shape[0]), idx]
+"""
+PICK_TOML = """
+[kernel]
+name = "scale"
+version = 1
+license = "Apache-2.0"
+description = "one element per row, by index"
+
+[functions.pick]
+entry = "kernel:pick"
+reference = "reference:pick"
+inputs = ["x", "idx"]
+dtypes = ["float32", "bfloat16"]
+input_dtypes = { idx = ["int32", "int64"] }
+ranges = { idx = [0, "x.shape[1]"] }
+example = { x = [100, 40], idx = [100] }
+"""
+
+
+def _make_pick(tmp_path, monkeypatch, pkg, toml=PICK_TOML, accepted="np.int32, np.int64"):
+    folder = _make(tmp_path, monkeypatch, pkg, toml=toml, reference=PICK_REFERENCE)
+    (folder / "kernel.py").write_text(
+        textwrap.dedent(PICK_KERNEL).replace("ACCEPTED", f"({accepted},)")
+    )
+    return folder
+
+
+def test_int_input_with_its_own_dtypes_and_range(tmp_path, monkeypatch):
+    folder = _make_pick(tmp_path, monkeypatch, "lib_pick")
+    m = check_manifest(folder, "lib_pick.scale")
+    fn = m.functions["pick"]
+    assert fn.accepted_dtypes("idx") == ("int32", "int64")
+    assert fn.accepted_dtypes("x") == ("float32", "bfloat16")
+    # both function dtypes with idx in int32, then idx's other declared dtype once
+    assert dtype_variants(fn) == [
+        ("float32", {"x": "float32", "idx": "int32"}),
+        ("bfloat16", {"x": "bfloat16", "idx": "int32"}),
+        ("float32", {"x": "float32", "idx": "int64"}),
+    ]
+
+
+def test_every_declared_input_dtype_is_run(tmp_path, monkeypatch):
+    # the entry refuses int64, which the manifest declares: check_manifest must notice
+    folder = _make_pick(tmp_path, monkeypatch, "lib_pick32", accepted="np.int32")
+    with pytest.raises(TypeError, match="got int64"):
+        check_manifest(folder, "lib_pick32.scale")
+
+
+def test_without_a_range_indices_are_not_valid(tmp_path, monkeypatch):
+    toml = PICK_TOML.replace('ranges = { idx = [0, "x.shape[1]"] }\n', "")
+    folder = _make_pick(tmp_path, monkeypatch, "lib_pick_norange", toml=toml)
+    with pytest.raises(IndexError, match="out of range"):  # default ints include negatives
+        check_manifest(folder, "lib_pick_norange.scale")
 
 
 def test_library_manifests_are_well_formed():
@@ -127,4 +228,5 @@ def test_library_manifests_are_well_formed():
     folders = [p.parent for p in root.glob("*/kernel.toml")]
     assert {f.name for f in folders} >= {"tensor_add", "rmsnorm", "layernorm", "softmax", "matmul"}
     for f in folders:
-        assert manifest_problems(load_manifest(f)) == [], f.name
+        assert manifest_problems(f) == [], f.name
+        assert load_manifest(f).name == f.name

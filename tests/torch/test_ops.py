@@ -23,8 +23,8 @@ def tiny(tiny_repo, hub_url: str, tmp_path_factory: pytest.TempPathFactory):  # 
 
 @pytest.fixture(scope="module")
 def lib(rmsnorm_repo, hub_url: str, tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN001, ANN201
-    """The library's rmsnorm: a plain-Python entry, any number of leading dims; rmsnorm has a
-    backward kernel, add_rmsnorm (two outputs) has none."""
+    """The library's rmsnorm: a plain-Python entry, any number of leading dims; rmsnorm and
+    add_rmsnorm (two outputs) have backward kernels."""
     return pull(
         "nkikit/rmsnorm", version=1, endpoint=hub_url, cache_dir=tmp_path_factory.mktemp("c")
     )
@@ -109,12 +109,81 @@ def test_opcheck(tiny, lib) -> None:  # noqa: ANN001
         assert set(result.values()) == {"SUCCESS"}, (op, result)
 
 
-def test_no_backward_kernel_says_so(lib) -> None:  # noqa: ANN001
-    x = torch.randn(3, 64, requires_grad=True)
-    # add_rmsnorm (two outputs) has no backward kernel; rmsnorm has one
-    y, _ = lib.add_rmsnorm(x, torch.randn(3, 64), torch.rand(64))  # the forward works ...
+def test_no_backward_kernel_says_so(tiny) -> None:  # noqa: ANN001
+    x = torch.randn(128, 32, requires_grad=True)
+    # add_sub (two outputs) has no backward kernel; rmsnorm has one
+    s, _ = tiny.add_sub(x, torch.randn(128, 32))  # the forward works ...
+    assert tiny.add_sub.torch.backward_op is None
     with pytest.raises(RuntimeError, match="no autograd formula was registered"):
-        y.sum().backward()  # ... and backward names the missing piece
+        s.sum().backward()  # ... and backward names the missing piece
+
+
+def _torch_add_rmsnorm(x: torch.Tensor, r: torch.Tensor, w: torch.Tensor, eps: float = 1e-6):  # noqa: ANN202
+    h = x.double() + r.double()
+    return _torch_ref(h, w, eps), h
+
+
+def test_multi_output_backward_schema(lib) -> None:  # noqa: ANN001
+    ns = lib.namespace
+    assert str(lib.add_rmsnorm.op._schema).startswith(
+        f"{ns}::add_rmsnorm(Tensor x, Tensor residual, Tensor weight, float eps="
+    ) and str(lib.add_rmsnorm.op._schema).endswith(") -> (Tensor, Tensor)")
+    assert str(lib.add_rmsnorm.torch.backward_op._schema).startswith(
+        f"{ns}::add_rmsnorm_backward(Tensor grad_0, Tensor grad_1, Tensor x, Tensor residual, "
+        "Tensor weight, float eps="
+    )
+    assert str(lib.add_rmsnorm.torch.backward_op._schema).endswith(") -> Tensor[]")
+
+
+@pytest.mark.parametrize("used", ["both", "y", "h"])
+def test_multi_output_backward_of_the_pulled_kernel(lib, used: str) -> None:  # noqa: ANN001
+    """add_rmsnorm -> (y, h) pulled from the hub: gradients of a loss using both outputs or one
+    of them (autograd hands the binding zeros for the other) match torch autograd in float64."""
+    torch.manual_seed(4)
+    x = torch.randn(2, 65, 64, requires_grad=True)
+    r = torch.randn(2, 65, 64, requires_grad=True)
+    w = (torch.rand(64) + 0.5).requires_grad_()
+    cy, ch = torch.randn(2, 65, 64), torch.randn(2, 65, 64)
+
+    def loss(y: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        parts = {"y": (y * cy).sum(), "h": (h * ch).sum()}
+        return parts["y"] + parts["h"] if used == "both" else parts[used]
+
+    got = torch.autograd.grad(loss(*lib.add_rmsnorm(x, r, w)), (x, r, w), allow_unused=True)
+    leaves = [t.detach().double().requires_grad_() for t in (x, r, w)]
+    want = torch.autograd.grad(loss(*_torch_add_rmsnorm(*leaves)), leaves, allow_unused=True)
+    for g, ref in zip(got, want):
+        ref = torch.zeros(g.shape, dtype=torch.float64) if ref is None else ref
+        torch.testing.assert_close(g.double(), ref, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.filterwarnings("ignore:Input #.* is not a double precision:UserWarning")
+def test_multi_output_gradcheck_opcheck_compile(lib) -> None:  # noqa: ANN001
+    torch.manual_seed(5)
+    x = torch.randn(3, 8, requires_grad=True)
+    r = torch.randn(3, 8, requires_grad=True)
+    w = (torch.rand(8) + 0.5).requires_grad_()
+    assert torch.autograd.gradcheck(
+        lambda a, b, c: lib.add_rmsnorm(a, b, c, eps=1e-3),
+        (x, r, w),
+        eps=1e-2,
+        atol=2e-2,
+        rtol=2e-2,
+    )
+    result = torch.library.opcheck(lib.add_rmsnorm.op, (x, r, w, 1e-3))
+    assert set(result.values()) == {"SUCCESS"}, result
+    torch._dynamo.reset()
+
+    def step(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+        y, h = lib.add_rmsnorm(a, b, c)
+        return (y * h).sum()
+
+    step(x, r, w).backward()
+    eager = [t.grad.clone() for t in (x, r, w)]
+    for t in (x, r, w):
+        t.grad = None
+    torch.compile(step, fullgraph=True)(x, r, w).backward()
+    torch.testing.assert_close([t.grad for t in (x, r, w)], eager)
 
 
 @pytest.mark.filterwarnings("ignore:Input #.* is not a double precision:UserWarning")
