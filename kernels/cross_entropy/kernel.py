@@ -272,8 +272,8 @@ def cross_entropy(logits: np.ndarray, targets: np.ndarray) -> np.ndarray:
     ``logits``: [N, V], float32 or bfloat16 (numpy array or CPU torch tensor); the logsumexp is
     max-subtracted and accumulated in fp32, so any V up to 2**24 works (tiled in chunks of at
     most ``CHUNK`` columns; class indices are handled exactly in fp32 only up to 2**24).
-    ``targets``: [N] class indices, an integer array (cast to int32) or a float array holding
-    integers (rounded to the nearest integer: the registry's example inputs are float).
+    ``targets``: [N] class indices, an integer array (int32/int64, cast to int32) or a float
+    array holding integers (rounded to the nearest integer).
     Rows whose target is outside ``[0, V)`` (e.g. ``-100``) are ignored: loss 0, gradient 0.
     Returns [N] in logits' dtype.  Raises ``ValueError`` for bad shapes and ``TypeError`` for an
     unsupported logits dtype.
