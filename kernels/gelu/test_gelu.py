@@ -80,6 +80,45 @@ def test_gelu_fixed_shapes(shape, dtype, approximate):
     )
 
 
+@pytest.mark.parametrize("dtype", kernel.DTYPES)
+def test_gelu_tanh_backward_where_the_derivative_crosses_zero(dtype):
+    # gelu' (tanh form) crosses zero near x = -0.7518: there the kernel's 1 + 2 k0 v cancels
+    # to a few thousandths, so every input of it must carry fp32 accuracy (bf16 has 128
+    # values in [-1, -0.5); all of them, against grads of both signs and several sizes)
+    dt = kernel.dtypes.as_dtype(dtype)
+    grid = np.linspace(-1.0, -0.5, 1024, endpoint=False).astype(np.float32).astype(dt)
+    x = np.tile(grid, (130, 1))
+    g = np.random.default_rng(5).normal(0.0, 2.0, size=x.shape).astype(np.float32).astype(dt)
+    check_kernel(
+        kernel.gelu_backward,
+        reference.gelu_backward,
+        g,
+        x,
+        dtype=dtype,
+        op_kind=OP_KIND,
+        approximate="tanh",
+        **_bwd_tol(dtype, "tanh"),
+    )
+
+
+@pytest.mark.parametrize("dtype", kernel.DTYPES)
+def test_gelu_tanh_backward_long_rows(dtype):
+    # rows over TANH_TILE_BYTES: several column tiles, a ragged last one (and a ragged last
+    # 512-column unit), two row tiles per wavefront plus a ragged row tile
+    d = kernel.TANH_TILE_BYTES // kernel.dtypes.as_dtype(dtype).itemsize + 700
+    g, x = random_inputs([(300, d)] * 2, dtype, seed=6, scale=3.0)
+    check_kernel(
+        kernel.gelu_backward,
+        reference.gelu_backward,
+        g,
+        x,
+        dtype=dtype,
+        op_kind=OP_KIND,
+        approximate="tanh",
+        **_bwd_tol(dtype, "tanh"),
+    )
+
+
 def test_gelu_manifest():
     check_manifest(Path(__file__).parent, __package__, op_kind=OP_KIND)
 

@@ -6,21 +6,22 @@ their stages interleaved in program order (each engine runs its instructions in 
 tile that goes VectorE -> ScalarE -> VectorE would leave VectorE idle during its ScalarE
 step); the ragged last tile is peeled off the loop with a static size, so nothing is masked.
 
-Forward, per tile:
+Forward, per pair of row tiles (one tile per iteration when a row is over 16 KiB):
 
-1. VectorE ``bn_stats`` on each chunk of up to 512 elements (its free-size limit), into one
-   stats tile of 6 values per chunk.
-2. VectorE ``bn_aggr``: combine the chunks into (mean, var) per row, numerically stable
-   (Chan's parallel variance, no ``E[x^2] - E[x]^2`` cancellation).
-3. ScalarE ``activation``: ``rstd = rsqrt(var + eps)`` (eps on the bias port); a (P, 1)
-   VectorE op for ``-mean * rstd``.
-4. ScalarE ``activation(copy, scale=rstd, bias=-mean*rstd)``: ``xhat = (x - mean) * rstd``
-   in one pass, kept in fp32.
-5. ``xhat * weight`` (fp32) then ``+ bias`` (rounded once to x's dtype, so entries where the
-   two nearly cancel stay accurate): two 2N-cycle tensor_tensor passes, split by columns
-   between VectorE (``VECTOR_SHARE``; it also ran bn_stats) and GpSimd.
-
-``weight`` and ``bias`` are loaded once and broadcast across the partitions before the loop.
+1. Statistics, numerically stable (no ``E[x^2] - E[x]^2`` cancellation), split between the
+   engines so that neither VectorE nor ScalarE carries all of them: the first tile of the
+   pair on ScalarE in two passes (``activation_reduce``: the row sum, then the sum of
+   ``(x - mean)^2``), the second on VectorE (``bn_stats`` on each chunk of up to 512 elements
+   into one stats tile, ``bn_aggr``: Chan's parallel variance).
+2. ScalarE ``activation``: ``rstd = rsqrt(var + eps)`` (eps on the bias port), then
+   ``xhat = x * rstd + (-mean * rstd)`` in one pass, in fp32.
+3. ``xhat * weight`` on VectorE, in place, with ``weight`` read from PSUM: a tensor_tensor
+   with one PSUM operand costs N cycles instead of 2N.  The weight is broadcast into PSUM once
+   before the loop (TensorE ones-row matmuls, one 2 KiB bank per 512 columns, so up to
+   ``PSUM_COLS`` columns); further columns alternate between VectorE (weight from SBUF) and
+   GpSimd.
+4. ``+ bias`` on GpSimd, rounded once to x's dtype, so entries where ``xhat * weight`` and
+   ``bias`` nearly cancel keep their relative accuracy.
 
 Backward, per tile (``gw = grad * weight``):
 ``grad_x = rstd * (gw - sum(gw)/D - xhat * sum(gw * xhat)/D)``; ``grad_weight`` and
@@ -43,7 +44,9 @@ from nkikit import dtypes
 
 DTYPES = ("float32", "bfloat16")
 GROUP = 2  # row tiles per loop iteration, stages interleaved (see _for_row_tiles)
-VECTOR_SHARE = 0.27  # forward: share of the columns whose y = xhat * w + b runs on VectorE
+PAIR_ROW_BYTES = 16384  # forward: rows up to this size go two tiles per iteration
+CHUNK = 512  # forward: columns per xhat * weight instruction (one fp32 PSUM bank)
+PSUM_COLS = 8 * CHUNK  # forward: weight columns kept in PSUM (all 8 banks of 2 KiB)
 MAX_D = 8192  # x, the fp32 intermediate, y and two broadcast parameter tiles must fit SBUF
 
 
@@ -53,37 +56,57 @@ def layernorm_kernel(x, weight, bias, eps):
     n, d = x.shape
     out = nl.ndarray((n, d), dtype=x.dtype, buffer=nl.shared_hbm)
     pmax = nl.tile_size.pmax
+    f32 = nl.float32
     i_f = nl.arange(d)[None, :]
+    i_1 = nl.arange(1)[:, None]
 
-    # Loop invariants: the parameters broadcast to all partitions, eps as a (P, 1) bias operand.
-    w_tile = _broadcast_row(weight, d, pmax)
+    # Loop invariants: the weight in PSUM (TensorE broadcast of the row, fp32, exact), the rest
+    # of it and the bias broadcast to all partitions in SBUF, eps as a (P, 1) bias operand.
+    w_row = nl.load(weight.reshape((1, d))[i_1, i_f])
+    ones = nl.full((1, pmax), 1.0, dtype=x.dtype)
+    w_psum = []
+    for c0 in range(0, min(d, PSUM_COLS), CHUNK):
+        cw = min(CHUNK, d - c0)
+        wp = nl.zeros((pmax, cw), dtype=f32, buffer=nl.psum)
+        wp += nisa.nc_matmul(ones, w_row[i_1, c0 + nl.arange(cw)[None, :]])
+        w_psum.append(wp)
+    w_rest = None
+    if d > PSUM_COLS:
+        i_r = PSUM_COLS + nl.arange(d - PSUM_COLS)[None, :]
+        w_rest = nl.load(weight.reshape((1, d))[i_1, i_r]).broadcast_to((pmax, d - PSUM_COLS))
     b_tile = _broadcast_row(bias, d, pmax)
-    eps_tile = nl.full((pmax, 1), eps, dtype=nl.float32)
-    split = int(d * VECTOR_SHARE) // 32 * 32
+    eps_tile = nl.full((pmax, 1), eps, dtype=f32)
 
-    def row_tile(r0, k):
+    def row_tile(r0, k, slot):
         i_k = nl.arange(k)[:, None]
         x_tile = nl.load(x[r0 + i_k, i_f])
-        rstd, nmr = yield from _stats(x_tile, eps_tile[i_k, 0])
-        # fp32, like the product below: y is rounded once, so entries where xhat * w and bias
-        # nearly cancel keep their relative accuracy
-        xhat = _normalize(x_tile, rstd, nmr, nl.float32)
-        yield
         y = nl.ndarray((k, d), dtype=x.dtype)
-        # the two 2N-cycle passes, split by columns between VectorE and GpSimd (VectorE also
-        # ran bn_stats)
-        for lo, hi, eng in ((0, split, nisa.engine.vector), (split, d, nisa.engine.gpsimd)):
-            if hi > lo:
-                i_c = lo + nl.arange(hi - lo)[None, :]
-                xw = nisa.tensor_tensor(
-                    xhat[i_k, i_c], w_tile[i_k, i_c], nl.multiply, dtype=nl.float32, engine=eng
-                )
-                y[i_k, i_c] = nisa.tensor_tensor(
-                    xw, b_tile[i_k, i_c], nl.add, dtype=x.dtype, engine=eng
-                )
+        # the first tile of a pair takes its statistics on ScalarE, the others on VectorE
+        if slot == 0:
+            stats = _stats_scalar(x_tile, eps_tile[i_k, 0], y)
+        else:
+            stats = _stats(x_tile, eps_tile[i_k, 0])
+        rstd, nmr = yield from stats
+        xhat = _normalize(x_tile, rstd, nmr, f32)
+        yield
+        for j, c0 in enumerate(range(0, d, CHUNK)):
+            cw = min(CHUNK, d - c0)
+            i_c = c0 + nl.arange(cw)[None, :]
+            i_w = nl.arange(cw)[None, :]
+            if j < len(w_psum):
+                w, eng = w_psum[j][i_k, i_w], nisa.engine.vector
+            else:  # past the PSUM columns: alternate VectorE and GpSimd, weight from SBUF
+                w = w_rest[i_k, i_c - PSUM_COLS]
+                eng = nisa.engine.vector if j % 2 == 0 else nisa.engine.gpsimd
+            xhat[i_k, i_c] = nisa.tensor_tensor(
+                xhat[i_k, i_c], w, nl.multiply, dtype=f32, engine=eng
+            )
+            y[i_k, i_c] = nisa.tensor_tensor(
+                xhat[i_k, i_c], b_tile[i_k, i_c], nl.add, dtype=x.dtype, engine=nisa.engine.gpsimd
+            )
         nl.store(out[r0 + i_k, i_f], value=y)
 
-    _for_row_tiles(n, row_tile, GROUP)
+    _for_row_tiles(n, row_tile, GROUP if d * x.itemsize <= PAIR_ROW_BYTES else 1)
     return out
 
 
@@ -104,7 +127,7 @@ def layernorm_backward_kernel(grad, x, weight, eps):
     acc_w = nl.zeros((pmax, n_chunks), dtype=nl.float32, buffer=nl.psum)
     acc_b = nl.zeros((pmax, n_chunks), dtype=nl.float32, buffer=nl.psum)
 
-    def row_tile(r0, k):
+    def row_tile(r0, k, slot):
         i_k = nl.arange(k)[:, None]
         x_tile = nl.load(x[r0 + i_k, i_f])
         g_tile = nl.load(grad[r0 + i_k, i_f])
@@ -161,22 +184,52 @@ def _stats(x_tile, eps_col):
     return rstd, nmr
 
 
+def _stats_scalar(x_tile, eps_col, scratch):
+    """(rstd, -mean * rstd), both (k, 1) fp32, from two ScalarE passes: the row sum, then the
+    sum of ``(x - mean)^2`` (the textbook two-pass variance).  The elementwise outputs of the
+    passes are not needed; they go to ``scratch`` (the tile's output, written later)."""
+    k, d = x_tile.shape
+    f32 = nl.float32
+    row_sum = nl.ndarray((k, 1), dtype=f32)
+    scratch[...] = nisa.activation_reduce(
+        op=nl.copy, data=x_tile, reduce_op=nl.add, reduce_res=row_sum, dtype=scratch.dtype
+    )
+    neg_mean = nisa.activation(op=nl.copy, data=row_sum, scale=-1.0 / d, dtype=f32)
+    sq_sum = nl.ndarray((k, 1), dtype=f32)
+    scratch[...] = nisa.activation_reduce(
+        op=nl.square,
+        data=x_tile,
+        bias=neg_mean,
+        reduce_op=nl.add,
+        reduce_res=sq_sum,
+        dtype=scratch.dtype,
+    )
+    yield
+    rstd = nisa.activation(op=nl.rsqrt, data=sq_sum, scale=1.0 / d, bias=eps_col)
+    nmr = nisa.activation(op=nl.copy, data=neg_mean, scale=rstd)
+    return rstd, nmr
+
+
 def _normalize(x_tile, rstd, nmr, dtype):
     """ScalarE ``x * rstd + (-mean * rstd)`` in one pass."""
     return nisa.activation(op=nl.copy, data=x_tile, scale=rstd, bias=nmr, dtype=dtype)
 
 
 def _for_row_tiles(n, body, group=2):
-    """Run ``body(first_row, rows)`` (a generator; each ``yield`` ends a stage) for every
+    """Run ``body(first_row, rows, slot)`` (a generator; each ``yield`` ends a stage) for every
     128-row tile: full tiles ``group`` per ``affine_range`` iteration with their stages
-    interleaved in program order; leftover tiles and the ragged last one after the loop."""
+    interleaved in program order (``slot`` = the tile's place in the group; None when the group
+    is one tile), then the leftover full tiles and the ragged last one after the loop (slot
+    None)."""
     pmax = nl.tile_size.pmax
     full = n // pmax
     for t in nl.affine_range(full // group):
-        _interleave([body((t * group + u) * pmax, pmax) for u in range(group)])
-    tail = [body(u * pmax, pmax) for u in range(full // group * group, full)]
+        _interleave(
+            [body((t * group + u) * pmax, pmax, u if group > 1 else None) for u in range(group)]
+        )
+    tail = [body(u * pmax, pmax, None) for u in range(full // group * group, full)]
     if n % pmax:
-        tail.append(body(full * pmax, n % pmax))
+        tail.append(body(full * pmax, n % pmax, None))
     _interleave(tail)
 
 

@@ -52,6 +52,33 @@ def test_layernorm_normalizes():
     np.testing.assert_allclose(y.var(axis=1), 1.0, rtol=1e-4)
 
 
+@pytest.mark.parametrize("dtype", kernel.DTYPES)
+def test_layernorm_statistics_on_both_engines(dtype):
+    # rows 0-127 take their statistics on ScalarE (two passes), rows 128-255 on VectorE
+    # (bn_stats); with the mean 30 standard deviations from zero, E[x^2] - E[x]^2 in fp32
+    # would lose about 10 bits of the variance, over the fp32 tolerance
+    rng = np.random.default_rng(11)
+    x = rng.normal(30.0, 1.0, size=(256, 777)).astype(np.float32).astype(dtypes_of(dtype))
+    _, w, b = random_inputs([(1, 777), (777,), (777,)], dtype, seed=12)
+    check_kernel(kernel.layernorm, reference.layernorm, x, w, b, dtype=dtype, op_kind=OP_KIND)
+    y = kernel.layernorm(x, np.ones(777, x.dtype), np.zeros(777, x.dtype), eps=0.0)
+    np.testing.assert_allclose(y.astype(np.float64).var(axis=1), 1.0, rtol=2e-2)
+
+
+@pytest.mark.parametrize("dtype", kernel.DTYPES)
+def test_layernorm_rows_wider_than_the_psum_weight(dtype):
+    # columns past kernel.PSUM_COLS take the weight from SBUF (VectorE and GpSimd alternate);
+    # 4500 fp32 columns are also over PAIR_ROW_BYTES (one tile per iteration)
+    d = kernel.PSUM_COLS + 404
+    x, w, b = random_inputs([(257, d), (d,), (d,)], dtype, seed=13)
+    x = x + np.asarray(4.0, dtype=x.dtype)
+    check_kernel(kernel.layernorm, reference.layernorm, x, w, b, dtype=dtype, op_kind=OP_KIND)
+
+
+def dtypes_of(name):
+    return kernel.dtypes.as_dtype(name)
+
+
 def test_layernorm_manifest():
     check_manifest(Path(__file__).parent, __package__, op_kind=OP_KIND)
 

@@ -10,15 +10,24 @@ serves both layouts).  Pair ``i`` of a row is
 and is rotated as ``(a, b) -> (a cos - b sin, b cos + a sin)``.  (HF's full-width
 ``cos = cat(freqs, freqs).cos()`` is this ``cos[:, :D/2]``.)
 
-Mapping: positions go on the partitions (128 per ``affine_range`` tile along S, the last tile
-masked), and ``K`` heads side by side on the free axis, so a tile is [128 positions, K, D]: one
-strided DMA moves K*D elements (>= 4 KiB) per partition.  ``cos``/``sin`` are loaded once per
-position tile (hoisted out of the head loop) and broadcast across the K heads by a stride-0
-free access pattern, so no copy is made.  Per tile, six ``tensor_tensor`` instructions on
-half-width views (pairs are strided or offset access patterns of the same SBUF tile): one
-product and the two sums on VectorE, three products on GpSimd (the split that balances the
-two engines in the cost model), written into the two
-halves (or even/odd lanes) of the output tile, rounded once to x's dtype.
+Mapping: positions go on the partitions (128 per ``affine_range`` tile along S; a ragged last
+tile is peeled off the loop with a static partition count), and ``K`` heads side by side on the
+free axis, so a tile is [128 positions, K, D]: one strided DMA moves K*D elements (4 KiB) per
+partition.  Pairs are half-width views of the same SBUF tile (offset ``D/2`` or stride 2).
+
+Per position tile ``cos`` and ``sin`` are loaded once (hoisted out of the head loop) and
+copied into PSUM by the TensorE (identity matmul, exact): a VectorE ``tensor_tensor`` with one
+PSUM operand takes N cycles instead of 2N, and a stride-0 free access pattern broadcasts them
+over the heads without a copy.  The four products are exact in fp32 (the inputs are at most
+fp32), and each output is rounded once:
+
+* VectorE: ``a1 = x1 cos``, ``b1 = x2 sin``, ``a2 = x2 cos`` (cos/sin from PSUM);
+* GpSimd: ``b2 = x1 sin`` and ``y2 = a2 + b2``;
+* TensorE: ``y1 = a1 - b1`` accumulated in PSUM as ``I @ a1 + (-I) @ b1`` (fp32 matmuls);
+* ScalarE: ``y1`` from PSUM into the output tile (the rounding to x's dtype).
+
+The work runs in groups of up to 512 fp32 columns (one PSUM bank), so the engines pipeline
+within a tile.  For the backward (rotation by ``-theta``) the signs of ``b1`` and ``b2`` flip.
 """
 
 from __future__ import annotations
@@ -36,7 +45,9 @@ from nkikit import dtypes
 
 DTYPES = ("float32", "bfloat16")
 LAYOUTS = ("half", "interleaved")
-TILE_BYTES = 8192  # target bytes per partition of one x tile (K heads side by side)
+TILE_BYTES = 4096  # target bytes per partition of one x tile (K heads side by side)
+GROUP_COLS = 512  # fp32 columns per work group: one PSUM bank
+PSUM_TRIG_PAIRS = 1024  # cos/sin go to PSUM up to this many pairs (4 banks); else from SBUF
 
 
 @nki.jit
@@ -47,42 +58,80 @@ def rope_kernel(x, cos, sin, interleaved, inverse):
     h = d // 2
     out = nl.ndarray((bh, s, d), dtype=x.dtype, buffer=nl.shared_hbm)
     pmax = nl.tile_size.pmax
+    f32 = nl.float32
     k = max(1, min(bh, TILE_BYTES // (d * x.itemsize)))
-    i_p = nl.arange(pmax)[:, None, None]
-    i_k = nl.arange(k)[None, :, None]
-    i_d = nl.arange(d)[None, None, :]
-    i_h = nl.arange(h)[None, None, :]
-    i_p2 = nl.arange(pmax)[:, None]
-    i_h2 = nl.arange(h)[None, :]
-    if interleaved:
-        first, second = 2 * i_h, 2 * i_h + 1
-    else:
-        first, second = i_h, h + i_h
-    gps = nisa.engine.gpsimd
+    hc = min(h, GROUP_COLS)  # pairs per group
+    hg = max(1, min(k, GROUP_COLS // hc))  # heads per group
+    ident = nl.load(nl.shared_identity_matrix(pmax, dtype=f32))
+    # y1 = a1 - b1 (forward) or a1 + b1 (backward): the b1 term enters PSUM through -I or I
+    sign_b1 = nisa.tensor_scalar(ident, nl.multiply, 1.0 if inverse else -1.0, dtype=f32)
+    ident_x = nl.load(nl.shared_identity_matrix(pmax, dtype=x.dtype))
+    op2 = nl.subtract if inverse else nl.add  # y2 = a2 + b2, or a2 - b2 backward
 
-    for st in nl.affine_range(math.ceil(s / pmax)):
-        pos2 = st * pmax + i_p2
-        c_tile = nl.load(cos[pos2, i_h2], mask=pos2 < s)
-        s_tile = nl.load(sin[pos2, i_h2], mask=pos2 < s)
+    def position_tile(p0, r):
+        """One tile of ``r`` positions (static) from ``p0``: all heads, all pairs."""
+        i_r = nl.arange(r)[:, None]
+        i_h2 = nl.arange(h)[None, :]
+        c_tile = nl.load(cos[p0 + i_r, i_h2])
+        s_tile = nl.load(sin[p0 + i_r, i_h2])
+        trig = []  # per pair chunk: cos, sin (PSUM when small enough) for the VectorE products
+        for c0 in range(0, h, hc):
+            i_c = c0 + nl.arange(min(hc, h - c0))[None, :]
+            if h <= PSUM_TRIG_PAIRS:
+                c_ps = nl.ndarray((r, i_c.shape[1]), dtype=f32, buffer=nl.psum)
+                c_ps[...] = nisa.nc_matmul(ident_x[i_r, nl.arange(r)[None, :]], c_tile[i_r, i_c])
+                s_ps = nl.ndarray((r, i_c.shape[1]), dtype=f32, buffer=nl.psum)
+                s_ps[...] = nisa.nc_matmul(ident_x[i_r, nl.arange(r)[None, :]], s_tile[i_r, i_c])
+                trig.append((c_ps, s_ps, 0))
+            else:
+                trig.append((c_tile, s_tile, c0))
+        i_p = nl.arange(r)[:, None, None]
+        i_k = nl.arange(k)[None, :, None]
+        i_d = nl.arange(d)[None, None, :]
         for g in nl.affine_range(math.ceil(bh / k)):
-            pos = st * pmax + i_p
             heads = g * k + i_k
-            valid = (pos < s) & (heads < bh)
-            x_tile = nl.load(x[heads, pos, i_d], mask=valid)
-            c_b = c_tile[i_p, 0 * i_k + i_h]  # stride-0 broadcast across the K heads
-            s_b = s_tile[i_p, 0 * i_k + i_h]
-            x1 = x_tile[i_p, i_k, first]
-            x2 = x_tile[i_p, i_k, second]
-            f32 = nl.float32
-            a1 = nisa.tensor_tensor(x1, c_b, nl.multiply, dtype=f32, mask=valid)
-            b1 = nisa.tensor_tensor(x2, s_b, nl.multiply, dtype=f32, engine=gps, mask=valid)
-            a2 = nisa.tensor_tensor(x2, c_b, nl.multiply, dtype=f32, engine=gps, mask=valid)
-            b2 = nisa.tensor_tensor(x1, s_b, nl.multiply, dtype=f32, engine=gps, mask=valid)
-            y = nl.ndarray((pmax, k, d), dtype=x.dtype, buffer=nl.sbuf)
-            op1, op2 = (nl.add, nl.subtract) if inverse else (nl.subtract, nl.add)
-            y[i_p, i_k, first] = nisa.tensor_tensor(a1, b1, op1, dtype=x.dtype, mask=valid)
-            y[i_p, i_k, second] = nisa.tensor_tensor(a2, b2, op2, dtype=x.dtype, mask=valid)
-            nl.store(out[heads, pos, i_d], value=y, mask=valid)
+            x_tile = nl.load(x[heads, p0 + i_p, i_d], mask=heads < bh)
+            y = nl.ndarray((r, k, d), dtype=x.dtype, buffer=nl.sbuf)
+            for q in range(0, k, hg):
+                nq = min(hg, k - q)
+                i_q = nl.arange(nq)[None, :, None]
+                live = g * k + q + i_q < bh
+                for j, c0 in enumerate(range(0, h, hc)):
+                    nc = min(hc, h - c0)
+                    i_c = nl.arange(nc)[None, None, :]
+                    pair = c0 + i_c
+                    first, second = (2 * pair, 2 * pair + 1) if interleaved else (pair, h + pair)
+                    x1 = x_tile[i_p, q + i_q, first]
+                    x2 = x_tile[i_p, q + i_q, second]
+                    c_v, s_v, off = trig[j]
+                    c_b = c_v[i_p, 0 * i_q + off + i_c]  # stride 0 over the heads
+                    s_b = s_v[i_p, 0 * i_q + off + i_c]
+                    # a1, b1 as 2-D [r, nq * nc] tiles: the TensorE reads them as moving operands
+                    flat = i_q * nc + i_c
+                    a1 = nl.ndarray((r, nq * nc), dtype=f32)
+                    a1[i_p, flat] = nisa.tensor_tensor(x1, c_b, nl.multiply, dtype=f32, mask=live)
+                    b1 = nl.ndarray((r, nq * nc), dtype=f32)
+                    b1[i_p, flat] = nisa.tensor_tensor(x2, s_b, nl.multiply, dtype=f32, mask=live)
+                    a2 = nisa.tensor_tensor(x2, c_b, nl.multiply, dtype=f32, mask=live)
+                    b2 = nisa.tensor_tensor(
+                        x1, s_tile[i_p, 0 * i_q + pair], nl.multiply, dtype=f32,
+                        engine=nisa.engine.gpsimd, mask=live,
+                    )  # fmt: skip
+                    y[i_p, q + i_q, second] = nisa.tensor_tensor(
+                        a2, b2, op2, dtype=x.dtype, engine=nisa.engine.gpsimd, mask=live
+                    )
+                    acc = nl.ndarray((r, nq * nc), dtype=f32, buffer=nl.psum)
+                    acc[...] = nisa.nc_matmul(ident[i_r, nl.arange(r)[None, :]], a1)
+                    acc += nisa.nc_matmul(sign_b1[i_r, nl.arange(r)[None, :]], b1)
+                    y[i_p, q + i_q, first] = nisa.activation(
+                        op=nl.copy, data=acc[i_p, flat], dtype=x.dtype, mask=live
+                    )
+            nl.store(out[heads, p0 + i_p, i_d], value=y, mask=heads < bh)
+
+    for st in nl.affine_range(s // pmax):
+        position_tile(st * pmax, pmax)
+    if s % pmax:
+        position_tile(s // pmax * pmax, s % pmax)
     return out
 
 

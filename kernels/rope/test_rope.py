@@ -49,6 +49,24 @@ def test_rope_fixed_shapes(shape, dtype, layout):
     )
 
 
+@pytest.mark.parametrize("layout", kernel.LAYOUTS)
+@pytest.mark.parametrize("dtype", kernel.DTYPES)
+@pytest.mark.parametrize(
+    "shape",
+    [
+        (2, 130, 2 * (kernel.GROUP_COLS + 88)),  # pairs in two PSUM-bank chunks
+        (1, 3, 2 * (kernel.PSUM_TRIG_PAIRS + 76)),  # cos/sin read from SBUF, not PSUM
+    ],
+)
+def test_rope_long_head_dims(shape, dtype, layout):
+    s, d = shape[-2:]
+    x, g, c, sn = random_inputs([shape, shape, (s, d // 2), (s, d // 2)], dtype, seed=2)
+    check_kernel(kernel.rope, reference.rope, x, c, sn, dtype=dtype, layout=layout)
+    check_kernel(
+        kernel.rope_backward, reference.rope_backward, g, x, c, sn, dtype=dtype, layout=layout
+    )
+
+
 def test_rope_is_a_rotation():
     # with real angles, rope preserves each pair's norm, and backward undoes forward
     s, d = 130, 16

@@ -1,5 +1,6 @@
-"""Elementwise addition as an SPMD grid of 128 x 512 tiles (``tensor_add(a, b)``)."""
+"""Elementwise addition (``tensor_add(a, b)``): a pipelined tiled kernel, and the SPMD grid
+example ``tensor_add_kernel``."""
 
-from .kernel import tensor_add, tensor_add_kernel
+from .kernel import tensor_add, tensor_add_kernel, tensor_add_tiled_kernel
 
-__all__ = ["tensor_add", "tensor_add_kernel"]
+__all__ = ["tensor_add", "tensor_add_kernel", "tensor_add_tiled_kernel"]

@@ -1,6 +1,6 @@
 """tensor_add against its numpy reference: hypothesis over shapes (ragged edge tiles in both
-grid dimensions, N-D inputs) and every supported dtype, plus fixed examples, the manifest, the
-grid and the error contract."""
+dimensions, N-D inputs) and every supported dtype, plus fixed examples, the tiled kernel's
+row and column groups, the SPMD example's grid, the manifest and the error contract."""
 
 from __future__ import annotations
 
@@ -42,6 +42,45 @@ def test_tensor_add_any_rank(shape, dtype, seed):
 def test_tensor_add_fixed_shapes(shape, dtype):
     a, b = random_inputs([shape, shape], dtype, seed=7)
     check_kernel(kernel.tensor_add, reference.tensor_add, a, b, dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32", "float8_e5m2"])
+@pytest.mark.parametrize(
+    "shape",
+    [
+        (641, 100),  # 6 row tiles in groups of 4: the last group has two tiles past the end
+        (130, 9000),  # column groups (9000 > 4 chunks for every dtype), ragged last chunk
+        (5, 3),
+    ],
+)
+def test_tensor_add_tiled_kernel_groups(shape, dtype):
+    # the kernel directly, on views the wrapper would not pick (it uses [128, size/128] when
+    # the size divides by 128); bf16 adds on the VectorE only, the others split with GpSimd
+    a, b = random_inputs([shape, shape], dtype, seed=5)
+    got = kernel.tensor_add_tiled_kernel(a, b)
+    want = (a.astype(np.float64) + b.astype(np.float64)).astype(a.dtype)
+    np.testing.assert_array_equal(got.astype(np.float32), want.astype(np.float32))
+
+
+def test_tensor_add_launches_the_tiled_kernel_once():
+    from nkikit.trace.jit import JitKernel
+
+    launches = []
+    original = JitKernel.__call__
+
+    def spy(self, *args, **kwargs):
+        launches.append((self, tuple(x.shape for x in args)))
+        return original(self, *args, **kwargs)
+
+    a, b = random_inputs([(4, 64, 3), (4, 64, 3)], "float32", seed=6)
+    JitKernel.__call__ = spy
+    try:
+        y = kernel.tensor_add(a, b)
+    finally:
+        JitKernel.__call__ = original
+    np.testing.assert_array_equal(y, a + b)
+    # 768 elements divide by 128: one launch on the contiguous [128, 6] view
+    assert launches == [(kernel.tensor_add_tiled_kernel, ((128, 6), (128, 6)))]
 
 
 def test_tensor_add_uses_one_program_per_tile():
