@@ -5,7 +5,8 @@ Ops are data.  :data:`PRIMS` has one :class:`Lowering` per IR primitive: the eng
 of that engine and, for TensorE, the FLOPs.  Cost formulas are the legacy "Estimated
 instruction cost" column of the ISA docs [LISA] (nki.md §3.3) with the §4.5 constants held
 by the :class:`~nkikit.targets.Target`.  Bytes per memory come from the operands
-themselves and need no table.
+themselves and need no table; a masked op counts only the elements its mask keeps (averaged
+over the loop iterations and programs the mask depends on, see :func:`mask_fraction`).
 
 :func:`lower` walks the kernel once and returns a :class:`LoweredKernel`: a tree of steps
 (ops, allocations, rolled loops) mirroring the IR, where each op step holds a
@@ -19,8 +20,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from math import prod
 
+import numpy as np
+
 from .. import dtypes
-from ..ir.affine import Affine, Axis, ProgramId, Sym
+from ..ir.affine import Affine, Axis, LoopVar, ProgramId, Sym
 from ..ir.core import Access, Alloc, Kernel, Loop, Op, Tensor
 from ..targets import Target
 from .allocate import Allocation
@@ -263,7 +266,7 @@ class _Lowerer:
                 cycles *= 1.5  # innermost stride > 16 B halves SBUF/PSUM bandwidth [A2]
         flops, model = rule.flops(view) if rule.flops else (0.0, 0.0)
         out_p = tile_pf(op.outs[0])[0] if op.outs else p
-        byts = _bytes(op)
+        byts = _bytes(op, mask_fraction(op, self.kernel.grid))
         reads, writes = self._regions(op)
         dtype = (
             op.ins[0].tensor.dtype
@@ -298,9 +301,11 @@ class _Lowerer:
         on_chip = dst if not dst.tensor.is_hbm else src
         parts, n = tile_pf(on_chip)
         parts = max(parts, 1)
-        byts = _bytes(op)
+        # a masked DMA moves only the elements its mask keeps
+        kept = mask_fraction(op, self.kernel.grid)
+        byts = _bytes(op, kept)
         # the transfer itself: source and destination (an index tile is read by the DGE)
-        moved = _bytes(Op(op.prim, [dst], [src], op.attrs, op.loc))
+        moved = _bytes(Op(op.prim, [dst], [src], op.attrs, op.loc), kept)
         total = max(
             sum(v for k, v in moved.items() if k.endswith("read_bytes")),
             sum(v for k, v in moved.items() if k.endswith("write_bytes")),
@@ -431,7 +436,57 @@ def _describe(a: Access) -> str:
     return f"{t.name}[{shape}] {dtypes.name(t.dtype)} @{t.buffer}"
 
 
-def _bytes(op: Op) -> dict[str, int]:
+# Evaluating a mask costs one numpy pass over its axes per combination of loop / program
+# values; past this many combinations (or elements) they are sampled evenly instead.
+_MASK_COMBOS = 1024
+_MASK_ELEMENTS = 1 << 22
+
+
+def mask_fraction(op: Op, grid: tuple[int, ...] = ()) -> float:
+    """Share of ``op``'s elements its mask keeps, averaged over every value of the loop
+    variables and program ids it depends on (1.0 without a mask).
+
+    The mask is over the axes of the op's output tile (of its first input for reductions,
+    as the simulator evaluates it).  Axes the mask does not mention factor out."""
+    mask = op.mask
+    if mask is None:
+        return 1.0
+    on_input = op.prim in ("tensor_reduce", "bn_stats", "tensor_partition_reduce", "max8")
+    ref = op.ins[0] if on_input and op.ins and isinstance(op.ins[0], Access) else op.outs[0]
+    shape = ref.shape
+    axes = [s for s in mask.syms if isinstance(s, Axis) and s.k < len(shape)]
+    outer: list[tuple[Sym, int]] = []
+    for s in mask.syms:
+        if isinstance(s, LoopVar):
+            outer.append((s, s.trip))
+        elif isinstance(s, ProgramId) and s.axis < len(grid):
+            outer.append((s, grid[s.axis]))
+    axis_grid: dict[Sym, object] = {}
+    for i, a in enumerate(axes):
+        view = [1] * len(axes)
+        view[i] = shape[a.k]
+        axis_grid[a] = np.arange(shape[a.k]).reshape(view)
+    per_combo = prod(shape[a.k] for a in axes)
+    combos = prod(n for _, n in outer)
+    if combos == 0 or per_combo == 0:
+        return 1.0
+    most = min(_MASK_COMBOS, max(_MASK_ELEMENTS // per_combo, 1))
+    picks = range(combos) if combos <= most else np.linspace(0, combos - 1, most).astype(int)
+    kept = 0
+    for pick in picks:
+        env = dict(axis_grid)
+        rest = int(pick)
+        for sym, n in reversed(outer):
+            env[sym] = rest % n
+            rest //= n
+        kept += int(
+            np.count_nonzero(np.broadcast_to(mask.evaluate(env), [shape[a.k] for a in axes]))
+        )
+    return kept / (len(picks) * per_combo)
+
+
+def _bytes(op: Op, kept: float = 1.0) -> dict[str, int]:
+    """Bytes per memory the op reads and writes; ``kept``: the share of elements its mask keeps."""
     out = dict.fromkeys(
         (
             "hbm_read_bytes",
@@ -449,9 +504,11 @@ def _bytes(op: Op) -> dict[str, int]:
 
     for a in op.ins:
         if isinstance(a, Access):
-            out[f"{mem(a.tensor)}_read_bytes"] += prod(a.shape) * a.tensor.dtype.itemsize
+            out[f"{mem(a.tensor)}_read_bytes"] += (
+                round(prod(a.shape) * kept) * a.tensor.dtype.itemsize
+            )
     for a in op.outs:
-        n = prod(a.shape) * a.tensor.dtype.itemsize
+        n = round(prod(a.shape) * kept) * a.tensor.dtype.itemsize
         out[f"{mem(a.tensor)}_write_bytes"] += n
         if op.attrs.get("accumulate") or op.attrs.get("rmw_op"):
             out[f"{mem(a.tensor)}_read_bytes"] += n
