@@ -129,7 +129,7 @@ class Builder:
             return False
         if temp.alias is not None or not op.outs[0].is_whole:
             return False
-        if dst.tensor.buffer != temp.buffer:
+        if dst.tensor.buffer != temp.buffer and not _writes_psum_too(op, temp, dst):
             # e.g. a TensorE result (PSUM) assigned into SBUF, or a load assigned into PSUM:
             # the instruction cannot write there, so keep the temporary and copy.
             return False
@@ -147,6 +147,18 @@ class Builder:
         self.tensors.remove(temp)
         self.fresh.discard(temp.uid)
         return True
+
+
+def _writes_psum_too(op: Op, temp: Tensor, dst: Access) -> bool:
+    """VectorE and ScalarE write PSUM as well as SBUF, so their SBUF result may be retargeted
+    into a PSUM tile (GpSimd and DMA have no path to PSUM)."""
+    from ..ir.verify import engine_of
+
+    return (
+        temp.buffer == "sbuf"
+        and dst.tensor.buffer == "psum"
+        and engine_of(op) in ("vector", "scalar")
+    )
 
 
 def reshape_access(access: Access, shape: tuple[int, ...]) -> Access | None:
