@@ -1,29 +1,43 @@
 """RMSNorm: ``y = x / sqrt(mean(x**2, axis=-1) + eps) * weight``, its backward and the fused
 residual variant ``add_rmsnorm``.
 
-Rows go on the 128 partitions, one tile of 128 rows per iteration of an ``affine_range`` loop
-(row tiles are independent); the ragged last tile is peeled off the loop with a static size,
-so no instruction needs a mask.  Forward, per tile:
+Rows go on the 128 partitions, 128-row tiles in an ``affine_range`` loop (row tiles are
+independent); the ragged last tile is peeled off the loop with a static size, so no
+instruction needs a mask.  Each engine runs its instructions in program order, so a tile's
+work is written as stages (a generator that yields between them) and, where it pays, two tiles
+go per loop iteration with their stages interleaved (one engine starts the second tile while
+another finishes the first; see :func:`_for_row_tiles`).
+
+Forward, per tile (rows longer than 16 KiB per partition in column chunks of 4 KiB, so that
+the output can overwrite the input and only one row-sized tile per row tile is on chip):
 
 1. ScalarE ``activation_reduce``: square every element and sum along the free axis (fp32).
 2. ScalarE ``activation``: ``rsqrt(sum * (1/D) + eps)``; the mean's scale and eps ride on the
    instruction's scale and bias, so no separate VectorE ops.
 3. fp32: VectorE ``scalar_tensor_tensor`` ``(x * rstd) * weight``, rounded once.  16-bit:
-   VectorE ``tensor_scalar`` ``x * rstd`` then ``tensor_tensor`` ``* weight``, both in the
-   16-bit performance modes (N/4 + N/2 cycles instead of the fused op's 2N).
+   VectorE ``tensor_scalar`` ``x * rstd`` then ``tensor_tensor`` ``* weight`` (N + N/2 cycles
+   instead of the fused op's 2N).
 
-``add_rmsnorm`` adds a VectorE ``tensor_tensor`` ``h = x + residual`` (stored, then normalized).
+``add_rmsnorm`` first forms ``h = x + residual`` (fp32: GpSimd, idle otherwise; 16-bit:
+VectorE, N/2 cycles in the all-16-bit mode), stores it and normalizes it into residual's tile.
 
-Backward (``r = rstd``, ``gw = grad * weight``):
-``grad_x = r * gw - x * r**3 * sum(gw * x) / D``, ``grad_weight = sum over rows of grad * x * r``.
-GpSimd forms ``gw`` and ``grad * x``, VectorE ``gw * x`` (ScalarE sums it), the per-row
-scalars and ``gw * r + x * coef``; TensorE reduces ``grad * x`` weighted by ``r`` across the
-partitions (matmuls with the data chunk stationary and the (k, 1) ``r`` column moving),
-accumulating ``grad_weight`` in PSUM over all row tiles.
+Backward (``r = rstd``, ``gw = grad * weight``, ``coef = -r**3 * sum(gw * x) / D``):
+``grad_x = r * gw + coef * x``, ``grad_weight = sum over rows of grad * x * r``.  A row tile
+keeps full rows of ``x`` and ``grad`` in SBUF and works on column chunks of 4 KiB whose
+intermediates live in a small ring of scratch chunks (see :func:`_backward_rows`):
 
-``add_rmsnorm_backward`` recomputes ``h = x + residual`` per tile (VectorE, rounded as the
-forward stored it), runs the same backward tile on ``h`` and adds ``grad_h`` (GpSimd, which
-has spare time there); ``grad_x`` and ``grad_residual`` are equal and stored from one tile.
+1. ScalarE: ``r`` from the sum of squares.
+2. Per chunk: GpSimd ``gx = grad * x``; TensorE sums ``gx`` over the rows weighted by ``r``
+   into a PSUM accumulator (``grad_weight``, over all row tiles); VectorE ``gx * w`` and
+   ScalarE its row sum (``dot``); GpSimd ``gw = grad * w`` over grad's chunk.
+3. Per chunk, ``grad_x``: TensorE ``diag(r) @ gw`` into PSUM (exact: one nonzero term per
+   sum).  fp32: ScalarE ``x * coef`` and an N-cycle VectorE add reading the PSUM operand
+   (instead of two 2N-cycle fp32 passes).  16-bit: TensorE also adds ``diag(coef) @ x`` in
+   PSUM and VectorE copies the sum out (N/2 cycles).
+
+``add_rmsnorm_backward`` recomputes ``h = x + residual`` per tile (residual a chunk at a time,
+rounded as the forward stored it), runs the same backward tile on ``h`` and adds ``grad_h``
+chunk by chunk (GpSimd); ``grad_x`` and ``grad_residual`` are equal and stored from one tile.
 
 ``weight`` is loaded once and broadcast across the partitions (on the TensorE) before the loop.
 """
@@ -42,7 +56,12 @@ from nkikit import dtypes
 # Entry points take numpy arrays or CPU torch tensors (annotated as numpy) and return the same kind.
 
 DTYPES = ("float32", "bfloat16")
-MAX_D = 8192  # x, x**2, y and the broadcast weight tiles must fit SBUF (192 KiB per partition)
+MAX_D = 8192  # a row tile's full rows (x, and grad in the backward) and the weight fit SBUF
+CHUNK_BYTES = 4096  # column chunks: 4 KiB per partition (DMAs of chunks stay >= 2 KiB)
+FORWARD_WHOLE_ROW = 16384  # forward rows up to this many bytes per partition are one chunk
+SCRATCH_CHUNKS = (3, 2)  # backward scratch ring: chunks of grad * x, then of its product by w
+PSUM_RING = 2  # PSUM banks per row tile for the diagonal matmuls of the backward's last stage
+MM_COLS = 512  # TensorE moving free size: one 2 KiB PSUM bank of fp32
 
 
 @nki.jit
@@ -50,24 +69,22 @@ def rmsnorm_kernel(x, weight, eps):
     """RMSNorm of the rows of ``x`` [N, D] with ``weight`` [D]; returns [N, D] in x's dtype."""
     n, d = x.shape
     out = nl.ndarray((n, d), dtype=x.dtype, buffer=nl.shared_hbm)
-    pmax = nl.tile_size.pmax
     i_f = nl.arange(d)[None, :]
-
-    # Loop invariants: weight broadcast to all partitions, and eps as a (P, 1) bias operand.
-    w_tile = _broadcast_row(weight, d, pmax)
-    eps_tile = nl.full((pmax, 1), eps, dtype=nl.float32)
+    consts = _constants(weight, eps, d)
+    chunk = _forward_chunks(d, x.dtype)[0][1]
 
     def row_tile(r0, k):
         i_k = nl.arange(k)[:, None]
         x_tile = nl.load(x[r0 + i_k, i_f])
-        rstd = _rstd(x_tile, eps_tile[i_k, 0], d)
-        y = _scale_rows(x_tile, rstd, w_tile[i_k, i_f], x.dtype)
-        nl.store(out[r0 + i_k, i_f], value=y)
+        # y overwrites x; the discarded squares go to a chunk-sized scratch tile
+        scratch = nl.ndarray((k, chunk), dtype=x.dtype, buffer=nl.sbuf)
 
-    for t in nl.affine_range(n // pmax):
-        row_tile(t * pmax, pmax)
-    if n % pmax:  # the ragged last tile, peeled so the loop body needs no mask
-        row_tile(n // pmax * pmax, n % pmax)
+        def finish(cols, y):
+            nl.store(out[r0 + i_k, cols], value=y)
+
+        yield from _forward_rows(x_tile, x_tile, scratch, consts, k, d, finish)
+
+    _for_row_tiles(n, row_tile, _forward_group(x.dtype))
     return out
 
 
@@ -77,26 +94,27 @@ def add_rmsnorm_kernel(x, residual, weight, eps):
     n, d = x.shape
     out = nl.ndarray((n, d), dtype=x.dtype, buffer=nl.shared_hbm)
     new_res = nl.ndarray((n, d), dtype=x.dtype, buffer=nl.shared_hbm)
-    pmax = nl.tile_size.pmax
     i_f = nl.arange(d)[None, :]
-    w_tile = _broadcast_row(weight, d, pmax)
-    eps_tile = nl.full((pmax, 1), eps, dtype=nl.float32)
+    consts = _constants(weight, eps, d)
+    # fp32: GpSimd (idle otherwise; the VectorE has the 2N-cycle scaling); 16-bit: the VectorE
+    # all-16-bit mode is the fastest
+    h_engine = "vector" if _is_16bit(x.dtype) else "gpsimd"
 
     def row_tile(r0, k):
         i_k = nl.arange(k)[:, None]
         x_tile = nl.load(x[r0 + i_k, i_f])
         r_tile = nl.load(residual[r0 + i_k, i_f])
-        # the sum is rounded to x's dtype (it is also an output) and normalized as rounded
-        h = nisa.tensor_tensor(x_tile, r_tile, nl.add, dtype=x.dtype)
-        nl.store(new_res[r0 + i_k, i_f], value=h)
-        rstd = _rstd(h, eps_tile[i_k, 0], d)
-        y = _scale_rows(h, rstd, w_tile[i_k, i_f], x.dtype)
-        nl.store(out[r0 + i_k, i_f], value=y)
+        # the sum is rounded to x's dtype (it is also an output) and normalized as rounded;
+        # it overwrites x, and residual's tile then takes the squares and y
+        x_tile[...] = nisa.tensor_tensor(x_tile, r_tile, nl.add, dtype=x.dtype, engine=h_engine)
+        nl.store(new_res[r0 + i_k, i_f], value=x_tile)
 
-    for t in nl.affine_range(n // pmax):
-        row_tile(t * pmax, pmax)
-    if n % pmax:
-        row_tile(n // pmax * pmax, n % pmax)
+        def finish(cols, y):
+            nl.store(out[r0 + i_k, cols], value=y)
+
+        yield from _forward_rows(x_tile, r_tile, r_tile, consts, k, d, finish)
+
+    _for_row_tiles(n, row_tile, _forward_group(x.dtype))
     return out, new_res
 
 
@@ -113,8 +131,7 @@ def rmsnorm_backward_kernel(grad, x, weight, eps):
     gw_out = nl.ndarray((d,), dtype=weight.dtype, buffer=nl.shared_hbm)
     pmax = nl.tile_size.pmax
     i_f = nl.arange(d)[None, :]
-    w_tile = _broadcast_row(weight, d, pmax)
-    eps_tile = nl.full((pmax, 1), eps, dtype=nl.float32)
+    consts = _constants(weight, eps, d, identity=True)
     # grad_weight partials: acc[p, c] = sum over rows of grad * x * r at column c*128 + p
     acc = nl.zeros((pmax, math.ceil(d / pmax)), dtype=nl.float32, buffer=nl.psum)
 
@@ -122,13 +139,15 @@ def rmsnorm_backward_kernel(grad, x, weight, eps):
         i_k = nl.arange(k)[:, None]
         x_tile = nl.load(x[r0 + i_k, i_f])
         g_tile = nl.load(grad[r0 + i_k, i_f])
-        dx = _backward_rows(g_tile, x_tile, w_tile[i_k, i_f], eps_tile[i_k, 0], acc, k, d)
-        nl.store(gx_out[r0 + i_k, i_f], value=dx)
 
-    for t in nl.affine_range(n // pmax):
-        row_tile(t * pmax, pmax)
-    if n % pmax:
-        row_tile(n // pmax * pmax, n % pmax)
+        def finish(cols, dx):
+            nl.store(gx_out[r0 + i_k, cols], value=dx)
+
+        yield from _backward_rows(g_tile, x_tile, consts, acc, k, d, finish)
+
+    # one tile per iteration: two interleaved measured slower here (4096 x 4096 bf16:
+    # 353.9 us against 324.3 us)
+    _for_row_tiles(n, row_tile, 1)
     _column_sums_to(gw_out, acc, d)
     return gx_out, gw_out
 
@@ -147,75 +166,263 @@ def add_rmsnorm_backward_kernel(grad_y, grad_h, x, residual, weight, eps):
     gw_out = nl.ndarray((d,), dtype=weight.dtype, buffer=nl.shared_hbm)
     pmax = nl.tile_size.pmax
     i_f = nl.arange(d)[None, :]
-    w_tile = _broadcast_row(weight, d, pmax)
-    eps_tile = nl.full((pmax, 1), eps, dtype=nl.float32)
+    consts = _constants(weight, eps, d, identity=True)
     acc = nl.zeros((pmax, math.ceil(d / pmax)), dtype=nl.float32, buffer=nl.psum)
+    chunks = _chunks(d, x.dtype)
 
     def row_tile(r0, k):
         i_k = nl.arange(k)[:, None]
-        x_tile = nl.load(x[r0 + i_k, i_f])
-        r_tile = nl.load(residual[r0 + i_k, i_f])
+        h_tile = nl.load(x[r0 + i_k, i_f])
         gy_tile = nl.load(grad_y[r0 + i_k, i_f])
-        h = nisa.tensor_tensor(x_tile, r_tile, nl.add, dtype=x.dtype)  # as the forward rounds it
-        dh = _backward_rows(gy_tile, h, w_tile[i_k, i_f], eps_tile[i_k, 0], acc, k, d)
-        # loaded last, so that at D = MAX_D in fp32 it is not live beside the backward's tiles
-        gh_tile = nl.load(grad_h[r0 + i_k, i_f])
-        # on GpSimd: VectorE carries most of the backward tile, GpSimd only two passes
-        dx = nisa.tensor_tensor(dh, gh_tile, nl.add, dtype=x.dtype, engine=nisa.engine.gpsimd)
-        nl.store(gx_out[r0 + i_k, i_f], value=dx)
-        nl.store(gr_out[r0 + i_k, i_f], value=dx)
+        # h = x + residual in place (rounded as the forward rounds it); residual and grad_h
+        # come a chunk at a time, so only two full rows per row tile are on chip
+        for j0, c in chunks:
+            cols = j0 + nl.arange(c)[None, :]
+            r_chunk = nl.load(residual[r0 + i_k, cols])
+            h_tile[i_k, cols] = nisa.tensor_tensor(
+                h_tile[i_k, cols], r_chunk, nl.add, dtype=x.dtype
+            )
 
-    for t in nl.affine_range(n // pmax):
-        row_tile(t * pmax, pmax)
-    if n % pmax:
-        row_tile(n // pmax * pmax, n % pmax)
+        def finish(cols, dx):
+            gh = nl.load(grad_h[r0 + i_k, cols])
+            # GpSimd: it has the most spare time in the backward's last stage
+            dx[...] = nisa.tensor_tensor(dx, gh, nl.add, dtype=x.dtype, engine=nisa.engine.gpsimd)
+            nl.store(gx_out[r0 + i_k, cols], value=dx)
+            nl.store(gr_out[r0 + i_k, cols], value=dx)
+
+        yield from _backward_rows(gy_tile, h_tile, consts, acc, k, d, finish)
+
+    _for_row_tiles(n, row_tile, _backward_group(d, x.dtype))
     _column_sums_to(gw_out, acc, d)
     return gx_out, gr_out, gw_out
 
 
-def _backward_rows(g_tile, x_tile, w_tile, eps_col, acc, k, d):
-    """RMSNorm backward of one row tile: returns ``grad_x`` (k, D) in x's dtype and adds the
-    tile's ``grad * x * r`` column sums to the PSUM accumulator ``acc`` (grad_weight).
+def _for_row_tiles(n, body, group):
+    """Run ``body(first_row, rows)`` for every 128-row tile.
 
-    GpSimd forms ``gw = g * w`` and ``g * x``, VectorE ``gw * x`` (ScalarE sums it), the per-row
-    scalars and ``gw * r + x * coef``; TensorE reduces ``g * x`` weighted by ``r`` across the
-    partitions."""
+    ``body`` is a generator function whose ``yield``s end the stages of its tile.  Full
+    tiles go ``group`` per ``affine_range`` iteration with their stages interleaved in
+    program order (stage 1 of every tile, then stage 2, ...): each engine runs its
+    instructions in program order, and a tile's stages pass data between engines, so one
+    engine works on the next tile while another finishes this one.  Leftover tiles, the
+    ragged last one included (peeled with a static size: no masks), run after the loop.
+    """
+    pmax = nl.tile_size.pmax
+    full = n // pmax
+    for t in nl.affine_range(full // group):
+        _interleave([body((t * group + u) * pmax, pmax) for u in range(group)])
+    tail = [body(u * pmax, pmax) for u in range(full // group * group, full)]
+    if n % pmax:
+        tail.append(body(full * pmax, n % pmax))
+    _interleave(tail)
+
+
+def _interleave(stages) -> None:
+    """Advance the generators round-robin until all are exhausted."""
+    live = list(stages)
+    while live:
+        live = [g for g in live if next(g, _DONE) is not _DONE]
+
+
+_DONE = object()
+
+
+def _is_16bit(dtype) -> bool:
+    return dtypes.as_dtype(dtype).itemsize == 2
+
+
+def _forward_group(dtype):
+    """Forward row tiles per loop iteration.  fp32: two, so that ScalarE squares one tile
+    while VectorE runs the other's 2N-cycle scaling.  16-bit: one (the scaling is short;
+    pairs measured slower)."""
+    return 1 if _is_16bit(dtype) else 2
+
+
+def _backward_group(d, dtype):
+    """``add_rmsnorm_backward`` row tiles per loop iteration: two while their full rows (h and
+    grad_y) stay within 32 KiB per partition, so that two iterations' tiles fit SBUF."""
+    return 2 if 4 * d * dtypes.as_dtype(dtype).itemsize <= 32768 else 1
+
+
+def _chunks(d, dtype, nbytes=CHUNK_BYTES):
+    """Column chunks ``(first column, width)`` of ``nbytes`` per partition (a multiple of 128
+    columns, so TensorE column blocks never straddle two chunks); the last may be narrower."""
+    c = max(nl.tile_size.pmax, nbytes // dtypes.as_dtype(dtype).itemsize)
+    return [(j0, min(c, d - j0)) for j0 in range(0, d, c)]
+
+
+def _forward_chunks(d, dtype):
+    """The forward's chunks: the whole row up to FORWARD_WHOLE_ROW bytes (fewest
+    instructions and DMAs), else CHUNK_BYTES (the scratch for the squares stays small)."""
+    row = d * dtypes.as_dtype(dtype).itemsize
+    return _chunks(d, dtype, row if row <= FORWARD_WHOLE_ROW else CHUNK_BYTES)
+
+
+def _constants(weight, eps, d, identity=False):
+    """Loop invariants: weight broadcast to the partitions, eps as a (P, 1) bias operand and,
+    for the backward, the identity (fp32, or x's 16-bit dtype) for the diagonal matmuls."""
+    pmax = nl.tile_size.pmax
+    consts = {
+        "w": _broadcast_row(weight, d, pmax),
+        "eps": nl.full((pmax, 1), eps, dtype=nl.float32),
+    }
+    if identity:
+        consts["ident"] = nl.load(nl.shared_identity_matrix(pmax, dtype=weight.dtype))
+    return consts
+
+
+def _forward_rows(x_tile, dst, scratch, consts, k, d, finish):
+    """RMSNorm of one row tile, a generator whose ``yield`` ends its first stage.
+
+    Stage 1: ``rstd`` (ScalarE squares and sums each column chunk; the squares go to
+    ``scratch``, a chunk-sized tile or ``dst``).  Stage 2, per chunk: ``dst = x * rstd * w``
+    (see :func:`_scale_rows`; ``dst`` may be ``x_tile``) and ``finish(cols, dst_chunk)``."""
     dtype = x_tile.dtype
-    rstd = _rstd(x_tile, eps_col, d)
-    gw = nisa.tensor_tensor(g_tile, w_tile, nl.multiply, dtype=dtype, engine=nisa.engine.gpsimd)
-    gx = nisa.tensor_tensor(g_tile, x_tile, nl.multiply, dtype=dtype, engine=nisa.engine.gpsimd)
-    gwx = nisa.tensor_tensor(gw, x_tile, nl.multiply, dtype=dtype)
-    dot = nl.ndarray((k, 1), dtype=nl.float32)
-    nisa.activation_reduce(op=nl.copy, data=gwx, reduce_op=nl.add, reduce_res=dot)
-    # per-row scalars, in x's dtype so the VectorE tensor_scalar runs in its 16-bit mode:
-    # r, and coef = -r**3 * dot / D
-    r_col = nisa.tensor_copy(rstd, dtype=dtype)
+    i_k = nl.arange(k)[:, None]
+    chunks = _forward_chunks(d, dtype)
+    nch = len(chunks)
+    whole = scratch.shape[1] == d
+
+    def view(t, j0, c):
+        return t[i_k, j0 + nl.arange(c)[None, :]]
+
+    ss_part = nl.ndarray((k, nch), dtype=nl.float32, buffer=nl.sbuf)
+    for j, (j0, c) in enumerate(chunks):
+        view(scratch, j0 if whole else 0, c)[...] = nisa.activation_reduce(
+            op=nl.square, data=view(x_tile, j0, c), reduce_op=nl.add, reduce_res=ss_part[i_k, j]
+        )
+    rstd = _rsqrt_mean(_row_sum(ss_part, k, nch), consts["eps"][i_k, 0], d)
+    yield
+    for j0, c in chunks:
+        y = view(dst, j0, c)
+        _scale_rows(y, view(x_tile, j0, c), rstd, view(consts["w"], j0, c), dtype)
+        finish(j0 + nl.arange(c)[None, :], y)
+
+
+def _backward_rows(g_tile, x_tile, consts, acc, k, d, finish):
+    """RMSNorm backward of one row tile (k rows; full rows of ``g`` and ``x`` in SBUF), a
+    generator whose two ``yield``s end its stages (see :func:`_for_row_tiles`).
+
+    Adds the tile's ``g * x * r`` column sums to the PSUM accumulator ``acc`` (grad_weight)
+    and calls ``finish(cols, dx)`` for each column chunk of ``grad_x`` (an SBUF view in x's
+    dtype, in ``g_tile``'s memory).  Overwrites ``g_tile`` and ``x_tile``.
+
+    Intermediates are column chunks in a ring of scratch chunks (SCRATCH_CHUNKS), so a row
+    tile needs little more SBUF than its two inputs and consecutive row tiles overlap even at
+    D = 8192 in fp32; the ring lets GpSimd run a few chunks ahead of VectorE and ScalarE.
+    Stage 1: ``r`` (ScalarE).  Stage 2, per chunk: ``gx = g * x`` (TensorE sums it over the
+    rows weighted by ``r``), ``gx * w`` summed along the rows by ScalarE (``dot``), then
+    ``gw = g * w`` over g's chunk.  Stage 3, per chunk: ``grad_x = gw * r + x * coef`` with
+    ``coef = -r**3 * dot / D`` (TensorE row scalings into PSUM, see the module docstring).
+    """
+    dtype = x_tile.dtype
+    half = _is_16bit(dtype)
+    i_k = nl.arange(k)[:, None]
+    w_tile = consts["w"]
+    chunks = _chunks(d, dtype)
+    cw = chunks[0][1]
+    nch = len(chunks)
+
+    def view(t, j0, c):
+        return t[i_k, j0 + nl.arange(c)[None, :]]
+
+    # one scratch tile per row tile, cut into the ring's chunks
+    na, nb = SCRATCH_CHUNKS
+    scratch = nl.ndarray((k, (na + nb) * cw), dtype=dtype, buffer=nl.sbuf)
+    ring_a = [view(scratch, u * cw, cw) for u in range(na)]
+    ring_b = [view(scratch, (na + u) * cw, cw) for u in range(nb)]
+
+    # stage 1: r = rsqrt(mean(x**2) + eps); ScalarE squares and sums each chunk (the squares
+    # are discarded into scratch), then adds the partial sums
+    ss_part = nl.ndarray((k, nch), dtype=nl.float32, buffer=nl.sbuf)
+    for j, (j0, c) in enumerate(chunks):
+        view(ring_b[j % nb], 0, c)[...] = nisa.activation_reduce(
+            op=nl.square, data=view(x_tile, j0, c), reduce_op=nl.add, reduce_res=ss_part[i_k, j]
+        )
+    rstd = _rsqrt_mean(_row_sum(ss_part, k, nch), consts["eps"][i_k, 0], d)
+    r_col = nisa.tensor_copy(rstd, dtype=dtype)  # TensorE's moving operand, x's dtype
+    yield
+
+    # stage 2: the products
+    dot_part = nl.ndarray((k, nch), dtype=nl.float32, buffer=nl.sbuf)
+    for j, (j0, c) in enumerate(chunks):
+        gx = view(ring_a[j % na], 0, c)
+        gx[...] = nisa.tensor_tensor(
+            view(g_tile, j0, c),
+            view(x_tile, j0, c),
+            nl.multiply,
+            dtype=dtype,
+            engine=nisa.engine.gpsimd,
+        )
+        _accumulate_column_sums(acc, gx, r_col, k, j0, c)
+        gxw = view(ring_b[j % nb], 0, c)
+        gxw[...] = nisa.tensor_tensor(gx, view(w_tile, j0, c), nl.multiply, dtype=dtype)
+        gxw[...] = nisa.activation_reduce(
+            op=nl.copy, data=gxw, reduce_op=nl.add, reduce_res=dot_part[i_k, j]
+        )
+        g = view(g_tile, j0, c)
+        g[...] = nisa.tensor_tensor(
+            g, view(w_tile, j0, c), nl.multiply, dtype=dtype, engine=nisa.engine.gpsimd
+        )
+    dot = _row_sum(dot_part, k, nch)
+    yield
+
+    # stage 3: coef = -r**3 * dot / D (16-bit: rounded to x's dtype, like r for the 16-bit
+    # matmuls), the diagonal matrices, then grad_x chunk by chunk
     r2 = nisa.tensor_scalar(
         rstd, nl.multiply, rstd, op1=nl.multiply, operand1=-1.0 / d, dtype=nl.float32
     )
-    coef = nisa.tensor_scalar(r2, nl.multiply, rstd, op1=nl.multiply, operand1=dot, dtype=dtype)
-    # grad_x = gw * r + x * coef
-    gwr = nisa.tensor_scalar(gw, nl.multiply, r_col, dtype=dtype)
-    xc = nisa.tensor_scalar(x_tile, nl.multiply, coef, dtype=dtype)
-    dx = nisa.tensor_tensor(gwr, xc, nl.add, dtype=dtype)
-    _accumulate_column_sums(acc, gx, r_col, k, d)
-    return dx
+    coef = nisa.tensor_scalar(
+        r2, nl.multiply, rstd, op1=nl.multiply, operand1=dot, dtype=dtype if half else nl.float32
+    )
+    ident = consts["ident"][i_k, nl.arange(k)[None, :]]
+    diag_r = nisa.tensor_scalar(ident, nl.multiply, rstd, dtype=dtype)
+    if half:
+        diag_c = nisa.tensor_scalar(ident, nl.multiply, coef, dtype=dtype)
+    # a ring of PSUM banks, so TensorE runs ahead of the VectorE reading them
+    ring = [nl.ndarray((k, MM_COLS), dtype=nl.float32, buffer=nl.psum) for _ in range(PSUM_RING)]
+    nxt = 0
+    for j0, c in chunks:
+        gw = view(g_tile, j0, c)
+        xs = view(x_tile, j0, c)
+        if not half:
+            xs[...] = nisa.activation(op=nl.copy, data=xs, scale=coef, dtype=dtype)
+        for m0 in range(0, c, MM_COLS):
+            m = min(MM_COLS, c - m0)
+            cols = m0 + nl.arange(m)[None, :]
+            ps = ring[nxt % PSUM_RING][i_k, nl.arange(m)[None, :]]
+            nxt += 1
+            ps[...] = nisa.nc_matmul(diag_r, gw[i_k, cols])
+            if half:
+                # both products summed in PSUM, one rounding on the way out (N/2 cycles)
+                ps[...] += nisa.nc_matmul(diag_c, xs[i_k, cols])
+                gw[i_k, cols] = nisa.tensor_copy(ps, dtype=dtype)
+            else:
+                # gw * r (PSUM) + x * coef (ScalarE): N cycles with a PSUM operand, not 2N
+                gw[i_k, cols] = nisa.tensor_tensor(ps, xs[i_k, cols], nl.add, dtype=dtype)
+        finish(j0 + nl.arange(c)[None, :], gw)
 
 
-def _rstd(x_tile, eps_col, d):
-    """(k, 1) fp32 ``rsqrt(mean(x**2) + eps)``: ScalarE square + row sum, then ScalarE rsqrt
-    with the 1/D scale and eps riding on the instruction's scale and bias."""
-    sum_sq = nl.ndarray((x_tile.shape[0], 1), dtype=nl.float32)
-    nisa.activation_reduce(op=nl.square, data=x_tile, reduce_op=nl.add, reduce_res=sum_sq)
+def _row_sum(part, k, n):
+    """(k, 1) fp32 sum of the (k, n) partial sums (the partials themselves when n == 1)."""
+    if n == 1:
+        return part
+    total = nl.ndarray((k, 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.activation_reduce(op=nl.copy, data=part, reduce_op=nl.add, reduce_res=total)
+    return total
+
+
+def _rsqrt_mean(sum_sq, eps_col, d):
+    """ScalarE ``rsqrt(sum_sq / D + eps)``: the 1/D scale and eps ride on the instruction."""
     return nisa.activation(op=nl.rsqrt, data=sum_sq, bias=eps_col, scale=1.0 / d)
 
 
-def _scale_rows(x_tile, rstd, w_tile, dtype):
-    """``x * rstd * w`` rounded to ``dtype``.  fp32: one VectorE scalar_tensor_tensor.  16-bit:
-    VectorE tensor_scalar then tensor_tensor, both in the 16-bit performance modes (one
-    intermediate rounding; together about a third of the cost of the 2N-cycle fused op)."""
-    if dtypes.as_dtype(dtype).itemsize == 4:
-        return nisa.scalar_tensor_tensor(
+def _scale_rows(out, x_tile, rstd, w_tile, dtype):
+    """``out = x * rstd * w`` rounded to ``dtype``.  fp32: one VectorE scalar_tensor_tensor.
+    16-bit: VectorE tensor_scalar then tensor_tensor (the all-16-bit N/2-cycle mode), one
+    intermediate rounding; together cheaper than the 2N-cycle fused op."""
+    if not _is_16bit(dtype):
+        out[...] = nisa.scalar_tensor_tensor(
             data=x_tile,
             op0=nl.multiply,
             operand0=rstd,
@@ -223,8 +430,9 @@ def _scale_rows(x_tile, rstd, w_tile, dtype):
             operand1=w_tile,
             dtype=dtype,
         )
-    xn = nisa.tensor_scalar(x_tile, nl.multiply, rstd, dtype=dtype)
-    return nisa.tensor_tensor(xn, w_tile, nl.multiply, dtype=dtype)
+        return
+    out[...] = nisa.tensor_scalar(x_tile, nl.multiply, rstd, dtype=dtype)
+    out[...] = nisa.tensor_tensor(out, w_tile, nl.multiply, dtype=dtype)
 
 
 def rmsnorm(x: np.ndarray, weight: np.ndarray, *, eps: float = 1e-6) -> np.ndarray:
@@ -366,15 +574,16 @@ def _column_sums_to(out, acc, d):
     )
 
 
-def _accumulate_column_sums(acc, data, ones, k, d):
-    """acc[p, c] += sum over the k partitions of data[:, c*128 + p] (TensorE, ones-vector
-    matmul: the data chunk is the stationary operand, a (k, 1) ones column the moving one)."""
+def _accumulate_column_sums(acc, data, ones, k, j0, c):
+    """acc[p, b] += sum over the k partitions of data[:, i] for column j0 + i = b*128 + p
+    (TensorE: the data block of 128 columns is the stationary operand, the (k, 1) column
+    ``ones`` the moving one).  ``data``: (k, c) view of columns j0 .. j0 + c, j0 % 128 == 0."""
     pmax = nl.tile_size.pmax
     i_k = nl.arange(k)[:, None]
-    for c in range(math.ceil(d / pmax)):
-        w = min(pmax, d - c * pmax)
-        acc[nl.arange(w)[:, None], c] += nisa.nc_matmul(
-            data[i_k, c * pmax + nl.arange(w)[None, :]], ones[i_k, 0]
+    for c0 in range(0, c, pmax):
+        w = min(pmax, c - c0)
+        acc[nl.arange(w)[:, None], (j0 + c0) // pmax] += nisa.nc_matmul(
+            data[i_k, c0 + nl.arange(w)[None, :]], ones[i_k, 0]
         )
 
 

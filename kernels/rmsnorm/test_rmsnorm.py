@@ -70,6 +70,18 @@ def test_rmsnorm_largest_row_fits_sbuf(dtype):
     kernel.rmsnorm_kernel.ir(nt.tensor[[256, d], dtype], nt.tensor[[d], dtype], 1e-6)
 
 
+@pytest.mark.parametrize("dtype", kernel.DTYPES)
+def test_rmsnorm_long_rows_in_chunks(dtype):
+    # fp32 rows over 16 KiB per partition go in 4 KiB column chunks (the last one ragged),
+    # y overwriting x; 16-bit rows of this length are one chunk
+    d = 4500
+    x, r, w = random_inputs([(130, d), (130, d), (d,)], dtype, seed=11)
+    check_kernel(kernel.rmsnorm, reference.rmsnorm, x, w, dtype=dtype, op_kind=OP_KIND)
+    check_kernel(kernel.add_rmsnorm, reference.add_rmsnorm, x, r, w, dtype=dtype, op_kind=OP_KIND)
+    y, h = kernel.add_rmsnorm(x, r, w)
+    np.testing.assert_array_equal(y, kernel.rmsnorm(h, w))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype", kernel.DTYPES)
 def test_rmsnorm_large(dtype):
@@ -124,6 +136,20 @@ def test_rmsnorm_backward_matches_reference(rows, d, dtype, eps, seed):
     r = 1.0 / np.sqrt(np.mean(x64 * x64, axis=-1, keepdims=True) + eps)
     term = float(np.max(np.abs(g.astype(np.float64) * w.astype(np.float64) * r)))
     assert_grads_close(got, reference.rmsnorm_backward(g, x, w, eps=eps), dtype, term)
+
+
+@pytest.mark.parametrize("dtype", kernel.DTYPES)
+def test_rmsnorm_backward_long_rows_in_chunks(dtype):
+    # several 4 KiB column chunks (1024 fp32 / 2048 bf16 columns, the last one ragged): the
+    # scratch ring wraps, the partial sums of squares and of grad * w * x are added, and the
+    # last stage's matmuls cover 512-column pieces; 130 rows: a ragged last row tile
+    d = 2500
+    g, x, w = random_inputs([(130, d), (130, d), (d,)], dtype, seed=12)
+    got = kernel.rmsnorm_backward(g, x, w, eps=1e-5)
+    x64 = x.astype(np.float64)
+    r = 1.0 / np.sqrt(np.mean(x64 * x64, axis=-1, keepdims=True) + 1e-5)
+    term = float(np.max(np.abs(g.astype(np.float64) * w.astype(np.float64) * r)))
+    assert_grads_close(got, reference.rmsnorm_backward(g, x, w, eps=1e-5), dtype, term)
 
 
 def test_rmsnorm_backward_reference_is_torch_autograd():
@@ -203,9 +229,11 @@ def test_add_rmsnorm_backward_matches_reference(rows, d, dtype, eps, seed):
 
 
 @pytest.mark.parametrize("dtype", kernel.DTYPES)
-def test_add_rmsnorm_backward_is_rmsnorm_backward_at_h_plus_grad_h(dtype):
+@pytest.mark.parametrize("d", [96, 2500])
+def test_add_rmsnorm_backward_is_rmsnorm_backward_at_h_plus_grad_h(dtype, d):
     # the same backward tile on the rounded h, then one rounded add: bit-exact composition
-    gy, gh, x, r, w = random_inputs([(3, 70, 96)] * 4 + [(96,)], dtype, seed=6)
+    # (d = 2500: several column chunks, residual and grad_h loaded a chunk at a time)
+    gy, gh, x, r, w = random_inputs([(3, 70, d)] * 4 + [(d,)], dtype, seed=6)
     gx, gr, gw = kernel.add_rmsnorm_backward(gy, gh, x, r, w, eps=1e-5)
     _, h = kernel.add_rmsnorm(x, r, w, eps=1e-5)
     dh, gw_h = kernel.rmsnorm_backward(gy, h, w, eps=1e-5)

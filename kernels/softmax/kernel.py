@@ -13,9 +13,11 @@ off the loop, so no instruction needs a mask).  Per tile of the forward:
 3. VectorE ``reciprocal`` of the (P, 1) sums: one division per row instead of per element.
 4. VectorE ``tensor_scalar``: ``exp * (1/sum)``, rounded once to x's dtype.
 
-The backward recomputes ``y`` the same way (its inputs are ``grad`` and ``x``), then
-``s = sum(grad * y)`` (GpSimd product, ScalarE row sum) and one VectorE
-``scalar_tensor_tensor``: ``(grad - s) * y``.
+The backward recomputes ``y`` the same way over x's tile (its inputs are ``grad`` and ``x``),
+then ``s = sum(grad * y)`` (GpSimd product over grad's tile, ScalarE row sum) and
+``grad_x = grad * y - s * y`` with ``-s * y`` a TensorE ``diag(-s) @ y`` in PSUM, which the
+VectorE adds to ``grad * y`` (fp32) or TensorE accumulates ``grad * y`` into too (16-bit) (see
+:func:`_backward_rows`).
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ from nkikit import dtypes
 
 DTYPES = ("float32", "bfloat16", "float16")
 MAX_D = 16384  # x, exp(x) in fp32 and y must fit SBUF (192 KiB per partition)
-MAX_D_BACKWARD = 8192  # the backward also holds grad, grad * y and grad_x
+MAX_D_BACKWARD = 8192  # the backward also holds grad and grad * y
+MM_COLS = 512  # TensorE moving free size: one 2 KiB PSUM bank of fp32
 
 
 @nki.jit
@@ -60,25 +63,17 @@ def softmax_backward_kernel(grad, x, causal, offset):
     b, n, d = x.shape
     out = nl.ndarray((b, n, d), dtype=x.dtype, buffer=nl.shared_hbm)
     i_f = nl.arange(d)[None, :]
+    # for the diagonal matmuls of the last stage, in x's dtype (exact)
+    ident = nl.load(nl.shared_identity_matrix(nl.tile_size.pmax, dtype=x.dtype))
 
     def row_tile(bi, r0, k):
         i_k = nl.arange(k)[:, None]
         x_tile = nl.load(x[bi, r0 + i_k, i_f])
         g_tile = nl.load(grad[bi, r0 + i_k, i_f])
-        y = yield from _softmax_rows(x_tile, r0, causal, offset)
-        yield
-        gy = nisa.tensor_tensor(g_tile, y, nl.multiply, dtype=x.dtype, engine=nisa.engine.gpsimd)
-        s = nl.ndarray((k, 1), dtype=nl.float32)
-        nisa.activation_reduce(op=nl.copy, data=gy, reduce_op=nl.add, reduce_res=s)
-        yield
-        # (grad - s) * y: all-16-bit operands (s rounded to x's dtype) make it the N-cycle form
-        s_x = nisa.tensor_copy(s, dtype=x.dtype)
-        dx = nisa.scalar_tensor_tensor(
-            data=g_tile, op0=nl.subtract, operand0=s_x, op1=nl.multiply, operand1=y, dtype=x.dtype
-        )
-        nl.store(out[bi, r0 + i_k, i_f], value=dx)
+        yield from _backward_rows(x_tile, g_tile, r0, causal, offset, ident)
+        nl.store(out[bi, r0 + i_k, i_f], value=g_tile)
 
-    _for_row_tiles(b, n, row_tile, _group(d, x.dtype, 2))
+    _for_row_tiles(b, n, row_tile, _group(d, x.dtype, 2, budget=65536))
     return out
 
 
@@ -144,10 +139,69 @@ def _softmax_rows(x_tile, r0, causal, offset):
     return nisa.tensor_scalar(exp_tile, nl.multiply, inv_sum, dtype=dtype)
 
 
-def _group(d, dtype, most):
-    """Row tiles per loop iteration: up to ``most``, while the group's input tiles stay within
-    32 KiB per partition (more would not fit SBUF with their intermediates and buffers)."""
-    return max(1, min(most, 32768 // (d * dtypes.as_dtype(dtype).itemsize)))
+def _backward_rows(x_tile, g_tile, r0, causal, offset, ident):
+    """Softmax backward of one row tile (row i of the tiles is row ``r0 + i``), a generator
+    whose ``yield``s end its stages.  Writes ``y`` over ``x_tile``, then ``grad * y`` and
+    finally ``grad_x`` over ``g_tile``, so a row tile holds two row-sized tiles.
+
+    ``grad_x = y * (grad - s) = grad * y - s * y`` with ``s = sum(grad * y)``: GpSimd forms
+    ``grad * y`` and ScalarE sums it; TensorE forms ``-s * y`` as ``diag(-s) @ y`` in PSUM
+    (exact: one nonzero term per sum).  fp32: VectorE adds ``grad * y`` to the PSUM operand
+    (N cycles, not the 2N of an fp32 ``scalar_tensor_tensor``).  16-bit: TensorE also adds
+    ``I @ (grad * y)`` in PSUM and VectorE copies the sum out (N/2 cycles).
+    """
+    k, d = x_tile.shape
+    dtype = x_tile.dtype
+    half = _is_16bit(dtype)
+    i_k = nl.arange(k)[:, None]
+    i_f = nl.arange(d)[None, :]
+    if causal:
+        x_tile[...] = nisa.affine_select(r0 + i_k + offset - i_f >= 0, x_tile, -np.inf)
+    red_dtype = dtype if half else nl.float32  # as in _softmax_rows
+    neg_max = nisa.tensor_reduce(
+        nl.max, x_tile, axis=1, negate=True, keepdims=True, dtype=red_dtype
+    )
+    yield
+    row_sum = nl.ndarray((k, 1), dtype=nl.float32, buffer=nl.sbuf)
+    x_tile[...] = nisa.activation_reduce(
+        op=nl.exp, data=x_tile, bias=neg_max, reduce_op=nl.add, reduce_res=row_sum
+    )
+    inv_sum = nisa.reciprocal(row_sum, dtype=red_dtype)
+    if half:  # VectorE's 16-bit tensor_scalar mode (N/4 cycles)
+        x_tile[...] = nisa.tensor_scalar(x_tile, nl.multiply, inv_sum, dtype=dtype)
+    else:  # ScalarE (N cycles at 1.2 GHz) keeps the fp32 pass off the busier VectorE
+        x_tile[...] = nisa.activation(op=nl.copy, data=x_tile, scale=inv_sum, dtype=dtype)
+    yield
+    # grad * y over grad (not needed again); ScalarE's copy of it is discarded in place
+    gy = g_tile
+    gy[...] = nisa.tensor_tensor(
+        g_tile, x_tile, nl.multiply, dtype=dtype, engine=nisa.engine.gpsimd
+    )
+    s = nl.ndarray((k, 1), dtype=nl.float32, buffer=nl.sbuf)
+    gy[...] = nisa.activation_reduce(op=nl.copy, data=gy, reduce_op=nl.add, reduce_res=s)
+    yield
+    ident_k = ident[i_k, nl.arange(k)[None, :]]
+    # diag(-s), rounded to x's dtype for the 16-bit matmul (s is rounded there either way)
+    diag = nisa.tensor_scalar(ident_k, nl.multiply, s, op1=nl.multiply, operand1=-1.0, dtype=dtype)
+    # two PSUM banks per tile, so TensorE runs ahead of the VectorE reading them
+    ring = [nl.ndarray((k, MM_COLS), dtype=nl.float32, buffer=nl.psum) for _ in range(2)]
+    for j, m0 in enumerate(range(0, d, MM_COLS)):
+        m = min(MM_COLS, d - m0)
+        cols = m0 + nl.arange(m)[None, :]
+        ps = ring[j % 2][i_k, nl.arange(m)[None, :]]
+        ps[...] = nisa.nc_matmul(diag, x_tile[i_k, cols])
+        if half:
+            ps[...] += nisa.nc_matmul(ident_k, gy[i_k, cols])
+            g_tile[i_k, cols] = nisa.tensor_copy(ps, dtype=dtype)
+        else:
+            g_tile[i_k, cols] = nisa.tensor_tensor(ps, gy[i_k, cols], nl.add, dtype=dtype)
+
+
+def _group(d, dtype, most, budget=32768):
+    """Row tiles per loop iteration: up to ``most``, while the group's x tiles stay within
+    ``budget`` bytes per partition (more would not fit SBUF with their intermediates and
+    buffers; the backward, whose tiles hold only x and grad, takes twice the budget)."""
+    return max(1, min(most, budget // (d * dtypes.as_dtype(dtype).itemsize)))
 
 
 def _is_16bit(dtype) -> bool:

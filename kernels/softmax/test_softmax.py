@@ -138,6 +138,20 @@ def test_softmax_backward_matches_reference(rows, d, causal, dtype, seed):
     assert_grads_close(got, reference.softmax_backward(g, x, causal=causal), dtype, term)
 
 
+@pytest.mark.parametrize("dtype", kernel.DTYPES)
+@pytest.mark.parametrize("causal", [False, True])
+def test_softmax_backward_long_rows(dtype, causal):
+    # 1300 columns: three 512-column pieces for the last stage's matmuls (the PSUM ring wraps,
+    # the last piece is ragged); 2 x 130 rows: ragged row tiles in each batch
+    g, x = random_inputs([(2, 130, 1300), (2, 130, 1300)], dtype, seed=9)
+    x = x * np.asarray(3.0, dtype=x.dtype)
+    got = kernel.softmax_backward(g, x, causal=causal, offset=5)
+    y = reference.softmax(x, causal=causal, offset=5)
+    term = float(np.max(y * np.max(np.abs(g.astype(np.float64)), axis=-1, keepdims=True)))
+    want = reference.softmax_backward(g, x, causal=causal, offset=5)
+    assert_grads_close(got, want, dtype, term)
+
+
 @pytest.mark.parametrize("causal", [False, True])
 def test_softmax_backward_reference_is_torch_autograd(causal):
     torch = pytest.importorskip("torch")
