@@ -42,6 +42,12 @@ KERNELS = ROOT / "kernels"
 OUT = Path(__file__).resolve().parent / "results.md"
 TARGET = "trn2"
 
+
+def _both(shapes: list[tuple[int, ...]], **attrs: Any) -> list:
+    """The same sizes in bf16 (what models train in) and fp32."""
+    return [(shapes, "bfloat16", attrs), (shapes, "float32", attrs)]
+
+
 # (kernel, function) -> list of (input shapes in manifest order, dtype, attrs).  The dtype is
 # the function's variant: inputs with their own ``input_dtypes`` in kernel.toml (e.g. int class
 # targets) get their first declared dtype.  A backward is profiled on the same sizes.
@@ -51,18 +57,19 @@ SIZES: dict[tuple[str, str], list[tuple[list[tuple[int, ...]], str, dict[str, An
         ([(4096, 4096), (4096, 4096)], "float8_e4m3fn", {}),
         ([(4096, 4096), (4096, 4096)], "float32", {}),
     ],
-    ("rmsnorm", "rmsnorm"): [([(4096, 4096), (4096,)], "bfloat16", {})],
-    ("layernorm", "layernorm"): [([(4096, 4096), (4096,), (4096,)], "bfloat16", {})],
-    ("softmax", "softmax"): [([(4096, 4096)], "bfloat16", {})],
-    ("tensor_add", "tensor_add"): [([(4096, 4096), (4096, 4096)], "bfloat16", {})],
-    ("gelu", "gelu"): [([(4096, 4096)], "bfloat16", {})],
-    ("swiglu", "swiglu"): [([(4096, 4096), (4096, 4096)], "bfloat16", {})],
+    ("rmsnorm", "rmsnorm"): _both([(4096, 4096), (4096,)]),
+    ("rmsnorm", "add_rmsnorm"): _both([(4096, 4096), (4096, 4096), (4096,)]),
+    ("layernorm", "layernorm"): _both([(4096, 4096), (4096,), (4096,)]),
+    ("softmax", "softmax"): _both([(4096, 4096)]),
+    ("tensor_add", "tensor_add"): _both([(4096, 4096), (4096, 4096)]),
+    ("gelu", "gelu"): _both([(4096, 4096)]) + _both([(4096, 4096)], approximate="tanh"),
+    ("swiglu", "swiglu"): _both([(4096, 4096), (4096, 4096)]),
     ("attention", "attention"): [
-        ([(1, 8, 2048, 128), (1, 2, 2048, 128), (1, 2, 2048, 128)], "bfloat16", {})
+        ([(1, 8, 2048, 128), (1, 2, 2048, 128), (1, 2, 2048, 128)], "bfloat16", {}),
+        ([(1, 8, 2048, 128), (1, 2, 2048, 128), (1, 2, 2048, 128)], "bfloat16", {"causal": False}),
     ],
-    ("rope", "rope"): [([(1, 32, 2048, 128), (2048, 64), (2048, 64)], "bfloat16", {})],
-    ("cross_entropy", "cross_entropy"): [([(4096, 32000), (4096,)], "bfloat16", {})],
-    ("rmsnorm", "add_rmsnorm"): [([(4096, 4096), (4096, 4096), (4096,)], "bfloat16", {})],
+    ("rope", "rope"): _both([(1, 32, 2048, 128), (2048, 64), (2048, 64)]),
+    ("cross_entropy", "cross_entropy"): _both([(4096, 32000), (4096,)]),
 }
 MATMUL_CLASS = {"matmul", "attention"}  # the TensorE bar; everything else: the MBU bar
 
@@ -199,7 +206,8 @@ def bench_kernel(folder: Path, rows: list[Row], echo: Any = print) -> None:
         for shapes, dtype, attrs in cases:
             kinds = [("", spec.entry)] + ([("_backward", spec.backward)] if spec.backward else [])
             for suffix, sym in kinds:
-                row = Row(name, fname + suffix, " x ".join(str(list(s)) for s in shapes), dtype)
+                label = fname + suffix + "".join(f" {k}={v}" for k, v in attrs.items())
+                row = Row(name, label, " x ".join(str(list(s)) for s in shapes), dtype)
                 try:
                     fn = getattr(importlib.import_module(f"kernels.{name}.{sym.module}"), sym.attr)
                     arrays = spec_arrays(spec, shapes, dtype)
