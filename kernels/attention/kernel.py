@@ -1,39 +1,40 @@
-"""Flash attention (forward and backward) with online softmax, causal masking and grouped-query
-heads: ``out = softmax(scale * q @ k.T [+ causal mask]) @ v`` per (batch, head).
+"""Flash attention (forward and backward) with causal masking and grouped-query heads:
+``out = softmax(scale * q @ k.T [+ causal mask]) @ v`` per (batch, head).
 
 Layout (the standard one): ``q`` [B, H, S, D], ``k`` and ``v`` [B, Hkv, S, D], ``out`` [B, H, S, D];
-``Hkv`` divides ``H`` and query head ``h`` reads KV head ``h // (H // Hkv)``.  ``S`` is a multiple
-of 128 (at most ``MAX_S``) and ``D <= 128``.  The TensorE contracts over the partition axis, so the
-kernels relay out in SBUF: q and k tiles are loaded transposed (``nl.load_transpose2d``, D on the
-partitions).
+``Hkv`` divides ``H`` and query head ``h`` reads KV head ``h // (H // Hkv)``.  ``1 <= S <= MAX_S``
+(a ragged last 128-row tile is handled with static partial tiles) and ``D <= 128``.  The TensorE
+contracts over the partition axis, so the kernels relay out in SBUF: q, k (and in the backward
+v, dO) are also loaded transposed (``nl.load_transpose2d``, D on the partitions).
 
 Forward, per (batch, KV head): K^T [D, S] and [V | 1] [128, S/128, D + 1] are loaded once and serve
-the ``H // Hkv`` query heads of the group.  Per query head, the steps (query tile of 128 rows, KV
-block of 512 keys) carry the online-softmax state of each query tile: ``u`` = minus the running
-row max and the fp32 accumulator ``acc = [sum p v, sum p]``.  Each step (``_STAGES``):
+the ``H // Hkv`` query heads of the group.  Each query tile (128 rows) takes two passes over its
+key blocks (512 keys, one fp32 PSUM bank), so the exp pass knows the exact row max and nothing is
+ever rescaled:
 
-    s      = q @ k.T [128 q, 512 k]                     TensorE (PSUM), for the row max only
-    u_new  = min(u, -rowmax(s))                         VectorE (max), GpSimd
-    s.T+u  = k @ q.T + ones.T @ diag(u_new)             TensorE, keys on the partitions
-    p.T    = exp(scale * (s.T + u_new))                 ScalarE, PSUM -> SBUF (matmul dtype)
-    alpha  = exp(scale * (u_new - u))                   ScalarE
-    acc    = acc * alpha + p @ [v | 1]                  TensorE, ScalarE, VectorE
-    out    = acc[:, :D] / acc[:, D],  lse = log(l) - scale * u
+    max pass:  s = q @ k.T [128 q, 512 k]                 TensorE (PSUM)
+               m = max over the blocks of rowmax(s)       VectorE (per block), GpSimd (combine)
+               u = -m (matmul dtype), diag(u)             GpSimd
+    exp pass:  (s + u).T = k @ q.T + ones.T @ diag(u)     TensorE, keys on the partitions
+               p.T = exp(scale * (s + u).T)               ScalarE, PSUM -> SBUF (matmul dtype)
+               acc += p @ [v | 1]                         TensorE, one PSUM tile over all blocks
+               out = acc[:, :D] / acc[:, D]               ScalarE
+               lse = log(acc[:, D]) - scale * u           ScalarE, GpSimd
 
-With ``causal`` the KV blocks after a query tile are never computed, a diagonal tile computes keys
-up to its last row only, and its last 128 keys get a causal bias (built once with
-``nisa.affine_select``) added in PSUM by an identity matmul.  The steps are unrolled at trace time
-and software-pipelined (stage s of step t issued with stage s-1 of step t+1).  Matmul inputs are
-in the input dtype (bf16 stays bf16, fp32 runs the fp32 TensorE path); PSUM, the statistics and
-the accumulators are fp32 (``u`` is rounded to the matmul dtype once, so every use agrees).
+With the keys on the partitions, exp of the scores is directly the stationary operand of P @ V
+(no transpose), and the ones column of [V | 1] makes the same matmul sum the probabilities.
+With ``causal`` the blocks after a query tile are never computed, a diagonal block stops at the
+tile's last row, and its diagonal tile gets a causal bias (built once with
+``nisa.affine_select``) added in PSUM by an identity matmul.  Both passes of all tiles of the
+group's heads are unrolled at trace time and software-pipelined into one instruction stream per
+engine (the exp pass of a tile runs ``FWD_LAG`` tiles behind its max pass).  Matmul inputs are in
+the input dtype (bf16 stays bf16, fp32 runs the fp32 TensorE path); PSUM, the statistics and the
+accumulators are fp32 (``u`` is rounded to the matmul dtype once, so every use agrees).
 
-Backward (FlashAttention-2 style, recomputing probabilities from the saved log-sum-exp): the
-forward kernel is rerun with ``with_lse=True``; then one kernel per (batch, KV head) loops over KV
-tiles outside and (query head of the group, query tile) inside, recomputing
-``p = exp(scale * s - lse)`` and accumulating ``dV = sum p.T @ dO`` and
-``dK = scale * sum ds.T @ q`` in PSUM, with ``ds = p * (dO @ v.T - rowsum(dO * out))``; a second
-kernel loops over query tiles outside and KV tiles inside and accumulates
-``dQ = scale * sum ds @ k`` in PSUM.
+Backward (FlashAttention-2 style, probabilities recomputed from the saved log-sum-exp): the
+forward kernel is rerun with ``with_lse=True``; then one kernel (``_Backward``) per batch element
+iterates, per KV head, key blocks outside and (query head, query tile) inside, with the query-side
+tiles resident in SBUF: dK and dV accumulate in PSUM, dQ in SBUF (fp32).
 """
 
 from __future__ import annotations
@@ -52,264 +53,426 @@ from nkikit import dtypes
 DTYPES = ("float32", "bfloat16")
 TILE = 128  # query and key rows per tile (partitions)
 MAX_D = 128  # head dim: the contraction of q @ k.T runs over the partitions
-MAX_S = 4096  # a head's K^T, Q^T, [V | 1], accumulators and output stay in SBUF; the
-# forward's (query tile, KV block) steps are unrolled at trace time
-NEG_BIG = -3.0e38  # masked scores (and minus the running max before the first block)
-KV_BLOCK = 512  # keys per online-softmax step: one fp32 PSUM bank of scores [128, 512]
+MAX_S = 4096  # a head's K^T, Q^T, [V | 1] and output (forward) and the query-side tiles
+# (backward) stay in SBUF; the (query tile, key block) steps are unrolled at trace time
+NEG_BIG = -3.0e38  # the causal bias of masked scores
+KV_BLOCK = 512  # keys per step: one fp32 PSUM bank of scores [128, 512]
 
 
-def _forward_head(q_t, k_t, v_ext, o_sb, lse_sb, consts, causal, scale, mm_dt):
-    """Online-softmax attention of one query head (all its query tiles) against one KV head.
+# Forward software pipeline: pool depths (rotating on-chip buffers) and the lag of the exp pass
+FWD_S_BUFS = 3  # PSUM banks of max-pass scores [128 q, 512 k]
+FWD_ST_BUFS = 3  # PSUM banks of exp-pass scores.T [128 k, 4 x 128 q]
+FWD_ACC_BUFS = 2  # PSUM [128 q, D + 1] accumulators (one per query tile in flight)
+FWD_P_BUFS = 4  # SBUF exp(scores.T) tiles
+FWD_LAG = 2  # query tiles between the max pass and the exp pass of a tile
+STORE_TILES = 4  # query tiles per output store
 
-    ``q_t`` [D, S] and ``k_t`` [D, S] (transposed), ``v_ext`` [128, S/128, D + 1] (V with a
-    column of ones, so the P @ V matmul also sums the probabilities of each row); results go to
-    ``o_sb`` [128, S/128, D] and ``lse_sb`` [128, S/128].
 
-    The steps (query tile i, KV block j) run in the order of the blocks; each step is a chain
-    of stages on four engines (``_STAGES``).  The steps are unrolled and software-pipelined:
-    stage s of step t is issued together with stage s-1 of step t+1, so that while the VectorE
-    reduces one tile's scores the ScalarE exponentiates the previous one and the TensorE
-    multiplies the one before (engines run their instructions in program order)."""
-    seq = k_t.shape[1]
-    n_q = seq // TILE
-    n_blocks = math.ceil(seq / KV_BLOCK)
-    per_block = KV_BLOCK // TILE
-    steps = []  # (query tile, block, key width, diagonal offset or None, last step of the tile)
-    for j in range(n_blocks):
+def _rows(t: int, seq: int) -> int:
+    """Rows of 128-row tile ``t`` of a length-``seq`` sequence (the last one may be ragged)."""
+    return min(TILE, seq - t * TILE)
+
+
+def _runs(t0: int, n: int, seq: int) -> list[tuple[int, int, int]]:
+    """Tiles ``t0 .. t0 + n - 1`` as runs ``(first, count, rows)`` of equal row counts
+    (``first`` counted from t0): the full tiles, then a ragged last tile."""
+    full = max(0, min(n, seq // TILE - t0))
+    runs = [(0, full, TILE)] if full else []
+    if full < n:
+        runs.append((full, n - full, _rows(t0 + full, seq)))
+    return runs
+
+
+def _move_tiles(sb, sb_t0: int, hbm, t0: int, n: int, seq: int, d: int, store: bool = False):
+    """Copy 128-row tiles ``t0 .. t0 + n - 1`` of a [S, D] HBM tensor (``hbm(rows, cols)``
+    indexes it) to / from ``sb[row, sb_t0 + tile, col]``: one DMA for the full tiles, one for
+    a ragged last tile."""
+    for k0, cnt, r in _runs(t0, n, seq):
+        p3 = nl.arange(r)[:, None, None]
+        t3 = nl.arange(cnt)[None, :, None]
+        d3 = nl.arange(d)[None, None, :]
+        rows = (t0 + k0 + t3) * TILE + p3
+        if store:
+            nl.store(hbm(rows, d3), value=sb[p3, sb_t0 + k0 + t3, d3])
+        else:
+            sb[p3, sb_t0 + k0 + t3, d3] = nl.load(hbm(rows, d3))
+
+
+def _move_cols(sb, hbm, n: int, seq: int, store: bool = False):
+    """Copy a [S] HBM vector (``hbm(rows)`` indexes it) to / from ``sb[row, tile]`` [128, n]
+    (one DMA for the full tiles, one for a ragged last tile)."""
+    full = seq // TILE
+    runs = [(0, full, TILE)] if full else []
+    if full < n:
+        runs.append((full, 1, seq - full * TILE))
+    for k0, cnt, r in runs:
+        i_p = nl.arange(r)[:, None]
+        i_t = nl.arange(cnt)[None, :]
+        if store:
+            nl.store(hbm((k0 + i_t) * TILE + i_p), value=sb[i_p, k0 + i_t])
+        else:
+            sb[i_p, k0 + i_t] = nl.load(hbm((k0 + i_t) * TILE + i_p))
+
+
+def _blocks(i: int, seq: int, causal: bool) -> list[tuple[int, int, int | None]]:
+    """``(key block j, keys, diagonal key tile or None)`` of query tile ``i``: with ``causal``
+    the blocks after the tile are left out and the diagonal block stops at the tile's last
+    row (the diagonal key tile is the last one of the block's keys)."""
+    per = KV_BLOCK // TILE
+    out = []
+    for j in range(math.ceil(seq / KV_BLOCK)):
         w = min(KV_BLOCK, seq - j * KV_BLOCK)
-        for i in range(n_q):
-            c = i - j * per_block
-            if causal and c < 0:
-                continue  # the whole block is after every query of the tile
-            if causal and c < w // TILE:
-                steps.append([i, j, (c + 1) * TILE, c])  # diagonal: keys up to the tile's end
-            else:
-                steps.append([i, j, w, None])
-    last = {}
-    for n, st in enumerate(steps):
-        last[st[0]] = n
-    for n, st in enumerate(steps):
-        st.append(last[st[0]] == n)
-
-    ctx = {
-        "q_t": q_t,
-        "k_t": k_t,
-        "v_ext": v_ext,
-        "o_sb": o_sb,
-        "lse_sb": lse_sb,
-        "consts": consts,
-        "scale": scale,
-        "mm_dt": mm_dt,
-        "u": {},
-        "acc": {},
-    }
-    live = [dict() for _ in steps]  # the tiles one step passes from stage to stage
-    n_stages = len(_STAGES)
-    for tick in range(len(steps) + n_stages - 1):
-        for stage in reversed(range(n_stages)):
-            n = tick - stage
-            if 0 <= n < len(steps):
-                _STAGES[stage](ctx, steps[n], live[n])
+        c = i - j * per
+        if causal and c < 0:
+            break
+        if causal and c < math.ceil(w / TILE):
+            out.append((j, min((c + 1) * TILE, w), c))
+        else:
+            out.append((j, w, None))
+    return out
 
 
-def _stage_scores(ctx, step, t):
-    """TensorE: s = q @ k.T [128 q, width] fp32 in PSUM, for the row max only; a diagonal tile
-    adds the causal bias (0 / NEG_BIG) to its last 128 columns with an identity matmul."""
-    i, j, width, diag, _ = step
-    d = ctx["q_t"].shape[0]
-    i_p = nl.arange(TILE)[:, None]
-    i_f = nl.arange(TILE)[None, :]
-    i_dp = nl.arange(d)[:, None]
-    i_w = nl.arange(width)[None, :]
-    s_ps = nl.ndarray((nl.par_dim(TILE), width), dtype=nl.float32, buffer=nl.psum)
-    s_ps[i_p, i_w] = nisa.nc_matmul(
-        ctx["q_t"][i_dp, i * TILE + i_f], ctx["k_t"][i_dp, j * KV_BLOCK + i_w]
-    )
-    if diag is not None:
-        c = ctx["consts"]
-        s_ps[i_p, diag * TILE + i_f] += nisa.nc_matmul(c["ident"], c["mask"])
-    t["s"] = s_ps
+def _merge(counts: list[int], lag: float) -> list[tuple[str, int, int]]:
+    """One program order for the two passes: the max-pass steps ``("max", tile, block)`` of
+    tile ``t + lag`` interleaved evenly with the exp-pass steps ``("exp", tile, block)`` of
+    tile ``t``."""
+    keyed = []
+    for t, n in enumerate(counts):
+        for kk in range(n):
+            keyed.append((t + (kk + 0.5) / n, 0, "max", t, kk))
+            keyed.append((t + lag + (kk + 0.5) / n, 1, "exp", t, kk))
+    keyed.sort()
+    return [(kind, t, kk) for _, _, kind, t, kk in keyed]
 
 
-def _stage_max(ctx, step, t):
-    """VectorE: the row max of s; GpSimd: u_new = min(u, -rowmax) (u = minus the running max,
-    kept in the matmul dtype so that every use below sees the same value), diag(u_new) and
-    u_new - u_old."""
-    i = step[0]
-    mm_dt = ctx["mm_dt"]
-    gp = nisa.engine.gpsimd
-    bmax = nisa.tensor_reduce(nl.max, t["s"], axis=(1,), dtype=nl.float32, keepdims=True)
-    u_old = ctx["u"].get(i)
-    t["u_old"] = u_old
-    if u_old is None:
-        u_new = nisa.tensor_scalar(bmax, nl.multiply, -1.0, dtype=mm_dt, engine=gp)
-    else:
-        u_new = nisa.tensor_scalar(
-            bmax, nl.multiply, -1.0, op1=nl.minimum, operand1=u_old, dtype=mm_dt, engine=gp
+# stage -> tick offset after the step's first instruction; engines run in program order, so the
+# offsets give each engine an independent tile while the others finish theirs
+_MAX_STAGES = {0: "scores", 1: "rowmax"}
+_EXP_STAGES = {0: "scores_t", 1: "exp", 4: "pv", 5: "finish"}
+
+
+class _ForwardGroup:
+    """The forward of one (batch, KV head): the query heads of the group, all query tiles.
+
+    Two passes per query tile (see the module docstring): the max pass finds the exact row
+    max ``m`` (so the exp pass needs no rescaling), the exp pass computes ``p.T`` with the
+    keys on the partitions and accumulates ``[p @ v | rowsum(p)]`` in one PSUM tile over all
+    key blocks.  Both passes of all tiles are unrolled and software-pipelined into one
+    instruction stream per engine."""
+
+    def __init__(self, q, k, v, out, lse, b, g, consts, causal, scale):
+        self.q, self.out, self.lse, self.b = q, out, lse, b
+        _, n_heads, seq, d = q.shape
+        self.group = n_heads // k.shape[1]
+        self.g, self.seq, self.d = g, seq, d
+        self.n_q = math.ceil(seq / TILE)
+        self.mm_dt = q.dtype
+        self.consts, self.causal, self.scale = consts, causal, scale
+        mm_dt = self.mm_dt
+        i_dp = nl.arange(d)[:, None]
+        i_d = nl.arange(d)[None, :]
+        # K^T [D, S] and [V | 1] [128, S/128, D + 1], loaded once for the group's query heads
+        self.k_t = nl.ndarray((nl.par_dim(d), seq), dtype=mm_dt, buffer=nl.sbuf)
+        for j in range(math.ceil(seq / KV_BLOCK)):
+            w = min(KV_BLOCK, seq - j * KV_BLOCK)
+            self.k_t[i_dp, j * KV_BLOCK + nl.arange(w)[None, :]] = nl.load_transpose2d(
+                k[b, g, j * KV_BLOCK + nl.arange(w)[:, None], i_d]
+            )
+        self.q_t: dict = {}
+        self._load_q(0)  # before V: the first matmuls need K^T and Q^T only
+        i_p3 = nl.arange(TILE)[:, None, None]
+        i_t3 = nl.arange(self.n_q)[None, :, None]
+        self.v_ext = nl.ndarray((nl.par_dim(TILE), self.n_q, d + 1), dtype=mm_dt, buffer=nl.sbuf)
+        # the ones column first: the GpSimd then need not wait for the load of V
+        self.v_ext[i_p3, i_t3, nl.arange(1)[None, None, :] + d] = nisa.memset(
+            (TILE, self.n_q, 1), 1.0, dtype=mm_dt, engine=nisa.engine.gpsimd
         )
-        t["du"] = nisa.tensor_tensor(u_new, u_old, op=nl.subtract, dtype=nl.float32, engine=gp)
-    ctx["u"][i] = t["u"] = u_new
-    t["u_diag"] = nisa.tensor_scalar(
-        ctx["consts"]["ident"], nl.multiply, u_new, dtype=mm_dt, engine=gp
-    )
+        _move_tiles(self.v_ext, 0, lambda r, c: v[b, g, r, c], 0, self.n_q, seq, d)
+        # rotating buffers of the hot tiles
+        f32 = nl.float32
+        self.s_pool = nl.ndarray((FWD_S_BUFS, nl.par_dim(TILE), KV_BLOCK), f32, buffer=nl.psum)
+        self.st_pool = nl.ndarray((FWD_ST_BUFS, nl.par_dim(TILE), KV_BLOCK), f32, buffer=nl.psum)
+        self.acc_pool = nl.ndarray((FWD_ACC_BUFS, nl.par_dim(TILE), d + 1), f32, buffer=nl.psum)
+        self.p_pool = nl.ndarray((FWD_P_BUFS, nl.par_dim(TILE), KV_BLOCK), mm_dt, buffer=nl.sbuf)
+        self.o_sb: dict = {}
+        self.lse_sb: dict = {}
+        self.tiles = [(hh, i) for hh in range(self.group) for i in range(self.n_q)]
+        self.blocks = [_blocks(i, seq, causal) for _, i in self.tiles]
+        self.run: dict = {}  # running max of the max pass, per tile
+        self.u: dict = {}  # -m in the matmul dtype, per tile
+        self.u_diag: dict = {}
+        self.slots: dict = {}  # (kind, tile, block) -> pool slot
+        self.n_steps = {"max": 0, "exp": 0, "acc": 0}
 
+    # -- loads and stores --------------------------------------------------------------------
+    def _load_q(self, hh: int) -> None:
+        if hh >= self.group or hh in self.q_t:
+            return
+        d, seq = self.d, self.seq
+        q_t = nl.ndarray((nl.par_dim(d), seq), dtype=self.mm_dt, buffer=nl.sbuf)
+        h = self.g * self.group + hh
+        for j in range(math.ceil(seq / KV_BLOCK)):
+            w = min(KV_BLOCK, seq - j * KV_BLOCK)
+            q_t[nl.arange(d)[:, None], j * KV_BLOCK + nl.arange(w)[None, :]] = nl.load_transpose2d(
+                self.q[self.b, h, j * KV_BLOCK + nl.arange(w)[:, None], nl.arange(d)[None, :]]
+            )
+        self.q_t[hh] = q_t
 
-def _stage_scores_t(ctx, step, t):
-    """TensorE: s.T + u per 128 keys, [128 k, width] fp32 in PSUM: k_tile @ q.T, plus
-    ones.T @ diag(u) (adds u[q] to every key row), plus the transposed causal bias on a
-    diagonal tile.  With the keys on the partitions, exp of this tile is already the
-    stationary operand of P @ V: no transpose of the probabilities."""
-    i, j, width, diag, _ = step
-    d = ctx["q_t"].shape[0]
-    c_ = ctx["consts"]
-    i_p = nl.arange(TILE)[:, None]
-    i_f = nl.arange(TILE)[None, :]
-    i_dp = nl.arange(d)[:, None]
-    st_ps = nl.ndarray((nl.par_dim(TILE), width), dtype=nl.float32, buffer=nl.psum)
-    for c in nl.static_range(width // TILE):
-        cols = c * TILE + i_f
-        st_ps[i_p, cols] = nisa.nc_matmul(
-            ctx["k_t"][i_dp, j * KV_BLOCK + c * TILE + i_f], ctx["q_t"][i_dp, i * TILE + i_f]
+    def _slot(self, kind: str, key, n: int) -> int:
+        if key not in self.slots:
+            self.slots[key] = self.n_steps[kind] % n
+            self.n_steps[kind] += 1
+        return self.slots[key]
+
+    # -- stages --------------------------------------------------------------------------------
+    def scores(self, t: int, kk: int) -> None:
+        """TensorE: s = q @ k.T [128 q, keys] fp32 in PSUM, for the row max; a diagonal block
+        adds the causal bias to its last key tile with an identity matmul."""
+        hh, i = self.tiles[t]
+        if i == 0 and kk == 0:
+            self._load_q(hh)
+            self._load_q(hh + 1)  # prefetch the next head
+        j, w, diag = self.blocks[t][kk]
+        rq = _rows(i, self.seq)
+        s = self.s_pool[self._slot("max", ("max", t, kk), FWD_S_BUFS)]
+        i_p = nl.arange(rq)[:, None]
+        i_f = nl.arange(rq)[None, :]
+        i_dp = nl.arange(self.d)[:, None]
+        i_w = nl.arange(w)[None, :]
+        s[i_p, i_w] = nisa.nc_matmul(
+            self.q_t[hh][i_dp, i * TILE + i_f], self.k_t[i_dp, j * KV_BLOCK + i_w]
         )
-        st_ps[i_p, cols] += nisa.nc_matmul(c_["ones"], t["u_diag"])
-        if diag is not None and c == diag:
-            st_ps[i_p, cols] += nisa.nc_matmul(c_["ident"], c_["mask_t"])
-    t["st"] = st_ps
+        if diag is not None:  # the diagonal key tile has the query tile's rows
+            c = self.consts
+            s[i_p, diag * TILE + i_f] += nisa.nc_matmul(c["ident"][i_p, i_f], c["mask"][i_p, i_f])
 
-
-def _stage_exp(ctx, step, t):
-    """ScalarE: p.T = exp(scale * (s.T + u)) into SBUF in the matmul dtype, and
-    alpha = exp(scale * (u_new - u_old)), the factor that rescales the accumulator."""
-    t["p_t"] = nisa.activation(nl.exp, t["st"], scale=ctx["scale"], dtype=ctx["mm_dt"])
-    if t["u_old"] is not None:
-        t["alpha"] = nisa.activation(nl.exp, t["du"], scale=ctx["scale"], dtype=nl.float32)
-
-
-def _stage_pv(ctx, step, t):
-    """TensorE: [p @ v | rowsum(p)] accumulated in PSUM over the block's key tiles."""
-    _, j, width, _, _ = step
-    v_ext = ctx["v_ext"]
-    d1 = v_ext.shape[-1]
-    i_p = nl.arange(TILE)[:, None]
-    i_f = nl.arange(TILE)[None, :]
-    i_d1 = nl.arange(d1)[None, :]
-    pv = nl.zeros((TILE, d1), dtype=nl.float32, buffer=nl.psum)
-    for c in nl.static_range(width // TILE):
-        pv += nisa.nc_matmul(
-            t["p_t"][i_p, c * TILE + i_f], v_ext[i_p, j * (KV_BLOCK // TILE) + c, i_d1]
-        )
-    t["pv"] = pv
-
-
-def _stage_acc(ctx, step, t):
-    """acc = acc * alpha (ScalarE) + [p @ v | rowsum(p)] (VectorE, one PSUM operand); the last
-    step of a query tile then writes out = acc[:, :D] / l (GpSimd) and lse = log(l) -
-    scale * u (ScalarE, GpSimd)."""
-    i, _, _, _, is_last = step
-    acc_old = ctx["acc"].get(i)
-    if acc_old is None:
-        acc = nisa.activation(nl.copy, t["pv"], dtype=nl.float32)
-    else:
-        scaled = nisa.activation(nl.copy, acc_old, scale=t["alpha"], dtype=nl.float32)
-        acc = nisa.tensor_tensor(scaled, t["pv"], op=nl.add, dtype=nl.float32)
-    ctx["acc"][i] = acc
-    if is_last:
+    def rowmax(self, t: int, kk: int) -> None:
+        """VectorE: the block's row max; GpSimd: the running max over the blocks, then
+        u = -max in the matmul dtype (every use below sees this one value) and diag(u)."""
         gp = nisa.engine.gpsimd
-        d = ctx["o_sb"].shape[-1]
-        i_p = nl.arange(TILE)[:, None]
+        n = len(self.blocks[t])
+        _, w, _ = self.blocks[t][kk]
+        rq = _rows(self.tiles[t][1], self.seq)
+        s = self.s_pool[self.slots[("max", t, kk)]]
+        i_p = nl.arange(rq)[:, None]
+        scores = s[i_p, nl.arange(w)[None, :]]
+        if n == 1:
+            u = nisa.tensor_reduce(
+                nl.max, scores, axis=(1,), negate=True, dtype=self.mm_dt, keepdims=True
+            )
+        else:
+            bmax = nisa.tensor_reduce(nl.max, scores, axis=(1,), dtype=nl.float32, keepdims=True)
+            if kk == 0:
+                self.run[t] = bmax
+                return
+            if kk < n - 1:
+                self.run[t] = nisa.tensor_tensor(
+                    self.run[t], bmax, op=nl.maximum, dtype=nl.float32, engine=gp
+                )
+                return
+            u = nisa.tensor_scalar(
+                bmax,
+                nl.maximum,
+                self.run.pop(t),
+                op1=nl.multiply,
+                operand1=-1.0,
+                dtype=self.mm_dt,
+                engine=gp,
+            )
+        self.u[t] = u
+        self.u_diag[t] = nisa.tensor_scalar(
+            self.consts["ident"][i_p, nl.arange(rq)[None, :]],
+            nl.multiply,
+            u,
+            dtype=self.mm_dt,
+            engine=gp,
+        )
+
+    def _key_tiles(self, w: int) -> list[tuple[int, int]]:
+        """(key tile in the block, keys) of a block of ``w`` keys."""
+        return [(c, min(TILE, w - c * TILE)) for c in range(math.ceil(w / TILE))]
+
+    def scores_t(self, t: int, kk: int) -> None:
+        """TensorE: (s + u).T per 128 keys, [128 k, keys/128 x 128 q] fp32 in PSUM:
+        k_tile @ q.T, plus ones.T @ diag(u) (adds u[q] to every key row), plus the transposed
+        causal bias on the diagonal key tile."""
+        hh, i = self.tiles[t]
+        j, w, diag = self.blocks[t][kk]
+        rq = _rows(i, self.seq)
+        c_ = self.consts
+        st = self.st_pool[self._slot("exp", ("exp", t, kk), FWD_ST_BUFS)]
+        i_q = nl.arange(rq)[None, :]
+        i_dp = nl.arange(self.d)[:, None]
+        for c, rk in self._key_tiles(w):
+            i_k = nl.arange(rk)[:, None]
+            cols = c * TILE + i_q
+            st[i_k, cols] = nisa.nc_matmul(
+                self.k_t[i_dp, j * KV_BLOCK + c * TILE + nl.arange(rk)[None, :]],
+                self.q_t[hh][i_dp, i * TILE + i_q],
+            )
+            st[i_k, cols] += nisa.nc_matmul(
+                c_["ones"][nl.arange(rq)[:, None], nl.arange(rk)[None, :]], self.u_diag[t]
+            )
+            if diag == c:  # rk == rq
+                st[i_k, cols] += nisa.nc_matmul(
+                    c_["ident"][i_k, nl.arange(rk)[None, :]], c_["mask_t"][i_k, i_q]
+                )
+        if kk == len(self.blocks[t]) - 1:
+            del self.u_diag[t]
+
+    def exp(self, t: int, kk: int) -> None:
+        """ScalarE: p.T = exp(scale * (s + u).T), PSUM -> SBUF in the matmul dtype (one
+        instruction for the block; per key tile when the tiles are ragged)."""
+        _, w, _ = self.blocks[t][kk]
+        rq = _rows(self.tiles[t][1], self.seq)
+        slot = self.slots[("exp", t, kk)]
+        if rq == TILE and w % TILE == 0:
+            regions = [(TILE, nl.arange(w)[None, :])]
+        else:
+            regions = [(rk, c * TILE + nl.arange(rq)[None, :]) for c, rk in self._key_tiles(w)]
+        for rk, cols in regions:
+            i_k = nl.arange(rk)[:, None]
+            self.p_pool[slot % FWD_P_BUFS, i_k, cols] = nisa.activation(
+                nl.exp, self.st_pool[slot, i_k, cols], scale=self.scale, dtype=self.mm_dt
+            )
+
+    def pv(self, t: int, kk: int) -> None:
+        """TensorE: [p @ v | rowsum(p)] accumulated in one PSUM tile over all key blocks."""
+        j, w, _ = self.blocks[t][kk]
+        rq = _rows(self.tiles[t][1], self.seq)
+        slot = self.slots[("exp", t, kk)]
+        acc = self.acc_pool[self._slot("acc", ("acc", t), FWD_ACC_BUFS)]
+        d1 = self.d + 1
+        i_p = nl.arange(rq)[:, None]
+        i_q = nl.arange(rq)[None, :]
+        i_d1 = nl.arange(d1)[None, :]
+        p = self.p_pool[slot % FWD_P_BUFS]
+        for c, rk in self._key_tiles(w):
+            i_k = nl.arange(rk)[:, None]
+            prod = nisa.nc_matmul(
+                p[i_k, c * TILE + i_q], self.v_ext[i_k, j * (KV_BLOCK // TILE) + c, i_d1]
+            )
+            if kk == 0 and c == 0:
+                acc[i_p, i_d1] = prod
+            else:
+                acc[i_p, i_d1] += prod
+
+    def finish(self, t: int, kk: int) -> None:
+        """After the last block of a tile: out = acc[:, :D] / l (ScalarE), lse = log(l) -
+        scale * u; after the last tile of a head, the head's stores."""
+        if kk != len(self.blocks[t]) - 1:
+            return
+        hh, i = self.tiles[t]
+        d = self.d
+        acc = self.acc_pool[self.slots.pop(("acc", t))]
+        i_p = nl.arange(_rows(i, self.seq))[:, None]
         i_d = nl.arange(d)[None, :]
         l_col = acc[i_p, nl.arange(1)[None, :] + d]
-        ctx["o_sb"][i_p, i, i_d] = nisa.tensor_scalar(
-            acc[i_p, i_d], nl.divide, l_col, dtype=ctx["o_sb"].dtype, engine=gp
+        if hh not in self.o_sb:
+            self.o_sb[hh] = nl.ndarray(
+                (nl.par_dim(TILE), self.n_q, d), dtype=self.q.dtype, buffer=nl.sbuf
+            )
+            if self.lse is not None:
+                self.lse_sb[hh] = nl.ndarray(
+                    (nl.par_dim(TILE), self.n_q), dtype=nl.float32, buffer=nl.sbuf
+                )
+        recip = nisa.activation(nl.reciprocal, l_col, dtype=nl.float32)
+        self.o_sb[hh][i_p, i, i_d] = nisa.activation(
+            nl.copy, acc[i_p, i_d], scale=recip, dtype=self.q.dtype
         )
-        if ctx["lse_sb"] is not None:
+        u = self.u.pop(t)
+        if self.lse is not None:
             log_l = nisa.activation(nl.log, l_col, dtype=nl.float32)
-            minus_m = nisa.tensor_scalar(
-                ctx["u"][i], nl.multiply, ctx["scale"], dtype=nl.float32, engine=gp
+            self.lse_sb[hh][i_p, i] = nisa.tensor_scalar(
+                u,
+                nl.multiply,
+                -self.scale,
+                op1=nl.add,
+                operand1=log_l,
+                dtype=nl.float32,
+                engine=nisa.engine.gpsimd,
             )
-            ctx["lse_sb"][i_p, i] = nisa.tensor_tensor(
-                log_l, minus_m, op=nl.subtract, dtype=nl.float32, engine=gp
-            )
+        if i == self.n_q - 1 or (i + 1) % STORE_TILES == 0:
+            self._store(hh, i)
 
+    def _store(self, hh: int, i: int) -> None:
+        """Store query tiles ``i0..i`` of head ``hh`` (the last ones since the previous store,
+        so the last head's tail waits for a short transfer only)."""
+        h = self.g * self.group + hh
+        i0 = (i // STORE_TILES) * STORE_TILES
+        b = self.b
+        _move_tiles(
+            self.o_sb[hh],
+            i0,
+            lambda r, c: self.out[b, h, r, c],
+            i0,
+            i + 1 - i0,
+            self.seq,
+            self.d,
+            store=True,
+        )
+        if i == self.n_q - 1 and self.lse is not None:  # one store per head: [128, S/128]
+            _move_cols(self.lse_sb[hh], lambda r: self.lse[b, h, r], self.n_q, self.seq, True)
+        if i == self.n_q - 1:
+            del self.o_sb[hh], self.q_t[hh]
+            self.lse_sb.pop(hh, None)
 
-_STAGES = (_stage_scores, _stage_max, _stage_scores_t, _stage_exp, _stage_pv, _stage_acc)
+    def run_all(self) -> None:
+        order = _merge([len(bl) for bl in self.blocks], FWD_LAG)
+        stages = {"max": _MAX_STAGES, "exp": _EXP_STAGES}
+        depth = max(max(s) for s in stages.values())
+        for tick in range(len(order) + depth):
+            for off in range(depth, -1, -1):
+                n = tick - off
+                if 0 <= n < len(order):
+                    kind, t, kk = order[n]
+                    name = stages[kind].get(off)
+                    if name is not None:
+                        getattr(self, name)(t, kk)
 
 
 @nki.jit
 def flash_attention_fwd_kernel(q, k, v, causal, scale, with_lse):
-    """Attention forward for ``q`` [B, H, S, D], ``k``/``v`` [B, Hkv, S, D] (one dtype, S a
-    multiple of 128, D <= 128).  Returns ``out`` [B, H, S, D] in q's dtype, and with
+    """Attention forward for ``q`` [B, H, S, D], ``k``/``v`` [B, Hkv, S, D] (one dtype,
+    1 <= S <= MAX_S, D <= 128).  Returns ``out`` [B, H, S, D] in q's dtype, and with
     ``with_lse`` also the log-sum-exp of the scaled scores, [B, H, S] fp32."""
     b_size, n_heads, seq, d = q.shape
     n_kv = k.shape[1]
-    group = n_heads // n_kv
-    pmax = TILE
-    n_q = seq // pmax
-    n_blocks = math.ceil(seq / KV_BLOCK)
     mm_dt = q.dtype
     out = nl.ndarray((b_size, n_heads, seq, d), dtype=q.dtype, buffer=nl.shared_hbm)
     lse = nl.ndarray((b_size, n_heads, seq), dtype=nl.float32, buffer=nl.shared_hbm)
+    consts = _constants(mm_dt)
+    for b in nl.affine_range(b_size):
+        for g in nl.affine_range(n_kv):
+            _ForwardGroup(
+                q, k, v, out, lse if with_lse else None, b, g, consts, causal, scale
+            ).run_all()
+    if with_lse:
+        return out, lse
+    return out
 
-    i_p = nl.arange(pmax)[:, None]
-    i_f = nl.arange(pmax)[None, :]
-    i_dp = nl.arange(d)[:, None]
-    i_d = nl.arange(d)[None, :]
-    i_q = nl.arange(n_q)[None, :]
-    # 3-D [128 rows, tile, D] views of a [S, D] head: row t * 128 + p
-    i_p3 = nl.arange(pmax)[:, None, None]
-    i_t3 = nl.arange(n_q)[None, :, None]
-    i_d3 = nl.arange(d)[None, None, :]
 
-    # constants: the causal bias of a diagonal tile (0 where key <= query, else NEG_BIG) and its
-    # transpose, built once with affine_select and added to the diagonal score tiles in PSUM
-    # by identity matmuls; a ones tile for the broadcast of u along the keys
-    zeros = nl.zeros((pmax, pmax), dtype=mm_dt, buffer=nl.sbuf)
-    consts = {
-        "ident": nl.load(nl.shared_identity_matrix(pmax, dtype=mm_dt)[i_p, i_f]),
+def _constants(mm_dt):
+    """The identity, the causal bias of a diagonal tile (0 where key <= query, else NEG_BIG)
+    and its transpose (added to diagonal score tiles in PSUM by identity matmuls), and a ones
+    tile (the broadcast of u along the keys); built on chip with affine_select (GpSimd)."""
+    i_p = nl.arange(TILE)[:, None]
+    i_f = nl.arange(TILE)[None, :]
+    zeros = nl.zeros((TILE, TILE), dtype=mm_dt, buffer=nl.sbuf)
+    ones = nl.ones((TILE, TILE), dtype=mm_dt, buffer=nl.sbuf)
+    lower = nisa.affine_select(pred=(i_p - i_f >= 0), on_true_tile=ones, on_false_value=0.0)
+    return {
+        "ident": nisa.affine_select(
+            pred=(i_f - i_p >= 0), on_true_tile=lower, on_false_value=0.0, dtype=mm_dt
+        ),
         "mask": nisa.affine_select(
             pred=(i_p - i_f >= 0), on_true_tile=zeros, on_false_value=NEG_BIG, dtype=mm_dt
         ),
         "mask_t": nisa.affine_select(
             pred=(i_f - i_p >= 0), on_true_tile=zeros, on_false_value=NEG_BIG, dtype=mm_dt
         ),
-        "ones": nl.ones((pmax, pmax), dtype=mm_dt, buffer=nl.sbuf),
+        "ones": ones,
     }
-
-    for b in nl.affine_range(b_size):
-        for g in nl.affine_range(n_kv):
-            # K^T [D, S] and [V | 1] [128, S/128, D + 1] of this KV head, loaded once for the
-            # group of query heads
-            k_t = nl.ndarray((nl.par_dim(d), seq), dtype=mm_dt, buffer=nl.sbuf)
-            for j in nl.static_range(n_blocks):
-                w = min(KV_BLOCK, seq - j * KV_BLOCK)
-                k_t[i_dp, j * KV_BLOCK + nl.arange(w)[None, :]] = nl.load_transpose2d(
-                    k[b, g, j * KV_BLOCK + nl.arange(w)[:, None], i_d]
-                )
-            v_ext = nl.ndarray((nl.par_dim(pmax), n_q, d + 1), dtype=mm_dt, buffer=nl.sbuf)
-            v_ext[i_p3, i_t3, i_d3] = nl.load(v[b, g, i_t3 * pmax + i_p3, i_d3])
-            v_ext[i_p3, i_t3, nl.arange(1)[None, None, :] + d] = nisa.memset(
-                (pmax, n_q, 1), 1.0, dtype=mm_dt, engine=nisa.engine.gpsimd
-            )
-
-            for hh in nl.affine_range(group):
-                h = g * group + hh
-                q_t = nl.ndarray((nl.par_dim(d), seq), dtype=mm_dt, buffer=nl.sbuf)
-                for j in nl.static_range(n_blocks):
-                    w = min(KV_BLOCK, seq - j * KV_BLOCK)
-                    q_t[i_dp, j * KV_BLOCK + nl.arange(w)[None, :]] = nl.load_transpose2d(
-                        q[b, h, j * KV_BLOCK + nl.arange(w)[:, None], i_d]
-                    )
-                o_sb = nl.ndarray((nl.par_dim(pmax), n_q, d), dtype=q.dtype, buffer=nl.sbuf)
-                lse_sb = None
-                if with_lse:
-                    lse_sb = nl.ndarray((nl.par_dim(pmax), n_q), dtype=nl.float32, buffer=nl.sbuf)
-                _forward_head(q_t, k_t, v_ext, o_sb, lse_sb, consts, causal, scale, mm_dt)
-                nl.store(out[b, h, i_t3 * pmax + i_p3, i_d3], value=o_sb)
-                if with_lse:
-                    nl.store(lse[b, h, i_q * pmax + i_p], value=lse_sb)
-    if with_lse:
-        return out, lse
-    return out
 
 
 def _check(fn: str, q, k, v, scale: float) -> tuple[int, int, int, int, int, float]:
@@ -327,10 +490,8 @@ def _check(fn: str, q, k, v, scale: float) -> tuple[int, int, int, int, int, flo
         raise ValueError(f"{fn}: the KV heads ({hkv}) must divide the query heads ({h})")
     if not 1 <= d <= MAX_D:
         raise ValueError(f"{fn}: the head dim D must be in [1, {MAX_D}], got {d}")
-    if s == 0 or s % TILE or s > MAX_S:
-        raise ValueError(
-            f"{fn}: the sequence length must be a positive multiple of {TILE} up to {MAX_S}, got {s}"
-        )
+    if not 1 <= s <= MAX_S:
+        raise ValueError(f"{fn}: the sequence length must be in [1, {MAX_S}], got {s}")
     if b == 0:
         raise ValueError(f"{fn}: the batch must not be empty")
     names = {dtypes.name(dtypes.as_dtype(t.dtype)) for t in (q, k, v)}
@@ -350,7 +511,7 @@ def attention(
     """Scaled dot-product attention ``softmax(scale * q @ k.T [+ causal mask]) @ v``.
 
     ``q``: [B, H, S, D]; ``k``, ``v``: [B, Hkv, S, D] with ``Hkv`` dividing ``H`` (grouped-query
-    attention: query head ``h`` uses KV head ``h // (H // Hkv)``); ``S`` a multiple of 128,
+    attention: query head ``h`` uses KV head ``h // (H // Hkv)``); ``1 <= S <= 4096``,
     ``1 <= D <= 128``.  Numpy arrays or CPU torch tensors, all float32 or all bfloat16.
     ``causal``: query ``i`` attends to keys ``j <= i`` only.  ``scale``: multiplies the scores;
     ``0.0`` (the default) means ``1 / sqrt(D)``.  Returns [B, H, S, D] in the input dtype.
@@ -361,159 +522,580 @@ def attention(
     return flash_attention_fwd_kernel(q, k, v, bool(causal), scale, False)
 
 
-def _probs_and_dscores(q_t, k_t, v_t, do_t, neg_lse, di, scale, mm_dt, diagonal):
-    """Recompute ``p = exp(scale * q k^T - lse)`` and ``ds = p * (dO v^T - rowsum(dO * out))``
-    for one [128 q, 128 k] tile pair, both in the matmul dtype (q on the partitions)."""
-    pmax = TILE
-    i_p = nl.arange(pmax)[:, None]
-    i_f = nl.arange(pmax)[None, :]
-    s = nisa.nc_matmul(q_t, k_t)
-    if diagonal:
-        s = nisa.affine_select(
-            pred=(i_p - i_f >= 0), on_true_tile=s, on_false_value=NEG_BIG, dtype=nl.float32
-        )
-    p = nisa.activation(nl.exp, s, bias=neg_lse, scale=scale, dtype=mm_dt)
-    dp = nisa.nc_matmul(do_t, v_t)
-    ds = nisa.scalar_tensor_tensor(
-        data=dp, op0=nl.subtract, operand0=di, op1=nl.multiply, operand1=p, dtype=mm_dt
+# Backward software pipeline: pool depths, prefetch distance and the SBUF budget
+BWD_S_BUFS = 2  # PSUM banks of scores and of dO @ v.T [128 q, 512 k] (each)
+BWD_W_BUFS = 4  # SBUF [128, 512] work tiles (p, dp - delta, ds, ds.T)
+BWD_DQ_BUFS = 2  # PSUM [128 q, D] partial dq
+BWD_SBUF_BUDGET = 200 * 1024  # bytes per partition for everything the backward keeps in SBUF
+OUT_BUFS = 3  # SBUF staging tiles of the dQ, dK, dV stores
+BWD_UNROLL_STEPS = 1536  # steps (query tile x key block) unrolled across KV heads at most
+BWD_PREFETCH = 8  # steps: the loads of a head (or of a KV head) are issued this far ahead
+_BWD_STAGES = {
+    0: "mm_scores",
+    1: "act",
+    2: "dscores",
+    4: "mm_grads",
+    5: "copy_t",
+    7: "mm_dq",
+    8: "dq_acc",
+}
+_PREP_AHEAD = 2  # steps: the row statistics of a query tile are computed this far ahead
+
+
+def _bwd_w_bufs(itemsize: int) -> int:
+    """Depth of the SBUF work tiles: fp32 matmuls are 4x slower, so fewer steps need to be in
+    flight; at least 3, since p is written at stage 1 and read at stage 4 (a slot may only be
+    rewritten after its last reader in program order)."""
+    return BWD_W_BUFS if itemsize == 2 else 3
+
+
+def _bwd_layout(group: int, seq: int, d: int, itemsize: int) -> tuple[int, bool]:
+    """(query heads per pass over the keys, whether the loads of the next heads and KV head
+    overlap the current ones) so that the resident tiles fit ``BWD_SBUF_BUDGET``.
+
+    Per partition: a KV head keeps K^T, V^T [D, S] and K [128, S/128, D]; a query head Q^T,
+    dO^T [D, S], Q, dO [128, S/128, D] (matmul dtype) and its fp32 dQ accumulator; fixed are
+    the work and staging tiles, a few blocks of the forward's output (for delta) and, with
+    more than one chunk, the fp32 dK/dV sums."""
+    rows = seq * d // TILE
+    blk = KV_BLOCK * d // TILE  # one 512-row block of a [S, D] tensor, per partition
+    per_kv = 2 * seq * itemsize + rows * itemsize
+    per_head = 2 * seq * itemsize + 2 * rows * itemsize + rows * 4
+    work = (
+        4 * _bwd_w_bufs(itemsize) * KV_BLOCK * itemsize  # p, dp - delta, ds, ds.T
+        + 2 * blk * 4  # dO * out
+        + (3 * OUT_BUFS + 3) * blk * itemsize  # dQ/dK/dV staging, out blocks in flight
+        + 6 * TILE * itemsize  # constants
     )
-    return p, ds
+    for overlap in (True, False):
+        for multi in (False, True):
+            fixed = work + (2 * rows * 4 if multi else 0) + (2 if overlap else 1) * per_kv
+            room = BWD_SBUF_BUDGET - fixed - (per_head if overlap else 0)
+            chunk = min(group, room // per_head)
+            if chunk >= 1 and (multi or chunk == group):
+                return chunk, overlap
+    return 1, False  # the verifier reports it if even this does not fit
 
 
-def _row_stats(o_ap, do_ap, lse_ap, mm_dt):
-    """``-lse`` and ``rowsum(dO * out)`` ([128, 1] fp32) of one query tile."""
-    do_sb = nl.load(do_ap)
-    o_sb = nl.load(o_ap)
-    prod = nisa.tensor_tensor(do_sb, o_sb, op=nl.multiply, dtype=nl.float32)
-    di = nisa.tensor_reduce(nl.add, prod, axis=(1,), dtype=nl.float32, keepdims=True)
-    neg_lse = nisa.tensor_scalar(nl.load(lse_ap), nl.multiply, -1.0, dtype=nl.float32)
-    return neg_lse, di
+class _Backward:
+    """The backward of one batch element (FlashAttention-2 style, probabilities recomputed
+    from the forward's log-sum-exp), all KV heads in one software pipeline.
+
+    Per KV head: key blocks (512 keys) outside, (query head, query tile) inside.  dK and dV
+    of the block's key tiles accumulate in PSUM over all query tiles of the group's heads;
+    dQ of each query tile accumulates in SBUF (fp32) over the key blocks.  The query-side
+    tiles of a head (Q, Q^T, dO, dO^T, -lse, -delta with delta = rowsum(dO * out)) are loaded
+    once and stay resident while the keys stream past; with many heads per KV head the group
+    is split into chunks that fit SBUF (dK/dV are then summed in SBUF over the chunks).  Each
+    step (query tile, key block):
+
+        s      = q @ k.T, dp = dO @ v.T [128 q, 512 k]       TensorE (PSUM)
+        p      = exp(scale * s - lse), dp - delta            ScalarE -> SBUF (matmul dtype)
+        ds     = p * (dp - delta)                            GpSimd
+        dV    += p.T @ dO, dK += ds.T @ q (per key tile)     TensorE (PSUM)
+        ds.T   = transpose(ds) per key tile                  TensorE (PSUM) -> VectorE copy
+        dQ    += ds @ k                                      TensorE (PSUM) -> VectorE add
+
+    The steps are unrolled and software-pipelined like the forward's; the loads of the next
+    heads and KV heads are issued ``BWD_PREFETCH`` steps ahead when SBUF has room for both."""
+
+    def __init__(self, q, k, v, o, do, lse, dq, dk, dv, b, groups, consts, causal, scale):
+        self.q, self.k, self.v, self.o, self.do, self.lse = q, k, v, o, do, lse
+        self.dq, self.dk, self.dv = dq, dk, dv
+        self.b = b
+        self.groups = groups  # KV heads of this pipeline: ints, or one rolled loop index
+        _, n_heads, seq, d = q.shape
+        self.group = n_heads // k.shape[1]
+        self.seq, self.d = seq, d
+        self.n_t = math.ceil(seq / TILE)
+        self.n_blocks = math.ceil(seq / KV_BLOCK)
+        self.mm_dt = q.dtype
+        self.consts, self.causal, self.scale = consts, causal, scale
+        mm_dt, f32 = self.mm_dt, nl.float32
+        self.w_bufs = _bwd_w_bufs(mm_dt.itemsize)
+        self.chunk, self.overlap = _bwd_layout(self.group, seq, d, mm_dt.itemsize)
+        self.n_chunks = math.ceil(self.group / self.chunk)
+        # rotating buffers (PSUM, bf16: 2 + 2 banks of scores, 3 KiB of ds.T, 1 KiB of dq, 2
+        # banks of dK/dV accumulators = the 8 banks)
+        self.s_pool = nl.ndarray((BWD_S_BUFS, nl.par_dim(TILE), KV_BLOCK), f32, buffer=nl.psum)
+        self.dp_pool = nl.ndarray((BWD_S_BUFS, nl.par_dim(TILE), KV_BLOCK), f32, buffer=nl.psum)
+        self.t_bufs = 3 if mm_dt.itemsize == 2 else 1  # fp32 transposes take a bank each
+        self.dst_ps = nl.ndarray((self.t_bufs, nl.par_dim(TILE), KV_BLOCK), mm_dt, buffer=nl.psum)
+        self.dq_ps = nl.ndarray((BWD_DQ_BUFS, nl.par_dim(TILE), d), f32, buffer=nl.psum)
+        per = KV_BLOCK // TILE
+        self.dk_ps = nl.ndarray((per, nl.par_dim(TILE), d), f32, buffer=nl.psum)
+        self.dv_ps = nl.ndarray((per, nl.par_dim(TILE), d), f32, buffer=nl.psum)
+        self.w_pool = {
+            name: nl.ndarray((self.w_bufs, nl.par_dim(TILE), KV_BLOCK), mm_dt, buffer=nl.sbuf)
+            for name in ("p", "dpm", "ds", "dst")
+        }
+        # small rotating tiles of their own: a fresh tile could reuse the memory of one that
+        # a (slow) store still reads, and wait for it
+        self.prod_pool = nl.ndarray((2, nl.par_dim(TILE), per, d), f32, buffer=nl.sbuf)
+        self.dq_out = nl.ndarray(
+            (OUT_BUFS, nl.par_dim(TILE), STORE_TILES, d), q.dtype, buffer=nl.sbuf
+        )
+        self.dk_out = nl.ndarray((OUT_BUFS, nl.par_dim(TILE), per, d), dk.dtype, buffer=nl.sbuf)
+        self.dv_out = nl.ndarray((OUT_BUFS, nl.par_dim(TILE), per, d), dv.dtype, buffer=nl.sbuf)
+        self.n_out = {"dq": 0, "dkv": 0, "prod": 0}
+        self.kv: dict = {}  # g -> resident K^T, V^T, K (and the chunk sums of dK, dV)
+        self.heads: dict = {}  # (g, hh) -> resident tiles of the query head
+        self.steps = self._plan()
+        self.loads = self._load_plan()
+        self.slots: dict = {}
+        self.n_slot = 0
+        self.touched: set = set()  # (g, chunk, block, key tile) with a dK/dV contribution
+        self.prepped: set = set()
+
+    # -- index helpers -------------------------------------------------------------------------
+    @staticmethod
+    def _p3():
+        return nl.arange(TILE)[:, None, None]
+
+    @staticmethod
+    def _t3(n):
+        return nl.arange(n)[None, :, None]
+
+    def _d3(self):
+        return nl.arange(self.d)[None, None, :]
+
+    # -- the plan ------------------------------------------------------------------------------
+    def _plan(self) -> list[tuple]:
+        """Steps ``(g, chunk, head, query tile, key block, keys, diagonal key tile or None,
+        first contribution to dQ of the tile, last one, last step of the block)``."""
+        per = KV_BLOCK // TILE
+        steps = []
+        for g in range(len(self.groups)):
+            for ch, c0 in enumerate(range(0, self.group, self.chunk)):
+                heads = range(c0, min(self.group, c0 + self.chunk))
+                for jb in range(self.n_blocks):
+                    w_blk = min(KV_BLOCK, self.seq - jb * KV_BLOCK)
+                    for hh in heads:
+                        for i in range(self.n_t):
+                            c = i - jb * per
+                            if self.causal and c < 0:
+                                continue
+                            if self.causal and c < math.ceil(w_blk / TILE):
+                                w, diag = min((c + 1) * TILE, w_blk), c
+                            else:
+                                w, diag = w_blk, None
+                            last_jb = min(i // per, self.n_blocks - 1) if self.causal else None
+                            last = jb == (self.n_blocks - 1 if last_jb is None else last_jb)
+                            steps.append([g, ch, hh, i, jb, w, diag, jb == 0, last])
+        for n, st in enumerate(steps):
+            nxt = steps[n + 1] if n + 1 < len(steps) else None
+            st.append(nxt is None or tuple(nxt[:2]) + (nxt[4],) != tuple(st[:2]) + (st[4],))
+        return [tuple(st) for st in steps]
+
+    def _load_plan(self) -> dict[int, list[tuple]]:
+        """step -> loads to issue with its first stage.  With ``overlap`` each KV head and each
+        query head is loaded ``BWD_PREFETCH`` steps before its first use; without, all tiles
+        of a chunk are loaded at its first step (after a pipeline flush).  Blocks of the
+        forward's output go to ``self.out_loads``, ``BWD_PREFETCH`` steps before their use."""
+        first: dict = {}
+        chunk_start: dict = {}
+        out_first: dict = {}
+        per = KV_BLOCK // TILE
+        for n, st in enumerate(self.steps):
+            c = chunk_start.setdefault(st[:2], n)
+            first.setdefault(("kv", st[0]), (n, c))
+            first.setdefault(("head", st[0], st[2]), (n, c))
+            out_first.setdefault((st[0], st[2], st[3] // per), n)
+        plan: dict[int, list[tuple]] = {}
+        at_of: dict = {}
+        for key, (n, c) in sorted(first.items(), key=lambda kv: (kv[1][0], kv[0][0] != "kv")):
+            at = max(0, n - BWD_PREFETCH) if self.overlap else c
+            at_of[key] = at
+            plan.setdefault(at, []).append(key)
+        self.out_loads: dict[int, list[tuple]] = {}
+        for (g, hh, jq), n in out_first.items():
+            at = max(at_of[("head", g, hh)], n - BWD_PREFETCH)
+            self.out_loads.setdefault(at, []).append((g, hh, jq))
+        return plan
+
+    # -- resident tiles ------------------------------------------------------------------------
+    def _load(self, keys: list[tuple], outs: list[tuple]) -> None:
+        """Issue the loads of KV heads, query heads and blocks of the forward's output block by
+        block (512 rows), so that the first steps can start after the first blocks arrived."""
+        for key in keys:
+            if key[0] == "kv":
+                self._new_kv(key[1])
+            else:
+                self._new_head(key[1], key[2])
+        for j in range(self.n_blocks):
+            for key in keys:
+                if key[0] == "kv":
+                    self._load_kv_block(key[1], j)
+                else:
+                    self._load_head_block(key[1], key[2], j)
+            for g, hh, jq in outs:
+                if jq == j:
+                    self._load_out(g, hh, jq)
+
+    def _new_kv(self, g: int) -> None:
+        d, seq, mm_dt = self.d, self.seq, self.mm_dt
+        kv = {
+            "k_t": nl.ndarray((nl.par_dim(d), seq), dtype=mm_dt, buffer=nl.sbuf),
+            "v_t": nl.ndarray((nl.par_dim(d), seq), dtype=mm_dt, buffer=nl.sbuf),
+            "k": nl.ndarray((nl.par_dim(TILE), self.n_t, d), dtype=mm_dt, buffer=nl.sbuf),
+        }
+        if self.n_chunks > 1:  # dK, dV summed over the chunks (fp32)
+            for name in ("dk_acc", "dv_acc"):
+                kv[name] = nl.ndarray((nl.par_dim(TILE), self.n_t, d), nl.float32, buffer=nl.sbuf)
+        self.kv[g] = kv
+
+    def _load_kv_block(self, g: int, j: int) -> None:
+        b, d, kv = self.b, self.d, self.kv[g]
+        w = min(KV_BLOCK, self.seq - j * KV_BLOCK)
+        i_dp = nl.arange(d)[:, None]
+        i_d = nl.arange(d)[None, :]
+        rows = j * KV_BLOCK + nl.arange(w)[:, None]
+        cols = j * KV_BLOCK + nl.arange(w)[None, :]
+        gh = self.groups[g]
+        kv["k_t"][i_dp, cols] = nl.load_transpose2d(self.k[b, gh, rows, i_d])
+        kv["v_t"][i_dp, cols] = nl.load_transpose2d(self.v[b, gh, rows, i_d])
+        per = KV_BLOCK // TILE
+        _move_tiles(
+            kv["k"], j * per, lambda r, c: self.k[b, gh, r, c], j * per, -(-w // TILE), self.seq, d
+        )
+
+    def _new_head(self, g: int, hh: int) -> None:
+        b, h = self.b, self.groups[g] * self.group + hh
+        d, seq, n_t, mm_dt = self.d, self.seq, self.n_t, self.mm_dt
+        hd = {"lse": nl.ndarray((nl.par_dim(TILE), n_t), dtype=nl.float32, buffer=nl.sbuf), "o": {}}
+        _move_cols(hd["lse"], lambda r: self.lse[b, h, r], n_t, seq)
+        for name in ("q_t", "do_t"):
+            hd[name] = nl.ndarray((nl.par_dim(d), seq), dtype=mm_dt, buffer=nl.sbuf)
+        for name in ("do", "q"):
+            hd[name] = nl.ndarray((nl.par_dim(TILE), n_t, d), dtype=mm_dt, buffer=nl.sbuf)
+        hd["ndelta"] = nl.ndarray((nl.par_dim(TILE), n_t), dtype=nl.float32, buffer=nl.sbuf)
+        hd["dq_acc"] = nl.ndarray((nl.par_dim(TILE), n_t, d), dtype=nl.float32, buffer=nl.sbuf)
+        self.heads[(g, hh)] = hd
+
+    def _load_head_block(self, g: int, hh: int, j: int) -> None:
+        """Rows j * 512 ... of a query head: Q^T, dO^T (transposed loads), dO, Q."""
+        b, h, d, hd = self.b, self.groups[g] * self.group + hh, self.d, self.heads[(g, hh)]
+        w = min(KV_BLOCK, self.seq - j * KV_BLOCK)
+        i_dp = nl.arange(d)[:, None]
+        i_d = nl.arange(d)[None, :]
+        for name, src in (("q_t", self.q), ("do_t", self.do)):
+            hd[name][i_dp, j * KV_BLOCK + nl.arange(w)[None, :]] = nl.load_transpose2d(
+                src[b, h, j * KV_BLOCK + nl.arange(w)[:, None], i_d]
+            )
+        per, nt = KV_BLOCK // TILE, -(-w // TILE)
+        for name, src in (("do", self.do), ("q", self.q)):
+            _move_tiles(
+                hd[name], j * per, lambda r, c, x=src: x[b, h, r, c], j * per, nt, self.seq, d
+            )
+
+    def _load_out(self, g: int, hh: int, jq: int) -> None:
+        """Rows jq * 512 ... of the forward's output, for delta only: a block-sized tile that
+        dies once delta is computed."""
+        b, h, hd = self.b, self.groups[g] * self.group + hh, self.heads[(g, hh)]
+        nt = math.ceil(min(KV_BLOCK, self.seq - jq * KV_BLOCK) / TILE)
+        o_blk = nl.ndarray((nl.par_dim(TILE), nt, self.d), dtype=self.mm_dt, buffer=nl.sbuf)
+        per = KV_BLOCK // TILE
+        _move_tiles(o_blk, 0, lambda r, c: self.o[b, h, r, c], jq * per, nt, self.seq, self.d)
+        hd["o"][jq] = o_blk
+
+    def _prep(self, g: int, hh: int, i: int) -> None:
+        """-delta = -rowsum(dO * out) of the 512-row block of query tile i (GpSimd multiply,
+        VectorE sum; one instruction each for the block's tiles), once."""
+        per = KV_BLOCK // TILE
+        jq = i // per
+        if (g, hh, jq) in self.prepped:
+            return
+        self.prepped.add((g, hh, jq))
+        hd = self.heads[(g, hh)]
+        if "nlse" not in hd:  # here, not at the load: the GpSimd must not wait for the DMA early
+            hd["nlse"] = nisa.tensor_scalar(
+                hd.pop("lse"), nl.multiply, -1.0, dtype=nl.float32, engine=nisa.engine.gpsimd
+            )
+        nt = math.ceil(min(KV_BLOCK, self.seq - jq * KV_BLOCK) / TILE)
+        prod = self.prod_pool[self.n_out["prod"] % 2]
+        self.n_out["prod"] += 1
+        o_blk = hd["o"].pop(jq)
+        for k0, cnt, r in _runs(jq * per, nt, self.seq):
+            p3 = nl.arange(r)[:, None, None]
+            t3 = k0 + self._t3(cnt)
+            d3 = self._d3()
+            prod[p3, t3, d3] = nisa.tensor_tensor(
+                hd["do"][p3, jq * per + t3, d3],
+                o_blk[p3, t3, d3],
+                op=nl.multiply,
+                dtype=nl.float32,
+                engine=nisa.engine.gpsimd,
+            )
+            cols = jq * per + k0 + nl.arange(cnt)[None, :]
+            hd["ndelta"][nl.arange(r)[:, None], cols] = nisa.tensor_reduce(
+                nl.add, prod[p3, t3, d3], axis=(2,), negate=True, dtype=nl.float32
+            )
+
+    @staticmethod
+    def _key_tiles(w: int) -> list[tuple[int, int]]:
+        """(key tile in the block, keys) of a block of ``w`` keys."""
+        return [(c, min(TILE, w - c * TILE)) for c in range(math.ceil(w / TILE))]
+
+    def _slot(self, n: int) -> int:
+        if n not in self.slots:
+            self.slots[n] = self.n_slot
+            self.n_slot += 1
+        return self.slots[n]
+
+    # -- stages --------------------------------------------------------------------------------
+    def mm_scores(self, n: int) -> None:
+        """TensorE: s = q @ k.T (+ the causal bias on the diagonal key tile), dp = dO @ v.T."""
+        g, _, hh, i, jb, w, diag, *_ = self.steps[n]
+        slot = self._slot(n) % BWD_S_BUFS
+        hd, kv = self.heads[(g, hh)], self.kv[g]
+        rq = _rows(i, self.seq)
+        i_p = nl.arange(rq)[:, None]
+        i_f = nl.arange(rq)[None, :]
+        i_dp = nl.arange(self.d)[:, None]
+        i_w = nl.arange(w)[None, :]
+        rows = i * TILE + i_f
+        keys = jb * KV_BLOCK + i_w
+        s = self.s_pool[slot]
+        s[i_p, i_w] = nisa.nc_matmul(hd["q_t"][i_dp, rows], kv["k_t"][i_dp, keys])
+        if diag is not None:  # the diagonal key tile has the query tile's rows
+            c = self.consts
+            s[i_p, diag * TILE + i_f] += nisa.nc_matmul(c["ident"][i_p, i_f], c["mask"][i_p, i_f])
+        self.dp_pool[slot, i_p, i_w] = nisa.nc_matmul(hd["do_t"][i_dp, rows], kv["v_t"][i_dp, keys])
+
+    def act(self, n: int) -> None:
+        """ScalarE: p = exp(scale * s - lse) and dp - delta, PSUM -> SBUF (matmul dtype)."""
+        g, _, hh, i, _, w, *_ = self.steps[n]
+        slot = self.slots[n]
+        hd = self.heads[(g, hh)]
+        i_p = nl.arange(_rows(i, self.seq))[:, None]
+        i_w = nl.arange(w)[None, :]
+        col = nl.arange(1)[None, :] + i
+        ws = slot % self.w_bufs
+        self.w_pool["p"][ws, i_p, i_w] = nisa.activation(
+            nl.exp,
+            self.s_pool[slot % BWD_S_BUFS, i_p, i_w],
+            bias=hd["nlse"][i_p, col],
+            scale=self.scale,
+            dtype=self.mm_dt,
+        )
+        self.w_pool["dpm"][ws, i_p, i_w] = nisa.activation(
+            nl.copy,
+            self.dp_pool[slot % BWD_S_BUFS, i_p, i_w],
+            bias=hd["ndelta"][i_p, col],
+            dtype=self.mm_dt,
+        )
+
+    def dscores(self, n: int) -> None:
+        """GpSimd: ds = p * (dp - delta)."""
+        i, w = self.steps[n][3], self.steps[n][5]
+        ws = self.slots[n] % self.w_bufs
+        i_p = nl.arange(_rows(i, self.seq))[:, None]
+        i_w = nl.arange(w)[None, :]
+        self.w_pool["ds"][ws, i_p, i_w] = nisa.tensor_tensor(
+            self.w_pool["p"][ws, i_p, i_w],
+            self.w_pool["dpm"][ws, i_p, i_w],
+            op=nl.multiply,
+            dtype=self.mm_dt,
+            engine=nisa.engine.gpsimd,
+        )
+
+    def mm_grads(self, n: int) -> None:
+        """TensorE, per key tile: dV += p.T @ dO, dK += ds.T @ q, ds.T = transpose(ds); after
+        the block's last step, the drain of dK/dV (before the next block's first dK/dV
+        matmul, in program order)."""
+        g, ch, hh, i, jb, w, *_ = self.steps[n]
+        slot = self.slots[n]
+        ws = slot % self.w_bufs
+        hd = self.heads[(g, hh)]
+        rq = _rows(i, self.seq)
+        i_p = nl.arange(rq)[:, None]
+        i_q = nl.arange(rq)[None, :]
+        i_d = nl.arange(self.d)[None, :]
+        p, ds = self.w_pool["p"][ws], self.w_pool["ds"][ws]
+        dst = self.dst_ps[slot % self.t_bufs]
+        for c, rk in self._key_tiles(w):
+            cols = c * TILE + nl.arange(rk)[None, :]
+            i_k = nl.arange(rk)[:, None]
+            dv_c = nisa.nc_matmul(p[i_p, cols], hd["do"][i_p, i, i_d])
+            key = (g, ch, jb, c)
+            if key in self.touched:
+                self.dv_ps[c, i_k, i_d] += dv_c
+                self.dk_ps[c, i_k, i_d] += nisa.nc_matmul(ds[i_p, cols], hd["q"][i_p, i, i_d])
+            else:
+                self.touched.add(key)
+                self.dv_ps[c, i_k, i_d] = dv_c
+                self.dk_ps[c, i_k, i_d] = nisa.nc_matmul(ds[i_p, cols], hd["q"][i_p, i, i_d])
+            dst[i_k, c * TILE + i_q] = nisa.nc_transpose(ds[i_p, cols])
+        if self.steps[n][-1]:
+            self._drain(n)
+
+    def copy_t(self, n: int) -> None:
+        """VectorE: ds.T PSUM -> SBUF (one instruction; per key tile when ragged)."""
+        i, w = self.steps[n][3], self.steps[n][5]
+        rq = _rows(i, self.seq)
+        slot = self.slots[n]
+        if rq == TILE and w % TILE == 0:
+            regions = [(TILE, nl.arange(w)[None, :])]
+        else:
+            regions = [(rk, c * TILE + nl.arange(rq)[None, :]) for c, rk in self._key_tiles(w)]
+        for rk, cols in regions:
+            i_k = nl.arange(rk)[:, None]
+            self.w_pool["dst"][slot % self.w_bufs, i_k, cols] = nisa.tensor_copy(
+                self.dst_ps[slot % self.t_bufs, i_k, cols], dtype=self.mm_dt
+            )
+
+    def mm_dq(self, n: int) -> None:
+        """TensorE: the step's dq = ds @ k (summed over its key tiles in PSUM)."""
+        g, _, _, i, jb, w, *_ = self.steps[n]
+        slot = self.slots[n]
+        rq = _rows(i, self.seq)
+        i_p = nl.arange(rq)[:, None]
+        i_q = nl.arange(rq)[None, :]
+        i_d = nl.arange(self.d)[None, :]
+        dst = self.w_pool["dst"][slot % self.w_bufs]
+        dq = self.dq_ps[slot % BWD_DQ_BUFS]
+        per = KV_BLOCK // TILE
+        for c, rk in self._key_tiles(w):
+            i_k = nl.arange(rk)[:, None]
+            prod = nisa.nc_matmul(dst[i_k, c * TILE + i_q], self.kv[g]["k"][i_k, jb * per + c, i_d])
+            if c == 0:
+                dq[i_p, i_d] = prod
+            else:
+                dq[i_p, i_d] += prod
+
+    def dq_acc(self, n: int) -> None:
+        """VectorE: dQ of the tile += the step's dq (fp32, SBUF); after the tile's last key
+        block, GpSimd scales it into an output tile, stored every ``STORE_TILES`` tiles."""
+        g, _, hh, i, _, _, _, first, last, _ = self.steps[n]
+        slot = self.slots.pop(n)
+        hd = self.heads[(g, hh)]
+        i_p = nl.arange(_rows(i, self.seq))[:, None]
+        i_d = nl.arange(self.d)[None, :]
+        dq = self.dq_ps[slot % BWD_DQ_BUFS, i_p, i_d]
+        acc = hd["dq_acc"]
+        if first:
+            acc[i_p, i, i_d] = nisa.tensor_copy(dq, dtype=nl.float32)
+        else:
+            acc[i_p, i, i_d] = nisa.tensor_tensor(acc[i_p, i, i_d], dq, op=nl.add, dtype=nl.float32)
+        if not last:
+            return
+        i0 = (i // STORE_TILES) * STORE_TILES
+        m = min(STORE_TILES, self.n_t - i0)
+        if i == i0:
+            hd["dq_out"] = self.dq_out[self.n_out["dq"] % OUT_BUFS]
+            self.n_out["dq"] += 1
+        hd["dq_out"][i_p, i - i0, i_d] = nisa.tensor_scalar(
+            acc[i_p, i, i_d], nl.multiply, self.scale, dtype=self.q.dtype, engine=nisa.engine.gpsimd
+        )
+        if i == i0 + m - 1:
+            b, h = self.b, self.groups[g] * self.group + hh
+            _move_tiles(
+                hd.pop("dq_out"), 0, lambda r, c: self.dq[b, h, r, c], i0, m, self.seq, self.d, True
+            )
+
+    def _drain(self, n: int) -> None:
+        """After the block's last step: dK = scale * sum and dV (VectorE, one instruction each
+        for the block's full key tiles) to the output dtype, and store (with several head
+        chunks they are summed in SBUF, fp32, first)."""
+        g, ch, _, _, jb, *_ = self.steps[n]
+        per = KV_BLOCK // TILE
+        nk = math.ceil(min(KV_BLOCK, self.seq - jb * KV_BLOCK) / TILE)
+        last = ch == self.n_chunks - 1
+        if last:
+            dk_o = self.dk_out[self.n_out["dkv"] % OUT_BUFS]
+            dv_o = self.dv_out[self.n_out["dkv"] % OUT_BUFS]
+            self.n_out["dkv"] += 1
+        kv = self.kv[g]
+        d3 = self._d3()
+        for k0, cnt, r in _runs(jb * per, nk, self.seq):
+            p3 = nl.arange(r)[:, None, None]
+            t3 = k0 + self._t3(cnt)
+            dk_ps, dv_ps = self.dk_ps[t3, p3, d3], self.dv_ps[t3, p3, d3]
+            if self.n_chunks == 1:
+                dk_o[p3, t3, d3] = nisa.tensor_scalar(
+                    dk_ps, nl.multiply, self.scale, dtype=self.dk.dtype
+                )
+                dv_o[p3, t3, d3] = nisa.tensor_copy(dv_ps, dtype=self.dv.dtype)
+                continue
+            kt = jb * per + t3
+            for acc, ps in ((kv["dk_acc"], dk_ps), (kv["dv_acc"], dv_ps)):
+                if ch == 0:
+                    acc[p3, kt, d3] = nisa.tensor_copy(ps, dtype=nl.float32)
+                else:
+                    acc[p3, kt, d3] = nisa.tensor_tensor(
+                        acc[p3, kt, d3], ps, op=nl.add, dtype=nl.float32
+                    )
+            if last:
+                gp = nisa.engine.gpsimd
+                dk_o[p3, t3, d3] = nisa.tensor_scalar(
+                    kv["dk_acc"][p3, kt, d3],
+                    nl.multiply,
+                    self.scale,
+                    dtype=self.dk.dtype,
+                    engine=gp,
+                )
+                dv_o[p3, t3, d3] = nisa.tensor_copy(
+                    kv["dv_acc"][p3, kt, d3], dtype=self.dv.dtype, engine=gp
+                )
+        if last:
+            b, gh = self.b, self.groups[g]
+            for out, o in ((self.dk, dk_o), (self.dv, dv_o)):
+                _move_tiles(
+                    o, 0, lambda r, c, x=out: x[b, gh, r, c], jb * per, nk, self.seq, self.d, True
+                )
+
+    def run_all(self) -> None:
+        """Emit every stage of every step: step n starts at tick t_n and its stage at offset o
+        is emitted at tick t_n + o, the oldest step first within a tick.  Without ``overlap``
+        the pipeline is flushed before a step that loads new resident tiles (so their memory
+        is reused from the previous ones)."""
+        steps, stages = self.steps, _BWD_STAGES
+        depth = max(stages)
+        start: dict[int, int] = {}
+        inflight: list[int] = []
+        tick = n_next = 0
+        while n_next < len(steps) or inflight:
+            for n in inflight:  # oldest first: highest stage first
+                off = tick - start[n]
+                if off in stages:
+                    getattr(self, stages[off])(n)
+            inflight = [n for n in inflight if tick - start[n] < depth]
+            n = n_next
+            if n < len(steps) and (self.overlap or n not in self.loads or not inflight):
+                if n in self.loads or n in self.out_loads:
+                    self._load(self.loads.get(n, []), self.out_loads.get(n, []))
+                for m in range(n, min(len(steps), n + _PREP_AHEAD + 1)):
+                    if (steps[m][0], steps[m][2]) in self.heads:
+                        self._prep(steps[m][0], steps[m][2], steps[m][3])
+                self.mm_scores(n)
+                start[n] = tick
+                inflight.append(n)
+                n_next += 1
+            tick += 1
 
 
 @nki.jit
-def flash_attention_bwd_dkdv_kernel(q, k, v, o, do, lse, causal, scale):
-    """``dk``, ``dv`` [B, Hkv, S, D] (k's dtype) of attention, from the inputs, the forward's
-    ``out`` and log-sum-exp ``lse`` [B, H, S, 1] and the output gradient ``do``.  KV tiles
-    outside; the group's query heads and the query tiles inside, accumulated in PSUM."""
+def flash_attention_bwd_kernel(q, k, v, o, do, lse, causal, scale):
+    """``(dq, dk, dv)`` of attention (each in its input's shape and dtype) from the inputs, the
+    forward's ``out`` and log-sum-exp ``lse`` [B, H, S] (fp32) and the output gradient ``do``
+    [B, H, S, D]."""
     b_size, n_heads, seq, d = q.shape
     n_kv = k.shape[1]
-    group = n_heads // n_kv
-    pmax = TILE
-    n_tiles = seq // pmax
-    mm_dt = q.dtype
+    dq = nl.ndarray((b_size, n_heads, seq, d), dtype=q.dtype, buffer=nl.shared_hbm)
     dk = nl.ndarray((b_size, n_kv, seq, d), dtype=k.dtype, buffer=nl.shared_hbm)
     dv = nl.ndarray((b_size, n_kv, seq, d), dtype=v.dtype, buffer=nl.shared_hbm)
-
-    i_p = nl.arange(pmax)[:, None]
-    i_d = nl.arange(d)[None, :]
-
-    for b in nl.affine_range(b_size):
-        for g in nl.affine_range(n_kv):
-            for j in nl.static_range(n_tiles):
-                keys = j * pmax + i_p
-                k_t = nl.load_transpose2d(k[b, g, keys, i_d], dtype=mm_dt)  # [D, 128 k]
-                v_t = nl.load_transpose2d(v[b, g, keys, i_d], dtype=mm_dt)
-                dk_ps = nl.zeros((pmax, d), dtype=nl.float32, buffer=nl.psum)
-                dv_ps = nl.zeros((pmax, d), dtype=nl.float32, buffer=nl.psum)
-                for hh in nl.affine_range(group):
-                    h = g * group + hh
-                    if causal:  # query tiles before j see none of these keys: skipped
-                        rows = j * pmax + i_p
-                        _dkdv_tile(
-                            q, o, do, lse, b, h, rows, k_t, v_t, dk_ps, dv_ps, scale, mm_dt, True
-                        )
-                    first = j + 1 if causal else 0
-                    for i in nl.affine_range(n_tiles - first):
-                        rows = (first + i) * pmax + i_p
-                        _dkdv_tile(
-                            q, o, do, lse, b, h, rows, k_t, v_t, dk_ps, dv_ps, scale, mm_dt, False
-                        )
-                dk_sb = nisa.tensor_scalar(dk_ps, nl.multiply, scale, dtype=k.dtype)
-                nl.store(dk[b, g, keys, i_d], value=dk_sb)
-                nl.store(dv[b, g, keys, i_d], value=nl.copy(dv_ps, dtype=v.dtype))
-    return dk, dv
-
-
-def _dkdv_tile(q, o, do, lse, b, h, rows, k_t, v_t, dk_ps, dv_ps, scale, mm_dt, diagonal):
-    i_d = nl.arange(q.shape[3])[None, :]
-    q_sb = nl.load(q[b, h, rows, i_d], dtype=mm_dt)
-    q_t = nl.load_transpose2d(q[b, h, rows, i_d], dtype=mm_dt)
-    do_sb = nl.load(do[b, h, rows, i_d], dtype=mm_dt)
-    do_t = nl.load_transpose2d(do[b, h, rows, i_d], dtype=mm_dt)
-    neg_lse, di = _row_stats(o[b, h, rows, i_d], do[b, h, rows, i_d], lse[b, h, rows], mm_dt)
-    p, ds = _probs_and_dscores(q_t, k_t, v_t, do_t, neg_lse, di, scale, mm_dt, diagonal)
-    dv_ps += nisa.nc_matmul(p, do_sb)  # [128 k, D]
-    dk_ps += nisa.nc_matmul(ds, q_sb)
-
-
-@nki.jit
-def flash_attention_bwd_dq_kernel(q, k, v, o, do, lse, causal, scale):
-    """``dq`` [B, H, S, D] (q's dtype) of attention.  Query tiles outside, KV tiles inside,
-    accumulated in PSUM."""
-    b_size, n_heads, seq, d = q.shape
-    n_kv = k.shape[1]
+    consts = _constants(q.dtype)
     group = n_heads // n_kv
-    pmax = TILE
-    n_tiles = seq // pmax
-    mm_dt = q.dtype
-    dq = nl.ndarray((b_size, n_heads, seq, d), dtype=q.dtype, buffer=nl.shared_hbm)
-
-    i_p = nl.arange(pmax)[:, None]
-    i_f = nl.arange(pmax)[None, :]
-    i_d = nl.arange(d)[None, :]
-    i_dp = nl.arange(d)[:, None]
-
+    per_group = group * sum(len(_blocks(i, seq, causal)) for i in range(seq // TILE))
     for b in nl.affine_range(b_size):
-        for g in nl.affine_range(n_kv):
-            k_sb = nl.ndarray((n_tiles, nl.par_dim(pmax), d), dtype=mm_dt, buffer=nl.sbuf)
-            k_t = nl.ndarray((n_tiles, nl.par_dim(d), pmax), dtype=mm_dt, buffer=nl.sbuf)
-            v_t = nl.ndarray((n_tiles, nl.par_dim(d), pmax), dtype=mm_dt, buffer=nl.sbuf)
-            for j in nl.affine_range(n_tiles):
-                keys = j * pmax + i_p
-                k_sb[j, i_p, i_d] = nl.load(k[b, g, keys, i_d])
-                k_t[j, i_dp, i_f] = nl.load_transpose2d(k[b, g, keys, i_d])
-                v_t[j, i_dp, i_f] = nl.load_transpose2d(v[b, g, keys, i_d])
-            for hh in nl.affine_range(group):
-                h = g * group + hh
-                for i in nl.static_range(n_tiles):
-                    rows = i * pmax + i_p
-                    q_t = nl.load_transpose2d(q[b, h, rows, i_d])
-                    do_t = nl.load_transpose2d(do[b, h, rows, i_d])
-                    neg_lse, di = _row_stats(
-                        o[b, h, rows, i_d], do[b, h, rows, i_d], lse[b, h, rows], mm_dt
-                    )
-                    dq_ps = nl.zeros((pmax, d), dtype=nl.float32, buffer=nl.psum)
-                    for j in nl.affine_range(i if causal else n_tiles):
-                        _, ds = _probs_and_dscores(
-                            q_t,
-                            k_t[j, i_dp, i_f],
-                            v_t[j, i_dp, i_f],
-                            do_t,
-                            neg_lse,
-                            di,
-                            scale,
-                            mm_dt,
-                            False,
-                        )
-                        ds_t = nl.copy(nisa.nc_transpose(ds), dtype=mm_dt)  # [128 k, 128 q]
-                        dq_ps += nisa.nc_matmul(ds_t, k_sb[j, i_p, i_d])
-                    if causal:
-                        _, ds = _probs_and_dscores(
-                            q_t,
-                            k_t[i, i_dp, i_f],
-                            v_t[i, i_dp, i_f],
-                            do_t,
-                            neg_lse,
-                            di,
-                            scale,
-                            mm_dt,
-                            True,
-                        )
-                        ds_t = nl.copy(nisa.nc_transpose(ds), dtype=mm_dt)
-                        dq_ps += nisa.nc_matmul(ds_t, k_sb[i, i_p, i_d])
-                    dq_sb = nisa.tensor_scalar(dq_ps, nl.multiply, scale, dtype=q.dtype)
-                    nl.store(dq[b, h, rows, i_d], value=dq_sb)
-    return dq
+        if n_kv * per_group <= BWD_UNROLL_STEPS:  # one pipeline over all KV heads
+            _Backward(
+                q, k, v, o, do, lse, dq, dk, dv, b, list(range(n_kv)), consts, causal, scale
+            ).run_all()
+        else:  # a rolled loop over the KV heads keeps tracing time in check
+            for g in nl.affine_range(n_kv):
+                _Backward(q, k, v, o, do, lse, dq, dk, dv, b, [g], consts, causal, scale).run_all()
+    return dq, dk, dv
 
 
 def attention_backward(
@@ -528,7 +1110,7 @@ def attention_backward(
     """Gradients ``(dq, dk, dv)`` of ``attention(q, k, v, causal=causal, scale=scale)`` for the
     output gradient ``grad`` [B, H, S, D] (same dtype as the inputs); each gradient has its
     input's shape and dtype.  Reruns the forward kernel for ``out`` and the log-sum-exp, then
-    the two backward kernels (dk/dv, dq).  Raises as ``attention``."""
+    one backward kernel computes all three.  Raises as ``attention``."""
     *_, scale = _check("attention_backward", q, k, v, scale)
     if tuple(grad.shape) != tuple(q.shape):
         raise ValueError(
@@ -537,9 +1119,7 @@ def attention_backward(
     _check_same_dtype("attention_backward", q, grad)
     causal = bool(causal)
     out, lse = flash_attention_fwd_kernel(q, k, v, causal, scale, True)
-    dk, dv = flash_attention_bwd_dkdv_kernel(q, k, v, out, grad, lse, causal, scale)
-    dq = flash_attention_bwd_dq_kernel(q, k, v, out, grad, lse, causal, scale)
-    return dq, dk, dv
+    return flash_attention_bwd_kernel(q, k, v, out, grad, lse, causal, scale)
 
 
 def _check_same_dtype(fn: str, a, b) -> None:

@@ -1,7 +1,9 @@
 """Attention forward and backward against the float64 numpy reference: hypothesis over batch,
-query/KV head counts (grouped-query), sequence tiles, head dims (ragged, not multiples of 32),
-causal or not, scale and dtypes; the manifest; the error contract; and the torch binding
-(gradients against torch autograd of a float64 torch reference, and gradcheck).
+query/KV head counts (grouped-query), sequence lengths (ragged ones too: not multiples of 128
+or of the 512-key block), head dims (not multiples of 32), causal or not, scale and dtypes;
+the backward's other schedules (head chunks that fit SBUF, a rolled loop over KV heads); the
+manifest; the error contract; and the torch binding (gradients against torch autograd of a
+float64 torch reference, and gradcheck).
 
 Tolerances: the ``matmul`` kind of ``nkikit.testing`` for float32.  In bfloat16 the probabilities
 are rounded to bf16 before the P @ V matmul (and ds before the gradient matmuls), which adds an
@@ -43,7 +45,7 @@ heads = st.sampled_from([(1, 1), (2, 1), (2, 2), (3, 1), (4, 2)])  # (H, Hkv)
 @given(
     b=st.integers(1, 2),
     hh=heads,
-    s=st.sampled_from([128, 256, 640]),
+    s=st.sampled_from([100, 128, 256, 300, 640]),
     d=nst.sizes(128, tile=32),
     causal=st.booleans(),
     scale=st.sampled_from([0.0, 0.05, 1.0]),
@@ -69,7 +71,7 @@ def test_attention_matches_reference(b, hh, s, d, causal, scale, dtype, seed):
 @settings(max_examples=8)
 @given(
     hh=heads,
-    s=st.sampled_from([128, 256]),
+    s=st.sampled_from([100, 128, 256, 200]),
     d=nst.sizes(128, tile=32),
     causal=st.booleans(),
     dtype=nst.nki_dtypes(kernel.DTYPES),
@@ -108,6 +110,52 @@ def test_attention_fixed_shape(dtype, causal):
     )
 
 
+@pytest.mark.parametrize("s", [1, 5, 130, 513])
+@pytest.mark.parametrize("causal", [True, False])
+def test_ragged_sequence_forward_and_backward(s, causal):
+    # partial last query and key tiles (and a 512-key block that ends one key in)
+    g, q, k, v = random_inputs([(1, 2, s, 24), *_shapes(1, 2, 1, s, 24)], "float32", seed=s)
+    check_kernel(kernel.attention, reference.attention, q, k, v, op_kind=OP_KIND, causal=causal)
+    check_kernel(
+        kernel.attention_backward,
+        reference.attention_backward,
+        g,
+        q,
+        k,
+        v,
+        op_kind=OP_KIND,
+        causal=causal,
+    )
+
+
+@pytest.mark.parametrize(
+    ("budget", "unroll", "chunk"),
+    [(60_000, None, (2, True)), (40_000, None, (1, False)), (None, 1, None)],
+    ids=["chunks-overlapped", "chunks-flushed", "rolled-kv-loop"],
+)
+def test_backward_schedules(monkeypatch, budget, unroll, chunk):
+    # the head chunking (dK/dV summed in SBUF over chunks, with and without prefetch) and the
+    # rolled loop over KV heads that large shapes use, forced on small shapes (unique shapes,
+    # so that no cached trace of another schedule is reused)
+    d = {60_000: 56, 40_000: 40}.get(budget, 72)
+    if budget is not None:
+        monkeypatch.setattr(kernel, "BWD_SBUF_BUDGET", budget)
+        assert kernel._bwd_layout(3, 300, d, 4) == chunk
+    if unroll is not None:
+        monkeypatch.setattr(kernel, "BWD_UNROLL_STEPS", unroll)
+    g, q, k, v = random_inputs([(2, 6, 300, d), *_shapes(2, 6, 2, 300, d)], "float32", seed=7)
+    check_kernel(
+        kernel.attention_backward,
+        reference.attention_backward,
+        g,
+        q,
+        k,
+        v,
+        op_kind=OP_KIND,
+        causal=True,
+    )
+
+
 def test_attention_large_scores_are_stable():
     # scores up to ~1e4: the online max keeps exp() finite and the result matches
     q, k, v = random_inputs(_shapes(1, 1, 1, 256, 32), "float32", seed=2)
@@ -128,9 +176,9 @@ def test_attention_manifest():
     manifest = check_manifest(
         Path(__file__).parent, __package__, op_kind=OP_KIND, run_examples=False
     )
-    fn = manifest["functions"]["attention"]
-    shapes = [tuple(fn["example"][n]) for n in fn["inputs"]]
-    for dt in fn["dtypes"]:
+    fn = manifest.functions["attention"]
+    shapes = [tuple(fn.example[n]) for n in fn.inputs]
+    for dt in fn.dtypes:
         q, k, v = random_inputs(shapes, dt, 0)
         check_kernel(
             kernel.attention,
@@ -141,7 +189,7 @@ def test_attention_manifest():
             dtype=dt,
             op_kind=OP_KIND,
             atol=_atol(dt),
-            **fn["attrs"],
+            **fn.attrs,
         )
 
 
@@ -150,8 +198,11 @@ def test_attention_rejects_bad_inputs():
     f32 = np.float32
     with pytest.raises(ValueError, match="must be 4-D"):
         kernel.attention(z((128, 16), f32), z((128, 16), f32), z((128, 16), f32))
-    with pytest.raises(ValueError, match="multiple of 128"):
-        kernel.attention(z((1, 1, 100, 16), f32), z((1, 1, 100, 16), f32), z((1, 1, 100, 16), f32))
+    with pytest.raises(ValueError, match="sequence length"):
+        kernel.attention(z((1, 1, 0, 16), f32), z((1, 1, 0, 16), f32), z((1, 1, 0, 16), f32))
+    with pytest.raises(ValueError, match="sequence length"):
+        big = z((1, 1, kernel.MAX_S + 1, 16), f32)
+        kernel.attention(big, big, big)
     with pytest.raises(ValueError, match="must divide"):
         kernel.attention(z((1, 3, 128, 16), f32), z((1, 2, 128, 16), f32), z((1, 2, 128, 16), f32))
     with pytest.raises(ValueError, match="head dim"):
