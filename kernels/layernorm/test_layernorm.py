@@ -131,6 +131,60 @@ def test_layernorm_backward_matches_reference(rows, d, dtype, offset, seed):
     assert_grads_close(got, reference.layernorm_backward(g, x, w, b), dtype, term)
 
 
+def _backward_term_scale(g, x, w):
+    """The size of the terms ``grad * weight * rstd`` that grad_x is a difference of."""
+    r = 1.0 / np.sqrt(x.astype(np.float64).var(axis=-1, keepdims=True) + 1e-5)
+    return float(np.max(np.abs(g.astype(np.float64) * w.astype(np.float64) * r)))
+
+
+@pytest.mark.parametrize(
+    "dtype, rows, d",
+    [
+        # fp32: five column chunks (more than the scratch ring holds), weight columns past
+        # the PSUM copy (from SBUF) and a chunk straddling both; a pair of row tiles + a
+        # ragged one
+        ("float32", 300, 4600),
+        # 16-bit: three chunks, the last ragged; a pair of row tiles, a leftover full tile and
+        # a ragged one
+        ("bfloat16", 677, 5000),
+        # one chunk: a group of four row tiles, a leftover and a ragged one
+        ("bfloat16", 677, 1000),
+        ("float32", 677, 1000),
+    ],
+)
+def test_layernorm_backward_wide_rows_and_groups(dtype, rows, d):
+    chunks = kernel._chunks(d, dtype)
+    assert len(chunks) == {4600: 5, 5000: 3, 1000: 1}[d]
+    assert kernel._backward_group(d, dtype) == {4600: 2, 5000: 2, 1000: 4}[d]
+    g, x, w, b = random_inputs([(rows, d), (rows, d), (d,), (d,)], dtype, seed=17)
+    x = x + np.asarray(4.0, dtype=x.dtype)
+    got = kernel.layernorm_backward(g, x, w, b)
+    want = reference.layernorm_backward(g, x, w, b)
+    assert_grads_close(got, want, dtype, _backward_term_scale(g, x, w))
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+@pytest.mark.parametrize("dtype", kernel.DTYPES)
+def test_layernorm_backward_keeps_rows_apart(dtype):
+    # a non-finite grad entry stays in its row of grad_x and its column of grad_weight and
+    # grad_bias: no instruction mixes rows with zero weights (0 * inf would be NaN elsewhere)
+    rows, d, bad_row, bad_col = 600, 700, 133, 5
+    g, x, w, b = random_inputs([(rows, d), (rows, d), (d,), (d,)], dtype, seed=19)
+    g[bad_row, bad_col] = np.inf
+    gx, gw, gb = kernel.layernorm_backward(g, x, w, b)
+    assert not np.isfinite(gw[bad_col]) and not np.isfinite(gb[bad_col])
+    with np.errstate(invalid="ignore"):  # the reference's row bad_row is NaN too
+        want = reference.layernorm_backward(g, x, w, b)
+    keep_r = np.arange(rows) != bad_row
+    keep_c = np.arange(d) != bad_col
+    assert_grads_close(
+        (gx[keep_r], gw[keep_c], gb[keep_c]),
+        (want[0][keep_r], want[1][keep_c], want[2][keep_c]),
+        dtype,
+        _backward_term_scale(g[keep_r], x[keep_r], w),
+    )
+
+
 def test_layernorm_backward_reference_is_torch_autograd():
     torch = pytest.importorskip("torch")
     g, x, w, b = random_inputs([(3, 5, 40), (3, 5, 40), (40,), (40,)], "float32", seed=7)
