@@ -12,17 +12,17 @@ Backward ``grad_x = g * gelu'(x)``:
 
 * exact: ScalarE ``activation(gelu_dx)`` written in the I/O dtype, VectorE multiply by ``g``
   (all-bf16 fast path for bf16).
-* tanh (the ScalarE has no table for its derivative): with ``inner = x (1 + k1 x^2)``,
-  ``h = sigmoid(2 k0 inner)`` and ``hn = 1 - h``,
-  ``gelu'(x) = h (1 + 2 k0 hn x (1 + 3 k1 x^2))`` and ``x (1 + 3 k1 x^2) = 3 inner - 2 x``.
-  The work is spread over all five engines in 512-column units, one fp32 PSUM bank each, so
-  that the VectorE products can read one operand from PSUM (N cycles instead of 2N) and the
-  TensorE forms ``3 inner - 2 x`` there; see ``_tanh_backward_tiles``.
+* tanh (the ScalarE has no table for its derivative): ``gelu'(x) = h (1 - A w)`` with
+  ``h = sigmoid(z)``, ``A = silu(-z)`` (both ScalarE), ``z = 2 k0 x (1 + k1 x^2)`` and
+  ``w = 3 - 2 / (1 + k1 x^2)``; see ``_tanh_backward_tiles``.  Every instruction is
+  elementwise (nothing sums over partitions), spread over the VectorE, ScalarE and GpSimd in
+  wavefront units, the VectorE products reading one operand from PSUM where they can.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -36,13 +36,27 @@ from nkikit import dtypes
 DTYPES = ("float32", "bfloat16")
 APPROXIMATIONS = ("none", "tanh")
 CHUNK = 2048  # columns per tile: 8 KiB (fp32) / 4 KiB (bf16) per partition per DMA
-# tanh backward: units of one fp32 PSUM bank, in column tiles of at most about TANH_TILE_BYTES
-# per partition (whole rows up to 12288 bf16 columns: long wavefronts, and the inputs and
-# output of two row tiles plus the temporaries still fit SBUF)
-UNIT = 512
-TANH_TILE_BYTES = 24576
-ROW_GROUP = 2  # tanh backward: row tiles whose units share one wavefront
-RING = 6  # tanh backward: units in flight (temporaries and PSUM banks rotate through them)
+BANK = 512  # fp32 columns of one PSUM bank
+
+
+@dataclass(frozen=True)
+class TanhTuning:
+    """How the tanh backward is laid out for one I/O dtype (see ``_tanh_backward_tiles``)."""
+
+    unit: int  # columns per wavefront unit (PSUM steps split it into BANK-column pieces)
+    ring: int  # units in flight: temporaries and PSUM banks rotate through this many slots
+    tile_bytes: int  # about this many bytes per partition per column tile of g, x and out
+    row_group: int  # row tiles whose units share one wavefront
+    w_on: str  # per unit (cycled): engine of w = 3 - 2/p, "g" GpSimd or "v" VectorE
+
+
+# Found by sweeping the trn2 model at [4096, 11008] and [4096, 4096].  bf16: 1024-column units
+# halve the per-instruction overhead of the steps outside PSUM; fp32: smaller tiles leave SBUF
+# for a second set of buffers, so the loads of the next tiles overlap the compute.
+TANH_TUNING = {
+    2: TanhTuning(unit=1024, ring=4, tile_bytes=24576, row_group=2, w_on="gvv"),
+    4: TanhTuning(unit=512, ring=4, tile_bytes=12288, row_group=2, w_on="g"),
+}
 _K0 = math.sqrt(2.0 / math.pi)
 _K1 = 0.044715
 
@@ -72,15 +86,16 @@ def gelu_backward_kernel(grad, x, approximate):
     n, d = x.shape
     out = nl.ndarray((n, d), dtype=x.dtype, buffer=nl.shared_hbm)
     if approximate == "tanh":
-        # column tiles of at most about TANH_TILE_BYTES per partition, whole UNIT-column units
-        units = math.ceil(d / UNIT)
-        fc = min(d, UNIT * math.ceil(units / math.ceil(d * x.itemsize / TANH_TILE_BYTES)))
-        consts = _tanh_constants(x.dtype)
+        tune = TANH_TUNING[x.itemsize]
+        # column tiles of at most about tile_bytes per partition, whole units
+        units = math.ceil(d / tune.unit)
+        fc = min(d, tune.unit * math.ceil(units / math.ceil(d * x.itemsize / tune.tile_bytes)))
+        one = _ones_column()
 
         def body(r0s, r, c0, w):
-            _tanh_backward_tiles(grad, x, out, consts, [(r0, c0) for r0 in r0s], r, w)
+            _tanh_backward_tiles(grad, x, out, one, tune, [(r0, c0) for r0 in r0s], r, w)
 
-        _for_tiles(n, d, fc, body, ROW_GROUP)
+        _for_tiles(n, d, fc, body, tune.row_group)
         return out
 
     def body(r0s, r, c0, w):
@@ -121,44 +136,45 @@ def _for_tiles(n, d, fc, body, group=1):
         rows([full * pmax], n % pmax)
 
 
-def _tanh_constants(dtype):
-    """Identity matrices for the TensorE steps: fp32 ``3 I`` (times an fp32 tile), and ``I``,
-    ``-2 I`` in x's dtype (times x tiles; exact)."""
+def _ones_column():
+    """A (P, 1) fp32 column of ones: the ScalarE bias of ``m = 1 - v`` (an activation bias
+    is a per-partition vector)."""
     pmax = nl.tile_size.pmax
-    ident = nl.load(nl.shared_identity_matrix(pmax, dtype=nl.float32))
-    three = nisa.tensor_scalar(ident, nl.multiply, 3.0, dtype=nl.float32)
-    ident_x = nl.load(nl.shared_identity_matrix(pmax, dtype=dtype))
-    neg_two = nisa.tensor_scalar(ident_x, nl.multiply, -2.0, dtype=dtype)
-    return ident_x, three, neg_two
+    one = nl.ndarray((pmax, 1), dtype=nl.float32)
+    one[...] = nisa.memset((pmax, 1), 1.0, dtype=nl.float32)
+    return one
 
 
-def _tanh_backward_tiles(grad, x, out, consts, origins, r, w):
+def _tanh_backward_tiles(grad, x, out, one, tune, origins, r, w):
     """``grad * gelu'(x)`` (tanh form) for rows ``r0 .. r0+r`` and columns ``c0 .. c0+w``.
 
-    With ``inner = x (1 + k1 x^2)``, ``h = sigmoid(2 k0 inner)``, ``hn = 1 - h`` and
-    ``r/(2 k0) = x (1 + 3 k1 x^2) = 3 inner - 2 x``:  ``gelu'(x) = h (1 + 2 k0 hn r/(2 k0))``.
-    Every step runs on UNIT-column units (one fp32 PSUM bank), issued as a wavefront (unit j
-    runs stage s at step j + s) so that each engine always has an independent unit to work on:
+    With ``u = k0 (x + k1 x^3)``, ``z = 2u``, ``h = sigmoid(z)`` and ``hn = sigmoid(-z)``:
+    ``gelu'(x) = h (1 + hn R)``, ``R = 2 k0 x (1 + 3 k1 x^2)``.  With ``p = 1 + k1 x^2``,
+    ``R = z w`` for ``w = (1 + 3 k1 x^2) / p = 3 - 2 / p``, and the ScalarE's ``silu(-z)`` is
+    ``-z hn``, so ``gelu'(x) = h (1 - A w)`` with ``A = silu(-z)``.  Every instruction is
+    elementwise (no engine sums over partitions): a non-finite input stays in its own output.
 
-    0. TensorE ``x`` into PSUM (identity matmul); ScalarE ``x^2`` (fp32)
-    1. GpSimd ``p = 1 + k1 x^2``
-    2. VectorE ``inner = p * x`` (x read from PSUM: N cycles, not 2N)
-    3. ScalarE ``h = sigmoid(2 k0 inner)`` (x's dtype), ``hn = sigmoid(-2 k0 inner)`` (fp32);
-       TensorE ``3 inner - 2 x`` into the PSUM bank that held x
-    4. VectorE ``v = hn * (3 inner - 2 x)`` (one operand in PSUM)
-    5. GpSimd ``v1 = 1 + 2 k0 v``, rounded to x's dtype
-    6. VectorE ``dg = v1 * h`` (all-16-bit fast path for bf16)
-    7. GpSimd ``grad * dg``
+    The steps run on ``tune.unit``-column units, issued as a wavefront (unit j runs step s at
+    program position j + s) so that each in-order engine always has an independent unit:
 
-    ``1 + 2 k0 v`` is where gelu' cancels (it crosses zero near x = -0.75), so everything up
-    to it is fp32; the rounding of ``h`` and ``v1`` to bf16 costs relative, not absolute,
-    accuracy (four bf16 roundings in all, within the bf16 tolerance).
+    0. GpSimd ``p' = x^2 + 1/k1`` (= p / k1; the 1/k1 folds into the ScalarE scales)
+    1. GpSimd ``inner' = p' x`` (fp32); GpSimd or VectorE ``w = 3 - (2/k1) / p'``
+    2. ScalarE ``h = sigmoid(2 k0 k1 inner')`` (x's dtype) and ``A = silu(-2 k0 k1 inner')``
+       (fp32, straight into a PSUM bank)
+    3. VectorE ``v = A w`` (A read from PSUM: N cycles, not 2N), in place
+    4. ScalarE ``m = 1 - v`` (from PSUM)
+    5. VectorE ``dg = m h``; 6. VectorE ``grad * dg``
+
+    ``1 - v`` is where gelu' cancels (it crosses zero near x = -0.75), so everything up to it
+    is fp32.  For bf16, ``h`` and ``m`` are rounded to bf16 after it (relative, not absolute,
+    error) and steps 5-6 take the all-16-bit fast path; for fp32, ``m`` and ``dg`` stay in
+    the PSUM bank so that steps 5-6 read one operand from PSUM.  ``inner'`` overflows fp32 for
+    ``|x| >= 7.0e12``: such an element's output is NaN (torch: ``grad`` or 0 up to 1.8e19).
     """
-    ident_x, three, neg_two = consts
     f32 = nl.float32
     gps, vec = nisa.engine.gpsimd, nisa.engine.vector
+    chain = x.itemsize == 4  # fp32: m and dg stay in PSUM
     i_r = nl.arange(r)[:, None]
-    i_rr = nl.arange(r)[None, :]
     i_w = nl.arange(w)[None, :]
     tiles = []
     for r0, c0 in origins:
@@ -171,68 +187,89 @@ def _tanh_backward_tiles(grad, x, out, consts, origins, r, w):
                 nl.ndarray((r, w), dtype=x.dtype),
             )
         )
-    uw = min(UNIT, w)
-    # temporaries rotate through RING slots (units in flight), one PSUM bank per slot
-    ring = {
-        name: [nl.ndarray((r, uw), dtype=dt) for _ in range(RING)]
-        for name, dt in (("x2", f32), ("inner", f32), ("hn", f32), ("h", x.dtype),
-                         ("v1", x.dtype), ("dg", x.dtype))
-    }  # fmt: skip
-    banks = [nl.ndarray((r, uw), dtype=f32, buffer=nl.psum) for _ in range(RING)]
+    uw = min(tune.unit, w)
+    names = [("p", f32), ("inner", f32), ("w", f32), ("h", x.dtype)]
+    if not chain:
+        names += [("m", x.dtype), ("dg", x.dtype)]
+    ring = {name: [nl.ndarray((r, uw), dtype=dt) for _ in range(tune.ring)] for name, dt in names}
+    banks = [
+        [nl.ndarray((r, min(BANK, uw - b0)), dtype=f32, buffer=nl.psum) for b0 in range(0, uw, BANK)]
+        for _ in range(tune.ring)
+    ]  # fmt: skip
     units = [
         (k * math.ceil(w / uw) + i, tile, u0, min(uw, w - u0))
         for k, tile in enumerate(tiles)
         for i, u0 in enumerate(range(0, w, uw))
     ]
+    zk = 2.0 * _K0 * _K1  # z = zk * inner'
 
-    def stage(s, j, tile, u0, uw_):
+    def stage(s, j, tile, u0, n):
         _, _, g_tile, x_tile, y = tile
-        i_u = nl.arange(uw_)[None, :]
-        xs = x_tile[i_r, u0 + i_u]
+        slot = j % tune.ring
+        xs = x_tile[i_r, u0 + nl.arange(n)[None, :]]
 
-        def t(name):
-            return ring[name][j % RING][i_r, i_u]
+        def t(name, b0=0, m=n):
+            return ring[name][slot][i_r, b0 + nl.arange(m)[None, :]]
 
-        ps = banks[j % RING][i_r, i_u]
+        def ps(b0, m):
+            return banks[slot][b0 // BANK][i_r, nl.arange(m)[None, :]]
+
+        def cols(b0, m):
+            return u0 + b0 + nl.arange(m)[None, :]
+
+        pieces = [(b0, min(BANK, n - b0)) for b0 in range(0, n, BANK)]
         if s == 0:
-            ps[...] = nisa.nc_matmul(ident_x[i_r, i_rr], xs)
-            t("x2")[...] = nisa.activation(op=nl.square, data=xs, dtype=f32)
+            t("p")[...] = nisa.tensor_scalar(
+                xs, nl.power, 2.0, op1=nl.add, operand1=1.0 / _K1, engine=gps, dtype=f32
+            )
         elif s == 1:
-            t("x2")[...] = nisa.tensor_scalar(
-                t("x2"), nl.multiply, _K1, op1=nl.add, operand1=1.0, engine=gps
-            )
-        elif s == 2:
-            t("inner")[...] = nisa.tensor_tensor(t("x2"), ps, nl.multiply, dtype=f32)
-        elif s == 3:
-            t("h")[...] = nisa.activation(
-                op=nl.sigmoid, data=t("inner"), scale=2.0 * _K0, dtype=x.dtype
-            )
-            t("hn")[...] = nisa.activation(
-                op=nl.sigmoid, data=t("inner"), scale=-2.0 * _K0, dtype=f32
-            )
-            ps[...] = nisa.nc_matmul(three[i_r, i_rr], t("inner"))
-            ps += nisa.nc_matmul(neg_two[i_r, i_rr], xs)
-        elif s == 4:
-            t("hn")[...] = nisa.tensor_tensor(t("hn"), ps, nl.multiply, dtype=f32)
-        elif s == 5:
-            t("v1")[...] = nisa.tensor_scalar(
-                t("hn"), nl.multiply, 2.0 * _K0, op1=nl.add, operand1=1.0, engine=gps,
-                dtype=x.dtype,
+            t("inner")[...] = nisa.tensor_tensor(t("p"), xs, nl.multiply, engine=gps, dtype=f32)
+            t("w")[...] = nisa.tensor_scalar(
+                t("p"), nl.divide, -2.0 / _K1, reverse0=True, op1=nl.add, operand1=3.0,
+                engine=gps if _pick(tune.w_on, j) == "g" else vec, dtype=f32,
             )  # fmt: skip
-        elif s == 6:
-            t("dg")[...] = nisa.tensor_tensor(t("v1"), t("h"), nl.multiply, engine=vec)
+        elif s == 2:
+            t("h")[...] = nisa.activation(op=nl.sigmoid, data=t("inner"), scale=zk, dtype=x.dtype)
+            for b0, m in pieces:
+                ps(b0, m)[...] = nisa.activation(
+                    op=nl.silu, data=t("inner", b0, m), scale=-zk, dtype=f32
+                )
+        elif s == 3:
+            for b0, m in pieces:
+                ps(b0, m)[...] = nisa.tensor_tensor(ps(b0, m), t("w", b0, m), nl.multiply)
+        elif s == 4:
+            for b0, m in pieces:
+                dst = ps(b0, m) if chain else t("m", b0, m)
+                dst[...] = nisa.activation(
+                    op=nl.copy, data=ps(b0, m), scale=-1.0, bias=one[i_r, 0], dtype=dst.dtype
+                )
+        elif s == 5:
+            if chain:
+                for b0, m in pieces:
+                    ps(b0, m)[...] = nisa.tensor_tensor(ps(b0, m), t("h", b0, m), nl.multiply)
+            else:
+                t("dg")[...] = nisa.tensor_tensor(t("m"), t("h"), nl.multiply)
+        elif chain:
+            for b0, m in pieces:
+                y[i_r, cols(b0, m)] = nisa.tensor_tensor(
+                    ps(b0, m), g_tile[i_r, cols(b0, m)], nl.multiply, dtype=x.dtype
+                )
         else:
-            y[i_r, u0 + i_u] = nisa.tensor_tensor(
-                t("dg"), g_tile[i_r, u0 + i_u], nl.multiply, dtype=x.dtype, engine=gps
+            y[i_r, cols(0, n)] = nisa.tensor_tensor(
+                t("dg"), g_tile[i_r, cols(0, n)], nl.multiply, dtype=x.dtype
             )
 
-    n_stages = 8
+    n_stages = 7
     for step in range(len(units) + n_stages - 1):
-        for j, tile, u0, uw_ in units:
+        for j, tile, u0, n in units:
             if 0 <= step - j < n_stages:
-                stage(step - j, j, tile, u0, uw_)
+                stage(step - j, j, tile, u0, n)
     for r0, c0, _, _, y in tiles:
         nl.store(out[r0 + i_r, c0 + i_w], value=y)
+
+
+def _pick(pattern: str, j: int) -> str:
+    return pattern[j % len(pattern)]
 
 
 def gelu(x: np.ndarray, *, approximate: str = "none") -> np.ndarray:

@@ -17,7 +17,7 @@ from nkikit.testing import strategies as nst
 from . import kernel, reference
 
 OP_KIND = "transcendental"
-# the tanh-form derivative chains ~8 fp32 instructions; a few more fp32 ulps than one activation
+# the tanh-form derivative chains ~7 fp32 instructions; a few more fp32 ulps than one activation
 BACKWARD_TANH_FP32 = {"rtol": 2e-5, "atol": 2e-5}
 
 
@@ -103,9 +103,10 @@ def test_gelu_tanh_backward_where_the_derivative_crosses_zero(dtype):
 
 @pytest.mark.parametrize("dtype", kernel.DTYPES)
 def test_gelu_tanh_backward_long_rows(dtype):
-    # rows over TANH_TILE_BYTES: several column tiles, a ragged last one (and a ragged last
-    # 512-column unit), two row tiles per wavefront plus a ragged row tile
-    d = kernel.TANH_TILE_BYTES // kernel.dtypes.as_dtype(dtype).itemsize + 700
+    # rows over the column tile: several column tiles, a ragged last one (and a ragged last
+    # unit and PSUM bank piece), two row tiles per wavefront plus a ragged row tile
+    itemsize = kernel.dtypes.as_dtype(dtype).itemsize
+    d = kernel.TANH_TUNING[itemsize].tile_bytes // itemsize + 700
     g, x = random_inputs([(300, d)] * 2, dtype, seed=6, scale=3.0)
     check_kernel(
         kernel.gelu_backward,
@@ -117,6 +118,40 @@ def test_gelu_tanh_backward_long_rows(dtype):
         approximate="tanh",
         **_bwd_tol(dtype, "tanh"),
     )
+
+
+@pytest.mark.parametrize("approximate", kernel.APPROXIMATIONS)
+@pytest.mark.parametrize("dtype", kernel.DTYPES)
+@pytest.mark.parametrize("bad", [np.inf, -np.inf, np.nan])
+@pytest.mark.parametrize("where", ["x", "grad", "forward"])
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+def test_gelu_non_finite_input_stays_local(where, bad, dtype, approximate):
+    """One non-finite element of x (or of grad) changes only its own output, as torch's
+    elementwise formula does (NaN for x = +-inf in the backward, where it multiplies 0 by inf;
+    +-inf or NaN for grad = +-inf or NaN).  No engine sums over partitions, so the other 127
+    rows of its tile (and every other element) stay finite and match the reference.  Large
+    finite x (+-1e10, where x**3 is far beyond any gelu' change) stays exact too."""
+    shape = (130, 1100)  # two row tiles (one ragged), several units and PSUM bank pieces
+    g, x = random_inputs([shape, shape], dtype, seed=7, scale=3.0)
+    row, col = 17, 700
+    x[row + 1, col] = 1e10
+    x[row + 2, col] = -1e10
+    if where == "grad":
+        x[row, col] = 0.5  # gelu'(0.5) is nonzero: inf * gelu' is inf, not NaN
+        g[row, col] = bad
+    else:
+        x[row, col] = bad
+    tol = _bwd_tol(dtype, approximate)
+    if where == "forward":
+        fn, ref, args, tol = kernel.gelu, reference.gelu, (x,), {}
+    else:
+        fn, ref, args = kernel.gelu_backward, reference.gelu_backward, (g, x)
+    # check_kernel matches NaN to NaN and infinities exactly, everything else in tolerance
+    out = check_kernel(
+        fn, ref, *args, dtype=dtype, op_kind=OP_KIND, approximate=approximate, **tol
+    )[0]
+    non_finite = np.argwhere(~np.isfinite(out.astype(np.float32)))
+    assert non_finite.tolist() == [[row, col]]
 
 
 def test_gelu_manifest():

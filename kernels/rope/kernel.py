@@ -12,22 +12,29 @@ and is rotated as ``(a, b) -> (a cos - b sin, b cos + a sin)``.  (HF's full-widt
 
 Mapping: positions go on the partitions (128 per ``affine_range`` tile along S; a ragged last
 tile is peeled off the loop with a static partition count), and ``K`` heads side by side on the
-free axis, so a tile is [128 positions, K, D]: one strided DMA moves K*D elements (4 KiB) per
-partition.  Pairs are half-width views of the same SBUF tile (offset ``D/2`` or stride 2).
+free axis, so an x tile is [128 positions, K, D] (``K*D*itemsize`` at most TILE_BYTES per
+partition, heads spread evenly over the tiles), moved in DMA_SPLIT strided transfers by heads.
+Pair members are views of the same SBUF tile (offset ``D/2`` or stride 2).
 
-Per position tile ``cos`` and ``sin`` are loaded once (hoisted out of the head loop) and
-copied into PSUM by the TensorE (identity matmul, exact): a VectorE ``tensor_tensor`` with one
-PSUM operand takes N cycles instead of 2N, and a stride-0 free access pattern broadcasts them
-over the heads without a copy.  The four products are exact in fp32 (the inputs are at most
-fp32), and each output is rounded once:
+Every instruction is elementwise: no engine sums over partitions, so a non-finite input
+element reaches only the outputs its own formula does.  Per position tile the tables are
+prepared by plain copies: ``cos`` into PSUM (fp32) for the VectorE, ``cos`` in fp32 as the
+ScalarE's per-position scale, and the signed sin ``(-+sin, +-sin)`` for the GpSimd.  The work
+runs in units of [2 members, heads, pairs] of at most 512 fp32 elements (one PSUM bank):
 
-* VectorE: ``a1 = x1 cos``, ``b1 = x2 sin``, ``a2 = x2 cos`` (cos/sin from PSUM);
-* GpSimd: ``b2 = x1 sin`` and ``y2 = a2 + b2``;
-* TensorE: ``y1 = a1 - b1`` accumulated in PSUM as ``I @ a1 + (-I) @ b1`` (fp32 matmuls);
-* ScalarE: ``y1`` from PSUM into the output tile (the rounding to x's dtype).
+* ``A = (x1 cos, x2 cos)`` into a PSUM bank, by the VectorE (``cos`` read from PSUM with a
+  stride-0 pattern over members and heads: N cycles, not 2N) or, for some units (see
+  ``_scalar_units``), by the ScalarE: ``activation(copy, scale=cos[:, i])`` per pair index
+  ``i`` over all heads and both members (the scale is a per-partition, i.e. per-position,
+  vector);
+* ``B = (x2 (-+sin), x1 (+-sin))`` by the GpSimd (SBUF only);
+* ``y = A + B`` by the VectorE (one operand in PSUM), written in x's dtype.
 
-The work runs in groups of up to 512 fp32 columns (one PSUM bank), so the engines pipeline
-within a tile.  For the backward (rotation by ``-theta``) the signs of ``b1`` and ``b2`` flip.
+The products are exact in fp32 (inputs are at most fp32) and each output is rounded once
+(fp32 sum, then x's dtype).  Units are issued as a wavefront (products at program step ``j``,
+the sum at ``j + LAG``), their PSUM banks and temporaries rotating through RING slots, so the
+in-order engines always find independent work.  The backward (rotation by ``-theta``) only
+flips the signs of the sin table.
 """
 
 from __future__ import annotations
@@ -45,9 +52,34 @@ from nkikit import dtypes
 
 DTYPES = ("float32", "bfloat16")
 LAYOUTS = ("half", "interleaved")
-TILE_BYTES = 4096  # target bytes per partition of one x tile (K heads side by side)
-GROUP_COLS = 512  # fp32 columns per work group: one PSUM bank
-PSUM_TRIG_PAIRS = 1024  # cos/sin go to PSUM up to this many pairs (4 banks); else from SBUF
+TILE_BYTES = 16384  # at most this many bytes per partition of one x tile (K heads side by side)
+DMA_SPLIT = 4  # transfers per x tile and per output tile: short transfers pack the DMA queues
+UNIT = 512  # fp32 elements per partition of one work unit: one PSUM bank
+PSUM_TRIG_PAIRS = 256  # cos goes to PSUM up to this many pairs; else the products read SBUF
+# The ScalarE makes the cos products of some units (one instruction per pair index, all
+# heads and both members) when a unit has at least S_MIN_HEADS heads, i.e. 32 elements per
+# instruction; how many is decided by _scalar_units.
+S_MIN_HEADS = 16
+LAG = 3  # program steps between a unit's products and its sum
+RING = 4  # units in flight: PSUM banks and SBUF temporaries rotate through them
+
+
+def _scalar_units(n_units: int, nq: int, cc: int) -> list[bool]:
+    """Which of a tile's ``n_units`` units of ``nq`` heads x ``cc`` pairs get their cos
+    products from the ScalarE instead of the VectorE (spread evenly over the tile).
+
+    The share levels the two engines' time per unit on the trn2 model: the VectorE does every
+    unit's sum and the other units' products, each one pass of ``2 nq cc`` elements (0.96 GHz,
+    60-cycle fixed cost); the ScalarE's ``cc`` per-pair instructions cost
+    ``max(64, 2 nq) + 60`` cycles each at 1.2 GHz, x1.5 for their strided reads.  Rounded down:
+    a long ScalarE unit holds its sum back, so too many cost more than too few.
+    """
+    if nq < S_MIN_HEADS:
+        return [False] * n_units
+    vector = (2 * nq * cc + 60) / 0.96
+    scalar = cc * (max(64, 2 * nq) + 60) * 1.5 / 1.2
+    n = math.floor(2 * vector / (vector + scalar) * n_units)
+    return [(u + 1) * n // n_units > u * n // n_units for u in range(n_units)]
 
 
 @nki.jit
@@ -59,14 +91,28 @@ def rope_kernel(x, cos, sin, interleaved, inverse):
     out = nl.ndarray((bh, s, d), dtype=x.dtype, buffer=nl.shared_hbm)
     pmax = nl.tile_size.pmax
     f32 = nl.float32
-    k = max(1, min(bh, TILE_BYTES // (d * x.itemsize)))
-    hc = min(h, GROUP_COLS)  # pairs per group
-    hg = max(1, min(k, GROUP_COLS // hc))  # heads per group
-    ident = nl.load(nl.shared_identity_matrix(pmax, dtype=f32))
-    # y1 = a1 - b1 (forward) or a1 + b1 (backward): the b1 term enters PSUM through -I or I
-    sign_b1 = nisa.tensor_scalar(ident, nl.multiply, 1.0 if inverse else -1.0, dtype=f32)
-    ident_x = nl.load(nl.shared_identity_matrix(pmax, dtype=x.dtype))
-    op2 = nl.subtract if inverse else nl.add  # y2 = a2 + b2, or a2 - b2 backward
+    gps = nisa.engine.gpsimd
+    k = max(1, min(bh, TILE_BYTES // (d * x.itemsize)))  # heads per x tile, at most
+    k = math.ceil(bh / math.ceil(bh / k))  # ... spread evenly: the last tile is (nearly) full
+    kd = max(1, math.ceil(k / DMA_SPLIT))  # heads per DMA transfer
+    in_place = d * x.itemsize > TILE_BYTES
+    nq = min(k, UNIT // 2)  # heads per unit
+    cc = max(1, min(h, UNIT // (2 * nq)))  # pairs per unit: 2 * nq * cc <= UNIT
+    # units (first head, heads, first pair, pairs) of one x tile
+    units = [
+        (q0, min(nq, k - q0), c0, min(cc, h - c0))
+        for q0 in range(0, k, nq)
+        for c0 in range(0, h, cc)
+    ]
+    on_scalar = _scalar_units(len(units), nq, cc)
+    # the sin table's sign per pair member: member 0 (y1) takes x2 sin, member 1 (y2) x1 sin
+    sign = (1.0, -1.0) if inverse else (-1.0, 1.0)
+
+    def idx(m, col, swap):
+        """x index of pair member ``m`` (0: first, 1: second; the other one when ``swap``)."""
+        if swap:
+            return 2 * col + 1 - m if interleaved else col + h - h * m
+        return 2 * col + m if interleaved else col + h * m
 
     def position_tile(p0, r):
         """One tile of ``r`` positions (static) from ``p0``: all heads, all pairs."""
@@ -74,59 +120,97 @@ def rope_kernel(x, cos, sin, interleaved, inverse):
         i_h2 = nl.arange(h)[None, :]
         c_tile = nl.load(cos[p0 + i_r, i_h2])
         s_tile = nl.load(sin[p0 + i_r, i_h2])
-        trig = []  # per pair chunk: cos, sin (PSUM when small enough) for the VectorE products
-        for c0 in range(0, h, hc):
-            i_c = c0 + nl.arange(min(hc, h - c0))[None, :]
-            if h <= PSUM_TRIG_PAIRS:
-                c_ps = nl.ndarray((r, i_c.shape[1]), dtype=f32, buffer=nl.psum)
-                c_ps[...] = nisa.nc_matmul(ident_x[i_r, nl.arange(r)[None, :]], c_tile[i_r, i_c])
-                s_ps = nl.ndarray((r, i_c.shape[1]), dtype=f32, buffer=nl.psum)
-                s_ps[...] = nisa.nc_matmul(ident_x[i_r, nl.arange(r)[None, :]], s_tile[i_r, i_c])
-                trig.append((c_ps, s_ps, 0))
-            else:
-                trig.append((c_tile, s_tile, c0))
-        i_p = nl.arange(r)[:, None, None]
-        i_k = nl.arange(k)[None, :, None]
+        # the tables by plain per-element copies (nothing sums over partitions, so a
+        # non-finite entry stays in its own position and pair)
+        ss = nl.ndarray((r, 2, h), dtype=x.dtype)  # signed sin, for the GpSimd
+        for m in range(2):
+            ss[i_r, m, i_h2] = nisa.activation(op=nl.copy, data=s_tile, scale=sign[m])
+        if h <= PSUM_TRIG_PAIRS:
+            c_v = nl.ndarray((r, h), dtype=f32, buffer=nl.psum)  # cos for the VectorE
+            c_v[...] = nisa.activation(op=nl.copy, data=c_tile, dtype=f32)
+        else:
+            c_v = c_tile
+        if any(on_scalar):
+            c32 = nl.ndarray((r, h), dtype=f32)  # activation scales are fp32
+            c32[...] = nisa.activation(op=nl.copy, data=c_tile, dtype=f32)
+        i_p = nl.arange(r)[:, None, None, None]
+        i_m = nl.arange(2)[None, :, None, None]
+        i_p3 = nl.arange(r)[:, None, None]
+        i_m3 = nl.arange(2)[None, :, None]
+        i_one = nl.arange(1)[None, :, None]  # a (P, 1, 1) scale broadcasts over [P, 2, heads]
         i_d = nl.arange(d)[None, None, :]
-        for g in nl.affine_range(math.ceil(bh / k)):
-            heads = g * k + i_k
-            x_tile = nl.load(x[heads, p0 + i_p, i_d], mask=heads < bh)
-            y = nl.ndarray((r, k, d), dtype=x.dtype, buffer=nl.sbuf)
-            for q in range(0, k, hg):
-                nq = min(hg, k - q)
-                i_q = nl.arange(nq)[None, :, None]
-                live = g * k + q + i_q < bh
-                for j, c0 in enumerate(range(0, h, hc)):
-                    nc = min(hc, h - c0)
-                    i_c = nl.arange(nc)[None, None, :]
-                    pair = c0 + i_c
-                    first, second = (2 * pair, 2 * pair + 1) if interleaved else (pair, h + pair)
-                    x1 = x_tile[i_p, q + i_q, first]
-                    x2 = x_tile[i_p, q + i_q, second]
-                    c_v, s_v, off = trig[j]
-                    c_b = c_v[i_p, 0 * i_q + off + i_c]  # stride 0 over the heads
-                    s_b = s_v[i_p, 0 * i_q + off + i_c]
-                    # a1, b1 as 2-D [r, nq * nc] tiles: the TensorE reads them as moving operands
-                    flat = i_q * nc + i_c
-                    a1 = nl.ndarray((r, nq * nc), dtype=f32)
-                    a1[i_p, flat] = nisa.tensor_tensor(x1, c_b, nl.multiply, dtype=f32, mask=live)
-                    b1 = nl.ndarray((r, nq * nc), dtype=f32)
-                    b1[i_p, flat] = nisa.tensor_tensor(x2, s_b, nl.multiply, dtype=f32, mask=live)
-                    a2 = nisa.tensor_tensor(x2, c_b, nl.multiply, dtype=f32, mask=live)
-                    b2 = nisa.tensor_tensor(
-                        x1, s_tile[i_p, 0 * i_q + pair], nl.multiply, dtype=f32,
-                        engine=nisa.engine.gpsimd, mask=live,
+
+        def head_group(g, x_tile, y):
+            """All units of x tile ``g`` (heads ``g*K ..``), as a wavefront."""
+            acc = [nl.ndarray((r, 2, nq, cc), dtype=f32, buffer=nl.psum) for _ in range(RING)]
+            bsb = [nl.ndarray((r, 2, nq, cc), dtype=f32) for _ in range(RING)]
+
+            def stage(st, u):
+                q0, uq, c0, uc = units[u]
+                a_t = acc[u % RING]
+                b_t = bsb[u % RING]
+                i_q = nl.arange(uq)[None, None, :, None]
+                i_c = nl.arange(uc)[None, None, None, :]
+                live = g * k + q0 + i_q < bh
+                col = c0 + i_c
+                if st == 0:
+                    if on_scalar[u]:
+                        # ScalarE, one pair index at a time: its cos is the per-position
+                        # scale of all heads and both members (an exact fp32 product)
+                        i_q3 = nl.arange(uq)[None, None, :]
+                        for j in range(uc):
+                            a_t[i_p3, i_m3, i_q3, j] = nisa.activation(
+                                op=nl.copy,
+                                data=x_tile[i_p3, q0 + i_q3, idx(i_m3, c0 + j, False)],
+                                scale=c32[i_p3, c0 + j + 0 * i_one],
+                                dtype=f32,
+                                mask=g * k + q0 + i_q3 < bh,
+                            )
+                    b_t[i_p, i_m, i_q, i_c] = nisa.tensor_tensor(
+                        x_tile[i_p, q0 + i_q, idx(i_m, col, True)],
+                        ss[i_p, i_m, 0 * i_q + col],
+                        nl.multiply, dtype=f32, engine=gps, mask=live,
                     )  # fmt: skip
-                    y[i_p, q + i_q, second] = nisa.tensor_tensor(
-                        a2, b2, op2, dtype=x.dtype, engine=nisa.engine.gpsimd, mask=live
-                    )
-                    acc = nl.ndarray((r, nq * nc), dtype=f32, buffer=nl.psum)
-                    acc[...] = nisa.nc_matmul(ident[i_r, nl.arange(r)[None, :]], a1)
-                    acc += nisa.nc_matmul(sign_b1[i_r, nl.arange(r)[None, :]], b1)
-                    y[i_p, q + i_q, first] = nisa.activation(
-                        op=nl.copy, data=acc[i_p, flat], dtype=x.dtype, mask=live
-                    )
-            nl.store(out[heads, p0 + i_p, i_d], value=y, mask=heads < bh)
+                elif st == 1:
+                    if not on_scalar[u]:
+                        a_t[i_p, i_m, i_q, i_c] = nisa.tensor_tensor(
+                            x_tile[i_p, q0 + i_q, idx(i_m, col, False)],
+                            c_v[i_p, 0 * i_m + 0 * i_q + col],
+                            nl.multiply, dtype=f32, mask=live,
+                        )  # fmt: skip
+                else:
+                    y[i_p, q0 + i_q, idx(i_m, col, False)] = nisa.tensor_tensor(
+                        a_t[i_p, i_m, i_q, i_c], b_t[i_p, i_m, i_q, i_c], nl.add,
+                        dtype=x.dtype, mask=live,
+                    )  # fmt: skip
+
+            # at program step t: the sum of unit t - LAG, then the products of unit t
+            offset = {0: 0, 1: 0, 2: LAG}
+            for step in range(len(units) + LAG):
+                for st in (2, 1, 0):
+                    u = step - offset[st]
+                    if 0 <= u < len(units):
+                        stage(st, u)
+
+        for g in nl.affine_range(math.ceil(bh / k)):
+            x_tile = nl.ndarray((r, k, d), dtype=x.dtype)
+            for h0 in range(0, k, kd):
+                i_kd = h0 + nl.arange(min(kd, k - h0))[None, :, None]
+                x_tile[i_p3, i_kd, i_d] = nl.load(
+                    x[g * k + i_kd, p0 + i_p3, i_d], mask=g * k + i_kd < bh
+                )
+            # a head row over TILE_BYTES: the outputs overwrite the x tile in place (each unit
+            # writes only the pairs it has read), which halves the SBUF the longest rows need;
+            # otherwise a separate tile, so that no unit's sum waits for another unit's reads
+            y = x_tile if in_place else nl.ndarray((r, k, d), dtype=x.dtype, buffer=nl.sbuf)
+            head_group(g, x_tile, y)
+            for h0 in range(0, k, kd):
+                i_kd = h0 + nl.arange(min(kd, k - h0))[None, :, None]
+                nl.store(
+                    out[g * k + i_kd, p0 + i_p3, i_d],
+                    value=y[i_p3, i_kd, i_d],
+                    mask=g * k + i_kd < bh,
+                )
 
     for st in nl.affine_range(s // pmax):
         position_tile(st * pmax, pmax)

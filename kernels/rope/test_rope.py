@@ -54,8 +54,9 @@ def test_rope_fixed_shapes(shape, dtype, layout):
 @pytest.mark.parametrize(
     "shape",
     [
-        (2, 130, 2 * (kernel.GROUP_COLS + 88)),  # pairs in two PSUM-bank chunks
-        (1, 3, 2 * (kernel.PSUM_TRIG_PAIRS + 76)),  # cos/sin read from SBUF, not PSUM
+        (2, 130, 2 * (kernel.UNIT + 88)),  # pairs in several units, several PSUM banks
+        (1, 3, 2 * (kernel.PSUM_TRIG_PAIRS + 76)),  # cos read from SBUF, not PSUM
+        (1, 130, 2 * (kernel.TILE_BYTES // 4) + 104),  # rows over TILE_BYTES: output in place
     ],
 )
 def test_rope_long_head_dims(shape, dtype, layout):
@@ -65,6 +66,68 @@ def test_rope_long_head_dims(shape, dtype, layout):
     check_kernel(
         kernel.rope_backward, reference.rope_backward, g, x, c, sn, dtype=dtype, layout=layout
     )
+
+
+@pytest.mark.parametrize("layout", kernel.LAYOUTS)
+@pytest.mark.parametrize("dtype", kernel.DTYPES)
+def test_rope_scalar_engine_units(dtype, layout):
+    # 65 heads of D = 128: x tiles of 33 + 32 heads (bf16) or 3 x 22 (fp32), each with a
+    # masked-out head in its last tile and enough heads per unit for the ScalarE to make some
+    # cos products (checked below: activations with a per-partition scale tile); 130
+    # positions leave a ragged position tile
+    shape = (5, 13, 130, 128)
+    x, g, c, sn = random_inputs([shape, shape, (130, 64), (130, 64)], dtype, seed=3)
+    check_kernel(kernel.rope, reference.rope, x, c, sn, dtype=dtype, layout=layout)
+    check_kernel(
+        kernel.rope_backward, reference.rope_backward, g, x, c, sn, dtype=dtype, layout=layout
+    )
+    dt = kernel.dtypes.as_dtype(dtype)
+    ir = kernel.rope_kernel.ir(
+        x.astype(dt).reshape(65, 130, 128), c.astype(dt), sn.astype(dt), layout != "half", False
+    )
+    scaled = [
+        op
+        for op in _ops(ir.body)
+        if getattr(op, "prim", "") == "activation" and not isinstance(op.ins[2], float)
+    ]
+    assert scaled, "no ScalarE products with a per-position scale"
+
+
+def _ops(stmts):
+    """Every statement of an IR body, loop bodies included."""
+    for stmt in stmts:
+        yield stmt
+        yield from _ops(getattr(stmt, "body", []))
+
+
+@pytest.mark.parametrize("layout", kernel.LAYOUTS)
+@pytest.mark.parametrize("dtype", kernel.DTYPES)
+@pytest.mark.parametrize("bad", [np.inf, -np.inf, np.nan])
+@pytest.mark.parametrize("where", ["x", "grad", "cos", "sin"])
+def test_rope_non_finite_input_stays_local(where, bad, dtype, layout):
+    """One non-finite input element changes only the outputs the formula (and torch's own
+    x * cos + rotate_half(x) * sin) makes it touch: an x or grad element only its own pair at
+    its position and head; a cos or sin entry only its position and pair, in every head.  In
+    particular no other position of its 128-position tile (the partitions) turns NaN."""
+    s, d = 130, 64
+    shape = (33, s, d)  # 33 heads of D = 64: ScalarE units too (S_MIN_HEADS), a ragged tile
+    x, g, c, sn = random_inputs([shape, shape, (s, d // 2), (s, d // 2)], dtype, seed=4)
+    head, pos, col = 7, 5, 10  # element 10 is in pair 10 (half) or pair 5 (interleaved)
+    if where in ("x", "grad"):
+        (x if where == "x" else g)[head, pos, col] = bad
+        touched = 2  # the two outputs of its pair
+    else:
+        (c if where == "cos" else sn)[pos, col] = bad
+        touched = 2 * shape[0]  # pair `col` at `pos` in every head
+    if where == "grad":
+        fn, ref, args = kernel.rope_backward, reference.rope_backward, (g, x, c, sn)
+    else:
+        fn, ref, args = kernel.rope, reference.rope, (x, c, sn)
+    # check_kernel matches NaN to NaN and infinities exactly, everything else in tolerance
+    out = check_kernel(fn, ref, *args, dtype=dtype, layout=layout)[0]
+    bad_rows = np.argwhere(~np.isfinite(out.astype(np.float32)))
+    assert len(bad_rows) == touched
+    assert set(bad_rows[:, 1]) == {pos}  # the other 129 positions are all finite
 
 
 def test_rope_is_a_rotation():
