@@ -66,10 +66,30 @@ class nc_version(enum.IntEnum):  # noqa: N801
     gen4 = 4
 
 
-def _engine_name(e, default: str) -> str:
+# The engines an instruction with an ``engine=`` argument may run on [HISA]; the default is
+# the first.
+_ENGINES = {
+    "nc_transpose": ("tensor", "vector"),
+    "tensor_tensor": ("vector", "gpsimd"),
+    "tensor_scalar": ("vector", "scalar", "gpsimd"),
+    "tensor_copy": ("vector", "scalar", "gpsimd"),
+    "memset": ("vector", "scalar", "gpsimd"),
+}
+
+
+def _engine_name(e, default: str, prim: str | None = None, loc=None) -> str:
     if e is None or e == engine.unknown or e == 0:
         return default
-    return engine(e).name if not isinstance(e, str) else e
+    name = engine(e).name if not isinstance(e, str) else e
+    allowed = _ENGINES.get(prim or "")
+    if allowed is not None and name not in allowed:
+        raise NkiError(
+            "err_invalid_argument",
+            loc,
+            op=f"nisa.{prim}",
+            why=f"engine={name} is not one of its engines ({', '.join(allowed)})",
+        )
+    return name
 
 
 def _emit(prim, outs, ins, attrs=None, mask=None, loc=None):
@@ -158,7 +178,7 @@ def nc_transpose(data, *, mask=None, dtype=None, engine=engine.unknown, **kwargs
         if a.shape[0] <= 32 and a.free_size <= 32 and a.tensor.buffer == "psum"
         else "tensor"
     )
-    return nc_transpose_at(data, loc, _engine_name(engine, default), dtype)
+    return nc_transpose_at(data, loc, _engine_name(engine, default, "nc_transpose", loc), dtype)
 
 
 # --- ScalarE -------------------------------------------------------------------------------
@@ -233,7 +253,7 @@ def tensor_tensor(
         "tensor_tensor",
         [out],
         [a, b],
-        {"op": op_name(op), "engine": _engine_name(engine, "vector")},
+        {"op": op_name(op), "engine": _engine_name(engine, "vector", "tensor_tensor", loc)},
         mask=mask_of(mask, loc),
         loc=loc,
     )
@@ -270,7 +290,7 @@ def tensor_scalar(
             "reverse0": bool(reverse0),
             "op1": None if op1 is None else op_name(op1),
             "reverse1": bool(reverse1),
-            "engine": _engine_name(engine, "vector"),
+            "engine": _engine_name(engine, "vector", "tensor_scalar", loc),
         },
         mask=mask_of(mask, loc),
         loc=loc,
@@ -394,7 +414,7 @@ def tensor_copy(src, *, mask=None, dtype=None, engine=engine.unknown, **kwargs) 
         "tensor_copy",
         [out],
         [a],
-        {"engine": _engine_name(engine, "vector")},
+        {"engine": _engine_name(engine, "vector", "tensor_copy", loc)},
         mask=mask_of(mask, loc),
         loc=loc,
     )
@@ -434,7 +454,7 @@ def memset(shape, value, dtype, *, mask=None, engine=engine.unknown, **kwargs) -
         "memset",
         [out],
         [],
-        {"value": float(value), "engine": _engine_name(engine, "vector")},
+        {"value": float(value), "engine": _engine_name(engine, "vector", "memset", loc)},
         mask=mask_of(mask, loc),
         loc=loc,
     )
