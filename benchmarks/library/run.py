@@ -69,6 +69,16 @@ SIZES: dict[tuple[str, str], list[tuple[list[tuple[int, ...]], str, dict[str, An
     ("attention", "attention"): [
         ([(1, 8, 2048, 128), (1, 2, 2048, 128), (1, 2, 2048, 128)], "bfloat16", {}),
         ([(1, 8, 2048, 128), (1, 2, 2048, 128), (1, 2, 2048, 128)], "bfloat16", {"causal": False}),
+        (
+            [(1, 8, 2048, 128), (1, 2, 2048, 128), (1, 2, 2048, 128)],
+            "bfloat16",
+            {"softmax": "online"},
+        ),
+        (
+            [(1, 8, 2048, 128), (1, 2, 2048, 128), (1, 2, 2048, 128)],
+            "bfloat16",
+            {"causal": False, "softmax": "online"},
+        ),
     ],
     ("rope", "rope"): _both([(1, 32, 2048, 128), (2048, 64), (2048, 64)]),
     ("cross_entropy", "cross_entropy"): _both([(4096, 32000), (4096,)]),

@@ -8,9 +8,10 @@ contracts over the partition axis, so the kernels relay out in SBUF: q, k (and i
 v, dO) are also loaded transposed (``nl.load_transpose2d``, D on the partitions).
 
 Forward, per (batch, KV head): K^T [D, S] and [V | 1] [128, S/128, D + 1] are loaded once and serve
-the ``H // Hkv`` query heads of the group.  Each query tile (128 rows) takes two passes over its
-key blocks (512 keys, one fp32 PSUM bank), so the exp pass knows the exact row max and nothing is
-ever rescaled:
+the ``H // Hkv`` query heads of the group.  Two softmax algorithms (``softmax=``), with the same
+matmuls and outputs.  ``"two_pass"`` (the default, ``_ForwardGroup``): each query tile (128 rows)
+takes two passes over its key blocks (512 keys, one fp32 PSUM bank), so the exp pass knows the
+exact row max and nothing is ever rescaled:
 
     max pass:  s = q @ k.T [128 q, 512 k]                 TensorE (PSUM)
                m = max over the blocks of rowmax(s)       VectorE (per block), GpSimd (combine)
@@ -30,6 +31,12 @@ group's heads are unrolled at trace time and software-pipelined into one instruc
 engine (the exp pass of a tile runs ``FWD_LAG`` tiles behind its max pass).  Matmul inputs are in
 the input dtype (bf16 stays bf16, fp32 runs the fp32 TensorE path); PSUM, the statistics and the
 accumulators are fp32 (``u`` is rounded to the matmul dtype once, so every use agrees).
+
+``"online"`` (flash-style, ``_OnlineForwardGroup``): one pass per query tile; the max-pass
+scores of a block update a running max ``u`` (and diag(u)) that the same block's exp-pass
+scores use at once, and before the block's P @ V the PSUM accumulator is rescaled in place by
+``alpha = exp(scale * (u_new - u_old))`` (ScalarE; nothing to rescale after a tile's first
+block).  Same TensorE work; the rescale and the per-block diag(u) cost ScalarE and GpSimd time.
 
 Backward (FlashAttention-2 style, probabilities recomputed from the saved log-sum-exp): the
 forward kernel is rerun with ``with_lse=True``; then one kernel (``_Backward``) per batch element
@@ -51,6 +58,7 @@ from nkikit import dtypes
 # Entry points take numpy arrays or CPU torch tensors (annotated as numpy) and return the same kind.
 
 DTYPES = ("float32", "bfloat16")
+SOFTMAX = ("two_pass", "online")  # the forward's algorithms; the first is the default
 TILE = 128  # query and key rows per tile (partitions)
 MAX_D = 128  # head dim: the contraction of q @ k.T runs over the partitions
 MAX_S = 4096  # a head's K^T, Q^T, [V | 1] and output (forward) and the query-side tiles
@@ -65,6 +73,11 @@ FWD_ST_BUFS = 3  # PSUM banks of exp-pass scores.T [128 k, 4 x 128 q]
 FWD_ACC_BUFS = 2  # PSUM [128 q, D + 1] accumulators (one per query tile in flight)
 FWD_P_BUFS = 4  # SBUF exp(scores.T) tiles
 FWD_LAG = 2  # query tiles between the max pass and the exp pass of a tile
+ONLINE_ACC_BUFS = 3  # online forward: PSUM [128 q, D + 1] accumulators.  Not 4: the finish
+# reads the 4-byte column D of a slot, so the profiler's scheduler tracks the pool in 4-byte
+# granules; 4 slots (2064 bytes) exceed its 512 granules, it coarsens them to 8 bytes, and the
+# column D of a slot then shares a granule with the next slot: false dependencies
+ONLINE_TILES = 2  # online forward: query tiles whose steps are interleaved
 STORE_TILES = 4  # query tiles per output store
 
 
@@ -160,6 +173,8 @@ class _ForwardGroup:
     key blocks.  Both passes of all tiles are unrolled and software-pipelined into one
     instruction stream per engine."""
 
+    ACC_BUFS = FWD_ACC_BUFS
+
     def __init__(self, q, k, v, out, lse, b, g, consts, causal, scale):
         self.q, self.out, self.lse, self.b = q, out, lse, b
         _, n_heads, seq, d = q.shape
@@ -192,7 +207,7 @@ class _ForwardGroup:
         f32 = nl.float32
         self.s_pool = nl.ndarray((FWD_S_BUFS, nl.par_dim(TILE), KV_BLOCK), f32, buffer=nl.psum)
         self.st_pool = nl.ndarray((FWD_ST_BUFS, nl.par_dim(TILE), KV_BLOCK), f32, buffer=nl.psum)
-        self.acc_pool = nl.ndarray((FWD_ACC_BUFS, nl.par_dim(TILE), d + 1), f32, buffer=nl.psum)
+        self.acc_pool = nl.ndarray((self.ACC_BUFS, nl.par_dim(TILE), d + 1), f32, buffer=nl.psum)
         self.p_pool = nl.ndarray((FWD_P_BUFS, nl.par_dim(TILE), KV_BLOCK), mm_dt, buffer=nl.sbuf)
         self.o_sb: dict = {}
         self.lse_sb: dict = {}
@@ -200,7 +215,7 @@ class _ForwardGroup:
         self.blocks = [_blocks(i, seq, causal) for _, i in self.tiles]
         self.run: dict = {}  # running max of the max pass, per tile
         self.u: dict = {}  # -m in the matmul dtype, per tile
-        self.u_diag: dict = {}
+        self.u_diag: dict = {}  # diag(u): per tile (two-pass) or per (tile, block) (online)
         self.slots: dict = {}  # (kind, tile, block) -> pool slot
         self.n_steps = {"max": 0, "exp": 0, "acc": 0}
 
@@ -292,6 +307,13 @@ class _ForwardGroup:
         """(key tile in the block, keys) of a block of ``w`` keys."""
         return [(c, min(TILE, w - c * TILE)) for c in range(math.ceil(w / TILE))]
 
+    def _take_u_diag(self, t: int, kk: int):
+        """diag(u) for the exp-pass scores of block ``kk`` of tile ``t``: one per tile,
+        dropped after its last block."""
+        if kk == len(self.blocks[t]) - 1:
+            return self.u_diag.pop(t)
+        return self.u_diag[t]
+
     def scores_t(self, t: int, kk: int) -> None:
         """TensorE: (s + u).T per 128 keys, [128 k, keys/128 x 128 q] fp32 in PSUM:
         k_tile @ q.T, plus ones.T @ diag(u) (adds u[q] to every key row), plus the transposed
@@ -301,6 +323,7 @@ class _ForwardGroup:
         rq = _rows(i, self.seq)
         c_ = self.consts
         st = self.st_pool[self._slot("exp", ("exp", t, kk), FWD_ST_BUFS)]
+        u_diag = self._take_u_diag(t, kk)
         i_q = nl.arange(rq)[None, :]
         i_dp = nl.arange(self.d)[:, None]
         for c, rk in self._key_tiles(w):
@@ -311,14 +334,12 @@ class _ForwardGroup:
                 self.q_t[hh][i_dp, i * TILE + i_q],
             )
             st[i_k, cols] += nisa.nc_matmul(
-                c_["ones"][nl.arange(rq)[:, None], nl.arange(rk)[None, :]], self.u_diag[t]
+                c_["ones"][nl.arange(rq)[:, None], nl.arange(rk)[None, :]], u_diag
             )
             if diag == c:  # rk == rq
                 st[i_k, cols] += nisa.nc_matmul(
                     c_["ident"][i_k, nl.arange(rk)[None, :]], c_["mask_t"][i_k, i_q]
                 )
-        if kk == len(self.blocks[t]) - 1:
-            del self.u_diag[t]
 
     def exp(self, t: int, kk: int) -> None:
         """ScalarE: p.T = exp(scale * (s + u).T), PSUM -> SBUF in the matmul dtype (one
@@ -341,7 +362,7 @@ class _ForwardGroup:
         j, w, _ = self.blocks[t][kk]
         rq = _rows(self.tiles[t][1], self.seq)
         slot = self.slots[("exp", t, kk)]
-        acc = self.acc_pool[self._slot("acc", ("acc", t), FWD_ACC_BUFS)]
+        acc = self.acc_pool[self._slot("acc", ("acc", t), self.ACC_BUFS)]
         d1 = self.d + 1
         i_p = nl.arange(rq)[:, None]
         i_q = nl.arange(rq)[None, :]
@@ -431,11 +452,132 @@ class _ForwardGroup:
                         getattr(self, name)(t, kk)
 
 
-@nki.jit
-def flash_attention_fwd_kernel(q, k, v, causal, scale, with_lse):
-    """Attention forward for ``q`` [B, H, S, D], ``k``/``v`` [B, Hkv, S, D] (one dtype,
-    1 <= S <= MAX_S, D <= 128).  Returns ``out`` [B, H, S, D] in q's dtype, and with
-    ``with_lse`` also the log-sum-exp of the scaled scores, [B, H, S] fp32."""
+# The online (flash-style) forward: stage offsets of a step and the interleaving of tiles
+# (a tick between the row max and the exp-pass scores: the GpSimd's u and diag(u) take about
+# as long as the TensorE work of one tick, and the exp-pass matmuls need diag(u))
+_ONLINE_STAGES = {
+    0: "scores",
+    1: "online_max",
+    3: "scores_t",
+    4: "alpha_exp",
+    5: "rescale",
+    6: "pv",
+    7: "finish",
+}
+
+
+def _interleave(counts: list[int], width: int) -> list[tuple[int, int]]:
+    """Program order of the online forward: the tiles in groups of ``width``, the steps
+    ``(tile, block)`` of a group interleaved evenly, so that consecutive blocks of a tile are
+    about ``width`` steps apart.  Every tile's last step sorts at its group's end, in tile
+    order (tiles finish, and are stored, in order)."""
+    keyed = []
+    for t, n in enumerate(counts):
+        for kk in range(n):
+            keyed.append((t // width + (kk + 1) / n, t, kk))
+    keyed.sort()
+    return [(t, kk) for _, t, kk in keyed]
+
+
+class _OnlineForwardGroup(_ForwardGroup):
+    """The flash-style (online-softmax) forward of one (batch, KV head): one pass over the key
+    blocks of each query tile, carrying ``u`` = minus the running row max (matmul dtype) and
+    the accumulator ``acc = [sum p v | sum p]`` (fp32, PSUM).  Per step (query tile, key block):
+
+        s            = q @ k.T [128 q, 512 k]                  TensorE (PSUM), for the row max
+        u_new        = min(u, -rowmax(s)), diag(u_new)         VectorE, GpSimd
+        (s + u_new).T = k @ q.T + ones.T @ diag(u_new)         TensorE, keys on the partitions
+        alpha        = exp(scale * (u_new - u))                ScalarE
+        p.T          = exp(scale * (s + u_new).T)              ScalarE, PSUM -> SBUF
+        acc         *= alpha                                   ScalarE, in place in PSUM
+        acc         += p @ [v | 1]                             TensorE
+
+    The first block of a tile has nothing to rescale.  The accumulator stays in PSUM over all
+    blocks, as in the two-pass forward, so the rescale is one ScalarE instruction on
+    [128, D + 1] (no SBUF accumulator and no PSUM -> SBUF copy per block); ``finish`` is the
+    same (``out = acc[:, :D] / acc[:, D]``, ``lse = log(acc[:, D]) - scale * u``).  The
+    steps of ``ONLINE_TILES`` tiles are interleaved (``_interleave``) so that a rescale does
+    not wait on the P @ V matmuls of the step just before it, and software-pipelined like the
+    two-pass forward (``_ONLINE_STAGES``)."""
+
+    ACC_BUFS = ONLINE_ACC_BUFS
+
+    def __init__(self, *args) -> None:
+        super().__init__(*args)
+        self.du: dict = {}  # (tile, block) -> u_new - u (fp32)
+        self.alpha: dict = {}  # (tile, block) -> exp(scale * (u_new - u))
+
+    def online_max(self, t: int, kk: int) -> None:
+        """VectorE: -rowmax of the block in the matmul dtype (rounding is monotone, so
+        min(u, round(-max)) is the rounded running minimum); GpSimd: u_new = min(u, -rowmax),
+        u_new - u and diag(u_new)."""
+        gp = nisa.engine.gpsimd
+        _, w, _ = self.blocks[t][kk]
+        rq = _rows(self.tiles[t][1], self.seq)
+        s = self.s_pool[self.slots[("max", t, kk)]]
+        i_p = nl.arange(rq)[:, None]
+        neg_max = nisa.tensor_reduce(
+            nl.max,
+            s[i_p, nl.arange(w)[None, :]],
+            axis=(1,),
+            negate=True,
+            dtype=self.mm_dt,
+            keepdims=True,
+        )
+        u_old = self.u[t] if kk > 0 else None
+        u = neg_max
+        if u_old is not None:
+            u = nisa.tensor_tensor(u_old, neg_max, op=nl.minimum, dtype=self.mm_dt, engine=gp)
+        self.u[t] = u
+        self.u_diag[(t, kk)] = nisa.tensor_scalar(
+            self.consts["ident"][i_p, nl.arange(rq)[None, :]],
+            nl.multiply,
+            u,
+            dtype=self.mm_dt,
+            engine=gp,
+        )
+        if u_old is not None:  # after diag(u_new): the exp-pass scores wait for that one
+            self.du[(t, kk)] = nisa.tensor_tensor(
+                u, u_old, op=nl.subtract, dtype=nl.float32, engine=gp
+            )
+
+    def _take_u_diag(self, t: int, kk: int):
+        """diag(u) of block ``kk`` of tile ``t`` (one per block: u changes)."""
+        return self.u_diag.pop((t, kk))
+
+    def alpha_exp(self, t: int, kk: int) -> None:
+        """ScalarE: alpha = exp(scale * (u_new - u)) (<= 1; not for a tile's first block),
+        then p.T as in the two-pass exp pass."""
+        if kk > 0:
+            self.alpha[(t, kk)] = nisa.activation(
+                nl.exp, self.du.pop((t, kk)), scale=self.scale, dtype=nl.float32
+            )
+        self.exp(t, kk)
+
+    def rescale(self, t: int, kk: int) -> None:
+        """ScalarE: acc *= alpha in place in PSUM, after the previous block's P @ V and before
+        this block's (program order)."""
+        if kk == 0:
+            return
+        acc = self.acc_pool[self.slots[("acc", t)]]
+        i_p = nl.arange(_rows(self.tiles[t][1], self.seq))[:, None]
+        i_d1 = nl.arange(self.d + 1)[None, :]
+        acc[i_p, i_d1] = nisa.activation(
+            nl.copy, acc[i_p, i_d1], scale=self.alpha.pop((t, kk)), dtype=nl.float32
+        )
+
+    def run_all(self) -> None:
+        order = _interleave([len(bl) for bl in self.blocks], ONLINE_TILES)
+        depth = max(_ONLINE_STAGES)
+        for tick in range(len(order) + depth):
+            for off in range(depth, -1, -1):
+                n = tick - off
+                if 0 <= n < len(order) and off in _ONLINE_STAGES:
+                    getattr(self, _ONLINE_STAGES[off])(*order[n])
+
+
+def _forward(q, k, v, causal, scale, with_lse, group_cls):
+    """The body of both forward kernels: one ``group_cls`` pipeline per (batch, KV head)."""
     b_size, n_heads, seq, d = q.shape
     n_kv = k.shape[1]
     mm_dt = q.dtype
@@ -444,12 +586,31 @@ def flash_attention_fwd_kernel(q, k, v, causal, scale, with_lse):
     consts = _constants(mm_dt)
     for b in nl.affine_range(b_size):
         for g in nl.affine_range(n_kv):
-            _ForwardGroup(
+            group_cls(
                 q, k, v, out, lse if with_lse else None, b, g, consts, causal, scale
             ).run_all()
     if with_lse:
         return out, lse
     return out
+
+
+@nki.jit
+def flash_attention_fwd_kernel(q, k, v, causal, scale, with_lse):
+    """Attention forward, two-pass exact-max softmax (``softmax="two_pass"``), for ``q``
+    [B, H, S, D], ``k``/``v`` [B, Hkv, S, D] (one dtype, 1 <= S <= MAX_S, D <= 128).  Returns
+    ``out`` [B, H, S, D] in q's dtype, and with ``with_lse`` also the log-sum-exp of the
+    scaled scores, [B, H, S] fp32."""
+    return _forward(q, k, v, causal, scale, with_lse, _ForwardGroup)
+
+
+@nki.jit
+def flash_attention_online_fwd_kernel(q, k, v, causal, scale, with_lse):
+    """Attention forward, flash-style online softmax (``softmax="online"``): the contract of
+    ``flash_attention_fwd_kernel`` (same outputs, same ``lse``)."""
+    return _forward(q, k, v, causal, scale, with_lse, _OnlineForwardGroup)
+
+
+FWD_KERNELS = {"two_pass": flash_attention_fwd_kernel, "online": flash_attention_online_fwd_kernel}
 
 
 def _constants(mm_dt):
@@ -505,8 +666,23 @@ def _check(fn: str, q, k, v, scale: float) -> tuple[int, int, int, int, int, flo
     return b, h, hkv, s, d, scale
 
 
+def _fwd_kernel(fn: str, softmax: str):
+    """The forward kernel of the ``softmax`` algorithm; ValueError if it is not one."""
+    if not isinstance(softmax, str) or softmax not in FWD_KERNELS:
+        raise ValueError(
+            f"{fn}: softmax must be one of {', '.join(map(repr, SOFTMAX))}, got {softmax!r}"
+        )
+    return FWD_KERNELS[softmax]
+
+
 def attention(
-    q: np.ndarray, k: np.ndarray, v: np.ndarray, *, causal: bool = True, scale: float = 0.0
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    *,
+    causal: bool = True,
+    scale: float = 0.0,
+    softmax: str = "two_pass",
 ) -> np.ndarray:
     """Scaled dot-product attention ``softmax(scale * q @ k.T [+ causal mask]) @ v``.
 
@@ -514,12 +690,15 @@ def attention(
     attention: query head ``h`` uses KV head ``h // (H // Hkv)``); ``1 <= S <= 4096``,
     ``1 <= D <= 128``.  Numpy arrays or CPU torch tensors, all float32 or all bfloat16.
     ``causal``: query ``i`` attends to keys ``j <= i`` only.  ``scale``: multiplies the scores;
-    ``0.0`` (the default) means ``1 / sqrt(D)``.  Returns [B, H, S, D] in the input dtype.
-    Raises ``ValueError`` for bad shapes or scale and ``TypeError`` for an unsupported or mixed
-    dtype.
+    ``0.0`` (the default) means ``1 / sqrt(D)``.  ``softmax``: the algorithm, ``"two_pass"``
+    (the default: a max pass, then an exp pass that never rescales) or ``"online"`` (flash-style:
+    one pass with a running max, rescaling the accumulator); the results agree to rounding.
+    Returns [B, H, S, D] in the input dtype.  Raises ``ValueError`` for bad shapes, scale or
+    ``softmax`` and ``TypeError`` for an unsupported or mixed dtype.
     """
+    fwd = _fwd_kernel("attention", softmax)
     *_, scale = _check("attention", q, k, v, scale)
-    return flash_attention_fwd_kernel(q, k, v, bool(causal), scale, False)
+    return fwd(q, k, v, bool(causal), scale, False)
 
 
 # Backward software pipeline: pool depths, prefetch distance and the SBUF budget
@@ -1106,11 +1285,14 @@ def attention_backward(
     *,
     causal: bool = True,
     scale: float = 0.0,
+    softmax: str = "two_pass",
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Gradients ``(dq, dk, dv)`` of ``attention(q, k, v, causal=causal, scale=scale)`` for the
     output gradient ``grad`` [B, H, S, D] (same dtype as the inputs); each gradient has its
-    input's shape and dtype.  Reruns the forward kernel for ``out`` and the log-sum-exp, then
-    one backward kernel computes all three.  Raises as ``attention``."""
+    input's shape and dtype.  Reruns the forward kernel of the ``softmax`` algorithm for
+    ``out`` and the log-sum-exp, then one backward kernel computes all three (the same for
+    both algorithms).  Raises as ``attention``."""
+    fwd = _fwd_kernel("attention_backward", softmax)
     *_, scale = _check("attention_backward", q, k, v, scale)
     if tuple(grad.shape) != tuple(q.shape):
         raise ValueError(
@@ -1118,7 +1300,7 @@ def attention_backward(
         )
     _check_same_dtype("attention_backward", q, grad)
     causal = bool(causal)
-    out, lse = flash_attention_fwd_kernel(q, k, v, causal, scale, True)
+    out, lse = fwd(q, k, v, causal, scale, True)
     return flash_attention_bwd_kernel(q, k, v, out, grad, lse, causal, scale)
 
 
