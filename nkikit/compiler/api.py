@@ -127,7 +127,7 @@ class _Decorated:
             raise hide_internal_frames(e) from None
 
     def _after_compile(self) -> None:
-        pass
+        """Hook for subclasses: record what they report from ``self.program``."""
 
 
 class BenchmarkKernel(_Decorated):
