@@ -75,31 +75,8 @@ def store(dst: Tile, value, *, mask=None, **kwargs) -> None:
     tile, ``t[idx_tile, i_f]`` (an indirect DMA: a scatter; rows sharing an index: the last
     partition's wins in simulation, unspecified on hardware)."""
     loc = caller_loc()
-    d = access_of(dst, loc, "store")
-    if not d.tensor.is_hbm:
-        raise NkiError(
-            "err_unsupported_memory",
-            loc,
-            op="store",
-            what="dst",
-            allowed="HBM",
-            got=d.tensor.buffer,
-        )
-    if isinstance(value, Scalar):
-        value = full(canon(d.shape), value, dtype=d.dtype)
-    v = access_of(value, loc, "store value")
-    if v.tensor.buffer == "psum":
-        value = copy(value, dtype=d.dtype)
-        v = value.access
-    d2 = _fit(d, v.shape)
-    if d2 is None:
-        raise NkiError(
-            "err_store_dst_shape_smaller_than_other_shape",
-            loc,
-            op="store",
-            dst=d.shape,
-            src=v.shape,
-        )
+    d = _hbm_dst(dst, loc, "store")
+    d2, v = _fit_value(d, value, loc, "store", d.dtype)
     _emit("dma_copy", [d2], [v], mask=mask_of(mask, loc), loc=loc)
 
 
@@ -111,16 +88,7 @@ def atomic_rmw(dst: Tile, value, op, *, mask=None, **kwargs) -> None:
     gradient).  Raises ``err_invalid_argument`` for a destination without an index tile or
     another ``op``."""
     loc = caller_loc()
-    d = access_of(dst, loc, "atomic_rmw")
-    if not d.tensor.is_hbm:
-        raise NkiError(
-            "err_unsupported_memory",
-            loc,
-            op="atomic_rmw",
-            what="dst",
-            allowed="HBM",
-            got=d.tensor.buffer,
-        )
+    d = _hbm_dst(dst, loc, "atomic_rmw")
     if d.indirect is None:
         raise NkiError(
             "err_invalid_argument",
@@ -137,21 +105,38 @@ def atomic_rmw(dst: Tile, value, op, *, mask=None, **kwargs) -> None:
             op="atomic_rmw",
             why=f"op must be np.add (the only atomic operation), got {op!r}",
         )
+    # the add happens in the DMA, so a PSUM value keeps its precision until then
+    d2, v = _fit_value(d, value, loc, "atomic_rmw", dtypes.float32, round_to_dst=False)
+    _emit("dma_copy", [d2], [v], {"rmw_op": name}, mask=mask_of(mask, loc), loc=loc)
+
+
+def _hbm_dst(dst: Tile, loc, op: str) -> Access:
+    """The HBM destination of a store-like DMA (err_unsupported_memory otherwise)."""
+    d = access_of(dst, loc, op)
+    if not d.tensor.is_hbm:
+        raise NkiError(
+            "err_unsupported_memory", loc, op=op, what="dst", allowed="HBM", got=d.tensor.buffer
+        )
+    return d
+
+
+def _fit_value(
+    d: Access, value, loc, op: str, scalar_dtype, round_to_dst: bool = True
+) -> tuple[Access, Access]:
+    """``value`` as an on-chip access (a scalar filled in ``scalar_dtype``; PSUM copied to
+    SBUF, as a DMA cannot read PSUM: in ``d``'s dtype when ``round_to_dst``, else in its own)
+    and ``d`` reshaped to its shape."""
     if isinstance(value, Scalar):
-        value = full(canon(d.shape), value, dtype=dtypes.float32)
-    v = access_of(value, loc, "atomic_rmw value")
+        value = full(canon(d.shape), value, dtype=scalar_dtype)
+    v = access_of(value, loc, f"{op} value")
     if v.tensor.buffer == "psum":
-        v = copy(value, dtype=v.dtype).access
+        v = copy(value, dtype=d.dtype if round_to_dst else v.dtype).access
     d2 = _fit(d, v.shape)
     if d2 is None:
         raise NkiError(
-            "err_store_dst_shape_smaller_than_other_shape",
-            loc,
-            op="atomic_rmw",
-            dst=d.shape,
-            src=v.shape,
+            "err_store_dst_shape_smaller_than_other_shape", loc, op=op, dst=d.shape, src=v.shape
         )
-    _emit("dma_copy", [d2], [v], {"rmw_op": name}, mask=mask_of(mask, loc), loc=loc)
+    return d2, v
 
 
 def _fit(a: Access, shape: tuple[int, ...]) -> Access | None:
