@@ -3,6 +3,13 @@ and the kernel's own source location.
 
 Names follow the legacy NKI error catalogue (``err_*``), so a message found here can be looked
 up in AWS's documentation.  Messages say what is wrong and what to do about it.
+
+Each entry is a subclass of :class:`NkiError` carrying its NKI ``name`` and ``template``:
+``except nkikit.errors.ErrNumPartitionExceedArchLimit`` catches exactly that rejection.
+``NkiError("err_num_partition_exceed_arch_limit", loc, size=256, limit=128)`` constructs
+(and so raises) the matching subclass, so raise sites may name an entry by its string; a name
+that is not in the catalogue is an :class:`NkiInternalError` (a bug in nkikit, not in the
+kernel).
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ import os
 import sys
 import types
 from dataclasses import dataclass
+from typing import ClassVar
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 _HUB_DIR = os.path.join(os.path.dirname(_PACKAGE_DIR), "hub")
@@ -55,155 +63,357 @@ def caller_loc() -> SourceLoc:
     return SourceLoc(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name)
 
 
-# name -> message template.  Templates are formatted with the keyword arguments of NkiError.
-CATALOGUE: dict[str, str] = {
-    "err_num_partition_exceed_arch_limit": (
-        "Size of partition dimension {size} exceeds architecture limitation of {limit}; "
-        "tile the partition dimension by nl.tile_size.pmax"
-    ),
-    "err_size_of_dimension_exceed_arch_limit": (
-        "{what} has free size {size}, over the architecture limit of {limit}"
-    ),
-    "err_num_partition_mismatch": (
-        "{op}: operands have {a} and {b} partitions; they must match "
-        "(use broadcast_to to broadcast along the partition dimension)"
-    ),
-    "err_unsupported_memory": "{op}: {what} must be in {allowed}, got {got}",
-    "err_tensor_access_out_of_bound": (
-        "access to {tensor} is out of bounds: dimension {dim} reaches index {index}, size is {size}"
-    ),
-    "err_unexpected_output_dependencies": (
-        "{op} writes {tensor} at the same location in every iteration of affine_range loop "
-        "'{loop}' (missing indices in the dst access); index the destination by the loop "
-        "variable, or use sequential_range for a loop-carried dependency"
-    ),
-    "err_local_variable_used_out_of_scope": (
-        "{tensor} was created inside a loop body and is used outside of it; create it "
-        "before the loop"
-    ),
-    "err_tensor_output_not_written_to": "output tensor {tensor} is returned but never written to",
-    "err_cannot_update_immutable_parameter": (
-        "kernel parameter {tensor} is immutable; annotate it as nt.mutable_tensor to write to it"
-    ),
-    "err_activation_bias_invalid_type": (
-        "activation bias must be a (P, 1) tile of float32, float16 or bfloat16, got {got}"
-    ),
-    "err_activation_scale_invalid_type": "activation scale must be float32, got {got}",
-    "err_activation_scale_scalar_or_vector": (
-        "activation scale must be a python scalar or a (P, 1) tile, got shape {got}"
-    ),
-    "err_unsupported_expression_in_mask": (
-        "mask must be a comparison of affine expressions of aranges, loop variables and "
-        "program ids, combined with &; got {got}"
-    ),
-    "err_control_flow_condition_depending_on_arange": (
-        "a Python condition depends on an arange index ({expr}); use mask= instead"
-    ),
-    "err_dynamic_control_flow_not_supported": (
-        "a Python condition depends on a loop variable or program id ({expr}), whose value is "
-        "only known at run time; use mask=, or nl.static_range to unroll the loop"
-    ),
-    "err_1d_arange_not_supported": (
-        "a 1-D arange cannot index a tensor; give it an axis, e.g. nl.arange(n)[:, None] "
-        "for the partition axis or nl.arange(n)[None, :] for the free axis"
-    ),
-    "err_unsupported_mixing_basic_advanced_tensor_indexing": (
-        "an index mixes slices with arange expressions; use aranges (or slices) for every axis"
-    ),
-    "err_ambiguous_tensor_truth_value": (
-        "the truth value of a tile is unknown while tracing; use nl.where or a mask"
-    ),
-    "err_exceed_max_supported_dimension": "{what} has {ndim} dimensions; at most {limit} allowed",
-    "err_shared_hbm_must_in_kernel_level": (
-        "shared_hbm tensors must be created at the top level of the kernel, not inside a loop"
-    ),
-    "err_store_dst_shape_smaller_than_other_shape": (
-        "{op}: destination shape {dst} does not match value shape {src}"
-    ),
-    "err_nki_api_outside_of_nki_kernel": (
-        "{api} can only be called inside a kernel decorated with @nki.jit"
-    ),
-    "err_non_affine_index": (
-        "index expression {expr} is not affine in loop variables, aranges and program ids"
-    ),
-    "err_sbuf_capacity_exceeded": (
-        "{buffer} usage of {used} bytes per partition exceeds the capacity of {limit} bytes; "
-        "largest tensors: {tensors}"
-    ),
-    "err_psum_capacity_exceeded": (
-        "PSUM tile {tensor} uses {used} bytes per partition, over the {limit}-byte bank"
-    ),
-    "err_unsupported_dtype": "{op}: dtype {dtype} is not supported here ({why})",
-    "err_invalid_argument": "{op}: {why}",
-    "err_unsupported_api": "{api} is not supported by nkikit yet: {why}",
-    "err_read_uninitialized": "{op} reads {tensor} before it was written",
-    "err_matmul_dtype_mismatch": (
-        "nc_matmul: fp32/tfloat32 operands can only be combined with each other, got {a} and {b}"
-    ),
-    # -- verifier (nkikit/ir/verify.py) ---------------------------------------------------------
-    "err_leading_dimension_of_tensor_must_be_partition": (
-        "{op}: {operand} {access} must walk the partition dimension (dimension {par}) of "
-        "{tensor} with tile axis 0 at stride 1 ({why}); put the partition index "
-        "(nl.arange(n)[:, None] or a slice) on the partition dimension and nowhere else"
-    ),
-    "err_loop_variable_used_out_of_scope": (
-        "{op} uses loop variable '{var}' outside of its loop (line {line}); a loop index "
-        "only exists inside the loop body"
-    ),
-    "err_psum_total_capacity_exceeded": (
-        "PSUM usage of {used} bytes per partition exceeds the capacity of {limit} bytes "
-        "({banks} banks of 2 KiB); largest live PSUM tensors: {tensors}; copy results to SBUF "
-        "sooner or create PSUM tiles inside the loop that uses them"
-    ),
-    # -- indirect DMA (runtime index tiles) ----------------------------------------------------
-    "err_indirect_indices_free_dim": (
-        "indirect indexing of {tensor} on a free dimension is not supported ({why}); an index "
-        "tile gives one index per partition and must index the dimension the tile's partition "
-        "axis walks, e.g. t[idx_tile, i_f] or t[idx_tile[i_p, 0], i_f] with idx_tile a "
-        "(P, 1) SBUF tile of integers"
-    ),
-    "err_indirect_indices_are_not_supported_with_nki_api": (
-        "{api} cannot take an indirectly indexed operand ({operand}); only DMAs gather and "
-        "scatter by an index tile: nl.load, nl.store, nl.atomic_rmw and nisa.dma_copy"
-    ),
-    "err_spmd_output_dependencies": (
-        "{op} writes {tensor} at the same location from every instance along SPMD grid "
-        "axis {axis} (size {size}); index the destination by nl.program_id({axis})"
-    ),
-}
+class NkiInternalError(RuntimeError):
+    """A bug in nkikit itself (e.g. a raise site naming an error that is not in the catalogue),
+    never a problem with the user's kernel."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(f"internal error in nkikit (please report it): {message}")
 
 
 class NkiError(Exception):
     """A kernel rejected by nkikit, as the Neuron compiler or hardware would reject it.
 
+    Construct an entry's class directly, ``ErrInvalidArgument(loc, op=..., why=...)``, or by
+    name, ``NkiError("err_invalid_argument", loc, op=..., why=...)``; both give an instance of
+    the entry's class.  The keyword fields fill the entry's ``template``.
+
     Attributes: ``name`` (the NKI error name, e.g. ``err_num_partition_exceed_arch_limit``),
-    ``loc`` (the kernel's file:line that caused it) and ``detail`` (the formatted message).
+    ``loc`` (the kernel's file:line that caused it), ``detail`` (the formatted message) and
+    ``fields`` (the keyword fields).
     """
 
-    def __init__(self, name: str, loc: SourceLoc | None = None, **fields: object) -> None:
-        template = CATALOGUE.get(name, "{why}")
+    name: ClassVar[str] = ""
+    template: ClassVar[str] = ""
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        if not cls.name.startswith("err_") or not cls.template:
+            raise NkiInternalError(f"{cls.__name__} needs an err_* name and a template")
+        if cls.name in _CLASSES:
+            raise NkiInternalError(f"{cls.name} is defined twice")
+        _CLASSES[cls.name] = cls
+
+    def __new__(cls, *args: object, **fields: object) -> NkiError:
+        if cls is NkiError:
+            if not args or not isinstance(args[0], str):
+                raise TypeError("NkiError(name, loc=None, **fields) takes an error name first")
+            cls = error_class(args[0])
+        return super().__new__(cls)
+
+    def __init__(self, *args: object, **fields: object) -> None:
+        rest = list(args)
+        if rest and isinstance(rest[0], str):  # NkiError("err_x", ...): the name picked the class
+            given = rest.pop(0)
+            if given != self.name:
+                raise NkiInternalError(f"{type(self).__name__} constructed as {given!r}")
+        if len(rest) > 1 or (rest and rest[0] is not None and not isinstance(rest[0], SourceLoc)):
+            raise NkiInternalError(f"{self.name}: expected (loc, **fields), got {args!r}")
+        loc = rest[0] if rest else None
         try:
-            detail = template.format(**fields)
-        except (KeyError, IndexError):
-            detail = f"{template} {fields}"
-        self.name = name
+            detail = self.template.format(**fields)
+        except (KeyError, IndexError) as e:
+            raise NkiInternalError(
+                f"{self.name}: its template needs field {e}, the raise site gave {sorted(fields)}"
+            ) from None
         self.loc = loc or UNKNOWN_LOC
         self.detail = detail
         self.fields = fields
         super().__init__(self._render())
 
+    def __reduce__(self) -> tuple:
+        # rebuild from name, location and fields (the default would pass the rendered message)
+        return (_rebuild, (self.name, self.loc, self.fields))
+
     def _render(self) -> str:
-        where = f"{self.loc}: " if self.loc is not UNKNOWN_LOC else ""
-        text = self.loc.text if self.loc is not UNKNOWN_LOC else ""
+        where = f"{self.loc}: " if self.loc != UNKNOWN_LOC else ""
+        text = self.loc.text if self.loc != UNKNOWN_LOC else ""
         code = f"\n    {text}" if text else ""
         return f"{where}{self.name}: {self.detail}{code}"
 
     def at(self, loc: SourceLoc) -> NkiError:
         """Attach a location if none is known yet."""
-        if self.loc is UNKNOWN_LOC:
+        if self.loc == UNKNOWN_LOC:
             self.loc = loc
             self.args = (self._render(),)
         return self
+
+
+_CLASSES: dict[str, type[NkiError]] = {}
+
+
+def error_class(name: str) -> type[NkiError]:
+    """The catalogue entry ``name`` names; NkiInternalError if there is none."""
+    try:
+        return _CLASSES[name]
+    except KeyError:
+        raise NkiInternalError(
+            f"unknown error name {name!r}; add it to the catalogue in nkikit/errors.py"
+        ) from None
+
+
+def _rebuild(name: str, loc: SourceLoc, fields: dict[str, object]) -> NkiError:
+    return NkiError(name, loc, **fields)
+
+
+# -- the catalogue: one class per entry, in the order of the pipeline -------------------------
+# Templates are formatted with the keyword fields of the raise site (tests/test_errors.py checks
+# every site passes exactly its template's fields).
+
+
+class ErrNumPartitionExceedArchLimit(NkiError):
+    name = "err_num_partition_exceed_arch_limit"
+    template = (
+        "Size of partition dimension {size} exceeds architecture limitation of {limit}; "
+        "tile the partition dimension by nl.tile_size.pmax"
+    )
+
+
+class ErrSizeOfDimensionExceedArchLimit(NkiError):
+    name = "err_size_of_dimension_exceed_arch_limit"
+    template = "{what} has free size {size}, over the architecture limit of {limit}"
+
+
+class ErrNumPartitionMismatch(NkiError):
+    name = "err_num_partition_mismatch"
+    template = (
+        "{op}: operands have {a} and {b} partitions; they must match "
+        "(use broadcast_to to broadcast along the partition dimension)"
+    )
+
+
+class ErrUnsupportedMemory(NkiError):
+    name = "err_unsupported_memory"
+    template = "{op}: {what} must be in {allowed}, got {got}"
+
+
+class ErrTensorAccessOutOfBound(NkiError):
+    name = "err_tensor_access_out_of_bound"
+    template = (
+        "access to {tensor} is out of bounds: dimension {dim} reaches index {index}, size is {size}"
+    )
+
+
+class ErrUnexpectedOutputDependencies(NkiError):
+    name = "err_unexpected_output_dependencies"
+    template = (
+        "{op} writes {tensor} at the same location in every iteration of affine_range loop "
+        "'{loop}' (missing indices in the dst access); index the destination by the loop "
+        "variable, or use sequential_range for a loop-carried dependency"
+    )
+
+
+class ErrLocalVariableUsedOutOfScope(NkiError):
+    name = "err_local_variable_used_out_of_scope"
+    template = (
+        "{tensor} was created inside a loop body and is used outside of it; create it "
+        "before the loop"
+    )
+
+
+class ErrTensorOutputNotWrittenTo(NkiError):
+    name = "err_tensor_output_not_written_to"
+    template = "output tensor {tensor} is returned but never written to"
+
+
+class ErrCannotUpdateImmutableParameter(NkiError):
+    name = "err_cannot_update_immutable_parameter"
+    template = (
+        "kernel parameter {tensor} is immutable; annotate it as nt.mutable_tensor to write to it"
+    )
+
+
+class ErrActivationBiasInvalidType(NkiError):
+    name = "err_activation_bias_invalid_type"
+    template = "activation bias must be a (P, 1) tile of float32, float16 or bfloat16, got {got}"
+
+
+class ErrActivationScaleInvalidType(NkiError):
+    name = "err_activation_scale_invalid_type"
+    template = "activation scale must be float32, got {got}"
+
+
+class ErrActivationScaleScalarOrVector(NkiError):
+    name = "err_activation_scale_scalar_or_vector"
+    template = "activation scale must be a python scalar or a (P, 1) tile, got shape {got}"
+
+
+class ErrUnsupportedExpressionInMask(NkiError):
+    name = "err_unsupported_expression_in_mask"
+    template = (
+        "mask must be a comparison of affine expressions of aranges, loop variables and "
+        "program ids, combined with &; got {got}"
+    )
+
+
+class ErrControlFlowConditionDependingOnArange(NkiError):
+    name = "err_control_flow_condition_depending_on_arange"
+    template = "a Python condition depends on an arange index ({expr}); use mask= instead"
+
+
+class ErrDynamicControlFlowNotSupported(NkiError):
+    name = "err_dynamic_control_flow_not_supported"
+    template = (
+        "a Python condition depends on a loop variable or program id ({expr}), whose value is "
+        "only known at run time; use mask=, or nl.static_range to unroll the loop"
+    )
+
+
+class Err1dArangeNotSupported(NkiError):
+    name = "err_1d_arange_not_supported"
+    template = (
+        "a 1-D arange cannot index a tensor; give it an axis, e.g. nl.arange(n)[:, None] "
+        "for the partition axis or nl.arange(n)[None, :] for the free axis"
+    )
+
+
+class ErrUnsupportedMixingBasicAdvancedTensorIndexing(NkiError):
+    name = "err_unsupported_mixing_basic_advanced_tensor_indexing"
+    template = (
+        "an index mixes slices with arange expressions; use aranges (or slices) for every axis"
+    )
+
+
+class ErrAmbiguousTensorTruthValue(NkiError):
+    name = "err_ambiguous_tensor_truth_value"
+    template = "the truth value of a tile is unknown while tracing; use nl.where or a mask"
+
+
+class ErrExceedMaxSupportedDimension(NkiError):
+    name = "err_exceed_max_supported_dimension"
+    template = "{what} has {ndim} dimensions; at most {limit} allowed"
+
+
+class ErrSharedHbmMustInKernelLevel(NkiError):
+    name = "err_shared_hbm_must_in_kernel_level"
+    template = (
+        "shared_hbm tensors must be created at the top level of the kernel, not inside a loop"
+    )
+
+
+class ErrStoreDstShapeSmallerThanOtherShape(NkiError):
+    name = "err_store_dst_shape_smaller_than_other_shape"
+    template = "{op}: destination shape {dst} does not match value shape {src}"
+
+
+class ErrNkiApiOutsideOfNkiKernel(NkiError):
+    name = "err_nki_api_outside_of_nki_kernel"
+    template = "{api} can only be called inside a kernel decorated with @nki.jit"
+
+
+class ErrNonAffineIndex(NkiError):
+    name = "err_non_affine_index"
+    template = "index expression {expr} is not affine in loop variables, aranges and program ids"
+
+
+class ErrSbufCapacityExceeded(NkiError):
+    name = "err_sbuf_capacity_exceeded"
+    template = (
+        "{buffer} usage of {used} bytes per partition exceeds the capacity of {limit} bytes; "
+        "largest tensors: {tensors}"
+    )
+
+
+class ErrPsumCapacityExceeded(NkiError):
+    name = "err_psum_capacity_exceeded"
+    template = "PSUM tile {tensor} uses {used} bytes per partition, over the {limit}-byte bank"
+
+
+class ErrUnsupportedDtype(NkiError):
+    name = "err_unsupported_dtype"
+    template = "{op}: dtype {dtype} is not supported here ({why})"
+
+
+class ErrInvalidArgument(NkiError):
+    name = "err_invalid_argument"
+    template = "{op}: {why}"
+
+
+class ErrUnsupportedApi(NkiError):
+    name = "err_unsupported_api"
+    template = "{api} is not supported by nkikit yet: {why}"
+
+
+class ErrReadUninitialized(NkiError):
+    name = "err_read_uninitialized"
+    template = "{op} reads {tensor} before it was written"
+
+
+class ErrMatmulDtypeMismatch(NkiError):
+    name = "err_matmul_dtype_mismatch"
+    template = (
+        "nc_matmul: fp32/tfloat32 operands can only be combined with each other, got {a} and {b}"
+    )
+
+
+class ErrHbmTensorWithInitValueNotSupported(NkiError):
+    name = "err_hbm_tensor_with_init_value_not_supported"
+    template = (
+        "{api}: HBM tensors cannot be created with an initial value; create it with "
+        "nl.ndarray(..., buffer=nl.shared_hbm) and write the value with nl.store"
+    )
+
+
+# -- verifier (nkikit/ir/verify.py) -----------------------------------------------------------------
+
+
+class ErrLeadingDimensionOfTensorMustBePartition(NkiError):
+    name = "err_leading_dimension_of_tensor_must_be_partition"
+    template = (
+        "{op}: {operand} {access} must walk the partition dimension (dimension {par}) of "
+        "{tensor} with tile axis 0 at stride 1 ({why}); put the partition index "
+        "(nl.arange(n)[:, None] or a slice) on the partition dimension and nowhere else"
+    )
+
+
+class ErrLoopVariableUsedOutOfScope(NkiError):
+    name = "err_loop_variable_used_out_of_scope"
+    template = (
+        "{op} uses loop variable '{var}' outside of its loop (line {line}); a loop index "
+        "only exists inside the loop body"
+    )
+
+
+class ErrPsumTotalCapacityExceeded(NkiError):
+    name = "err_psum_total_capacity_exceeded"
+    template = (
+        "PSUM usage of {used} bytes per partition exceeds the capacity of {limit} bytes "
+        "({banks} banks of 2 KiB); largest live PSUM tensors: {tensors}; copy results to SBUF "
+        "sooner or create PSUM tiles inside the loop that uses them"
+    )
+
+
+# -- indirect DMA (runtime index tiles) -------------------------------------------------------------
+
+
+class ErrIndirectIndicesFreeDim(NkiError):
+    name = "err_indirect_indices_free_dim"
+    template = (
+        "indirect indexing of {tensor} on a free dimension is not supported ({why}); an index "
+        "tile gives one index per partition and must index the dimension the tile's partition "
+        "axis walks, e.g. t[idx_tile, i_f] or t[idx_tile[i_p, 0], i_f] with idx_tile a "
+        "(P, 1) SBUF tile of integers"
+    )
+
+
+class ErrIndirectIndicesAreNotSupportedWithNkiApi(NkiError):
+    name = "err_indirect_indices_are_not_supported_with_nki_api"
+    template = (
+        "{api} cannot take an indirectly indexed operand ({operand}); only DMAs gather and "
+        "scatter by an index tile: nl.load, nl.store, nl.atomic_rmw and nisa.dma_copy"
+    )
+
+
+class ErrSpmdOutputDependencies(NkiError):
+    name = "err_spmd_output_dependencies"
+    template = (
+        "{op} writes {tensor} at the same location from every instance along SPMD grid "
+        "axis {axis} (size {size}); index the destination by nl.program_id({axis})"
+    )
+
+
+CATALOGUE: dict[str, str] = {name: cls.template for name, cls in _CLASSES.items()}
+"""NKI error name -> message template, for every entry above."""
 
 
 def hide_internal_frames(exc: BaseException) -> BaseException:
