@@ -416,6 +416,18 @@ CATALOGUE: dict[str, str] = {name: cls.template for name, cls in _CLASSES.items(
 """NKI error name -> message template, for every entry above."""
 
 
+def raised_in_user_code(exc: BaseException) -> bool:
+    """True when the innermost frame of ``exc``'s traceback is the user's, not nkikit's: a
+    kernel calling ``nisa.nc_matmul(a, b, foo=1)`` gets Python's TypeError raised at its own
+    line (the call never enters nkikit), which is the user's to read."""
+    tb = exc.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return not _is_internal(tb.tb_frame.f_code.co_filename)
+
+
 def hide_internal_frames(exc: BaseException) -> BaseException:
     """Drop nkikit's own frames from a traceback, so users see their kernel, not our internals."""
     if os.environ.get("NKIKIT_FULL_TRACEBACK"):

@@ -10,17 +10,25 @@ Every constant cites its source key in ``reference/nki.md`` (``[A2]``, ``[DMABW]
 fit is documented next to the constant and reproduced by ``benchmarks/calibration``).
 
 ``get_target(name)`` accepts the canonical names ``trn1``, ``trn2``, ``trn3`` and NKI's
-aliases (``inf2``/``gen2``, ``gen3``, ``gen4``).  ``default_target()`` honours
+aliases (``inf2``/``gen2``, ``gen3``, ``gen4``).  ``default_target_name()`` honours
 ``NEURON_PLATFORM_TARGET_OVERRIDE`` like the Neuron tools do [HTOP] and is trn2 otherwise.
+
+While a kernel is traced, :func:`default_target` is the target it is being specialized for
+(:func:`target_scope`, entered by ``@nki.jit``), so what a kernel reads at trace time
+(``nl.tile_size``, ``nisa.get_nc_version()``) and what the verifier checks come from the same
+record.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .profiler.model import COMPUTE_ENGINES, TargetInfo
+from .target_info import COMPUTE_ENGINES, TargetInfo
 
 KIB = 1024
 
@@ -105,6 +113,18 @@ class Target:
     def pmax(self) -> int:
         """Partitions an on-chip tile may span (``nl.tile_size.pmax``)."""
         return self.partitions
+
+    @property
+    def psum_bank_fmax(self) -> int:
+        """fp32 elements per partition of one PSUM bank (``nl.tile_size.psum_bank_fmax``)."""
+        return self.psum_bank_bytes // 4
+
+    @property
+    def psum_tile_fmax(self) -> int:
+        """fp32 elements per partition of one PSUM tile (a matmul result), the limit the
+        verifier checks (Beta-1 ``nl.tile_size.psum_fmax``): a bank up to NC-v3, the whole
+        PSUM on NC-v4."""
+        return self.psum_tile_bytes // 4
 
     def clock(self, engine: str) -> float:
         return self.clock_hz[engine]
@@ -285,3 +305,26 @@ def get_target(target: str | Target | None = None) -> Target:
     if target is None:
         return TARGETS[default_target_name()]
     return TARGETS[canonical_name(target)]
+
+
+# The target of the kernel being traced; None outside a trace.
+_SCOPED: ContextVar[Target | None] = ContextVar("nkikit_scoped_target", default=None)
+
+
+@contextmanager
+def target_scope(target: str | Target | None) -> Iterator[Target]:
+    """Within the block, :func:`default_target` is ``target`` (``None``: the environment's).
+    ``@nki.jit`` traces a kernel inside the scope of the target it specializes for."""
+    t = get_target(target)
+    token = _SCOPED.set(t)
+    try:
+        yield t
+    finally:
+        _SCOPED.reset(token)
+
+
+def default_target() -> Target:
+    """The target of the kernel being traced (see :func:`target_scope`); outside a trace, the
+    one ``NEURON_PLATFORM_TARGET_OVERRIDE`` names, else trn2."""
+    scoped = _SCOPED.get()
+    return scoped if scoped is not None else get_target(None)

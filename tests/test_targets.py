@@ -131,3 +131,129 @@ def test_the_verifier_default_follows_the_environment_override(monkeypatch):
     monkeypatch.setenv(ENV_VAR, "trn1")
     with pytest.raises(NkiError):
         verify(kernel)
+
+
+# -- one table: what kernels read while traced, the profiler's presets, the layering ---------------
+
+_GENERATIONS = [
+    # override, canonical, nc_version, SBUF bytes/partition, moving fmax, PSUM tile fmax
+    ("trn1", "trn1", nisa.nc_version.gen2, 192 * 1024, 512, 512),
+    ("inf2", "trn1", nisa.nc_version.gen2, 192 * 1024, 512, 512),
+    ("gen2", "trn1", nisa.nc_version.gen2, 192 * 1024, 512, 512),
+    ("trn2", "trn2", nisa.nc_version.gen3, 224 * 1024, 512, 512),
+    ("gen3", "trn2", nisa.nc_version.gen3, 224 * 1024, 512, 512),
+    ("trn3", "trn3", nisa.nc_version.gen4, 256 * 1024, 4096, 4096),
+    ("gen4", "trn3", nisa.nc_version.gen4, 256 * 1024, 4096, 4096),
+]
+
+
+def _probe():
+    """A kernel that records what nl.tile_size and nisa.get_nc_version() say while traced."""
+    seen: dict = {}
+
+    @nki.jit
+    def probe(x):
+        seen["nc_version"] = nisa.get_nc_version()
+        ts = nl.tile_size
+        seen.update(
+            pmax=ts.pmax,
+            sbuf=ts.total_available_sbuf_size,
+            moving=ts.gemm_moving_fmax,
+            psum=ts.psum_fmax,
+            bank=ts.psum_bank_fmax,
+            banks=ts.psum_num_banks,
+        )
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        nl.store(out, value=nl.load(x))
+        return out
+
+    return probe, seen
+
+
+@pytest.mark.parametrize("override,name,version,sbuf,moving,psum", _GENERATIONS)
+def test_tile_size_and_nc_version_follow_the_override_while_tracing(
+    monkeypatch, override, name, version, sbuf, moving, psum
+):
+    monkeypatch.setenv(ENV_VAR, override)
+    probe, seen = _probe()
+    probe(np.ones((4, 4), np.float32))
+    assert seen == {
+        "nc_version": version,
+        "pmax": 128,
+        "sbuf": sbuf,
+        "moving": moving,
+        "psum": psum,
+        "bank": 512,
+        "banks": 8,
+    }
+    # outside a kernel they answer for the same target
+    assert nisa.get_nc_version() is version
+    assert nl.tile_size.total_available_sbuf_size == get_target(name).sbuf_bytes == sbuf
+    assert repr(nl.tile_size) == f"nl.tile_size({name})"
+
+
+def test_the_default_target_is_trn2_while_tracing(monkeypatch):
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    probe, seen = _probe()
+    probe(np.ones((4, 4), np.float32))
+    assert seen["nc_version"] is nisa.nc_version.gen3 and seen["sbuf"] == 224 * 1024
+
+
+def test_a_kernel_is_traced_again_for_another_target(monkeypatch):
+    probe, seen = _probe()
+    x = np.ones((4, 4), np.float32)
+    monkeypatch.setenv(ENV_VAR, "trn1")
+    k1 = probe.ir(x)
+    assert seen["sbuf"] == 192 * 1024
+    monkeypatch.setenv(ENV_VAR, "trn3")
+    k3 = probe.ir(x)
+    assert seen["sbuf"] == 256 * 1024 and k3 is not k1
+    monkeypatch.setenv(ENV_VAR, "trn1")
+    assert probe.ir(x) is k1  # each target's trace is cached
+    assert probe.specialize_for("gen4", x)[0] is k3  # an alias names the same specialization
+
+
+def test_an_explicit_target_is_traced_for_whatever_the_environment_says(monkeypatch):
+    monkeypatch.setenv(ENV_VAR, "trn2")
+    probe, seen = _probe()
+    # nki.compile / nki.profile_kernel(..., target=) specialize this way
+    probe.specialize_for("trn1", np.ones((4, 4), np.float32))
+    assert seen["nc_version"] is nisa.nc_version.gen2 and seen["sbuf"] == 192 * 1024
+
+
+def test_target_scope_nests_and_restores(monkeypatch):
+    from nkikit.targets import default_target, target_scope
+
+    monkeypatch.setenv(ENV_VAR, "trn2")
+    with target_scope("trn1") as t1:
+        assert default_target() is t1 and nl.tile_size.total_available_sbuf_size == 192 * 1024
+        with target_scope("gen4"):
+            assert nisa.get_nc_version() is nisa.nc_version.gen4
+        assert default_target().name == "trn1"
+    assert default_target().name == "trn2"
+
+
+def test_profiler_presets_are_the_target_table():
+    from nkikit.profiler import TargetInfo
+
+    for name, t in TARGETS.items():
+        assert TargetInfo.preset(name) == t.target_info()
+    assert TargetInfo.preset("gen3") == TARGETS["trn2"].target_info()
+    with pytest.raises(UnknownTargetError, match="unknown target 'trn9'"):
+        TargetInfo.preset("trn9")
+
+
+def test_no_lower_layer_imports_a_higher_one():
+    """targets.py and its leaf module import nothing above them (profiler, compiler, trace)."""
+    import ast
+    from pathlib import Path
+
+    root = Path(nki.__file__).parent
+    for module in ("targets.py", "target_info.py"):
+        tree = ast.parse((root / module).read_text(encoding="utf-8"))
+        imported = {
+            node.module or ""
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and node.level > 0
+        }
+        assert imported <= {"target_info", "targets"}, (module, imported)

@@ -1,5 +1,6 @@
 """``nkikit.isa`` — NKI's ``nki.isa``: one function per NeuronCore instruction."""
 
+from ..targets import default_target
 from .instructions import (  # noqa: F401
     activation,
     activation_reduce,
@@ -38,11 +39,8 @@ from .instructions import (  # noqa: F401
 )
 
 
-def get_nc_version():
-    """The NeuronCore generation of the current target (``NEURON_PLATFORM_TARGET_OVERRIDE``)."""
-    import os
-
-    target = os.environ.get("NEURON_PLATFORM_TARGET_OVERRIDE", "trn2")
-    return {"trn1": nc_version.gen2, "inf2": nc_version.gen2, "trn3": nc_version.gen4}.get(
-        target, nc_version.gen3
-    )
+def get_nc_version() -> nc_version:
+    """The NeuronCore generation of the target the kernel is traced for
+    (``NEURON_PLATFORM_TARGET_OVERRIDE``, else trn2): gen2 (trn1/inf2), gen3 (trn2), gen4
+    (trn3)."""
+    return nc_version(default_target().nc_version)

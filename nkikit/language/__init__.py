@@ -5,6 +5,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from .. import dtypes as _dt
+from ..targets import default_target
 from ..trace.index import arange, ds, mgrid  # noqa: F401
 from . import ops as _ops
 from .creation import (  # noqa: F401
@@ -69,20 +70,73 @@ fp32 = SimpleNamespace(min=float(np.finfo(np.float32).min), max=float(np.finfo(n
 bf16 = SimpleNamespace(min=-3.3895313892515355e38, max=3.3895313892515355e38)
 
 
-class tile_size:  # noqa: N801 - NKI's name
-    """Architecture tile limits (NeuronCore-v2/v3)."""
+class _TileSize:
+    """``nl.tile_size``: the architecture limits of the target the kernel is traced for
+    (``NEURON_PLATFORM_TARGET_OVERRIDE``, else trn2; ``nki.compile(..., target=)`` traces for
+    its target), read from ``nkikit.targets`` — the numbers the verifier checks."""
 
-    pmax = 128
-    psum_fmax = 512
-    psum_bank_fmax = 512
-    psum_bank_fmax_bytes = 2048
-    psum_num_banks = 8
-    gemm_stationary_fmax = 128
-    gemm_moving_fmax = 512
-    bn_stats_fmax = 512
-    sbuf_fmax = 65536
-    total_available_sbuf_size = 192 * 1024
-    sbuf_size_bytes = 192 * 1024
+    __slots__ = ()
+
+    @property
+    def pmax(self) -> int:
+        """Partitions a tile may span."""
+        return default_target().pmax
+
+    @property
+    def psum_fmax(self) -> int:
+        """fp32 elements per partition of a PSUM tile (a matmul result)."""
+        return default_target().psum_tile_fmax
+
+    @property
+    def psum_bank_fmax(self) -> int:
+        """fp32 elements per partition of one PSUM bank."""
+        return default_target().psum_bank_fmax
+
+    @property
+    def psum_bank_fmax_bytes(self) -> int:
+        """Bytes per partition of one PSUM bank."""
+        return default_target().psum_bank_bytes
+
+    @property
+    def psum_num_banks(self) -> int:
+        """PSUM banks per partition."""
+        return default_target().psum_banks
+
+    @property
+    def gemm_stationary_fmax(self) -> int:
+        """Free size of nc_matmul's stationary operand."""
+        return default_target().gemm_stationary_fmax
+
+    @property
+    def gemm_moving_fmax(self) -> int:
+        """Free size of nc_matmul's moving operand."""
+        return default_target().gemm_moving_fmax
+
+    @property
+    def bn_stats_fmax(self) -> int:
+        """Elements per partition one bn_stats reads."""
+        return default_target().bn_stats_fmax
+
+    @property
+    def sbuf_fmax(self) -> int:
+        """Elements per partition one Vector/Scalar/GpSimd instruction reads from SBUF."""
+        return default_target().sbuf_fmax
+
+    @property
+    def total_available_sbuf_size(self) -> int:
+        """SBUF bytes per partition."""
+        return default_target().sbuf_bytes
+
+    @property
+    def sbuf_size_bytes(self) -> int:
+        """SBUF bytes per partition (as ``total_available_sbuf_size``)."""
+        return default_target().sbuf_bytes
+
+    def __repr__(self) -> str:
+        return f"nl.tile_size({default_target().name})"
+
+
+tile_size = _TileSize()
 
 
 def loop_reduce(x, op, loop_indices, **kwargs):

@@ -25,11 +25,11 @@ from operator import attrgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+# the engines and the target numbers live in a leaf module shared with nkikit.targets
+from ..target_info import COMPUTE_ENGINES, TargetInfo
+
 if TYPE_CHECKING:
     from .metrics import Analysis, LineStat
-
-COMPUTE_ENGINES: tuple[str, ...] = ("tensor", "vector", "scalar", "gpsimd", "sync")
-"""Engines with their own instruction stream, in the order every output shows them."""
 
 ENGINE_LABELS: dict[str, str] = {
     "tensor": "Tensor",
@@ -64,92 +64,6 @@ def engine_sort_key(engine: str) -> tuple[int, int, str]:
     if is_dma_engine(engine):
         return (1, int(engine[3:]), engine)
     return (2, 0, engine)
-
-
-# Per-NeuronCore numbers from reference/nki.md §4. Tensor peaks are derived from the clock
-# (128x128 PEs x 2 FLOP x clock; fp8 at 1x/2x/4x of bf16 on v2/v3/v4, fp32 at 1/4) so that
-# they agree with a cost model that counts TensorE cycles. The per-core HBM share is the chip
-# bandwidth divided evenly among cores, which the reference marks as unconfirmed.
-_PRESETS: dict[str, dict[str, Any]] = {
-    "trn1": {
-        "tensor_clock": 2.8e9,
-        "fp8_factor": 1.0,
-        "hbm_bytes_per_s": 820e9 / 2,
-        "clocks": {"vector": 1.12e9, "scalar": 1.4e9, "gpsimd": 1.4e9, "sync": 1.4e9},
-    },
-    "trn2": {
-        "tensor_clock": 2.4e9,
-        "fp8_factor": 2.0,
-        "hbm_bytes_per_s": 2.9e12 / 8,
-        "clocks": {"vector": 0.96e9, "scalar": 1.2e9, "gpsimd": 1.2e9, "sync": 1.2e9},
-    },
-    "trn3": {
-        "tensor_clock": 2.4e9,
-        "fp8_factor": 4.0,
-        "hbm_bytes_per_s": 4.9e12 / 8,
-        "clocks": {"vector": 1.2e9, "scalar": 1.2e9, "gpsimd": 1.2e9, "sync": 1.2e9},
-    },
-}
-
-
-@dataclass(slots=True)
-class TargetInfo:
-    """The hardware numbers the summary metrics divide by, for one NeuronCore.
-
-    ``tensor_peak_flops`` maps a dtype class (``"bf16"``, ``"fp8"``, ``"fp32"``) to TensorE
-    peak FLOP/s; ``engine_clock_hz`` maps an engine name to its clock.
-    """
-
-    name: str
-    tensor_peak_flops: dict[str, float]
-    hbm_bytes_per_s: float
-    engine_clock_hz: dict[str, float]
-    dma_queues: int = 16
-
-    @classmethod
-    def preset(cls, name: str) -> TargetInfo:
-        """Per-NeuronCore numbers for ``"trn1"``, ``"trn2"`` or ``"trn3"``.
-
-        Convenience for profiles built by hand and for tests; the compiler's own target
-        description is the source of truth for compiled kernels.
-        """
-        try:
-            p = _PRESETS[name]
-        except KeyError:
-            raise ValueError(
-                f"unknown target {name!r}; expected one of {sorted(_PRESETS)}"
-            ) from None
-        bf16 = 128 * 128 * 2 * p["tensor_clock"]
-        return cls(
-            name=name,
-            tensor_peak_flops={"bf16": bf16, "fp8": bf16 * p["fp8_factor"], "fp32": bf16 / 4},
-            hbm_bytes_per_s=p["hbm_bytes_per_s"],
-            engine_clock_hz={"tensor": p["tensor_clock"], **p["clocks"]},
-            dma_queues=16,
-        )
-
-    def peak_flops(self, dtype_class: str) -> float:
-        """Peak TensorE FLOP/s for a dtype class, falling back to bf16 when unknown."""
-        return self.tensor_peak_flops.get(dtype_class, self.tensor_peak_flops.get("bf16", 0.0))
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "tensor_peak_flops": dict(self.tensor_peak_flops),
-            "hbm_bytes_per_s": self.hbm_bytes_per_s,
-            "engine_clock_hz": dict(self.engine_clock_hz),
-            "dma_queues": self.dma_queues,
-        }
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> TargetInfo:
-        return cls(
-            name=d["name"],
-            tensor_peak_flops={k: float(v) for k, v in d["tensor_peak_flops"].items()},
-            hbm_bytes_per_s=float(d["hbm_bytes_per_s"]),
-            engine_clock_hz={k: float(v) for k, v in d["engine_clock_hz"].items()},
-            dma_queues=int(d.get("dma_queues", 16)),
-        )
 
 
 @dataclass(slots=True)

@@ -15,8 +15,9 @@ from typing import Any
 import numpy as np
 
 from .. import dtypes
-from ..errors import NkiError, SourceLoc, hide_internal_frames
+from ..errors import NkiError, SourceLoc, hide_internal_frames, raised_in_user_code
 from ..ir.core import Kernel, Tensor
+from ..targets import target_scope
 from ..typing import TensorSpec, mutable_tensor
 from .builder import Builder, tracing
 from .tile import Tile
@@ -126,28 +127,28 @@ class JitKernel:
         return tuple(parts)
 
     def specialize(self, *args, **kwargs) -> tuple[Kernel, inspect.BoundArguments]:
-        """The IR for these arguments, verified for the default target
+        """The IR for these arguments, traced and verified for the default target
         (``NEURON_PLATFORM_TARGET_OVERRIDE``, else trn2).  Traced once per specialization."""
         return self.specialize_for(None, *args, **kwargs)
 
     def specialize_for(self, target, *args, **kwargs) -> tuple[Kernel, inspect.BoundArguments]:
-        """The IR for these arguments, verified against ``target``'s limits (a name or None)."""
+        """The IR for these arguments, traced for ``target`` (a name or None for the default:
+        what ``nl.tile_size`` and ``nisa.get_nc_version()`` return while tracing) and verified
+        against its limits.  The target is part of the specialization."""
         from ..ir.verify import verify
         from ..targets import canonical_name, default_target_name
 
         bound = self.bind(args, kwargs)
-        key = self._key(bound)
+        name = canonical_name(target) if target else default_target_name()
+        key = (name, self._key(bound))
         entry = self._cache.get(key)
         if entry is None:
-            entry = self._cache[key] = (self._trace(bound), set())
-        kernel, verified = entry
-        name = canonical_name(target) if target else default_target_name()
-        if name not in verified:
+            kernel = self._trace(bound, name)
             verify(kernel, name)
-            verified.add(name)
-        return kernel, bound
+            entry = self._cache[key] = kernel
+        return entry, bound
 
-    def _trace(self, bound: inspect.BoundArguments) -> Kernel:
+    def _trace(self, bound: inspect.BoundArguments, target: str) -> Kernel:
         code = self.func.__code__
         loc = SourceLoc(code.co_filename, code.co_firstlineno, self.func.__name__)
         b = Builder(self.func.__name__, self.grid)
@@ -172,7 +173,7 @@ class JitKernel:
             b.tensors.append(t)
             params.append(t)
             call_args[name] = Tile.of(t)
-        with tracing(b):
+        with tracing(b), target_scope(target):
             result = self.func(**call_args)
         outputs: list[Tensor] = []
 
@@ -208,6 +209,10 @@ class JitKernel:
             return self.specialize(*args, **kwargs)[0]
         except NkiError as e:
             raise hide_internal_frames(e) from None
+        except TypeError as e:  # e.g. an unknown keyword argument, at the kernel's line
+            if raised_in_user_code(e):
+                raise hide_internal_frames(e) from None
+            raise
 
     # -- execution ------------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
@@ -217,6 +222,10 @@ class JitKernel:
             return run(kernel, bound)
         except NkiError as e:
             raise hide_internal_frames(e) from None
+        except TypeError as e:  # e.g. an unknown keyword argument, at the kernel's line
+            if raised_in_user_code(e):
+                raise hide_internal_frames(e) from None
+            raise
 
 
 def run(kernel: Kernel, bound: inspect.BoundArguments):
