@@ -11,6 +11,7 @@ import numpy as np
 from ..errors import NkiError, SourceLoc, caller_loc
 from ..ir.affine import Affine, Axis, LoopVar, Sym
 from ..ir.core import ON_CHIP, Access, Alloc, Loop, Op, Operand, Stmt, Tensor, indirect_index_tiles
+from ..ir.prims import EngineChoiceError, check_op, engine_of
 
 _state = threading.local()
 _ASSIGN = re.compile(r"^\s*([A-Za-z_]\w*)\s*(?::[^=]+)?=[^=]")
@@ -89,7 +90,26 @@ class Builder:
         mask=None,
         loc: SourceLoc | None = None,
     ) -> Op:
+        """Append one op of primitive ``prim`` writing ``outs`` from ``ins`` and return it.
+
+        The op is checked against the primitive's record (``nkikit/ir/prims.py``): a known
+        primitive, inputs and outputs for its roles, attributes of its schema and types; its
+        attributes are completed with the record's defaults, and the ``engine`` attribute
+        holds the engine that runs it.  A front end that breaks the record is a bug in
+        nkikit (``PrimError``); an engine the instruction cannot run on is the user's
+        choice: ``err_invalid_argument`` at ``loc``.  Indirect accesses' index tiles are
+        appended to the inputs.
+        """
         loc = loc or caller_loc()
+        try:
+            full = check_op(prim, outs, ins, attrs or {})
+        except EngineChoiceError as e:
+            raise NkiError(
+                "err_invalid_argument",
+                loc,
+                op=f"nisa.{prim}",
+                why=f"engine={e.engine} is not one of its engines ({', '.join(e.choices)})",
+            ) from None
         # an indirect access reads its index tile: list it as an input, so that every pass
         # that follows reads (liveness, dependencies, the simulators' memory plans) sees it
         ins = list(ins)
@@ -100,7 +120,7 @@ class Builder:
         for a in ins:  # a temporary stays fresh (retargetable) until something reads it
             if isinstance(a, Access):
                 self.fresh.discard(a.tensor.uid)
-        op = Op(prim, list(outs), list(ins), dict(attrs or {}), loc, mask)
+        op = Op(prim, list(outs), ins, full, loc, mask)
         self.bodies[-1].append(op)
         self.last_op = op
         return op
@@ -152,8 +172,6 @@ class Builder:
 def _writes_psum_too(op: Op, temp: Tensor, dst: Access) -> bool:
     """VectorE and ScalarE write PSUM as well as SBUF, so their SBUF result may be retargeted
     into a PSUM tile (GpSimd and DMA have no path to PSUM)."""
-    from ..ir.verify import engine_of
-
     return (
         temp.buffer == "sbuf"
         and dst.tensor.buffer == "psum"

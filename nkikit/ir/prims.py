@@ -1,0 +1,723 @@
+"""The primitive records: what each IR instruction *is*, declared once.
+
+An IR op names a primitive (``Op.prim``).  :data:`PRIMS` holds one frozen :class:`Prim`
+per primitive with every fact the layers need about it:
+
+- its operand **roles** (input and output names, which inputs may be immediates, how many
+  are optional), used by the tracer's checks and every error message;
+- its **engine**: fixed, or a choice picked by an attribute (default first), plus rules
+  that override the choice (``tensor_tensor(op=power)`` runs on the GpSimd);
+- its **attribute schema**: names, types and defaults (``Builder.emit`` checks every op
+  against it and fills the defaults, so every later layer may index ``op.attrs``);
+- its **flags**: whether it reads its destination, accumulates into it, evaluates its mask
+  over its input, moves raw bits, may mix partition counts, is split per block;
+- its **output spec**: the partitions, elements per partition and dtype each output gets
+  from the inputs and attributes (the verifier holds every output access to it).
+
+Facts come from the ISA reference (``/work/shared/reference/nki.md`` §2-3 and ``nki-0x.md``
+§4, tagged [ISA] below).  What a primitive *does* stays in each layer's own table, keyed
+by the primitive's name as JAX keys its rules by primitive: the simulation rule
+(``nkikit/sim/rules.py`` ``RULES``), the lowering and cost (``nkikit/compiler/lower.py``
+``PRIMS``), the per-primitive checks (``nkikit/ir/verify.py`` ``PRIM_RULES``).
+``tests/ir/test_prims.py`` fails when a primitive lacks an entry in any of them.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .. import dtypes
+from .affine import Affine, Predicate
+from .core import Access, Op, Operand
+
+# Engines that run instructions ("dma" is the DMA queues).
+ENGINES: tuple[str, ...] = ("tensor", "vector", "scalar", "gpsimd", "dma")
+
+
+class PrimError(AssertionError):
+    """An op that contradicts its primitive record: a bug in the nkikit code that emitted it
+    (a front end or a tracer helper), never a problem with the user's kernel."""
+
+
+class _Required:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "REQUIRED"
+
+
+REQUIRED: Any = _Required()
+"""The default of an attribute every op must set."""
+
+_REAL = (numbers.Real,)
+_INT = (numbers.Integral,)
+_STR = (str,)
+_OPT_STR = (str, type(None))
+_BOOL = (bool, np.bool_)
+
+
+@dataclass(frozen=True, slots=True)
+class Attr:
+    """One attribute: its name, the types its value may have, and its default
+    (``REQUIRED`` when the op must set it)."""
+
+    name: str
+    types: tuple[type, ...]
+    default: Any = REQUIRED
+
+    @property
+    def required(self) -> bool:
+        return self.default is REQUIRED
+
+
+@dataclass(frozen=True, slots=True)
+class OutSpec:
+    """What one output of a primitive is: its partition count and elements per partition
+    (None: whatever the destination has, e.g. a memset), or only its total element count
+    (a DMA: shapes may differ [ISA]), the dtype the instruction produces when the front end
+    does not choose one, and the dtypes it may be (None: any)."""
+
+    partitions: int | None = None
+    free: int | None = None
+    elements: int | None = None
+    dtype: np.dtype | None = None
+    dtypes: frozenset[str] | None = None
+
+
+OutRule = Callable[[Sequence[Operand], Mapping[str, Any]], tuple[OutSpec, ...]]
+
+
+@dataclass(frozen=True, slots=True)
+class Prim:
+    """The record of one primitive (see the module docstring for what each part is for).
+
+    ``engines``: the engines it may run on, the default first; empty for a primitive that
+    runs on none (simulation only, e.g. ``device_print``).  With more than one, the
+    ``engine`` attribute picks.  ``engine_rules``: ``(attr, value, engine)`` -- an op whose
+    ``attrs[attr] == value`` runs on ``engine`` whatever its ``engine`` attribute says.
+    ``reads_dst``: True, or the name of the attribute that makes the op read its
+    destination's old value (an input that is not among ``ins``).  ``accumulate_attr``: the
+    attribute that marks an accumulation into the destination (``+=``, PSUM accumulation,
+    atomic RMW), whose writes need not be distinct per loop iteration.
+    """
+
+    name: str
+    ins: tuple[str, ...]
+    outs: tuple[str, ...]
+    out_spec: OutRule
+    engines: tuple[str, ...]
+    attrs: tuple[Attr, ...] = ()
+    min_ins: int | None = None  # None: every input role is required
+    min_outs: int | None = None  # None: every output role is required
+    immediates: frozenset[str] = frozenset()  # input roles that may be Python numbers
+    in_dtypes: tuple[tuple[str, frozenset[str]], ...] = ()  # legal dtypes per input role
+    memories: tuple[tuple[str, tuple[str, ...]], ...] = ()  # per-role override of the engine's
+    engine_rules: tuple[tuple[str, Any, str], ...] = ()
+    reads_dst: bool | str = False
+    accumulate_attr: str | None = None
+    mask_on_input: bool = False  # the mask (and iteration space) is the first input's tile
+    raw: bool = False  # moves bits: inputs reach the rule in their storage dtype
+    partition_free: bool = False  # operands may differ in partition count
+    block_split: bool = False  # split per block when it covers a blocked tensor whole
+    attr_index: Mapping[str, Attr] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if len(self.engines) > 1 and all(a.name != "engine" for a in self.attrs):
+            # the engine choice is an attribute whose default is the default engine
+            object.__setattr__(self, "attrs", (*self.attrs, Attr("engine", _STR, self.engines[0])))
+        object.__setattr__(self, "attr_index", {a.name: a for a in self.attrs})
+
+    @property
+    def engine_attr(self) -> str | None:
+        """The attribute that picks the engine, when there is a choice."""
+        return "engine" if len(self.engines) > 1 else None
+
+    @property
+    def default_engine(self) -> str | None:
+        return self.engines[0] if self.engines else None
+
+    def in_role(self, i: int) -> str:
+        """The role of input ``i``; inputs past the declared roles are the runtime index
+        tiles ``Builder.emit`` appends for indirect accesses."""
+        return self.ins[i] if i < len(self.ins) else "index tile"
+
+    def out_role(self, i: int) -> str:
+        return self.outs[i] if i < len(self.outs) else f"output {i}"
+
+
+# ---------------------------------------------------------------------------------------------
+# output specs
+
+
+def _tile(x: Operand) -> Access:
+    if not isinstance(x, Access):
+        raise PrimError(f"expected a tile operand, got {x!r}")
+    return x
+
+
+def _pf(a: Access) -> tuple[int, int]:
+    """(partitions, elements per partition) of a tile access."""
+    n = 1
+    for s in a.shape[1:]:
+        n *= s
+    return (a.shape[0] if a.shape else 1), n
+
+
+def _like(i: int, dtype: np.dtype | None = None) -> Callable[[Sequence[Operand]], OutSpec]:
+    """An output shaped like input ``i`` (same partitions and elements per partition)."""
+
+    def spec(ins: Sequence[Operand]) -> OutSpec:
+        a = _tile(ins[i])
+        p, f = _pf(a)
+        return OutSpec(p, f, dtype=dtype or a.dtype)
+
+    return spec
+
+
+def _column(i: int) -> Callable[[Sequence[Operand]], OutSpec]:
+    """A (P, 1) per-partition result of input ``i`` (reduce_res), fp32 by default."""
+
+    def spec(ins: Sequence[Operand]) -> OutSpec:
+        return OutSpec(_pf(_tile(ins[i]))[0], 1, dtype=dtypes.float32)
+
+    return spec
+
+
+def _fixed(
+    i: int, free: int, dtype: np.dtype | None = None, allowed: frozenset[str] | None = None
+) -> Callable[[Sequence[Operand]], OutSpec]:
+    """A (P, ``free``) result of input ``i``'s partitions."""
+
+    def spec(ins: Sequence[Operand]) -> OutSpec:
+        a = _tile(ins[i])
+        return OutSpec(_pf(a)[0], free, dtype=dtype or a.dtype, dtypes=allowed)
+
+    return spec
+
+
+def _outs(*parts: Callable[[Sequence[Operand]], OutSpec]) -> OutRule:
+    """An output rule from one spec function per output role."""
+
+    def rule(ins: Sequence[Operand], attrs: Mapping[str, Any]) -> tuple[OutSpec, ...]:
+        return tuple(p(ins) for p in parts)
+
+    return rule
+
+
+def _any_out(ins: Sequence[Operand], attrs: Mapping[str, Any]) -> tuple[OutSpec, ...]:
+    return (OutSpec(),)
+
+
+def _no_outs(ins: Sequence[Operand], attrs: Mapping[str, Any]) -> tuple[OutSpec, ...]:
+    return ()
+
+
+def _dma_out(ins: Sequence[Operand], attrs: Mapping[str, Any]) -> tuple[OutSpec, ...]:
+    # element counts of src and dst must match; shapes may differ [ISA dma_copy]
+    a = _tile(ins[0])
+    return (OutSpec(elements=int(np.prod(a.shape)), dtype=a.dtype),)
+
+
+def _matmul_out(ins: Sequence[Operand], attrs: Mapping[str, Any]) -> tuple[OutSpec, ...]:
+    # dst partitions = stationary free size, dst free size = moving free size; fp32 (or
+    # bf16 on NC-v4) in PSUM [ISA nc_matmul]
+    st, mv = _tile(ins[0]), _tile(ins[1])
+    return (OutSpec(_pf(st)[1], _pf(mv)[1], dtype=dtypes.float32, dtypes=_MATMUL_OUT),)
+
+
+def _transpose_out(ins: Sequence[Operand], attrs: Mapping[str, Any]) -> tuple[OutSpec, ...]:
+    p, f = _pf(_tile(ins[0]))  # free dims are flattened first [ISA nc_transpose]
+    return (OutSpec(f, p, dtype=_tile(ins[0]).dtype),)
+
+
+def _broadcast_out(ins: Sequence[Operand], attrs: Mapping[str, Any]) -> tuple[OutSpec, ...]:
+    a = _tile(ins[0])
+    return (OutSpec(None, _pf(a)[1], dtype=a.dtype),)
+
+
+def _reduce_out(ins: Sequence[Operand], attrs: Mapping[str, Any]) -> tuple[OutSpec, ...]:
+    a = _tile(ins[0])
+    p, f = _pf(a)
+    kept = f
+    for k in attrs["axes"]:
+        kept //= a.shape[k]
+    return (OutSpec(p, kept, dtype=a.dtype),)
+
+
+def _partition_reduce_out(ins: Sequence[Operand], attrs: Mapping[str, Any]) -> tuple[OutSpec, ...]:
+    a = _tile(ins[0])
+    return (OutSpec(1, _pf(a)[1], dtype=a.dtype),)
+
+
+def _shuffle_out(ins: Sequence[Operand], attrs: Mapping[str, Any]) -> tuple[OutSpec, ...]:
+    # same dtype and elements per partition; partition counts may differ [ISA, NKL]
+    a = _tile(ins[0])
+    return (OutSpec(None, _pf(a)[1], dtype=a.dtype, dtypes=frozenset({dtypes.name(a.dtype)})),)
+
+
+def _gather_out(ins: Sequence[Operand], attrs: Mapping[str, Any]) -> tuple[OutSpec, ...]:
+    # one chunk of num_elem_per_idx elements per index; no dtype conversion [ISA]
+    src, index = _tile(ins[0]), _tile(ins[1])
+    n = _pf(index)[1] * int(attrs["num_elem_per_idx"])
+    name = dtypes.name(src.dtype)
+    return (OutSpec(_pf(src)[0], n, dtype=src.dtype, dtypes=frozenset({name})),)
+
+
+# ---------------------------------------------------------------------------------------------
+# dtype sets [ISA]
+
+_MATMUL_IN = frozenset(
+    {"float8_e4m3", "float8_e5m2", "float8_e4m3fn", "bfloat16", "float16", "tfloat32", "float32"}
+)
+_MATMUL_OUT = frozenset({"float32", "bfloat16"})
+_INDEX8_OUT = frozenset({"uint16", "uint32"})
+_FP32_MIN = -3.4028234663852886e38
+
+_ON_CHIP = ("sbuf", "psum")
+
+
+# ---------------------------------------------------------------------------------------------
+# the table
+
+_RECORDS = (
+    # -- DMA ---------------------------------------------------------------------------------
+    Prim(
+        "dma_copy",
+        ins=("src",),
+        outs=("dst",),
+        out_spec=_dma_out,
+        engines=("dma",),
+        attrs=(Attr("rmw_op", _OPT_STR, None), Attr("transpose", _BOOL, False)),
+        reads_dst="rmw_op",
+        accumulate_attr="rmw_op",
+        raw=True,
+        partition_free=True,
+        block_split=True,
+    ),
+    # -- TensorE -----------------------------------------------------------------------------
+    Prim(
+        "nc_matmul",
+        ins=("stationary", "moving"),
+        outs=("dst",),
+        out_spec=_matmul_out,
+        engines=("tensor",),
+        attrs=(Attr("accumulate", _BOOL, False), Attr("perf_mode", _OPT_STR, None)),
+        in_dtypes=(("stationary", _MATMUL_IN), ("moving", _MATMUL_IN)),
+        reads_dst="accumulate",
+        accumulate_attr="accumulate",
+        partition_free=True,
+    ),
+    Prim(
+        "nc_transpose",
+        ins=("data",),
+        outs=("dst",),
+        out_spec=_transpose_out,
+        engines=("tensor", "vector"),  # TensorE <= 128x128, VectorE <= 32x32 [ISA]
+        partition_free=True,
+    ),
+    Prim(
+        # nl.broadcast_to along partitions: a ones-row matmul on the TensorE [nki.md §3.2],
+        # whose PSUM result lands in the destination's memory
+        "partition_broadcast",
+        ins=("src",),
+        outs=("dst",),
+        out_spec=_broadcast_out,
+        engines=("tensor",),
+        memories=(("src", ("sbuf",)), ("dst", _ON_CHIP)),
+        raw=True,
+        partition_free=True,
+    ),
+    # -- ScalarE -----------------------------------------------------------------------------
+    Prim(
+        "activation",
+        ins=("data", "bias", "scale"),
+        outs=("dst", "reduce_res"),
+        out_spec=_outs(_like(0), _column(0)),
+        engines=("scalar",),
+        attrs=(Attr("op", _STR), Attr("reduce_op", _OPT_STR, None)),
+        min_outs=1,
+        immediates=frozenset({"bias", "scale"}),
+    ),
+    # -- VectorE / ScalarE / GpSimd ----------------------------------------------------------
+    Prim(
+        "tensor_copy",
+        ins=("src",),
+        outs=("dst",),
+        out_spec=_outs(_like(0)),
+        engines=("vector", "scalar", "gpsimd"),
+        raw=True,
+    ),
+    Prim(
+        "memset",
+        ins=(),
+        outs=("dst",),
+        out_spec=_any_out,
+        engines=("vector", "gpsimd"),  # [ISA memset]
+        attrs=(Attr("value", _REAL),),
+        block_split=True,
+    ),
+    Prim(
+        "tensor_tensor",
+        ins=("data1", "data2"),
+        outs=("dst",),
+        out_spec=_outs(_like(0)),
+        engines=("vector", "gpsimd"),
+        attrs=(Attr("op", _STR), Attr("accumulate", _BOOL, False)),
+        engine_rules=(("op", "power", "gpsimd"),),  # power runs on the GpSimd [ISA]
+        accumulate_attr="accumulate",
+    ),
+    Prim(
+        "tensor_scalar",
+        ins=("data", "operand0", "operand1"),
+        outs=("dst", "reduce_res"),
+        out_spec=_outs(_like(0), _column(0)),
+        engines=("vector", "scalar", "gpsimd"),
+        attrs=(
+            Attr("op0", _STR),
+            Attr("reverse0", _BOOL, False),
+            Attr("op1", _OPT_STR, None),
+            Attr("reverse1", _BOOL, False),
+            Attr("reduce_op", _OPT_STR, None),
+            Attr("accumulate", _BOOL, False),
+        ),
+        min_ins=2,
+        min_outs=1,
+        immediates=frozenset({"operand0", "operand1"}),
+        accumulate_attr="accumulate",
+    ),
+    Prim(
+        "scalar_tensor_tensor",
+        ins=("data", "operand0", "operand1"),
+        outs=("dst",),
+        out_spec=_outs(_like(0)),
+        engines=("vector",),
+        attrs=(
+            Attr("op0", _STR),
+            Attr("op1", _STR),
+            Attr("reverse0", _BOOL, False),
+            Attr("reverse1", _BOOL, False),
+        ),
+        immediates=frozenset({"operand0"}),
+    ),
+    Prim(
+        "tensor_reduce",
+        ins=("data",),
+        outs=("dst",),
+        out_spec=_reduce_out,
+        engines=("vector",),
+        attrs=(
+            Attr("op", _STR),
+            Attr("axes", (tuple,)),
+            Attr("negate", _BOOL, False),
+            Attr("keepdims", _BOOL, False),
+        ),
+        mask_on_input=True,
+    ),
+    Prim(
+        "tensor_partition_reduce",
+        ins=("data",),
+        outs=("dst",),
+        out_spec=_partition_reduce_out,
+        engines=("gpsimd",),
+        attrs=(Attr("op", _STR),),
+        mask_on_input=True,
+        partition_free=True,
+    ),
+    Prim(
+        "tensor_tensor_scan",
+        ins=("data0", "data1", "initial"),
+        outs=("dst",),
+        out_spec=_outs(_like(0)),
+        engines=("vector",),
+        attrs=(Attr("op0", _STR), Attr("op1", _STR)),
+        immediates=frozenset({"initial"}),
+    ),
+    Prim(
+        "reciprocal",
+        ins=("data",),
+        outs=("dst",),
+        out_spec=_outs(_like(0)),
+        engines=("vector",),
+    ),
+    Prim(
+        "select",  # nl.where
+        ins=("condition", "x", "y"),
+        outs=("dst",),
+        out_spec=_outs(_like(0)),
+        engines=("vector",),
+        immediates=frozenset({"x", "y"}),
+    ),
+    Prim(
+        "range_select",
+        ins=("on_true_tile", "bound0", "bound1"),
+        outs=("dst", "reduce_res"),
+        out_spec=_outs(_like(0), _column(0)),
+        engines=("vector",),
+        attrs=(
+            Attr("comp_op0", _STR),
+            Attr("comp_op1", _STR),
+            Attr("on_false", _REAL, _FP32_MIN),
+            Attr("range_start", _INT, 0),
+            Attr("reduce_op", _STR, "max"),
+        ),
+        min_outs=1,
+        immediates=frozenset({"bound0", "bound1"}),
+    ),
+    Prim(
+        "select_reduce",
+        ins=("predicate", "on_true", "on_false"),
+        outs=("dst", "reduce_res"),
+        out_spec=_outs(_like(0), _column(0)),
+        engines=("vector",),
+        attrs=(Attr("reverse", _BOOL, False), Attr("reduce_op", _STR, "max")),
+        min_outs=1,
+        immediates=frozenset({"on_false"}),
+    ),
+    Prim(
+        "bn_stats",
+        ins=("data",),
+        outs=("dst",),
+        out_spec=_outs(_fixed(0, 6, dtypes.float32)),
+        engines=("vector",),
+        mask_on_input=True,
+    ),
+    Prim(
+        "bn_aggr",
+        ins=("data",),
+        outs=("dst",),
+        out_spec=_outs(_fixed(0, 2, dtypes.float32)),
+        engines=("vector",),
+    ),
+    Prim(
+        "dropout",
+        ins=("data", "prob"),
+        outs=("dst",),
+        out_spec=_outs(_like(0)),
+        engines=("vector",),
+        immediates=frozenset({"prob"}),
+    ),
+    Prim(
+        "max8",
+        ins=("src",),
+        outs=("dst",),
+        out_spec=_outs(_fixed(0, 8)),
+        engines=("vector",),
+        mask_on_input=True,
+    ),
+    Prim(
+        "nc_find_index8",
+        ins=("data", "vals"),
+        outs=("dst",),
+        out_spec=_outs(_fixed(0, 8, dtypes.uint32, _INDEX8_OUT)),
+        engines=("vector",),
+    ),
+    Prim(
+        "nc_match_replace8",
+        ins=("data", "vals"),
+        outs=("dst", "dst_idx"),
+        out_spec=_outs(_like(0), _fixed(0, 8, dtypes.uint32)),
+        engines=("vector",),
+        attrs=(Attr("imm", _REAL),),
+        min_outs=1,
+    ),
+    Prim(
+        "nc_stream_shuffle",
+        ins=("src",),
+        outs=("dst",),
+        out_spec=_shuffle_out,
+        engines=("vector",),
+        attrs=(Attr("shuffle_mask", (tuple,)),),
+        reads_dst=True,  # mask entry 255 keeps the destination's partition [ISA]
+        raw=True,
+        partition_free=True,
+    ),
+    # -- GpSimd ------------------------------------------------------------------------------
+    Prim(
+        "iota",
+        ins=(),
+        outs=("dst",),
+        out_spec=_any_out,
+        engines=("gpsimd",),
+        attrs=(Attr("expr", (Affine,)),),
+    ),
+    Prim(
+        "affine_select",
+        ins=("on_true_tile",),
+        outs=("dst",),
+        out_spec=_outs(_like(0)),
+        engines=("gpsimd",),
+        attrs=(Attr("pred", (Predicate,)), Attr("on_false", _REAL)),
+    ),
+    Prim(
+        "local_gather",
+        ins=("src_buffer", "index"),
+        outs=("dst",),
+        out_spec=_gather_out,
+        engines=("gpsimd",),
+        attrs=(
+            Attr("num_elem_per_idx", _INT, 1),
+            Attr("num_valid_indices", (numbers.Integral, type(None)), None),
+        ),
+        raw=True,
+    ),
+    # -- simulation only ---------------------------------------------------------------------
+    Prim(
+        "device_print",
+        ins=("x",),
+        outs=(),
+        out_spec=_no_outs,
+        engines=(),
+        attrs=(Attr("prefix", _STR),),
+        partition_free=True,
+    ),
+)
+
+PRIMS: dict[str, Prim] = {p.name: p for p in _RECORDS}
+"""Every primitive, by name."""
+
+
+def names_where(pred: Callable[[Prim], bool]) -> frozenset[str]:
+    """The primitives whose record satisfies ``pred`` (for layers that keep a set)."""
+    return frozenset(n for n, p in PRIMS.items() if pred(p))
+
+
+MASK_ON_INPUT = names_where(lambda p: p.mask_on_input)
+RAW = names_where(lambda p: p.raw)
+
+
+# ---------------------------------------------------------------------------------------------
+# accessors
+
+
+def prim(name: str) -> Prim:
+    """The record of primitive ``name`` (``PrimError`` for an unknown name)."""
+    p = PRIMS.get(name)
+    if p is None:
+        raise PrimError(f"unknown primitive {name!r}; the primitives are in nkikit/ir/prims.py")
+    return p
+
+
+def engine_choices(name: str) -> tuple[str, ...]:
+    """The engines primitive ``name`` may run on, the default first."""
+    return prim(name).engines
+
+
+def resolve_engine(name: str, attrs: Mapping[str, Any]) -> str | None:
+    """The engine an op of primitive ``name`` with ``attrs`` runs on: an engine rule that
+    matches, else the ``engine`` attribute (when there is a choice), else the default.
+    None for a primitive no engine runs (simulation only)."""
+    p = prim(name)
+    for attr, value, eng in p.engine_rules:
+        if attrs.get(attr) == value:
+            return eng
+    if p.engine_attr is not None:
+        return attrs.get(p.engine_attr) or p.default_engine
+    return p.default_engine
+
+
+def engine_of(op: Op) -> str | None:
+    """The engine that executes ``op`` ("dma", "tensor", "vector", "scalar", "gpsimd"), or
+    None when no engine does (``device_print``)."""
+    return resolve_engine(op.prim, op.attrs)
+
+
+def reads_dst(op: Op) -> bool:
+    """Whether ``op`` reads its destination's old value (an input not listed in ``ins``):
+    PSUM accumulation, atomic read-modify-write, a shuffle that keeps some partitions."""
+    r = PRIMS[op.prim].reads_dst
+    return bool(op.attrs.get(r)) if isinstance(r, str) else r
+
+
+def accumulates(op: Op) -> bool:
+    """Whether ``op`` accumulates into its destination (``+=``, PSUM accumulation, atomic
+    RMW): an associative update, so its writes need not be distinct per iteration."""
+    a = PRIMS[op.prim].accumulate_attr
+    return a is not None and bool(op.attrs.get(a))
+
+
+def mask_ref(op: Op) -> Access | None:
+    """The access whose tile axes ``op``'s mask is over: the first input for primitives
+    that mask their input (reductions), else the first output (else the first tile input)."""
+    if PRIMS[op.prim].mask_on_input and op.ins and isinstance(op.ins[0], Access):
+        return op.ins[0]
+    if op.outs:
+        return op.outs[0]
+    return next((a for a in op.ins if isinstance(a, Access)), None)
+
+
+def out_specs(name: str, ins: Sequence[Operand], attrs: Mapping[str, Any]) -> tuple[OutSpec, ...]:
+    """What each output role of primitive ``name`` gets from ``ins`` and (complete)
+    ``attrs``: one :class:`OutSpec` per output role."""
+    return prim(name).out_spec(ins, attrs)
+
+
+def in_dtypes(name: str) -> Mapping[str, frozenset[str]]:
+    """The legal dtypes of those input roles of ``name`` whose dtypes the ISA restricts."""
+    return dict(prim(name).in_dtypes)
+
+
+def memories(name: str) -> Mapping[str, tuple[str, ...]]:
+    """Per-role memories of ``name`` that differ from its engine's wiring (an idiom)."""
+    return dict(prim(name).memories)
+
+
+class EngineChoiceError(ValueError):
+    """An ``engine`` attribute naming an engine the primitive cannot run on: the user's
+    choice, not a bug, so ``Builder.emit`` reports it as the NKI error it is."""
+
+    def __init__(self, name: str, engine: object, choices: tuple[str, ...]) -> None:
+        super().__init__(f"{name}: engine={engine} is not one of {choices}")
+        self.prim = name
+        self.engine = engine
+        self.choices = choices
+
+
+def check_op(
+    name: str, outs: Sequence[Any], ins: Sequence[Any], attrs: Mapping[str, Any]
+) -> dict[str, Any]:
+    """Check an op about to be emitted against its record and return its complete
+    attributes: the given ones (in their order), then every missing default; the engine
+    attribute holds the engine that runs the op (engine rules applied).
+
+    Raises ``PrimError`` for an unknown primitive, a wrong number of inputs or outputs, an
+    input that is not a tile where the role needs one, an unknown attribute, a missing
+    required one or a value of the wrong type, and ``EngineChoiceError`` for an engine the
+    primitive does not run on."""
+    p = prim(name)
+    lo_in = len(p.ins) if p.min_ins is None else p.min_ins
+    lo_out = len(p.outs) if p.min_outs is None else p.min_outs
+    if not lo_in <= len(ins) <= len(p.ins):
+        raise PrimError(f"{name}: {len(ins)} inputs, the record has roles {p.ins}")
+    if not lo_out <= len(outs) <= len(p.outs):
+        raise PrimError(f"{name}: {len(outs)} outputs, the record has roles {p.outs}")
+    for role, x in zip(p.ins, ins):
+        if not isinstance(x, Access) and not (role in p.immediates and isinstance(x, numbers.Real)):
+            raise PrimError(f"{name}: input {role} must be a tile, got {x!r}")
+    for i, o in enumerate(outs):
+        if not isinstance(o, Access):
+            raise PrimError(f"{name}: output {p.out_role(i)} must be a tile, got {o!r}")
+    full = {}
+    for key, value in attrs.items():
+        a = p.attr_index.get(key)
+        if a is None:
+            raise PrimError(f"{name}: unknown attribute {key!r} (schema: {list(p.attr_index)})")
+        if value is None and (a.default is None or key == p.engine_attr):
+            continue  # None: the default
+        if not isinstance(value, a.types):
+            raise PrimError(f"{name}: attribute {key}={value!r} is not of type {a.types}")
+        full[key] = value
+    for a in p.attrs:
+        if a.name not in full:
+            if a.required:
+                raise PrimError(f"{name}: missing attribute {a.name!r}")
+            full[a.name] = a.default
+    if p.engine_attr is not None:
+        if full[p.engine_attr] not in p.engines:
+            raise EngineChoiceError(name, full[p.engine_attr], p.engines)
+        full[p.engine_attr] = resolve_engine(name, full)
+    return full
