@@ -1,7 +1,13 @@
 """torch <-> numpy for kernel calls: dtypes, layouts and memory ownership.
 
-The simulator takes C-contiguous numpy arrays (bfloat16 as ml_dtypes.bfloat16); torch has its
-own bfloat16 that numpy cannot see, so bf16 crosses as raw 16-bit words, which costs no copy.
+The one converter: ``@nki.jit`` called with torch tensors (``nkikit.trace.jit``, which imports
+this module only when it sees a tensor, so torch stays optional) and the torch custom ops
+(``nkikit.torch.ops``) both cross here.
+
+The simulator takes C-contiguous numpy arrays (bfloat16 and fp8 as ml_dtypes dtypes); torch has
+its own bfloat16 and fp8 types that numpy cannot see, so they cross as raw same-width integer
+words, which costs no copy.  Every other dtype (fp32, fp16, the int types, bool) is a plain
+``Tensor.numpy()`` / ``torch.from_numpy`` view.
 """
 
 from __future__ import annotations
@@ -11,19 +17,26 @@ import torch
 
 from .. import dtypes
 
+# torch dtype -> nkikit's name.  uint16/uint32 exist in torch >= 2.3 only.
 TORCH_DTYPE_NAMES: dict[torch.dtype, str] = {
-    torch.float32: "float32",
-    torch.bfloat16: "bfloat16",
-    torch.float16: "float16",
-    torch.float64: "float64",
-    torch.int8: "int8",
-    torch.int32: "int32",
-    torch.int64: "int64",
-    torch.bool: "bool",
-    torch.float8_e4m3fn: "float8_e4m3fn",
-    torch.float8_e5m2: "float8_e5m2",
-    torch.uint8: "uint8",
-    torch.int16: "int16",
+    getattr(torch, name): nki_name
+    for name, nki_name in (
+        ("float32", "float32"),
+        ("bfloat16", "bfloat16"),
+        ("float16", "float16"),
+        ("float64", "float64"),
+        ("int8", "int8"),
+        ("int16", "int16"),
+        ("int32", "int32"),
+        ("int64", "int64"),
+        ("uint8", "uint8"),
+        ("uint16", "uint16"),
+        ("uint32", "uint32"),
+        ("bool", "bool"),
+        ("float8_e4m3fn", "float8_e4m3fn"),
+        ("float8_e5m2", "float8_e5m2"),
+    )
+    if hasattr(torch, name)
 }
 _BY_NAME = {v: k for k, v in TORCH_DTYPE_NAMES.items()}
 
@@ -54,7 +67,12 @@ def torch_dtype(name: str) -> torch.dtype:
 
 
 def to_numpy(t: torch.Tensor) -> np.ndarray:
-    """A C-contiguous numpy view (or copy, for non-contiguous input) of a CPU tensor."""
+    """A C-contiguous numpy view (or copy, for non-contiguous input) of a CPU tensor.
+    Raises TypeError for a tensor on another device (nkikit simulates on the CPU)."""
+    if t.device.type != "cpu":
+        raise TypeError(
+            f"nkikit simulates on the CPU; move the tensor from {t.device} to 'cpu' first"
+        )
     if t.requires_grad:
         t = t.detach()
     if not t.is_contiguous():

@@ -38,19 +38,12 @@ def _spec_of(x: object) -> tuple[tuple[int, ...], np.dtype] | None:
 
 
 def to_numpy(x: object, dtype: np.dtype) -> np.ndarray:
-    """A C-contiguous numpy array of ``dtype`` with the values of ``x`` (no copy if possible)."""
+    """A C-contiguous numpy array of ``dtype`` with the values of ``x`` (no copy if possible).
+    Torch tensors cross through ``nkikit.torch.convert`` (imported only when one is passed)."""
     if _is_torch(x):
-        import torch
+        from ..torch.convert import to_numpy as torch_to_numpy
 
-        t = x.detach()
-        if t.device.type != "cpu":
-            raise TypeError(
-                f"nkikit simulates on the CPU; move the tensor from {t.device} to 'cpu' first"
-            )
-        t = t.contiguous()
-        if t.dtype == torch.bfloat16:
-            return t.view(torch.int16).numpy().view(dtypes.bfloat16)
-        return t.numpy()
+        return torch_to_numpy(x)  # type: ignore[arg-type]
     a = np.asarray(x)
     if a.dtype != dtypes.storage_dtype(dtype):
         a = a.astype(dtypes.storage_dtype(dtype))
@@ -58,12 +51,11 @@ def to_numpy(x: object, dtype: np.dtype) -> np.ndarray:
 
 
 def from_numpy(a: np.ndarray, like: object) -> object:
+    """``a`` as the kind of array ``like`` is: a torch tensor for a torch argument."""
     if _is_torch(like):
-        import torch
+        from ..torch.convert import from_numpy as torch_from_numpy
 
-        if a.dtype == dtypes.bfloat16:
-            return torch.from_numpy(np.ascontiguousarray(a).view(np.int16)).view(torch.bfloat16)
-        return torch.from_numpy(np.ascontiguousarray(a))
+        return torch_from_numpy(a)
     return a
 
 
@@ -243,16 +235,15 @@ def run(kernel: Kernel, bound: inspect.BoundArguments):
         arrays.append(to_numpy(v, t.dtype))
         like = like if like is not None else v
     outs = simulate(kernel, arrays)
-    for t, a in zip(kernel.params, arrays):  # write back mutable numpy arguments
+    for t, a in zip(kernel.params, arrays):
+        # numpy arguments were written in place; a torch argument's array is a view of it
+        # unless the tensor was not contiguous, so copy back (a no-op copy for a view)
         v = bound.arguments[t.name]
         if t.mutable and _is_torch(v):
             import torch
 
-            v.copy_(
-                torch.as_tensor(
-                    np.asarray(a, dtype=np.float32) if a.dtype == dtypes.bfloat16 else a
-                ).to(v.dtype)
-            )
+            with torch.no_grad():
+                v.copy_(from_numpy(a, v))
     results = [from_numpy(o, like) for o in outs]
 
     def build(s):
