@@ -785,6 +785,10 @@ class _Compiler:
                 ):
                     reads.setdefault(o.tensor.root.uid, []).append(s)
         self.reads, self.writes = reads, writes
+        # tensors viewed through a reshape (NKI 0.x views of on-chip tiles): their accesses
+        # name the reshape, so forwarding and shadow copies, which follow the tile's own
+        # accesses, do not apply
+        self.aliased = {t.root.uid for t in self.tensors.values() if t.base is not None}
         self.forwarded: set[int] = set()
         self.load_fwd: dict[int, Tensor] = {}  # id(op) -> tile
         self.store_fwd: dict[int, tuple[Tensor, Op]] = {}  # id(writer op) -> (tile, store op)
@@ -811,6 +815,8 @@ class _Compiler:
             ws = self.writes.get(t.uid, [])
             rs = self.reads.get(t.uid, [])
             if len(ws) != 1 or dtypes.is_tf32(t.dtype) or t.base is not None:
+                continue
+            if t.uid in self.aliased:  # read or written through a reshape: keep its buffer
                 continue
             w = ws[0]
             # the writer must be a plain statement of this body, after the Alloc, with no
@@ -901,6 +907,7 @@ class _Compiler:
                 t.kind != "temp"
                 or t.base is not None
                 or t.uid in self.forwarded
+                or t.uid in self.aliased
                 or dtypes.is_tf32(t.dtype)
                 or not dtypes.is_float(t.dtype)
                 or dtypes.storage_dtype(t.dtype) == np.float32

@@ -1,0 +1,101 @@
+"""``nkikit.nki``: the current NKI dialect (NKI 0.x, ``import nki``) on nkikit.
+
+Laid out like AWS's ``nki`` package: ``nkikit.nki.language`` (``nl``), ``nkikit.nki.isa``
+(``nisa``), ``nkikit.nki.typing``, ``nkikit.nki.compiler``, ``nkikit.nki.tensor``,
+``nkikit.nki.builtin``, ``nkikit.nki.collectives``.  Kernels trace into the same IR as the
+Beta-1 dialect (``nkikit``), so the verifier, both simulators, the compiler, the profiler,
+the registry and the torch binding serve both.
+
+Running a kernel on the CPU: call it with numpy arrays or CPU torch tensors, or use
+``nki.simulate(kernel)(*args)`` or ``nki.cpu_simulate(kernel)[lnc](**kwargs)``.
+To run an unmodified file that says ``import nki``: ``nkikit.nki.install_alias()`` first, or
+``python -m nkikit.nki FILE.py`` / ``python -m nkikit.nki -m pytest ...``.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from . import builtin, collectives, compiler, isa, language, tensor, typing  # noqa: F401
+from .jit import Kernel0x, jit
+from .tensor import NkiTensor
+
+Kernel = Kernel0x
+
+
+def simulate(kernel):
+    """``nki.simulate(kernel)(*args, **kwargs)``: run a kernel (jitted or a plain function,
+    optionally launched: ``nki.simulate(kernel[2])``) on the simulator; returns numpy arrays
+    (or torch tensors, for torch inputs) like the kernel's return value."""
+    return jit(kernel)
+
+
+class _CpuSimulate:
+    __slots__ = ("kernel",)
+
+    def __init__(self, kernel: Kernel0x) -> None:
+        self.kernel = kernel
+
+    def __getitem__(self, lnc) -> Kernel0x:
+        return self.kernel[int(lnc)]
+
+    def __call__(self, *args, **kwargs):
+        return self.kernel(*args, **kwargs)
+
+
+def cpu_simulate(kernel) -> _CpuSimulate:
+    """``nki.cpu_simulate(kernel)[lnc](**kwargs)``, the NKI Library test harness's entry
+    point: run ``kernel`` on ``lnc`` logical cores of the simulator."""
+    return _CpuSimulate(jit(kernel))
+
+
+def install_alias() -> None:
+    """Make ``import nki`` (and ``nki.language``, ``nki.isa``, ...) resolve to
+    ``nkikit.nki`` in this process, so an unmodified NKI 0.x file runs on nkikit.  Opt-in:
+    nothing is installed under the bare name ``nki``."""
+    this = sys.modules[__name__]
+    sys.modules["nki"] = this
+    for name in (
+        "language",
+        "language.dtypes",
+        "isa",
+        "isa.constants",
+        "typing",
+        "compiler",
+        "tensor",
+        "builtin",
+        "collectives",
+    ):
+        sys.modules[f"nki.{name}"] = sys.modules[f"{__name__}.{name}"]
+    sys.modules["nki.dtype"] = sys.modules[f"{__name__}.language.dtypes"]
+
+
+def _unavailable(name: str):
+    def fn(*args, **kwargs):
+        raise NotImplementedError(
+            f"nki.{name} is not part of NKI 0.x; use nki.simulate / nkikit.nki.jit and "
+            "nkikit.profile_kernel for the cost model"
+        )
+
+    fn.__name__ = name
+    return fn
+
+
+baremetal = _unavailable("baremetal")
+simulate_kernel = _unavailable("simulate_kernel")
+
+__all__ = [
+    "jit",
+    "simulate",
+    "cpu_simulate",
+    "install_alias",
+    "Kernel",
+    "NkiTensor",
+    "language",
+    "isa",
+    "typing",
+    "compiler",
+    "tensor",
+    "builtin",
+    "collectives",
+]

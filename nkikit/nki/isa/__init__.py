@@ -1,0 +1,1111 @@
+"""``nkikit.nki.isa``: NKI 0.x's ``nki.isa`` (``import nkikit.nki.isa as nisa``).
+
+Every instruction writes into a caller-allocated ``dst`` given first and returns nothing;
+there is no ``mask=`` and no ``dtype=`` (the destination's dtype is the result's).  Each call
+turns its tensor views into IR accesses and emits the same IR primitive, with the same
+attributes, as the Beta-1 front end (``nkikit.isa``), so both dialects share the verifier,
+both simulators, the compiler and the profiler.
+
+Operands match by partition count and elements per partition; their free shapes may differ
+(``(128, 4, 64)`` against ``(128, 256)``): the accesses are re-expressed in one common shape
+before they reach the IR.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import os
+
+import numpy as np
+
+from ... import dtypes
+from ...errors import NkiError, SourceLoc, caller_loc
+from ...ir.affine import Affine, Axis
+from ...ir.core import Access
+from ...ir.opnames import op_name
+from ...isa import dge_mode, engine, matmul_perf_mode, nc_version, oob_mode, reduce_cmd
+from ...trace.builder import current
+from ..tensor import NkiTensor, access_of
+from . import constants  # noqa: F401
+
+
+class dma_engine(enum.IntEnum):  # noqa: N801 - NKI's name
+    dma = 1
+    gpsimd_dma = 2
+
+
+# deprecated module constants, still used by the NKI Library
+tensor_engine = engine.tensor
+vector_engine = engine.vector
+scalar_engine = engine.scalar
+gpsimd_engine = engine.gpsimd
+unknown_engine = engine.unknown
+
+
+class NkiValidationError(AssertionError):
+    """Raised by NKI when a call violates a hardware constraint (nkikit raises NkiError)."""
+
+
+class NkiInstruction:
+    """The handle an instruction call returns while tracing (``.depends_on`` adds ordering,
+    which the simulator, running in program order, already has)."""
+
+    __slots__ = ("op",)
+
+    def __init__(self, op) -> None:
+        self.op = op
+
+    def depends_on(self, *producers) -> NkiInstruction:
+        return self
+
+
+def get_nc_version() -> nc_version:
+    """The NeuronCore generation being traced for: ``NKI_NC_VERSION`` (gen2/gen3/gen4, as the
+    NKI Library's harness sets it), else the ``NEURON_PLATFORM_TARGET_OVERRIDE`` target."""
+    env = os.environ.get("NKI_NC_VERSION")
+    if env:
+        try:
+            return nc_version[env]
+        except KeyError:
+            pass
+    from ...targets import default_target
+
+    return nc_version(default_target().nc_version)
+
+
+def get_nc_sub_version() -> int:
+    return 0
+
+
+# -- operands ------------------------------------------------------------------------------------
+
+
+def _acc(x, loc: SourceLoc, what: str) -> Access:
+    return access_of(x, loc, what)
+
+
+def _chain(shapes: list[tuple[int, ...]]) -> tuple[int, ...] | None:
+    """The coarsest shape every one of ``shapes`` (same element count) refines to, or None."""
+    bounds: set[int] = set()
+    for s in shapes:
+        acc = 1
+        for n in reversed(s):
+            acc *= n
+            if acc > 1:
+                bounds.add(acc)
+    chain = sorted(bounds)
+    for a, b in zip(chain, chain[1:]):
+        if b % a:
+            return None
+    if not chain:
+        return ()
+    dims = [chain[0]] + [b // a for a, b in zip(chain, chain[1:])]
+    return tuple(reversed(dims))
+
+
+def _refine(view: NkiTensor, refined: tuple[int, ...], start: int) -> NkiTensor:
+    """``view`` with dims ``start:`` split into ``refined`` (same elements, same order)."""
+    shape = list(view.shape[:start])
+    strides = list(view.strides[:start])
+    r = list(refined)
+    for n, s in zip(view.shape[start:], view.strides[start:]):
+        if n == 1:
+            continue
+        parts = []
+        acc = 1
+        while acc < n:
+            parts.append(r.pop(0))
+            acc *= parts[-1]
+        inner = 1
+        sub = []
+        for p in reversed(parts):
+            sub.append((p, s * inner))
+            inner *= p
+        for p, st in reversed(sub):
+            shape.append(p)
+            strides.append(st)
+    if len(shape) == start:
+        shape.append(1)
+        strides.append(1)
+    return view._with(shape, strides)
+
+
+def _same_free(views: list[NkiTensor], loc: SourceLoc, op: str) -> list[NkiTensor]:
+    """Re-express on-chip operands (same partitions, same elements per partition) in one
+    common shape."""
+    p = views[0].shape[0]
+    free = views[0].size // max(p, 1)
+    for v in views[1:]:
+        if v.shape[0] != p:
+            raise NkiError("err_num_partition_mismatch", loc, op=op, a=p, b=v.shape[0])
+        if v.size // max(v.shape[0], 1) != free:
+            raise NkiError(
+                "err_invalid_argument",
+                loc,
+                op=op,
+                why=(
+                    f"operands have {free} and {v.size // max(v.shape[0], 1)} elements per "
+                    f"partition ({views[0].shape} and {v.shape}); they must match"
+                ),
+            )
+    shapes = [tuple(n for n in v.shape[1:] if n != 1) for v in views]
+    if all(s == shapes[0] for s in shapes) and all(v.shape == views[0].shape for v in views):
+        return views
+    refined = _chain(shapes)
+    if refined is None:
+        raise NkiError(
+            "err_invalid_argument",
+            loc,
+            op=op,
+            why=f"operand free shapes {[v.shape[1:] for v in views]} cannot be matched element by element",
+        )
+    return [_refine(v, refined, 1) for v in views]
+
+
+def _tiles(loc: SourceLoc, op: str, *xs: NkiTensor) -> list[Access]:
+    for x in xs:
+        if not isinstance(x, NkiTensor):
+            raise NkiError(
+                "err_invalid_argument",
+                loc,
+                op=f"nisa.{op}",
+                why=f"expected a tensor, got {type(x).__name__}",
+            )
+    return [_acc(v, loc, op) for v in _same_free(list(xs), loc, f"nisa.{op}")]
+
+
+def _scalar_or_vector(x, loc: SourceLoc, what: str) -> Access | float:
+    """A compile-time scalar or a (P, 1) tensor broadcast along the free axis."""
+    if isinstance(x, bool):
+        return float(x)
+    if isinstance(x, int | float | np.integer | np.floating):
+        return float(x)
+    if isinstance(x, NkiTensor):
+        if x.size // max(x.shape[0], 1) != 1:
+            raise NkiError(
+                "err_invalid_argument",
+                loc,
+                op=what,
+                why=f"expected a scalar or a (P, 1) tensor, got shape {x.shape}",
+            )
+        a = _acc(x, loc, what)
+        if len(a.shape) != 2:
+            a = Access(a.tensor, (a.shape[0], 1), a.index)
+        return a
+    raise NkiError(
+        "err_invalid_argument",
+        loc,
+        op=what,
+        why=f"expected a scalar or a (P, 1) tensor, got {type(x).__name__}",
+    )
+
+
+_ENGINE_NAMES = {
+    engine.tensor: "tensor",
+    engine.vector: "vector",
+    engine.scalar: "scalar",
+    engine.gpsimd: "gpsimd",
+    engine.dma: "dma",
+    engine.sync: "sync",
+}
+
+
+def _engine(e, default: str, op: str, allowed: tuple[str, ...], loc: SourceLoc) -> str:
+    if e is None or e == engine.unknown:
+        return default
+    if not isinstance(e, engine):
+        raise NkiError(
+            "err_invalid_argument",
+            loc,
+            op=f"nisa.{op}",
+            why=f"engine must be an nisa.engine member, got {e!r}",
+        )
+    name = _ENGINE_NAMES[e]
+    if name not in allowed:
+        raise NkiError(
+            "err_invalid_argument",
+            loc,
+            op=f"nisa.{op}",
+            why=f"engine={name} is not one of its engines ({', '.join(allowed)})",
+        )
+    return name
+
+
+def _emit(prim: str, outs, ins, attrs=None, *, loc: SourceLoc) -> NkiInstruction:
+    op = current(f"nisa.{prim}").emit(prim, outs, ins, attrs or {}, loc=loc)
+    _psum_written(outs, prim == "nc_matmul")
+    return NkiInstruction(op)
+
+
+def _unsupported(api: str, why: str, loc: SourceLoc):
+    return NkiError("err_unsupported_api", loc, api=api, why=why)
+
+
+def _dst_chip(dst: NkiTensor, loc: SourceLoc, op: str, allowed=("sbuf", "psum")) -> None:
+    if not isinstance(dst, NkiTensor):
+        raise NkiError(
+            "err_invalid_argument",
+            loc,
+            op=f"nisa.{op}",
+            why=f"dst must be a tensor, got {type(dst).__name__}",
+        )
+    if dst.tensor.buffer not in allowed:
+        raise NkiError(
+            "err_unsupported_memory",
+            loc,
+            op=f"nisa.{op}",
+            what="dst",
+            allowed=" or ".join(a.upper() for a in allowed),
+            got=dst.tensor.buffer,
+        )
+
+
+# -- PSUM accumulation state ---------------------------------------------------------------------
+# nc_matmul(accumulate=None): the first matmul write to a PSUM element since it was allocated
+# overwrites, later ones add [NKI 0.x ISA, nc_matmul].  Loops unroll at trace time, so which
+# elements a matmul wrote is known exactly: one boolean per PSUM element.
+
+
+def _elements(x: Access) -> np.ndarray:
+    """Flat storage element numbers of a (direct) access."""
+    shape = x.shape
+    grids = np.indices(shape, sparse=True)
+    env = {Axis(k): g for k, g in enumerate(grids)}
+    t = x.tensor
+    flat = 0
+    for a, stride in zip(x.index, _row_major(t.shape)):
+        flat = flat + np.asarray(a.evaluate(env)) * stride
+    return np.broadcast_to(np.asarray(flat), shape).ravel()
+
+
+def _row_major(shape):
+    out = [1] * len(shape)
+    for k in range(len(shape) - 2, -1, -1):
+        out[k] = out[k + 1] * shape[k + 1]
+    return out
+
+
+def _psum_state(t) -> np.ndarray:
+    b = current()
+    states = b.__dict__.setdefault("_nki_psum", {})
+    st = states.get(t.uid)
+    if st is None:
+        st = states[t.uid] = np.zeros(math.prod(t.shape), dtype=bool)
+    return st
+
+
+def _psum_written(outs, by_matmul: bool) -> None:
+    for o in outs:
+        if isinstance(o, Access) and o.tensor.root.buffer == "psum" and o.indirect is None:
+            _psum_state(o.tensor.root)[_elements(o)] = by_matmul
+
+
+# -- DMA -----------------------------------------------------------------------------------------
+
+
+def _dma_pair(dst: NkiTensor, src: NkiTensor, loc: SourceLoc, op: str) -> tuple[Access, Access]:
+    for what, x in (("dst", dst), ("src", src)):
+        if not isinstance(x, NkiTensor):
+            raise NkiError(
+                "err_invalid_argument",
+                loc,
+                op=f"nisa.{op}",
+                why=f"{what} must be a tensor, got {type(x).__name__}",
+            )
+    if dst.size != src.size:
+        raise NkiError(
+            "err_invalid_argument",
+            loc,
+            op=f"nisa.{op}",
+            why=f"src and dst must have the same number of elements, got src={src.size} ({src.shape}), dst={dst.size} ({dst.shape})",
+        )
+    if src.tensor.buffer == "psum":
+        raise NkiError(
+            "err_unsupported_memory",
+            loc,
+            op=f"nisa.{op}",
+            what="src",
+            allowed="HBM or SBUF (copy PSUM with nisa.tensor_copy)",
+            got="psum",
+        )
+    if dst.tensor.buffer == "psum":
+        raise NkiError(
+            "err_unsupported_memory",
+            loc,
+            op=f"nisa.{op}",
+            what="dst",
+            allowed="HBM or SBUF",
+            got="psum",
+        )
+    views = [dst, src]
+    if dst.shape != src.shape:
+        if dst.shape[0] == src.shape[0] and (dst.on_chip or src.on_chip):
+            views = _same_free(views, loc, f"nisa.{op}")
+        else:
+            full = _chain([tuple(n for n in v.shape if n != 1) for v in views])
+            if full is None:
+                raise NkiError(
+                    "err_invalid_argument",
+                    loc,
+                    op=f"nisa.{op}",
+                    why=f"src {src.shape} and dst {dst.shape} cannot be matched element by element",
+                )
+            views = [_refine(v, full, 0) for v in views]
+    return _acc(views[0], loc, f"{op} dst"), _acc(views[1], loc, f"{op} src")
+
+
+def dma_copy(
+    dst,
+    src,
+    priority=None,
+    oob_mode=oob_mode.error,
+    dge_mode=dge_mode.unknown,
+    engine=engine.unknown,  # noqa: A002 - NKI's name
+    name=None,
+) -> NkiInstruction:
+    """``dst = src`` on the DMA engines (HBM/SBUF both ways; no PSUM source).  The element
+    counts must match; differing dtypes convert through fp32."""
+    loc = caller_loc()
+    if oob_mode != globals()["oob_mode"].error and not (
+        isinstance(dst, NkiTensor)
+        and dst.is_indirect()
+        or isinstance(src, NkiTensor)
+        and src.is_indirect()
+    ):
+        pass  # no runtime index, nothing can be out of bounds: skip changes nothing
+    elif oob_mode != globals()["oob_mode"].error:
+        raise _unsupported(
+            "dma_copy(oob_mode=skip)", "skipping out-of-bounds rows is not modeled", loc
+        )
+    d, s = _dma_pair(dst, src, loc, "dma_copy")
+    return _emit("dma_copy", [d], [s], loc=loc)
+
+
+def dma_compute(
+    dst, srcs, reduce_op, scales=None, unique_indices=True, oob_mode=oob_mode.error, name=None
+) -> NkiInstruction:
+    """``dst = srcs[0] + srcs[1] + ...`` on the DMA compute engine (only ``nl.add``)."""
+    loc = caller_loc()
+    if op_name(reduce_op) != "add":
+        raise NkiError(
+            "err_invalid_argument", loc, op="nisa.dma_compute", why="reduce_op must be nl.add"
+        )
+    if scales is not None and any(float(s) != 1.0 for s in scales):
+        raise NkiError(
+            "err_invalid_argument", loc, op="nisa.dma_compute", why="every scale must be 1.0"
+        )
+    srcs = list(srcs)
+    others = [s for s in srcs if not (isinstance(s, NkiTensor) and _same_view(s, dst))]
+    if len(others) == len(srcs):
+        d, s0 = _dma_pair(dst, others[0], loc, "dma_compute")
+        _emit("dma_copy", [d], [s0], loc=loc)
+        others = others[1:]
+    last = None
+    for s in others:
+        d, sa = _dma_pair(dst, s, loc, "dma_compute")
+        last = _emit("dma_copy", [d], [sa], {"rmw_op": "add"}, loc=loc)
+    return last
+
+
+def _same_view(a: NkiTensor, b: NkiTensor) -> bool:
+    return (
+        a.tensor is b.tensor
+        and a.shape == b.shape
+        and a.strides == b.strides
+        and a.offset == b.offset
+        and a._indirect is None
+        and b._indirect is None
+    )
+
+
+def dma_transpose(
+    dst,
+    src,
+    axes=None,
+    priority=None,
+    dge_mode=dge_mode.unknown,
+    oob_mode=oob_mode.error,
+    name=None,
+) -> NkiInstruction:
+    """``dst = src`` with its axes permuted (``axes[i]`` is the source axis that becomes dst
+    axis i; default: reversed).  ``dst`` is SBUF and has the permuted shape exactly."""
+    loc = caller_loc()
+    _dst_chip(dst, loc, "dma_transpose", ("sbuf",))
+    axes = tuple(range(src.ndim - 1, -1, -1)) if axes is None else tuple(int(a) for a in axes)
+    if axes not in ((1, 0), (2, 1, 0), (3, 1, 2, 0)):
+        raise NkiError(
+            "err_invalid_argument",
+            loc,
+            op="nisa.dma_transpose",
+            why=f"axes must be one of (1, 0), (2, 1, 0), (3, 1, 2, 0), got {axes}",
+        )
+    if src.dtype != dst.dtype:
+        raise NkiError(
+            "err_invalid_argument",
+            loc,
+            op="nisa.dma_transpose",
+            why=f"src and dst dtypes must match, got {dtypes.name(src.dtype)} and {dtypes.name(dst.dtype)}",
+        )
+    permuted = src._with([src.shape[a] for a in axes], [src.strides[a] for a in axes])
+    if permuted.shape != dst.shape:
+        raise NkiError(
+            "err_invalid_argument",
+            loc,
+            op="nisa.dma_transpose",
+            why=f"dst shape {dst.shape} must be the permuted src shape {permuted.shape}",
+        )
+    d, s = _acc(dst, loc, "dma_transpose dst"), _acc(permuted, loc, "dma_transpose src")
+    return _emit("dma_copy", [d], [s], loc=loc)
+
+
+# -- copies and fills ------------------------------------------------------------------------------
+
+
+def tensor_copy(dst, src, engine=engine.unknown, name=None) -> NkiInstruction:  # noqa: A002
+    """Copy (and convert) an on-chip tensor on the Vector, Scalar or GpSimd engine."""
+    loc = caller_loc()
+    _dst_chip(dst, loc, "tensor_copy")
+    eng = _engine(engine, "vector", "tensor_copy", ("vector", "scalar", "gpsimd"), loc)
+    d, s = _tiles(loc, "tensor_copy", dst, src)
+    return _emit("tensor_copy", [d], [s], {"engine": eng}, loc=loc)
+
+
+def tensor_copy_predicated(dst, src, predicate, reverse_pred=False, name=None) -> NkiInstruction:
+    """``dst = src where predicate != 0`` (``reverse_pred``: where it is 0); elsewhere ``dst``
+    keeps its value (VectorE)."""
+    loc = caller_loc()
+    _dst_chip(dst, loc, "tensor_copy_predicated")
+    if isinstance(src, NkiTensor):
+        d, s, p = _tiles(loc, "tensor_copy_predicated", dst, src, predicate)
+    else:
+        d, p = _tiles(loc, "tensor_copy_predicated", dst, predicate)
+        s = float(src)
+    on_true, on_false = (d, s) if reverse_pred else (s, d)
+    return _emit("select", [d], [p, on_true, on_false], loc=loc)
+
+
+def memset(dst, value, engine=engine.unknown, name=None) -> NkiInstruction:  # noqa: A002
+    """Fill ``dst`` with the compile-time constant ``value`` (which must suit dst's dtype)."""
+    loc = caller_loc()
+    _dst_chip(dst, loc, "memset")
+    if dtypes.is_int(dst.dtype) and isinstance(value, float) and not float(value).is_integer():
+        raise NkiError(
+            "err_invalid_argument",
+            loc,
+            op="nisa.memset",
+            why=f"value {value!r} does not fit the integer dtype {dtypes.name(dst.dtype)}",
+        )
+    eng = _engine(engine, "vector", "memset", ("vector", "scalar", "gpsimd"), loc)
+    d = _acc(dst, loc, "memset")
+    return _emit("memset", [d], [], {"value": float(value), "engine": eng}, loc=loc)
+
+
+def iota(dst, pattern, offset=0, channel_multiplier=0, name=None) -> NkiInstruction:
+    """``dst[c, w, z, y, x] = offset + c * channel_multiplier + sum(step * index)`` over the
+    access ``pattern`` (``[[step, num], ...]``), computed in int32 (GpSimd)."""
+    loc = caller_loc()
+    _dst_chip(dst, loc, "iota", ("sbuf",))
+    pairs = [(int(s), int(n)) for s, n in pattern]
+    counts = tuple(n for _, n in pairs)
+    per_partition = dst.size // dst.shape[0]
+    if math.prod(counts) != per_partition:
+        raise NkiError(
+            "err_invalid_argument",
+            loc,
+            op="nisa.iota",
+            why=f"the pattern covers {math.prod(counts)} elements per partition, dst has {per_partition}",
+        )
+    refined = _chain(
+        [tuple(n for n in counts if n != 1), tuple(n for n in dst.shape[1:] if n != 1)]
+    )
+    if refined is None:
+        raise NkiError(
+            "err_invalid_argument",
+            loc,
+            op="nisa.iota",
+            why=f"the pattern counts {counts} cannot be matched to dst's free shape {dst.shape[1:]}",
+        )
+    view = _refine(dst, refined, 1)
+    # coefficient of each refined axis: the step of the pattern dim it belongs to, times the
+    # extent of the finer refined axes inside that pattern dim
+    coefs = []
+    r = list(refined)
+    for step, n in pairs:
+        if n == 1:
+            continue
+        parts = []
+        acc = 1
+        while acc < n:
+            parts.append(r.pop(0))
+            acc *= parts[-1]
+        inner = 1
+        sub = []
+        for p in reversed(parts):
+            sub.append(step * inner)
+            inner *= p
+        coefs.extend(reversed(sub))
+    if isinstance(offset, NkiTensor) or isinstance(channel_multiplier, NkiTensor):
+        raise _unsupported("nisa.iota with a runtime offset", "offsets must be ints", loc)
+    expr = Affine.of(int(offset)) + Affine.of(Axis(0)) * int(channel_multiplier)
+    for k, c in enumerate(coefs):
+        expr = expr + Affine.of(Axis(k + 1)) * c
+    d = _acc(view, loc, "iota")
+    return _emit("iota", [d], [], {"expr": expr}, loc=loc)
+
+
+# -- TensorE -------------------------------------------------------------------------------------
+
+
+def _flat2d(x: NkiTensor, loc: SourceLoc, what: str) -> Access:
+    """A matmul operand as (partitions, free): its free dims flattened."""
+    if x.ndim > 2:
+        try:
+            x = x.flatten_dims(1, x.ndim - 1)
+        except NkiError:
+            raise NkiError(
+                "err_invalid_argument",
+                loc,
+                op="nisa.nc_matmul",
+                why=f"{what}'s free dimensions {x.get_pattern()[1:]} must be contiguous to flatten",
+            ) from None
+    return _acc(x, loc, f"nc_matmul {what}")
+
+
+def nc_matmul(
+    dst,
+    stationary,
+    moving,
+    is_stationary_onezero=False,
+    is_moving_onezero=False,
+    is_transpose=False,
+    accumulate=None,
+    tile_position=(),
+    tile_size=(),
+    perf_mode=matmul_perf_mode.none,
+    name=None,
+) -> NkiInstruction:
+    """``dst = stationary.T @ moving`` on the TensorE (contraction over partitions) into PSUM,
+    accumulating in fp32.  ``accumulate=None``: the first matmul write to a PSUM element
+    overwrites, later ones add; ``True`` adds, ``False`` overwrites."""
+    loc = caller_loc()
+    _dst_chip(dst, loc, "nc_matmul", ("psum",))
+    if tile_position or tile_size:
+        raise _unsupported(
+            "nc_matmul(tile_position=, tile_size=)", "TensorE tiling is not modeled", loc
+        )
+    if perf_mode not in (None, matmul_perf_mode.none, "none"):
+        raise _unsupported("nc_matmul(perf_mode=)", "double-row fp8 mode is not modeled", loc)
+    s = _flat2d(stationary, loc, "stationary")
+    m = _flat2d(moving, loc, "moving")
+    if s.shape[0] != m.shape[0]:
+        raise NkiError(
+            "err_num_partition_mismatch", loc, op="nisa.nc_matmul", a=s.shape[0], b=m.shape[0]
+        )
+    want = (s.shape[1], m.shape[1])
+    dview = dst
+    if dst.shape != want:
+        if dst.size != want[0] * want[1] or dst.shape[0] != want[0]:
+            raise NkiError(
+                "err_invalid_argument",
+                loc,
+                op="nisa.nc_matmul",
+                why=f"dst has shape {dst.shape}; stationary {stationary.shape} and moving {moving.shape} produce {want}",
+            )
+        dview = dst.flatten_dims(1, dst.ndim - 1) if dst.ndim > 2 else dst
+    d = _acc(dview, loc, "nc_matmul dst")
+    if accumulate is None:
+        written = _psum_state(d.tensor.root)[_elements(d)]
+        if written.all():
+            acc = True
+        elif not written.any():
+            acc = False
+        else:
+            raise _unsupported(
+                "nc_matmul into a PSUM region partly written by earlier matmuls",
+                "pass accumulate=True or False explicitly",
+                loc,
+            )
+    else:
+        acc = bool(accumulate)
+    return _emit("nc_matmul", [d], [s, m], {"accumulate": acc}, loc=loc)
+
+
+def nc_transpose(dst, data, engine=engine.unknown, name=None) -> NkiInstruction:  # noqa: A002
+    """Swap partitions and the (flattened) free axis: TensorE (up to 128x128, into PSUM) or
+    VectorE (up to 32x32)."""
+    loc = caller_loc()
+    _dst_chip(dst, loc, "nc_transpose")
+    default = "tensor" if dst.tensor.buffer == "psum" else "vector"
+    eng = _engine(engine, default, "nc_transpose", ("tensor", "vector"), loc)
+    a = _flat2d(data, loc, "data")
+    dv = dst.flatten_dims(1, dst.ndim - 1) if dst.ndim > 2 else dst
+    d = _acc(dv, loc, "nc_transpose dst")
+    if d.shape != (a.shape[1], a.shape[0]):
+        raise NkiError(
+            "err_invalid_argument",
+            loc,
+            op="nisa.nc_transpose",
+            why=f"dst has shape {dst.shape}; the transpose of {data.shape} is {(a.shape[1], a.shape[0])}",
+        )
+    return _emit("nc_transpose", [d], [a], {"engine": eng}, loc=loc)
+
+
+# -- VectorE / GpSimd ------------------------------------------------------------------------------
+
+
+def tensor_tensor(dst, data1, data2, op, engine=engine.unknown, name=None) -> NkiInstruction:  # noqa: A002
+    """Elementwise ``dst = op(data1, data2)`` (no broadcasting)."""
+    loc = caller_loc()
+    _dst_chip(dst, loc, "tensor_tensor")
+    name_ = op_name(op)
+    default = "gpsimd" if name_ == "power" else "vector"
+    eng = _engine(engine, default, "tensor_tensor", ("vector", "gpsimd"), loc)
+    d, a, b = _tiles(loc, "tensor_tensor", dst, data1, data2)
+    return _emit("tensor_tensor", [d], [a, b], {"op": name_, "engine": eng}, loc=loc)
+
+
+def tensor_scalar(
+    dst,
+    data,
+    op0,
+    operand0,
+    reverse0=False,
+    op1=None,
+    operand1=None,
+    reverse1=False,
+    engine=engine.unknown,  # noqa: A002
+    name=None,
+) -> NkiInstruction:
+    """``dst = (data op0 operand0) op1 operand1``; operands are scalars or (P, 1) tensors."""
+    loc = caller_loc()
+    _dst_chip(dst, loc, "tensor_scalar")
+    if (op1 is None) != (operand1 is None):
+        raise NkiError(
+            "err_invalid_argument",
+            loc,
+            op="nisa.tensor_scalar",
+            why="op1 and operand1 are given together or not at all",
+        )
+    eng = _engine(engine, "vector", "tensor_scalar", ("vector", "scalar", "gpsimd"), loc)
+    d, a = _tiles(loc, "tensor_scalar", dst, data)
+    ins = [a, _scalar_or_vector(0.0 if operand0 is None else operand0, loc, "operand0")]
+    if op1 is not None:
+        ins.append(_scalar_or_vector(operand1, loc, "operand1"))
+    attrs = {
+        "op0": op_name(op0),
+        "reverse0": bool(reverse0),
+        "op1": None if op1 is None else op_name(op1),
+        "reverse1": bool(reverse1),
+        "engine": eng,
+    }
+    return _emit("tensor_scalar", [d], ins, attrs, loc=loc)
+
+
+def tensor_scalar_reduce(
+    dst,
+    data,
+    op0,
+    operand0,
+    reduce_op,
+    reduce_res=None,
+    reverse0=False,
+    reduce_cmd=reduce_cmd.reset_reduce,
+    reduce_init=None,
+    reduce_res_negate=False,
+    name=None,
+) -> NkiInstruction:
+    """``dst = data op0 operand0`` and the free-axis reduction of ``dst`` into ``reduce_res``."""
+    loc = caller_loc()
+    _dst_chip(dst, loc, "tensor_scalar_reduce")
+    _reset_only(
+        reduce_cmd, reduce_res, "tensor_scalar_reduce", loc, globals()["reduce_cmd"].reset_reduce
+    )
+    if reduce_res_negate:
+        raise _unsupported("tensor_scalar_reduce(reduce_res_negate=True)", "not modeled", loc)
+    d, a = _tiles(loc, "tensor_scalar_reduce", dst, data)
+    r = _scalar_or_vector(reduce_res, loc, "reduce_res")
+    attrs = {
+        "op0": op_name(op0),
+        "reverse0": bool(reverse0),
+        "op1": None,
+        "reverse1": False,
+        "reduce_op": op_name(reduce_op, "reduce"),
+        "engine": "vector",
+    }
+    ins = [a, _scalar_or_vector(0.0 if operand0 is None else operand0, loc, "operand0")]
+    return _emit("tensor_scalar", [d, r], ins, attrs, loc=loc)
+
+
+def _reset_only(cmd, reduce_res, op: str, loc: SourceLoc, default) -> None:
+    """The engines' accumulator registers are modeled within one instruction: a reduction
+    that starts from reset (or the default) and is read out into ``reduce_res``."""
+    if reduce_res is None:
+        raise _unsupported(
+            f"nisa.{op} without reduce_res",
+            "a reduction kept in the engine's accumulator for a later instruction is not modeled",
+            loc,
+        )
+    if cmd not in (default, reduce_cmd.reset_reduce, reduce_cmd.idle):
+        raise _unsupported(
+            f"nisa.{op}(reduce_cmd={getattr(cmd, 'name', cmd)})",
+            "accumulating across instructions is not modeled; reduce each result separately",
+            loc,
+        )
+
+
+def scalar_tensor_tensor(
+    dst, data, op0, operand0, op1, operand1, reverse0=False, reverse1=False, name=None
+) -> NkiInstruction:
+    """``dst = (data op0 operand0) op1 operand1``: operand0 a scalar or (P, 1) tensor, operand1
+    a tensor like ``data`` (VectorE)."""
+    loc = caller_loc()
+    _dst_chip(dst, loc, "scalar_tensor_tensor")
+    d, a, t1 = _tiles(loc, "scalar_tensor_tensor", dst, data, operand1)
+    attrs = {
+        "op0": op_name(op0),
+        "op1": op_name(op1),
+        "reverse0": bool(reverse0),
+        "reverse1": bool(reverse1),
+    }
+    ins = [a, _scalar_or_vector(operand0, loc, "operand0"), t1]
+    return _emit("scalar_tensor_tensor", [d], ins, attrs, loc=loc)
+
+
+def reciprocal(dst, data, name=None) -> NkiInstruction:
+    """``dst = 1 / data`` (VectorE, fp32)."""
+    loc = caller_loc()
+    _dst_chip(dst, loc, "reciprocal")
+    d, a = _tiles(loc, "reciprocal", dst, data)
+    return _emit("reciprocal", [d], [a], loc=loc)
+
+
+def tensor_reduce(dst, op, data, axis, negate=False, keepdims=False, name=None) -> NkiInstruction:
+    """Reduce ``data`` over its trailing free axes ``axis`` with ``op`` (VectorE)."""
+    loc = caller_loc()
+    _dst_chip(dst, loc, "tensor_reduce")
+    axes = (axis,) if isinstance(axis, int | np.integer) else tuple(int(a) for a in axis)
+    axes = tuple(sorted(a + data.ndim if a < 0 else a for a in axes))
+    nd = data.ndim
+    if 0 in axes or axes != tuple(range(nd - len(axes), nd)):
+        raise NkiError(
+            "err_invalid_argument",
+            loc,
+            op="nisa.tensor_reduce",
+            why=f"axis {axis} must be the trailing free dimensions of a {nd}-D tensor (e.g. {tuple(range(1, nd))[-1:]})",
+        )
+    kept = data.shape[: nd - len(axes)]
+    nonunit = tuple(n for n in kept[1:] if n != 1)
+    rows = math.prod(nonunit)
+    if dst.shape[0] != data.shape[0] or dst.size != data.shape[0] * rows:
+        raise NkiError(
+            "err_invalid_argument",
+            loc,
+            op="nisa.tensor_reduce",
+            why=f"dst has shape {dst.shape}; reducing {data.shape} over {axes} leaves {kept}",
+        )
+    if _chain([nonunit, tuple(n for n in dst.shape[1:] if n != 1)]) != nonunit:
+        raise NkiError(
+            "err_invalid_argument",
+            loc,
+            op="nisa.tensor_reduce",
+            why=f"dst shape {dst.shape} cannot hold the kept dimensions {kept} element by element",
+        )
+    # dst seen in the keepdims shape of the reduction: kept dims, then a unit per reduced axis
+    refined = _refine(dst, nonunit, 1)
+    parts = iter(zip(refined.shape[1:], refined.strides[1:]))
+    shape, strides = [dst.shape[0]], [dst.strides[0]]
+    for n in kept[1:]:
+        m, st = next(parts) if n != 1 else (1, 0)
+        shape.append(m)
+        strides.append(st)
+    shape += [1] * len(axes)
+    strides += [0] * len(axes)
+    d = _acc(dst._with(shape, strides), loc, "tensor_reduce dst")
+    a = _acc(data, loc, "tensor_reduce data")
+    attrs = {"op": op_name(op, "reduce"), "axes": axes, "negate": bool(negate)}
+    return _emit("tensor_reduce", [d], [a], attrs, loc=loc)
+
+
+def tensor_partition_reduce(dst, op, data, name=None) -> NkiInstruction:
+    """Reduce across partitions (GpSimd): (P, F) -> (1, F)."""
+    loc = caller_loc()
+    _dst_chip(dst, loc, "tensor_partition_reduce", ("sbuf",))
+    a = _acc(data, loc, "tensor_partition_reduce data")
+    d = _acc(dst, loc, "tensor_partition_reduce dst")
+    return _emit("tensor_partition_reduce", [d], [a], {"op": op_name(op, "reduce")}, loc=loc)
+
+
+def tensor_tensor_scan(
+    dst, data0, data1, initial, op0, op1, reverse0=False, reverse1=False, name=None
+) -> NkiInstruction:
+    """Per-partition scan: ``r[i] = op1(op0(data0[i], r[i-1]), data1[i])``, ``r[-1] = initial``."""
+    loc = caller_loc()
+    _dst_chip(dst, loc, "tensor_tensor_scan")
+    if reverse0 or reverse1:
+        raise _unsupported("tensor_tensor_scan(reverse0=/reverse1=)", "not modeled", loc)
+    d, a, b = _tiles(loc, "tensor_tensor_scan", dst, data0, data1)
+    ins = [a, b, _scalar_or_vector(initial, loc, "initial")]
+    attrs = {"op0": op_name(op0), "op1": op_name(op1)}
+    return _emit("tensor_tensor_scan", [d], ins, attrs, loc=loc)
+
+
+def select_reduce(
+    dst,
+    predicate,
+    on_true,
+    on_false,
+    reduce_res=None,
+    reduce_cmd=reduce_cmd.idle,
+    reduce_op=None,
+    reverse_pred=False,
+    name=None,
+) -> NkiInstruction:
+    """``dst = where(predicate, on_true, on_false)``, optionally max-reduced into ``reduce_res``."""
+    loc = caller_loc()
+    _dst_chip(dst, loc, "select_reduce")
+    d, p, t = _tiles(loc, "select_reduce", dst, predicate, on_true)
+    f = _scalar_or_vector(on_false, loc, "on_false")
+    outs = [d] + (
+        [_scalar_or_vector(reduce_res, loc, "reduce_res")] if reduce_res is not None else []
+    )
+    attrs = {"reverse": bool(reverse_pred), "reduce_op": op_name(reduce_op or "maximum", "reduce")}
+    return _emit("select_reduce", outs, [p, t, f], attrs, loc=loc)
+
+
+def range_select(
+    dst,
+    on_true_tile,
+    comp_op0,
+    comp_op1,
+    bound0,
+    bound1,
+    reduce_cmd=reduce_cmd.reset_reduce,
+    reduce_res=None,
+    reduce_op=None,
+    range_start=0,
+    on_false_value=-3.4028234663852886e38,
+    name=None,
+) -> NkiInstruction:
+    """Keep elements whose free index ``range_start + j`` satisfies both comparisons with the
+    (P, 1) bounds, else ``on_false_value``; optionally max-reduce into ``reduce_res``."""
+    loc = caller_loc()
+    _dst_chip(dst, loc, "range_select")
+    d, a = _tiles(loc, "range_select", dst, on_true_tile)
+    outs = [d] + (
+        [_scalar_or_vector(reduce_res, loc, "reduce_res")] if reduce_res is not None else []
+    )
+    attrs = {
+        "comp_op0": op_name(comp_op0),
+        "comp_op1": op_name(comp_op1),
+        "on_false": float(on_false_value),
+        "range_start": int(range_start),
+        "reduce_op": op_name(reduce_op or "maximum", "reduce"),
+    }
+    ins = [a, _scalar_or_vector(bound0, loc, "bound0"), _scalar_or_vector(bound1, loc, "bound1")]
+    return _emit("range_select", outs, ins, attrs, loc=loc)
+
+
+def bn_stats(dst, data, name=None) -> NkiInstruction:
+    """Per-partition (count, mean, count * variance) of the even and of the odd elements."""
+    loc = caller_loc()
+    _dst_chip(dst, loc, "bn_stats")
+    d = _acc(dst, loc, "bn_stats dst")
+    a = _acc(data, loc, "bn_stats data")
+    return _emit("bn_stats", [d], [a], loc=loc)
+
+
+def bn_aggr(dst, data, name=None) -> NkiInstruction:
+    """Aggregate bn_stats groups into (mean, variance) per partition."""
+    loc = caller_loc()
+    _dst_chip(dst, loc, "bn_aggr")
+    return _emit(
+        "bn_aggr", [_acc(dst, loc, "bn_aggr dst")], [_acc(data, loc, "bn_aggr data")], loc=loc
+    )
+
+
+def max8(dst, src, name=None) -> NkiInstruction:
+    """The 8 largest values of each partition, descending."""
+    loc = caller_loc()
+    _dst_chip(dst, loc, "max8")
+    return _emit("max8", [_acc(dst, loc, "max8 dst")], [_acc(src, loc, "max8 src")], loc=loc)
+
+
+def nc_find_index8(dst, data, vals, name=None) -> NkiInstruction:
+    """Per partition, the index of the first occurrence of each of 8 values."""
+    loc = caller_loc()
+    _dst_chip(dst, loc, "nc_find_index8")
+    ins = [_acc(data, loc, "nc_find_index8 data"), _acc(vals, loc, "nc_find_index8 vals")]
+    return _emit("nc_find_index8", [_acc(dst, loc, "nc_find_index8 dst")], ins, loc=loc)
+
+
+def nc_match_replace8(dst, data, vals, imm, dst_idx=None, name=None) -> NkiInstruction:
+    """Replace the first occurrence of each of 8 values by ``imm`` (indices into dst_idx)."""
+    loc = caller_loc()
+    _dst_chip(dst, loc, "nc_match_replace8")
+    outs = [_acc(dst, loc, "nc_match_replace8 dst")]
+    if dst_idx is not None:
+        outs.append(_acc(dst_idx, loc, "nc_match_replace8 dst_idx"))
+    ins = [_acc(data, loc, "nc_match_replace8 data"), _acc(vals, loc, "nc_match_replace8 vals")]
+    return _emit("nc_match_replace8", outs, ins, {"imm": float(imm)}, loc=loc)
+
+
+def nc_stream_shuffle(dst, src, shuffle_mask, name=None) -> NkiInstruction:
+    """Within each 32-partition quadrant, dst partition i takes src partition
+    ``shuffle_mask[i]`` (255 keeps dst)."""
+    loc = caller_loc()
+    _dst_chip(dst, loc, "nc_stream_shuffle")
+    d, s = _acc(dst, loc, "nc_stream_shuffle dst"), _acc(src, loc, "nc_stream_shuffle src")
+    mask = tuple(int(x) for x in shuffle_mask)
+    return _emit("nc_stream_shuffle", [d], [s], {"shuffle_mask": mask}, loc=loc)
+
+
+def local_gather(dst, src_buffer, index, num_elem_per_idx=1, num_valid_indices=None, name=None):
+    """GpSimd gather within each 16-partition group (see ``nkikit.isa.local_gather``)."""
+    loc = caller_loc()
+    _dst_chip(dst, loc, "local_gather", ("sbuf",))
+    attrs = {
+        "num_elem_per_idx": int(num_elem_per_idx),
+        "num_valid_indices": None if num_valid_indices is None else int(num_valid_indices),
+    }
+    ins = [_acc(src_buffer, loc, "local_gather src"), _acc(index, loc, "local_gather index")]
+    return _emit("local_gather", [_acc(dst, loc, "local_gather dst")], ins, attrs, loc=loc)
+
+
+def dropout(dst, data, prob, name=None) -> NkiInstruction:
+    """Zero each element with probability ``prob`` (deterministic per simulated call)."""
+    loc = caller_loc()
+    _dst_chip(dst, loc, "dropout")
+    d, a = _tiles(loc, "dropout", dst, data)
+    return _emit("dropout", [d], [a, _scalar_or_vector(prob, loc, "prob")], loc=loc)
+
+
+# -- ScalarE -------------------------------------------------------------------------------------
+
+
+def activation(
+    dst,
+    op,
+    data,
+    bias=None,
+    scale=1.0,
+    reduce_op=None,
+    reduce_res=None,
+    reduce_cmd=reduce_cmd.idle,
+    name=None,
+) -> NkiInstruction:
+    """``dst = op(data * scale + bias)`` on the ScalarE; with ``reduce_op`` (add) and
+    ``reduce_res``, also the free-axis sum of the result into ``reduce_res`` (P, 1)."""
+    loc = caller_loc()
+    _dst_chip(dst, loc, "activation")
+    fn = op_name(op, "activation")
+    d, a = _tiles(loc, "activation", dst, data)
+    b = 0.0 if bias is None else _scalar_or_vector(bias, loc, "activation bias")
+    s = _scalar_or_vector(scale, loc, "activation scale")
+    outs = [d]
+    if reduce_op is not None or reduce_res is not None:
+        _reset_only(reduce_cmd, reduce_res, "activation", loc, globals()["reduce_cmd"].idle)
+        outs.append(_scalar_or_vector(reduce_res, loc, "reduce_res"))
+    elif reduce_cmd not in (globals()["reduce_cmd"].idle, None):
+        raise _unsupported(
+            f"nisa.activation(reduce_cmd={getattr(reduce_cmd, 'name', reduce_cmd)})",
+            "the ScalarE accumulator registers are not modeled across instructions",
+            loc,
+        )
+    attrs = {
+        "op": fn,
+        "reduce_op": None if len(outs) == 1 else op_name(reduce_op or "add", "reduce"),
+    }
+    return _emit("activation", outs, [a, b, s], attrs, loc=loc)
+
+
+def activation_reduce(
+    dst, op, data, reduce_op, reduce_res, bias=None, scale=1.0, name=None
+) -> NkiInstruction:
+    """``activation`` plus the free-axis reduction of the result into ``reduce_res``."""
+    loc = caller_loc()
+    _dst_chip(dst, loc, "activation_reduce")
+    fn = op_name(op, "activation")
+    d, a = _tiles(loc, "activation_reduce", dst, data)
+    b = 0.0 if bias is None else _scalar_or_vector(bias, loc, "activation bias")
+    s = _scalar_or_vector(scale, loc, "activation scale")
+    outs = [d, _scalar_or_vector(reduce_res, loc, "reduce_res")]
+    attrs = {"op": fn, "reduce_op": op_name(reduce_op, "reduce")}
+    return _emit("activation", outs, [a, b, s], attrs, loc=loc)
+
+
+# -- not modeled: each a named error at the user's line -------------------------------------------
+
+
+def _not_modeled(name: str, why: str):
+    def fn(*args, **kwargs):
+        raise NkiError("err_unsupported_api", caller_loc(), api=f"nisa.{name}", why=why)
+
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = f"Not modeled by nkikit yet: {why}."
+    return fn
+
+
+_NOT_MODELED = {
+    "nc_matmul_mx": "MX (microscaled fp8/fp4) matmul is not modeled",
+    "quantize_mx": "MX quantization is not modeled",
+    "activate2": "the NC-v4 two-stage activation is not modeled",
+    "exponential": "the NC-v4 VectorE exponential is not modeled",
+    "tensor_scalar_cumulative": "not modeled",
+    "nc_n_gather": "not modeled",
+    "nonzero_with_count": "not modeled",
+    "topk": "not modeled",
+    "sequence_bounds": "not modeled",
+    "affine_select": "the NKI 0.x pattern form is not modeled",
+    "rng": "random number generation is not modeled",
+    "rand2": "random number generation is not modeled",
+    "set_rng_seed": "random number generation is not modeled",
+    "rand_set_state": "random number generation is not modeled",
+    "rand_get_state": "random number generation is not modeled",
+    "register_alloc": "registers are not modeled; loop bounds must be Python ints",
+    "register_move": "registers are not modeled",
+    "register_load": "registers are not modeled",
+    "register_store": "registers are not modeled",
+    "scalar_load": "NkiScalar is not modeled",
+    "scalar_store": "NkiScalar is not modeled",
+    "sendrecv": "LNC=2 core-to-core transfers are not modeled",
+    "core_barrier": "LNC=2 barriers are not modeled",
+}
+for _n, _why in _NOT_MODELED.items():
+    globals()[_n] = _not_modeled(_n, _why)
+
+
+# -- helpers shared with nkikit.nki.language -------------------------------------------------------
+
+
+def _copy_into(dst: NkiTensor, value, loc: SourceLoc) -> None:
+    """``t[...] = value``: a copy of a tensor (DMA when HBM is involved) or a fill."""
+    if isinstance(value, NkiTensor):
+        if dst.on_chip and value.on_chip:
+            d, s = _tiles(loc, "tensor_copy", dst, value)
+            _emit("tensor_copy", [d], [s], {"engine": "vector"}, loc=loc)
+        else:
+            d, s = _dma_pair(dst, value, loc, "dma_copy")
+            _emit("dma_copy", [d], [s], loc=loc)
+    elif isinstance(value, int | float | np.integer | np.floating | bool):
+        d = _acc(dst, loc, "memset")
+        _emit("memset", [d], [], {"value": float(value), "engine": "vector"}, loc=loc)
+    else:
+        raise NkiError(
+            "err_invalid_argument",
+            loc,
+            op="assignment",
+            why=f"cannot assign a {type(value).__name__} to a tensor",
+        )
+
+
+def _device_print(prefix: str, tensor: NkiTensor, loc: SourceLoc) -> None:
+    a = _acc(tensor, loc, "device_print")
+    current("nl.device_print").emit("device_print", [], [a], {"prefix": str(prefix)}, loc=loc)
+
+
+__all__ = [
+    n
+    for n in dir()
+    if not n.startswith("_") and n not in ("annotations", "enum", "math", "np", "os", "dtypes")
+]

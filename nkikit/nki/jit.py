@@ -1,0 +1,157 @@
+"""``@nki.jit`` for NKI 0.x: the Beta-1 jit machinery (specialization cache, verification,
+simulation, torch/numpy conversion) with this dialect's argument proxies and return values.
+
+A kernel is traced with Python (NKI 0.7 semantics): loops unroll, ``nl.program_id()`` is an
+int, and a launch on ``n`` logical cores traces the function once per program into one IR
+kernel (see ``nkikit.nki.launch``).
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+
+from ..errors import NkiError, SourceLoc
+from ..ir.core import Kernel, Tensor
+from ..targets import target_scope as _target_scope
+from ..trace.builder import Builder, tracing
+from ..trace.jit import JitKernel, _spec_of
+from ..typing import mutable_tensor
+from .launch import set_program
+from .tensor import NkiTensor, _layout_alias
+
+
+class Kernel0x(JitKernel):
+    """A kernel decorated with ``nkikit.nki.jit``: call it with numpy arrays or CPU torch
+    tensors to run it on the simulator; ``kernel[n]`` launches it on ``n`` logical cores."""
+
+    dialect = "nki-0.x"
+
+    def __getitem__(self, grid) -> Kernel0x:
+        if not isinstance(grid, tuple):
+            grid = (grid,)
+        grid = tuple(int(g) for g in grid)
+        if len(grid) == 1 and grid[0] == 1:
+            grid = ()
+        return Kernel0x(self.func, grid, self.options, self._cache)
+
+    def _trace(self, bound: inspect.BoundArguments, target: str | None = None) -> Kernel:
+        code = self.func.__code__
+        loc = SourceLoc(code.co_filename, code.co_firstlineno, self.func.__name__)
+        b = Builder(self.func.__name__, ())
+        call_args = {}
+        params: list[Tensor] = []
+        for name, v in bound.arguments.items():
+            spec = _spec_of(v)
+            if spec is None:
+                call_args[name] = v
+                continue
+            ann = self.signature.parameters[name].annotation
+            mutable = ann is mutable_tensor or getattr(ann, "mutable", False) is True
+            t = Tensor(
+                name, spec[0], spec[1], "shared_hbm", kind="input", loc=loc, mutable=bool(mutable)
+            )
+            b.names[name] = 1
+            b.tensors.append(t)
+            params.append(t)
+            call_args[name] = NkiTensor.whole(t)
+        grid = self.grid
+        programs = _programs(grid)
+        results = []
+        with tracing(b), _target_scope(target):
+            for pid in programs:
+                set_program(b, grid, pid)
+                results.append(self.func(**call_args))
+        outputs: list[Tensor] = []
+        written_inputs = {o.tensor.root.uid for op, _ in _ops(b) for o in op.outs}
+        for t in params:
+            # NKI 0.x kernels may write their inputs in place (the simulator updates the caller's
+            # array): an input that is written is mutable
+            if t.uid in written_inputs:
+                t.mutable = True
+
+        def collect(r):
+            if r is None:
+                return None
+            if isinstance(r, NkiTensor):
+                t = r.tensor
+                if not t.is_hbm or t.kind not in ("hbm", "output", "input"):
+                    raise NkiError(
+                        "err_invalid_argument",
+                        loc,
+                        op="return",
+                        why=f"the kernel returns {t.name!r} ({t.buffer}); return HBM tensors created with nl.ndarray(..., buffer=nl.shared_hbm)",
+                    )
+                if t.kind == "input":
+                    raise NkiError(
+                        "err_invalid_argument",
+                        loc,
+                        op="return",
+                        why=f"the kernel returns its input {t.name!r}; return a new nl.shared_hbm tensor",
+                    )
+                if r.shape != t.shape:
+                    if not (r.offset == 0 and r.is_contiguous() and r.size == math.prod(t.shape)):
+                        raise NkiError(
+                            "err_invalid_argument",
+                            loc,
+                            op="return",
+                            why="a returned tensor must be a whole nl.ndarray (or a reshape of one)",
+                        )
+                    t = _layout_alias(t, r.shape)
+                t.kind = "output"
+                if t.root is not t:
+                    t.root.kind = "output"
+                if t not in outputs:
+                    outputs.append(t)
+                return outputs.index(t)
+            if isinstance(r, tuple | list):
+                return type(r)(collect(x) for x in r)
+            if isinstance(r, dict):
+                return {k: collect(x) for k, x in r.items()}
+            raise NkiError(
+                "err_invalid_argument", loc, op="return", why=f"cannot return a {type(r).__name__}"
+            )
+
+        structure = collect(results[0])
+        for other in results[1:]:
+            collect(other)  # every program returns the same shared tensors
+        return Kernel(self.func.__name__, params, outputs, b.body, (), loc, b.tensors, structure)
+
+
+def _programs(grid: tuple[int, ...]) -> list[tuple[int, ...]]:
+    if not grid:
+        return [()]
+    import itertools
+
+    return list(itertools.product(*(range(g) for g in grid)))
+
+
+def _ops(b: Builder):
+    def go(body):
+        from ..ir.core import Loop, Op
+
+        for s in body:
+            if isinstance(s, Op):
+                yield s, ()
+            elif isinstance(s, Loop):
+                yield from go(s.body)
+
+    yield from go(b.body)
+
+
+def jit(fn=None, *, mode=None, compile_config=None, specialization_config=None, **kwargs):
+    """Decorate an NKI 0.x kernel: ``@nki.jit`` or ``@nki.jit(...)``.  ``mode`` and the 0.7
+    configs are accepted and have no effect on simulation; ``platform_target=`` is ignored,
+    as in NKI 0.2 (the target comes from ``NEURON_PLATFORM_TARGET_OVERRIDE``)."""
+    # NKI 0.3 rejects platform_target= (the NKI Library of early 2026 still passes it): the
+    # target being traced for comes from NEURON_PLATFORM_TARGET_OVERRIDE / NKI_NC_VERSION
+    kwargs.pop("platform_target", None)
+    if kwargs:
+        raise TypeError(f"nki.jit() got an unexpected keyword argument {next(iter(kwargs))!r}")
+    if fn is None:
+        return lambda f: jit(f, mode=mode)
+    if isinstance(fn, Kernel0x):
+        return fn
+    if isinstance(fn, JitKernel):
+        return Kernel0x(fn.func)
+    return Kernel0x(fn)

@@ -1,0 +1,343 @@
+"""``nkikit.nki.language``: NKI 0.x's ``nki.language`` (``import nkikit.nki.language as nl``).
+
+Memories, dtypes, ``tile_size``, tensor creation (``nl.ndarray`` and friends: explicit
+allocation, no initialisation), loops (plain Python ``range``: NKI 0.7 traces kernels with
+Python, so every loop unrolls at trace time), launch queries, the ``op=`` constants and the
+experimental high-level wrappers (``nl.load``, ``nl.add``, ``nl.exp``, ...), which lower to
+``nki.isa`` instructions and return new SBUF tensors.
+"""
+
+from __future__ import annotations
+
+import builtins
+import math
+from contextlib import contextmanager
+
+import numpy as np
+
+from ... import dtypes as _dt
+from ...errors import NkiError, SourceLoc, caller_loc
+from ...ir.core import HBM_BUFFERS, Tensor
+from ...language.creation import Buffer, hbm, private_hbm, psum, sbuf, shared_hbm
+from ...trace.builder import current
+from ..tensor import NkiTensor
+from .dtypes import *  # noqa: F403
+from .dtypes import bfloat16, float32, int32, uint8
+
+_BUFFERS = {b.name: b for b in (sbuf, psum, hbm, shared_hbm, private_hbm)}
+
+
+def buffer_of(name: str) -> Buffer:
+    return _BUFFERS[name]
+
+
+def is_psum(buffer) -> bool:
+    return _buffer_name(buffer) == "psum"
+
+
+def is_sbuf(buffer) -> bool:
+    return _buffer_name(buffer) == "sbuf"
+
+
+def is_hbm(buffer) -> bool:
+    return _buffer_name(buffer) in HBM_BUFFERS
+
+
+def is_on_chip(buffer) -> bool:
+    return _buffer_name(buffer) in ("sbuf", "psum")
+
+
+def _buffer_name(buffer, loc: SourceLoc | None = None) -> str:
+    if isinstance(buffer, Buffer):
+        return buffer.name
+    if isinstance(buffer, NkiTensor):
+        return buffer.tensor.buffer
+    raise NkiError(
+        "err_invalid_argument",
+        loc or caller_loc(),
+        op="buffer",
+        why=f"expected a memory (nl.sbuf, nl.psum, nl.shared_hbm, ...), got {buffer!r}",
+    )
+
+
+class _TileSize:
+    """``nl.tile_size``: architecture limits of the target being traced for
+    (``NEURON_PLATFORM_TARGET_OVERRIDE``, else trn2), as Python ints."""
+
+    @property
+    def _target(self):
+        from ...targets import default_target
+
+        return default_target()
+
+    pmax = property(lambda self: self._target.partitions)
+    psum_bank_fmax = property(lambda self: self._target.psum_fmax)
+    psum_fmax = psum_bank_fmax
+    psum_bank_fmax_bytes = property(lambda self: self._target.psum_fmax * 4)
+    psum_num_banks = property(lambda self: self._target.psum_bytes // (self._target.psum_fmax * 4))
+    gemm_stationary_fmax = property(lambda self: self._target.gemm_stationary_fmax)
+    gemm_moving_fmax = property(lambda self: 512)
+    bn_stats_fmax = property(lambda self: 512)
+    sbuf_fmax_bytes = property(lambda self: self._target.sbuf_bytes)
+    sbuf_fmax = property(lambda self: self._target.sbuf_bytes // 4)
+    total_available_sbuf_size = sbuf_fmax_bytes
+    sbuf_size_bytes = property(lambda self: self._target.sbuf_bytes * self._target.partitions)
+
+    def __repr__(self) -> str:
+        return "nl.tile_size"
+
+
+tile_size = _TileSize()
+
+
+class NKIObject:
+    """Base class of kernel-side classes (NKI 0.x); a plain Python base class here."""
+
+
+# -- tensor creation --------------------------------------------------------------------------
+
+
+def ndarray(shape, dtype, buffer=sbuf, name: str = "", address=None) -> NkiTensor:
+    """A new, uninitialised tensor (fresh memory is poisoned: NaN for floats).  Dimension 0 of
+    an SBUF/PSUM tensor is the partition dimension.  ``address=(partition, byte_offset)``
+    places an on-chip tensor by hand; the allocator checks it, it does not replace it."""
+    loc = caller_loc()
+    b = current("nl.ndarray")
+    if isinstance(shape, int | np.integer):
+        shape = (shape,)
+    if not isinstance(shape, tuple | list):
+        raise NkiError(
+            "err_invalid_argument",
+            loc,
+            op="nl.ndarray",
+            why=f"shape must be a tuple, got {shape!r}",
+        )
+    dims = tuple(int(s) for s in shape)
+    if any(d <= 0 for d in dims):
+        raise NkiError(
+            "err_invalid_argument", loc, op="nl.ndarray", why=f"shape {dims} has a dimension <= 0"
+        )
+    buf = _buffer_name(buffer, loc)
+    dt = _dt.as_dtype(dtype)
+    from ..launch import allocate_hbm
+
+    if buf in HBM_BUFFERS:
+        return NkiTensor.whole(allocate_hbm(b, dims, dt, buf, name, loc))
+    if len(dims) < 2:
+        raise NkiError(
+            "err_invalid_argument",
+            loc,
+            op="nl.ndarray",
+            why=f"SBUF and PSUM tensors need at least 2 dimensions (partition, free), got {dims}",
+        )
+    t = b.new_tensor(dims, dt, buf, name=name or None, loc=loc, fallback="buf")
+    if address is not None:
+        b.__dict__.setdefault("_nki_addresses", {})[t.uid] = tuple(int(a) for a in address)
+    return NkiTensor.whole(t)
+
+
+def zeros(shape, dtype, buffer=sbuf, name: str = "") -> NkiTensor:
+    return full(shape, 0, dtype, buffer=buffer, name=name)
+
+
+def ones(shape, dtype, buffer=sbuf, name: str = "") -> NkiTensor:
+    return full(shape, 1, dtype, buffer=buffer, name=name)
+
+
+def full(shape, fill_value, dtype, buffer=sbuf, name: str = "") -> NkiTensor:
+    from .. import isa
+
+    t = ndarray(shape, dtype, buffer=buffer, name=name)
+    isa.memset(t, fill_value)
+    return t
+
+
+def zeros_like(x: NkiTensor, dtype=None, buffer=None, name: str = "") -> NkiTensor:
+    return zeros(x.shape, dtype or x.dtype, buffer=buffer or x.buffer, name=name)
+
+
+def ones_like(x: NkiTensor, dtype=None, buffer=None, name: str = "") -> NkiTensor:
+    return ones(x.shape, dtype or x.dtype, buffer=buffer or x.buffer, name=name)
+
+
+def empty_like(x: NkiTensor, dtype=None, buffer=None, name: str = "") -> NkiTensor:
+    return ndarray(x.shape, dtype or x.dtype, buffer=buffer or x.buffer, name=name)
+
+
+def shared_constant(constant, dtype=None) -> NkiTensor:
+    """A constant HBM tensor embedded in the kernel (a numpy array or a ``.npy`` path)."""
+    loc = caller_loc()
+    b = current("nl.shared_constant")
+    value = np.load(constant) if isinstance(constant, str) else np.asarray(constant)
+    if dtype is not None:
+        dt = _dt.as_dtype(dtype)
+    else:
+        dt = _dt.as_dtype(
+            {np.dtype(np.float64): np.float32, np.dtype(np.int64): np.int32}.get(
+                value.dtype, value.dtype
+            )
+        )
+    t = Tensor(
+        b.name_for(loc, "const"),
+        value.shape,
+        dt,
+        "shared_hbm",
+        kind="const",
+        loc=loc,
+        const_value=_dt.cast(value.astype(np.float32) if _dt.is_float(dt) else value, dt),
+    )
+    b.tensors.append(t)
+    return NkiTensor.whole(t)
+
+
+def shared_identity_matrix(n: int, dtype=uint8, dst=None) -> NkiTensor:
+    """An ``n x n`` identity matrix in SBUF (a constant loaded once)."""
+    from .. import isa
+
+    const = shared_constant(np.eye(int(n)), dtype=dtype)
+    out = dst if dst is not None else ndarray((int(n), int(n)), dtype, buffer=sbuf)
+    isa.dma_copy(out, const)
+    return out
+
+
+# -- indexing ---------------------------------------------------------------------------------
+
+
+class DynSlice:
+    """``nl.ds(start, size)``: the slice ``start:start + size``."""
+
+    __slots__ = ("start", "size")
+
+    def __init__(self, start: int, size: int) -> None:
+        self.start = int(start)
+        self.size = int(size)
+
+    def __repr__(self) -> str:
+        return f"nl.ds({self.start}, {self.size})"
+
+
+def ds(start, size) -> DynSlice:
+    if not isinstance(start, int | np.integer):
+        raise NkiError(
+            "err_unsupported_api",
+            caller_loc(),
+            api="nl.ds with a runtime start",
+            why="use .ap(scalar_offset=...) for a runtime offset",
+        )
+    return DynSlice(start, size)
+
+
+# -- loops and control flow ---------------------------------------------------------------------
+
+
+def _range(*args, **kwargs) -> range:
+    kwargs.pop("directives", None)
+    kwargs.pop("multi_buffer", None)
+    if kwargs:
+        raise TypeError(f"unexpected keyword argument {next(iter(kwargs))!r}")
+    return builtins.range(*(int(a) for a in args))
+
+
+def affine_range(*args, **kwargs) -> range:
+    """NKI 0.7: an alias of Python ``range`` (the loop unrolls at trace time)."""
+    return _range(*args, **kwargs)
+
+
+def sequential_range(*args, **kwargs) -> range:
+    """NKI 0.7: an alias of Python ``range``."""
+    return _range(*args, **kwargs)
+
+
+def static_range(*args, **kwargs) -> range:
+    """NKI 0.7: an alias of Python ``range``."""
+    return _range(*args, **kwargs)
+
+
+range = affine_range  # noqa: A001 - the NKI Library uses nl.range
+
+
+def dynamic_range(start, stop=None, step=1) -> range:
+    """A hardware loop with trace-time bounds: unrolled like ``range``.  Register bounds are
+    not modeled."""
+    _no_register(start, stop)
+    return _range(start, *(() if stop is None else (stop,)), step)
+
+
+def fori_loop(lower, upper, body_fun, step: int = 1, unroll: bool = False) -> None:
+    """``for i in range(lower, upper, step): body_fun(i)`` (bounds known at trace time)."""
+    _no_register(lower, upper)
+    for i in builtins.range(int(lower), int(upper), int(step)):
+        body_fun(i)
+
+
+def while_loop(init, body_fun) -> None:
+    raise NkiError(
+        "err_unsupported_api",
+        caller_loc(),
+        api="nl.while_loop",
+        why="device loops on register values are not modeled; loop in Python",
+    )
+
+
+def _no_register(*xs) -> None:
+    for x in xs:
+        if x is not None and not isinstance(x, int | np.integer):
+            raise NkiError(
+                "err_unsupported_api",
+                caller_loc(),
+                api="a loop bound held in a register",
+                why="loop bounds must be known when the kernel is traced",
+            )
+
+
+@contextmanager
+def no_reorder():
+    """Keep program order inside the block.  The simulator runs in program order already; the
+    cost model keeps it as written."""
+    yield
+
+
+def program_id(axis: int = 0) -> int:
+    """The index of this program (logical core) along ``axis``: an int at trace time."""
+    from ..launch import launch
+
+    grid, pid = launch()
+    if not 0 <= int(axis) < max(len(grid), 1):
+        raise NkiError(
+            "err_invalid_argument",
+            caller_loc(),
+            op="nl.program_id",
+            why=f"axis {axis} of a launch grid of {len(grid)} dimensions",
+        )
+    return pid[int(axis)] if grid else 0
+
+
+def num_programs(axes: int = 0) -> int:
+    from ..launch import launch
+
+    grid, _ = launch()
+    if isinstance(axes, tuple | list):
+        return math.prod(grid[a] for a in axes) if grid else 1
+    return grid[int(axes)] if grid else 1
+
+
+def program_ndim() -> int:
+    from ..launch import launch
+
+    return len(launch()[0])
+
+
+def device_print(print_prefix: str, tensor: NkiTensor) -> None:
+    """Print a tensor when the kernel runs (on the simulator: to stdout)."""
+    from .. import isa
+
+    isa._device_print(print_prefix, tensor, caller_loc())
+
+
+# -- op constants and experimental wrappers -------------------------------------------------------
+from ._ops import *  # noqa: E402, F403
+from ._ops import OPS as _OPS  # noqa: E402
+
+_ = (bfloat16, float32, int32)
+__all__ = [n for n in dir() if not n.startswith("_")]
+del _OPS

@@ -1,0 +1,669 @@
+"""``NkiTensor``: the NKI 0.x tensor, a strided view of HBM or on-chip storage.
+
+A view is ``(storage, shape, strides, offset)``: element ``(i0, ..., ik)`` of the view is
+element ``offset + sum(strides[j] * ij)`` of the storage's row-major elements [NKI 0.x
+language guide, "NkiTensor"].  Slicing (with steps), integer indexing, ``reshape``, the view
+methods (``slice``, ``select``, ``permute``, ``broadcast``, ...) and raw access patterns
+(``.ap``) all make new views; nothing is copied and no instruction is emitted.
+
+When an instruction uses a view, ``access_of`` turns it into the IR's ``Access`` (one affine
+index per storage dimension, in the view's tile axes), so the IR, the verifier, both
+simulators and the compiler see the same accesses the Beta-1 front end produces.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import dtypes
+from ..errors import NkiError, SourceLoc, caller_loc
+from ..ir.affine import Affine, Axis
+from ..ir.core import ON_CHIP, Access, Tensor
+from ..trace.builder import current
+
+
+def row_major(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Row-major element strides of ``shape``."""
+    strides = [1] * len(shape)
+    for k in range(len(shape) - 2, -1, -1):
+        strides[k] = strides[k + 1] * shape[k + 1]
+    return tuple(strides)
+
+
+class NkiTensor:
+    """A tensor inside a traced NKI 0.x kernel (``nl.ndarray`` and every view of one).
+
+    Attributes known at trace time: ``shape``, ``dtype``, ``buffer``, ``strides`` and
+    ``offset`` (in elements of the storage), ``ndim``, ``size``, ``name``.  Dimension 0 of an
+    on-chip (SBUF/PSUM) tensor is the partition dimension; its stride is the storage's free
+    size, and no view may step over partitions.
+    """
+
+    __slots__ = ("_layout", "shape", "strides", "offset", "_indirect")
+    __array_priority__ = 1000
+
+    def __init__(
+        self,
+        layout: Tensor,
+        shape: tuple[int, ...],
+        strides: tuple[int, ...],
+        offset: int = 0,
+        indirect: tuple | None = None,
+    ) -> None:
+        # ``layout`` is the IR tensor the view is described against: the allocated tensor, or
+        # a reshape of it (same storage, another row-major shape) that indexes more simply.
+        self._layout = layout
+        self.shape = tuple(int(s) for s in shape)
+        self.strides = tuple(int(s) for s in strides)
+        self.offset = int(offset)
+        # (index NkiTensor, dimension) of a runtime vector/scalar offset (``.ap(vector_offset=)``)
+        self._indirect = indirect
+
+    @staticmethod
+    def whole(t: Tensor) -> NkiTensor:
+        return NkiTensor(t, t.shape, row_major(t.shape), 0)
+
+    # -- attributes ------------------------------------------------------------------------
+    @property
+    def tensor(self) -> Tensor:
+        """The IR tensor that owns the storage."""
+        return self._layout.root
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self._layout.dtype
+
+    @property
+    def buffer(self):
+        from .language import buffer_of
+
+        return buffer_of(self._layout.root.buffer)
+
+    @property
+    def name(self) -> str:
+        return self._layout.root.name
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def itemsize(self) -> int:
+        return self.dtype.itemsize
+
+    @property
+    def on_chip(self) -> bool:
+        return self._layout.root.buffer in ON_CHIP
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def __repr__(self) -> str:
+        return (
+            f"NkiTensor({self.name}, shape={self.shape}, dtype={dtypes.name(self.dtype)}, "
+            f"buffer={self._layout.root.buffer})"
+        )
+
+    def __bool__(self) -> bool:
+        raise NkiError("err_ambiguous_tensor_truth_value", caller_loc())
+
+    def __iter__(self):
+        raise NkiError(
+            "err_invalid_argument",
+            caller_loc(),
+            op="iteration",
+            why="a tensor has no values while the kernel is traced; loop over range(n) and index",
+        )
+
+    def __array__(self, *args, **kwargs):
+        raise NkiError(
+            "err_invalid_argument",
+            caller_loc(),
+            op="numpy conversion",
+            why="a tensor has no values while the kernel is traced; use nisa.* instructions on it",
+        )
+
+    def _with(self, shape, strides, offset=None) -> NkiTensor:
+        return NkiTensor(
+            self._layout,
+            tuple(shape),
+            tuple(strides),
+            self.offset if offset is None else offset,
+            self._indirect,
+        )
+
+    def _storage_size(self) -> int:
+        return math.prod(self._layout.root.shape)
+
+    def _free_storage(self) -> int:
+        """Elements per partition of the on-chip storage (the partition stride)."""
+        root = self._layout.root
+        return math.prod(root.shape[1:]) if len(root.shape) > 1 else 1
+
+    # -- indexing ----------------------------------------------------------------------------
+    def __getitem__(self, key) -> NkiTensor:
+        loc = caller_loc()
+        if not isinstance(key, tuple):
+            key = (key,)
+        if any(k is Ellipsis for k in key):
+            pos = next(i for i, k in enumerate(key) if k is Ellipsis)
+            fill = self.ndim - (len(key) - 1)
+            key = key[:pos] + (slice(None),) * fill + key[pos + 1 :]
+        if len(key) > self.ndim:
+            raise NkiError(
+                "err_invalid_argument",
+                loc,
+                op="indexing",
+                why=f"{len(key)} indices for a tensor of {self.ndim} dimensions {self.shape}",
+            )
+        key = key + (slice(None),) * (self.ndim - len(key))
+        shape: list[int] = []
+        strides: list[int] = []
+        offset = self.offset
+        dropped_free: list[int] = []  # kept-size-1 candidates for on-chip rank >= 2
+        for d, (k, n, s) in enumerate(zip(key, self.shape, self.strides)):
+            k = _as_slice_or_int(k, loc)
+            if isinstance(k, int):
+                i = k + n if k < 0 else k
+                if not 0 <= i < n:
+                    raise NkiError(
+                        "err_tensor_access_out_of_bound",
+                        loc,
+                        tensor=self.name,
+                        dim=d,
+                        index=k,
+                        size=n,
+                    )
+                offset += i * s
+                if self.on_chip and d == 0:
+                    shape.append(1)  # on-chip tensors keep the partition dimension
+                    strides.append(s)
+                else:
+                    dropped_free.append(len(shape))
+                continue
+            start, stop, step = k.start, k.stop, k.step
+            step = 1 if step is None else int(step)
+            if step <= 0:
+                raise NkiError(
+                    "err_invalid_argument",
+                    loc,
+                    op="indexing",
+                    why=f"slice step must be positive, got {step}",
+                )
+            start = 0 if start is None else int(start)
+            stop = n if stop is None else int(stop)
+            start = start + n if start < 0 else start
+            stop = stop + n if stop < 0 else stop
+            if start < 0 or stop > n or start > stop:
+                raise NkiError(
+                    "err_tensor_access_out_of_bound",
+                    loc,
+                    tensor=self.name,
+                    dim=d,
+                    index=max(stop - 1, start),
+                    size=n,
+                )
+            if self.on_chip and d == 0 and step != 1:
+                raise NkiError(
+                    "err_invalid_argument",
+                    loc,
+                    op="indexing",
+                    why="the partition dimension cannot be stepped; partitions are contiguous",
+                )
+            count = max(0, -(-(stop - start) // step))
+            offset += start * s
+            shape.append(count)
+            strides.append(s * step)
+        if self.on_chip and len(shape) < 2:
+            # an on-chip view keeps at least one free dimension (the last one, size 1)
+            shape.append(1)
+            strides.append(1)
+        if not shape:
+            shape, strides = [1], [1]
+        return self._with(shape, strides, offset)
+
+    def __setitem__(self, key, value) -> None:
+        from .isa import _copy_into
+
+        _copy_into(self[key], value, caller_loc())
+
+    # -- view methods ----------------------------------------------------------------------------
+    def is_contiguous(self) -> bool:
+        """Row-major dense over the free dimensions (on-chip: the partition stride is ignored)."""
+        start = 1 if self.on_chip else 0
+        expect = 1
+        for n, s in reversed(list(zip(self.shape[start:], self.strides[start:]))):
+            if n != 1 and s != expect:
+                return False
+            expect *= n
+        return True
+
+    def is_indirect(self) -> bool:
+        return self._indirect is not None
+
+    def get_pattern(self) -> list[list[int]]:
+        """``[[stride, count], ...]`` in dimension order."""
+        return [[s, n] for s, n in zip(self.strides, self.shape)]
+
+    def reshape(self, *shape) -> NkiTensor:
+        """The same elements in a new row-major shape (no copy).  The view must be contiguous
+        (on-chip: over its free dimensions, and ``shape[0]`` keeps the partition count)."""
+        loc = caller_loc()
+        if len(shape) == 1 and isinstance(shape[0], tuple | list):
+            shape = tuple(shape[0])
+        shape = _resolve_shape(tuple(int(s) for s in shape), self.size, loc)
+        if math.prod(shape) != self.size:
+            raise NkiError(
+                "err_invalid_argument",
+                loc,
+                op="reshape",
+                why=f"cannot reshape {self.shape} ({self.size} elements) to {shape}",
+            )
+        if self.on_chip:
+            if shape[0] != self.shape[0]:
+                raise NkiError(
+                    "err_invalid_argument",
+                    loc,
+                    op="reshape",
+                    why=f"an on-chip reshape keeps the partition dimension ({self.shape[0]}), got {shape}",
+                )
+            if not self.is_contiguous():
+                raise NkiError(
+                    "err_invalid_argument",
+                    loc,
+                    op="reshape",
+                    why=f"the view {self.get_pattern()} is not contiguous; reshape before slicing",
+                )
+            free = row_major(shape[1:])
+            strides = (self.strides[0], *free) if len(shape) > 1 else (self.strides[0],)
+            view = self._with(shape, strides)
+            if self.offset == 0 and self.strides[0] == self._free_storage():
+                # the whole storage seen in another shape: index against that shape
+                if shape[0] == self._layout.root.shape[0]:
+                    view._layout = _layout_alias(self._layout.root, shape)
+            return view
+        if not self.is_contiguous():
+            raise NkiError(
+                "err_invalid_argument",
+                loc,
+                op="reshape",
+                why=f"the view {self.get_pattern()} is not contiguous; reshape before slicing",
+            )
+        view = self._with(shape, row_major(shape))
+        if self.offset == 0 and self.size == self._storage_size():
+            view._layout = _layout_alias(self._layout.root, shape)
+        return view
+
+    def view(self, dtype) -> NkiTensor:
+        """Reinterpret the bits as ``dtype`` (NKI's ``view`` / ``reinterpret_cast``)."""
+        dt = dtypes.as_dtype(dtype)
+        if dt == self.dtype:
+            return self
+        raise NkiError(
+            "err_unsupported_api",
+            caller_loc(),
+            api="NkiTensor.view(dtype)",
+            why="reinterpreting a tensor's bits as another dtype is not modeled yet",
+        )
+
+    reinterpret_cast = view
+
+    def slice(self, dim: int, start: int, end: int, step: int = 1) -> NkiTensor:
+        key = [slice(None)] * self.ndim
+        key[dim] = slice(start, end, step)
+        return self[tuple(key)]
+
+    def select(self, dim: int, index) -> NkiTensor:
+        if not isinstance(index, int | np.integer):
+            raise NkiError(
+                "err_unsupported_api",
+                caller_loc(),
+                api="NkiTensor.select with a runtime index",
+                why="use .ap(scalar_offset=...) for a runtime offset",
+            )
+        dim = dim + self.ndim if dim < 0 else dim
+        shape = list(self.shape)
+        strides = list(self.strides)
+        offset = self.offset + int(index) * strides[dim]
+        del shape[dim], strides[dim]
+        return self._with(shape, strides, offset)
+
+    def permute(self, dims) -> NkiTensor:
+        dims = tuple(int(d) for d in dims)
+        if sorted(dims) != list(range(self.ndim)):
+            raise NkiError(
+                "err_invalid_argument",
+                caller_loc(),
+                op="permute",
+                why=f"{dims} is not a permutation of {self.ndim} dimensions",
+            )
+        if self.on_chip and dims[0] != 0:
+            raise NkiError(
+                "err_invalid_argument",
+                caller_loc(),
+                op="permute",
+                why="an on-chip tensor keeps the partition dimension first (dims[0] == 0)",
+            )
+        return self._with([self.shape[d] for d in dims], [self.strides[d] for d in dims])
+
+    def broadcast(self, dim: int, size: int) -> NkiTensor:
+        if self.shape[dim] != 1:
+            raise NkiError(
+                "err_invalid_argument",
+                caller_loc(),
+                op="broadcast",
+                why=f"dimension {dim} has size {self.shape[dim]}, not 1",
+            )
+        shape, strides = list(self.shape), list(self.strides)
+        shape[dim], strides[dim] = int(size), 0
+        return self._with(shape, strides)
+
+    def expand_dim(self, dim: int) -> NkiTensor:
+        dim = dim + self.ndim + 1 if dim < 0 else dim
+        shape, strides = list(self.shape), list(self.strides)
+        shape.insert(dim, 1)
+        strides.insert(dim, 0)
+        return self._with(shape, strides)
+
+    def squeeze_dim(self, dim: int) -> NkiTensor:
+        dim = dim + self.ndim if dim < 0 else dim
+        if self.shape[dim] != 1:
+            raise NkiError(
+                "err_invalid_argument",
+                caller_loc(),
+                op="squeeze_dim",
+                why=f"dimension {dim} has size {self.shape[dim]}, not 1",
+            )
+        shape, strides = list(self.shape), list(self.strides)
+        del shape[dim], strides[dim]
+        return self._with(shape, strides)
+
+    def reshape_dim(self, dim: int, shape) -> NkiTensor:
+        dim = dim + self.ndim if dim < 0 else dim
+        parts = _resolve_shape(tuple(int(s) for s in shape), self.shape[dim], caller_loc())
+        inner = row_major(parts)
+        new_shape = list(self.shape[:dim]) + list(parts) + list(self.shape[dim + 1 :])
+        new_strides = (
+            list(self.strides[:dim])
+            + [self.strides[dim] * s for s in inner]
+            + list(self.strides[dim + 1 :])
+        )
+        return self._with(new_shape, new_strides)
+
+    def flatten_dims(self, start_dim: int, end_dim: int) -> NkiTensor:
+        end_dim = end_dim + self.ndim if end_dim < 0 else end_dim
+        for d in range(start_dim, end_dim):
+            if self.strides[d] != self.strides[d + 1] * self.shape[d + 1]:
+                raise NkiError(
+                    "err_invalid_argument",
+                    caller_loc(),
+                    op="flatten_dims",
+                    why=f"dimensions {start_dim}..{end_dim} of {self.get_pattern()} are not contiguous",
+                )
+        n = math.prod(self.shape[start_dim : end_dim + 1])
+        shape = list(self.shape[:start_dim]) + [n] + list(self.shape[end_dim + 1 :])
+        strides = (
+            list(self.strides[:start_dim])
+            + [self.strides[end_dim]]
+            + list(self.strides[end_dim + 1 :])
+        )
+        return self._with(shape, strides)
+
+    def ap(
+        self,
+        pattern,
+        offset: int | None = None,
+        scalar_offset=None,
+        vector_offset=None,
+        indirect_dim: int = 0,
+        dtype=None,
+    ) -> NkiTensor:
+        """A raw access pattern over this tensor's storage: ``pattern`` is ``[[step, count],
+        ...]`` outermost first; element ``(i0, ...)`` is storage element ``offset + sum(step_j *
+        i_j)``.  The view's own shape and strides are ignored (``.ap`` does not compose);
+        ``offset=None`` keeps the view's offset.  On-chip, the first pair addresses partitions
+        and its step must be the storage's free size."""
+        loc = caller_loc()
+        if dtype is not None and dtypes.as_dtype(dtype) != self.dtype:
+            return self.view(dtype)
+        pairs = [(int(p[0]), int(p[1])) for p in pattern]
+        if not pairs:
+            raise NkiError("err_invalid_argument", loc, op="ap", why="empty access pattern")
+        strides = tuple(p[0] for p in pairs)
+        shape = tuple(p[1] for p in pairs)
+        base = self.offset if offset is None else int(offset)
+        if self.on_chip and shape[0] > 1 and strides[0] != self._free_storage():
+            raise NkiError(
+                "err_invalid_argument",
+                loc,
+                op="ap",
+                why=(
+                    f"the partition step of an on-chip access pattern must be the free size "
+                    f"of {self.name} ({self._free_storage()}), got {strides[0]}"
+                ),
+            )
+        view = NkiTensor(self._layout.root, shape, strides, base)
+        if scalar_offset is not None or vector_offset is not None:
+            if scalar_offset is not None and vector_offset is not None:
+                raise NkiError(
+                    "err_invalid_argument",
+                    loc,
+                    op="ap",
+                    why="scalar_offset and vector_offset are mutually exclusive",
+                )
+            index = vector_offset if vector_offset is not None else scalar_offset
+            kind = "vector" if vector_offset is not None else "scalar"
+            if not isinstance(index, NkiTensor):
+                raise NkiError(
+                    "err_unsupported_api",
+                    loc,
+                    api=f".ap({kind}_offset=...)",
+                    why="the offset must be an SBUF tensor of integers (registers are not modeled)",
+                )
+            view._indirect = (index, int(indirect_dim), kind)
+        return view
+
+
+def _as_slice_or_int(k, loc: SourceLoc):
+    from .language import DynSlice
+
+    if isinstance(k, slice):
+        return k
+    if isinstance(k, DynSlice):
+        return slice(k.start, k.start + k.size)
+    if isinstance(k, bool):
+        raise NkiError("err_invalid_argument", loc, op="indexing", why="cannot index with a bool")
+    if isinstance(k, int | np.integer):
+        return int(k)
+    raise NkiError(
+        "err_invalid_argument",
+        loc,
+        op="indexing",
+        why=f"cannot index with {type(k).__name__} {k!r}; use ints, slices or nl.ds",
+    )
+
+
+def _resolve_shape(shape: tuple[int, ...], size: int, loc: SourceLoc) -> tuple[int, ...]:
+    if shape.count(-1) > 1:
+        raise NkiError("err_invalid_argument", loc, op="reshape", why="at most one -1 dimension")
+    if -1 in shape:
+        known = math.prod(s for s in shape if s != -1)
+        if known == 0 or size % known:
+            raise NkiError(
+                "err_invalid_argument", loc, op="reshape", why=f"cannot infer -1 in {shape}"
+            )
+        shape = tuple(size // known if s == -1 else s for s in shape)
+    return shape
+
+
+def _layout_alias(root: Tensor, shape: tuple[int, ...]) -> Tensor:
+    """An IR tensor viewing ``root``'s storage with another row-major shape (cached)."""
+    shape = tuple(shape)
+    if shape == root.shape:
+        return root
+    b = current("reshape")
+    cache = b.__dict__.setdefault("_nki_layouts", {})
+    key = (root.uid, shape)
+    t = cache.get(key)
+    if t is None:
+        t = Tensor(
+            b.unique(f"{root.name}.reshape"),
+            shape,
+            root.dtype,
+            root.buffer,
+            kind=root.kind,
+            loc=root.loc,
+            base=root,
+            mutable=root.mutable,
+            scope=root.scope,
+        )
+        b.tensors.append(t)
+        cache[key] = t
+    return t
+
+
+def _flat_layout(root: Tensor) -> Tensor:
+    """The storage as ``(P, free)`` (on-chip) or ``(n,)`` (HBM): every strided view of it has
+    an affine index in this shape."""
+    if root.buffer in ON_CHIP:
+        shape = (root.shape[0], math.prod(root.shape[1:]) if len(root.shape) > 1 else 1)
+    else:
+        shape = (math.prod(root.shape),)
+    return _layout_alias(root, shape)
+
+
+def _decompose(t: Tensor, shape, strides, offset) -> tuple[Affine, ...] | None:
+    """Per-dimension affine indices of the strided view in ``t``'s row-major shape, or None
+    when the view does not stay inside one dimension of ``t`` per term."""
+    dims = t.shape
+    st = row_major(dims)
+    index = []
+    rem = offset
+    for s in st:
+        q, rem = divmod(rem, s)
+        index.append([q, []])
+    if rem:
+        return None
+    for j, (n, s) in enumerate(zip(shape, strides)):
+        if n == 1 or s == 0:
+            continue
+        if s < 0:
+            return None
+        for d, sd in enumerate(st):
+            if s % sd == 0:
+                index[d][1].append((j, s // sd))
+                break
+        else:  # pragma: no cover - sd == 1 always divides
+            return None
+    out = []
+    for d, (const, terms) in enumerate(index):
+        hi = const + sum(c * (shape[j] - 1) for j, c in terms)
+        if const < 0 or hi >= dims[d]:
+            return None
+        a = Affine.of(int(const))
+        for j, c in terms:
+            a = a + Affine.of(Axis(j)) * c
+        out.append(a)
+    return tuple(out)
+
+
+def access_of(x: NkiTensor, loc: SourceLoc, what: str = "operand") -> Access:
+    """The IR access of a view (see the module docstring)."""
+    if not isinstance(x, NkiTensor):
+        raise NkiError(
+            "err_invalid_argument",
+            loc,
+            op=what,
+            why=f"expected a tensor (nl.ndarray or a view of one), got {type(x).__name__}",
+        )
+    if x._indirect is not None:
+        return _indirect_access(x, loc, what)
+    root = x._layout.root
+    span_hi = x.offset + sum(s * (n - 1) for n, s in zip(x.shape, x.strides))
+    if x.offset < 0 or span_hi >= math.prod(root.shape) or min(x.strides, default=0) < 0:
+        raise NkiError(
+            "err_tensor_access_out_of_bound",
+            loc,
+            tensor=root.name,
+            dim=0,
+            index=span_hi,
+            size=math.prod(root.shape),
+        )
+    layout = x._layout
+    index = _decompose(layout, x.shape, x.strides, x.offset)
+    if index is None and layout is not root:
+        layout = root
+        index = _decompose(layout, x.shape, x.strides, x.offset)
+    if index is None:
+        layout = _flat_layout(root)
+        index = _decompose(layout, x.shape, x.strides, x.offset)
+    if index is None:
+        # on-chip: a view that steps across partitions cannot be expressed
+        raise NkiError(
+            "err_invalid_argument",
+            loc,
+            op=what,
+            why=f"the access pattern {x.get_pattern()} (offset {x.offset}) of {root.name} "
+            "does not keep partitions contiguous",
+        )
+    shape = x.shape
+    if root.buffer in ON_CHIP and len(shape) < 2:
+        shape = (shape[0], 1)  # a size-1 trailing axis adds no index term
+    return Access(layout, tuple(shape), index)
+
+
+def _indirect_access(x: NkiTensor, loc: SourceLoc, what: str) -> Access:
+    """``.ap(vector_offset=idx, indirect_dim=0)``: partition ``p`` of the access reads row
+    ``idx[p]`` of the HBM tensor (the IR's indirect DMA access)."""
+    index, dim, kind = x._indirect
+    root = x._layout.root
+    if kind != "vector" or dim != 0:
+        raise NkiError(
+            "err_unsupported_api",
+            loc,
+            api=f".ap({kind}_offset=..., indirect_dim={dim})",
+            why="only vector_offset on dimension 0 (row gather/scatter) is modeled",
+        )
+    if root.buffer in ON_CHIP:
+        raise NkiError(
+            "err_unsupported_memory",
+            loc,
+            op=what,
+            what="a vector_offset access",
+            allowed="HBM",
+            got=root.buffer,
+        )
+    # rows of the HBM tensor: the storage as (rows, row size); the pattern's first step is
+    # ignored (the row size is the base tensor's) [NKI 0.x access patterns]
+    rows = root.shape[0]
+    row = math.prod(root.shape[1:]) if len(root.shape) > 1 else 1
+    layout = _layout_alias(root, (rows, row))
+    inner = NkiTensor(layout, (1, *x.shape[1:]), (row, *x.strides[1:]), x.offset)
+    direct = _decompose(layout, inner.shape, inner.strides, inner.offset)
+    if direct is None:
+        raise NkiError(
+            "err_invalid_argument",
+            loc,
+            op=what,
+            why=f"the access pattern {x.get_pattern()} does not stay within one row of {root.name}",
+        )
+    idx = access_of(index, loc, "vector_offset")
+    shape = tuple(x.shape) if len(x.shape) > 1 else (x.shape[0], 1)
+    if idx.shape[0] != shape[0] or idx.free_size != 1:
+        raise NkiError(
+            "err_invalid_argument",
+            loc,
+            op=f"{what} vector_offset",
+            why=f"the index tensor must be ({shape[0]}, 1), one row index per partition; got {idx.shape}",
+        )
+    idx_acc = Access(idx.tensor, (shape[0],) + (1,) * (len(shape) - 1), idx.index)
+    return Access(layout, shape, direct, idx_acc, 0)

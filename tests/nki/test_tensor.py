@@ -1,0 +1,144 @@
+"""NKI 0.x tensor model: views (slices with steps, integer indexing, reshape, view methods,
+.ap) read and write exactly the storage elements NKI's strided-view rule names."""
+
+import numpy as np
+import pytest
+
+import nkikit.nki as nki
+import nkikit.nki.isa as nisa
+import nkikit.nki.language as nl
+from nkikit.errors import NkiError
+
+
+def _roundtrip(view_fn, shape, out_shape, dtype=np.float32):
+    """DMA a view of an SBUF copy of x back to HBM: out = view_fn(x) in numpy terms."""
+
+    @nki.jit
+    def k(x):
+        t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        out = nl.ndarray(out_shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=view_fn(t))
+        return out
+
+    x = np.arange(np.prod(shape), dtype=dtype).reshape(shape)
+    return x, k(x)
+
+
+@pytest.mark.parametrize(
+    "view, ref, out_shape",
+    [
+        (lambda t: t[0:64, 8:24], lambda x: x[0:64, 8:24], (64, 16)),
+        (lambda t: t[:, ::2], lambda x: x[:, ::2], (128, 16)),
+        (lambda t: t[:, 1::3], lambda x: x[:, 1::3], (128, 11)),
+        (lambda t: t[3], lambda x: x[3:4], (1, 32)),  # on-chip: dim 0 stays, size 1
+        (lambda t: t[:, 5], lambda x: x[:, 5:6], (128, 1)),  # keeps a unit free dim
+        (lambda t: t[:, nl.ds(4, 8)], lambda x: x[:, 4:12], (128, 8)),
+        (lambda t: t[..., -4:], lambda x: x[:, -4:], (128, 4)),
+        (lambda t: t.slice(1, 2, 10, 4), lambda x: x[:, 2:10:4], (128, 2)),
+        (lambda t: t.ap([[32, 16], [1, 8]], offset=8), lambda x: x[0:16, 8:16], (16, 8)),
+        (lambda t: t.ap([[32, 128], [2, 16]]), lambda x: x[:, ::2], (128, 16)),
+    ],
+)
+def test_sbuf_views(view, ref, out_shape):
+    x, out = _roundtrip(view, (128, 32), out_shape)
+    np.testing.assert_array_equal(out, ref(x).reshape(out_shape))
+
+
+def test_three_d_views_and_reshape():
+    x, out = _roundtrip(lambda t: t.reshape((128, 4, 8))[:, 1, :], (128, 32), (128, 8))
+    np.testing.assert_array_equal(out, x.reshape(128, 4, 8)[:, 1, :])
+    x, out = _roundtrip(lambda t: t.reshape((128, 4, 8)).permute((0, 2, 1)), (128, 32), (128, 8, 4))
+    np.testing.assert_array_equal(out, x.reshape(128, 4, 8).transpose(0, 2, 1))
+    x, out = _roundtrip(lambda t: t[:, 0:1].broadcast(1, 6), (128, 32), (128, 6))
+    np.testing.assert_array_equal(out, np.repeat(x[:, 0:1], 6, axis=1))
+
+
+def test_hbm_views_reshape_and_integer_index():
+    @nki.jit
+    def k(x):
+        x2 = x.reshape((6, 64))  # (2, 3, 64) -> (6, 64)
+        t = nl.ndarray((6, 16), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x2[:, 10:26])
+        out = nl.ndarray((3, 64), dtype=x.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=x[1])  # an integer drops the HBM dimension
+        out2 = nl.ndarray((6, 16), dtype=x.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out2, src=t)
+        return out, out2
+
+    x = np.random.rand(2, 3, 64).astype(np.float32)
+    a, b = k(x)
+    np.testing.assert_array_equal(a, x[1])
+    np.testing.assert_array_equal(b, x.reshape(6, 64)[:, 10:26])
+
+
+def test_view_attributes():
+    seen = {}
+
+    @nki.jit
+    def k(x):
+        t = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)
+        v = t[:, 8:24]
+        seen.update(
+            shape=v.shape,
+            strides=v.strides,
+            offset=v.offset,
+            contiguous=v.is_contiguous(),
+            pattern=t[:, ::2].get_pattern(),
+            buffer=v.buffer,
+        )
+        nisa.memset(dst=t, value=0.0)
+        out = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    k(np.zeros((1, 1), np.float32))
+    assert seen["shape"] == (128, 16)
+    assert seen["strides"] == (64, 1)
+    assert seen["offset"] == 8
+    assert seen["contiguous"] is True
+    assert seen["pattern"] == [[64, 128], [2, 32]]
+    assert seen["buffer"] is nl.sbuf
+
+
+def _fails(body, match):
+    @nki.jit
+    def k(x):
+        body(x)
+        out = nl.ndarray((1, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+        return out
+
+    with pytest.raises(NkiError, match=match) as e:
+        k(np.zeros((4, 4), np.float32))
+    return e.value
+
+
+def test_out_of_bounds_slice_is_an_error_at_the_user_line():
+    def body(x):
+        t = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+        t[0:128, 0:600]  # noqa: B018 - the view itself is the error
+
+    err = _fails(body, "err_tensor_access_out_of_bound")
+    assert "test_tensor.py" in str(err)
+
+
+def test_partition_step_and_bad_ap_are_rejected():
+    def step(x):
+        t = nl.ndarray((128, 8), dtype=nl.float32, buffer=nl.sbuf)
+        t[::2, :]  # noqa: B018
+
+    _fails(step, "partition dimension cannot be stepped")
+
+    def ap(x):
+        t = nl.ndarray((16, 32), dtype=nl.float32, buffer=nl.sbuf)
+        t.ap([[64, 8], [1, 32]])
+
+    _fails(ap, "partition step")
+
+
+def test_reshape_of_non_contiguous_view_is_rejected():
+    def body(x):
+        t = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)
+        t[:, ::2].reshape((128, 2, 16))
+
+    _fails(body, "not contiguous")
