@@ -6,6 +6,7 @@ import os
 
 from .. import dtypes
 from .core import Access, Alloc, Kernel, Loop, Op, Tensor
+from .prims import PRIMS
 
 
 def _ty(t: Tensor) -> str:
@@ -23,18 +24,20 @@ def _operand(x) -> str:
 
 
 def _attrs(op: Op) -> str:
+    """The attributes that say something: set (not None) and not the record's default."""
+    schema = PRIMS[op.prim].attr_index
     items = []
     for k, v in op.attrs.items():
-        if (
-            v is None
-            or v is False
-            or k == "engine"
-            and v == "vector"
-            and op.prim in ("tensor_copy", "memset", "tensor_tensor", "tensor_scalar")
-        ):
+        a = schema.get(k)
+        if v is None or (a is not None and not a.required and _same(v, a.default)):
             continue
         items.append(k if v is True else f"{k}={v!r}" if isinstance(v, str) else f"{k}={v}")
     return " {" + ", ".join(items) + "}" if items else ""
+
+
+def _same(v: object, default: object) -> bool:
+    # type-exact: 0 and 0.0 print differently, and a bool is no int here
+    return type(v) is type(default) and v == default
 
 
 def _loc(loc) -> str:

@@ -8,9 +8,10 @@ breaks, with the NKI error name and the kernel's own source line.  Rules are dat
   them ``rule_indirect``: where an index tile may index, and what it must be);
 - ``PRIM_RULES``: per-primitive constraints (matmul limits, activation bias/scale, ...), run
   for an op before the generic shape rules so the most specific message wins;
-- ``engine_of`` (``_FIXED_ENGINE`` / ``_VECTOR_DEFAULT``): which engine runs each primitive,
-  which decides the memories it may touch; a primitive it does not know is not checked for
-  memories, so a new instruction is never rejected by accident;
+- ``rule_spec``: every output access holds what its primitive produces (partitions and
+  elements per partition, dtype) by the primitive's record (``nkikit/ir/prims.py``), which
+  also gives each operand's role name, the engine (hence the memories it may touch, by
+  ``_ENGINE_MEMORIES``) and the flags the other rules ask about;
 - ``TENSOR_RULES``: per on-chip tensor (partition limit, PSUM bank size), run when the walk
   first meets the tensor, after the rules of that op (so ``nc_matmul`` with 256 stationary
   columns reports the matmul limit, not the 256-partition result);
@@ -35,6 +36,7 @@ from ..errors import UNKNOWN_LOC, NkiError, SourceLoc
 from ..targets import Target, get_target
 from .affine import Affine, Axis, LoopVar, Predicate, ProgramId, Sym
 from .core import ON_CHIP, Access, Alloc, Kernel, Loop, Op, Tensor
+from .prims import PRIMS, accumulates, engine_of, mask_ref
 
 # ---------------------------------------------------------------------------------------------
 # the op in context
@@ -66,53 +68,19 @@ class Site:
 
 Rule = Callable[[Site], None]
 
-# Names of operands in messages, by primitive: ins first, then outs.
-_IN_NAMES: dict[str, tuple[str, ...]] = {
-    "dma_copy": ("src", "index tile"),
-    "tensor_copy": ("src",),
-    "tensor_reduce": ("data",),
-    "tensor_partition_reduce": ("data",),
-    "partition_broadcast": ("src",),
-    "reciprocal": ("data",),
-    "bn_stats": ("data",),
-    "bn_aggr": ("data",),
-    "max8": ("src",),
-    "nc_stream_shuffle": ("src",),
-    "nc_matmul": ("stationary", "moving"),
-    "nc_transpose": ("data",),
-    "activation": ("data", "bias", "scale"),
-    "tensor_tensor": ("data1", "data2"),
-    "tensor_scalar": ("data", "operand0", "operand1"),
-    "scalar_tensor_tensor": ("data", "operand0", "operand1"),
-    "tensor_tensor_scan": ("data0", "data1", "initial"),
-    "select": ("condition", "x", "y"),
-    "select_reduce": ("predicate", "on_true", "on_false"),
-    "range_select": ("on_true_tile", "bound0", "bound1"),
-    "affine_select": ("on_true_tile",),
-    "local_gather": ("src_buffer", "index"),
-    "nc_find_index8": ("data", "vals"),
-    "nc_match_replace8": ("data", "vals"),
-    "dropout": ("data", "prob"),
-}
-_OUT_NAMES = ("dst", "reduce_res")
-
 
 def _in_name(op: Op, i: int) -> str:
-    names = _IN_NAMES.get(op.prim, ())
-    return names[i] if i < len(names) else f"input {i}"
-
-
-def _out_name(i: int) -> str:
-    return _OUT_NAMES[i] if i < len(_OUT_NAMES) else f"output {i}"
+    return PRIMS[op.prim].in_role(i)
 
 
 def _operands(op: Op) -> Iterable[tuple[str, Access, bool]]:
     """``(role, access, is_write)`` for every tile operand of ``op``."""
+    p = PRIMS[op.prim]
     for i, a in enumerate(op.outs):
-        yield _out_name(i), a, True
+        yield p.out_role(i), a, True
     for i, a in enumerate(op.ins):
         if isinstance(a, Access):
-            yield _in_name(op, i), a, False
+            yield p.in_role(i), a, False
 
 
 _MEM = {"sbuf": "SBUF", "psum": "PSUM", "hbm": "HBM", "shared_hbm": "HBM", "private_hbm": "HBM"}
@@ -146,39 +114,6 @@ def _tile(a: Access) -> str:
 # ---------------------------------------------------------------------------------------------
 # engines and legal memories (rule 3)
 
-# Instructions whose engine is fixed; the rest take attrs["engine"] (default Vector).
-_FIXED_ENGINE = {
-    "dma_copy": "dma",
-    "nc_matmul": "tensor",
-    "partition_broadcast": "broadcast",
-    "activation": "scalar",
-    "iota": "gpsimd",
-    "affine_select": "gpsimd",
-    "tensor_partition_reduce": "gpsimd",
-    "local_gather": "gpsimd",
-    "device_print": "debug",
-}
-# Known instructions that run on the Vector engine unless attrs say otherwise.
-_VECTOR_DEFAULT = frozenset(
-    """tensor_copy memset tensor_tensor tensor_scalar scalar_tensor_tensor tensor_reduce
-    tensor_tensor_scan reciprocal select range_select select_reduce bn_stats bn_aggr dropout
-    max8 nc_find_index8 nc_match_replace8 nc_stream_shuffle""".split()
-)
-
-
-def engine_of(op: Op) -> str | None:
-    """The engine that executes ``op`` ("dma", "tensor", "vector", "scalar", "gpsimd", ...),
-    or None for a primitive the verifier does not know (its memories are not checked)."""
-    if op.prim in _FIXED_ENGINE:
-        return _FIXED_ENGINE[op.prim]
-    if op.prim == "nc_transpose":
-        return "vector" if op.attrs.get("engine") == "vector" else "tensor"
-    if op.prim == "tensor_tensor" and op.attrs.get("op") == "power":
-        return "gpsimd"  # power runs on the GpSimd engine
-    if op.prim in _VECTOR_DEFAULT:
-        return str(op.attrs.get("engine") or "vector")
-    return None
-
 
 def _require(site: Site, role: str, a: Access, allowed: tuple[str, ...]) -> None:
     if a.tensor.buffer not in allowed:
@@ -194,47 +129,28 @@ def _require(site: Site, role: str, a: Access, allowed: tuple[str, ...]) -> None
 
 _HBM_SBUF = ("hbm", "shared_hbm", "private_hbm", "sbuf")
 
+# The memories each engine is wired to: (reads, writes) [ISA §4.0, nki.md §2.1].
+_ENGINE_MEMORIES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    # DMA moves HBM<->SBUF, SBUF<->SBUF and HBM<->HBM; it cannot touch PSUM (NKI >= 0.3)
+    "dma": (_HBM_SBUF, _HBM_SBUF),
+    "tensor": (("sbuf",), ("psum",)),  # TensorE reads SBUF, writes PSUM
+    "gpsimd": (("sbuf",), ("sbuf",)),  # GpSimd has no path to PSUM
+    "vector": (ON_CHIP, ON_CHIP),
+    "scalar": (ON_CHIP, ON_CHIP),
+}
+# roles whose memories an idiom's record overrides (partition_broadcast's PSUM evacuation)
+_MEMORY_OVERRIDES = {n: dict(p.memories) for n, p in PRIMS.items() if p.memories}
+
 
 def rule_memory(site: Site) -> None:
     """Each engine reads and writes only the memories wired to it."""
-    op = site.op
-    eng = engine_of(op)
-    if eng is None or eng == "debug":
+    eng = engine_of(site.op)
+    if eng is None:  # no engine runs it (device_print)
         return
-    if eng == "dma":
-        # DMA moves HBM<->SBUF, SBUF<->SBUF and HBM<->HBM; it cannot touch PSUM (NKI >= 0.3)
-        for role, a, _ in site.operands:
-            _require(site, role, a, _HBM_SBUF)
-        return
-    if eng == "tensor":  # TensorE reads SBUF, writes PSUM
-        for role, a, write in site.operands:
-            _require(site, role, a, ("psum",) if write else ("sbuf",))
-        return
-    if eng == "gpsimd":  # GpSimd has no path to PSUM
-        for role, a, _ in site.operands:
-            _require(site, role, a, ("sbuf",))
-        return
-    for role, a, _ in site.operands:  # Vector / Scalar (and the broadcast idiom): on chip
-        _require(site, role, a, ON_CHIP)
-    pair = _TWO_TILE_INPUTS.get(op.prim)
-    if pair is not None and max(pair) < len(op.ins):
-        x, y = op.ins[pair[0]], op.ins[pair[1]]
-        if (
-            isinstance(x, Access)
-            and isinstance(y, Access)
-            and x.tensor.buffer == y.tensor.buffer == "psum"
-        ):
-            raise site.fail(
-                "err_unsupported_memory",
-                op=op.prim,
-                what=f"{_in_name(op, pair[0])} and {_in_name(op, pair[1])}",
-                allowed="SBUF for at least one of them (copy one input to SBUF first)",
-                got="both in PSUM",
-            )
-
-
-# instructions that stream two tiles through one engine: at most one of them may be in PSUM
-_TWO_TILE_INPUTS = {"tensor_tensor": (0, 1), "scalar_tensor_tensor": (0, 2)}
+    reads, writes = _ENGINE_MEMORIES[eng]
+    override = _MEMORY_OVERRIDES.get(site.op.prim, {})
+    for role, a, write in site.operands:
+        _require(site, role, a, override.get(role) or (writes if write else reads))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -250,7 +166,7 @@ def rule_indirect(site: Site) -> None:
         ind = a.indirect
         if ind is None:
             continue
-        if op.prim != "dma_copy" or op.attrs.get("transpose"):
+        if engine_of(op) != "dma" or op.attrs.get("transpose"):
             raise site.fail(
                 "err_indirect_indices_are_not_supported_with_nki_api",
                 api="load_transpose2d" if op.attrs.get("transpose") else op.prim,
@@ -343,18 +259,6 @@ def rule_loop_scope(site: Site) -> None:
                 )
 
 
-# primitives whose mask (and iteration space) is the shape of their first input
-_MASK_ON_INPUT = frozenset({"tensor_reduce", "bn_stats", "tensor_partition_reduce", "max8"})
-
-
-def _mask_ref(op: Op) -> Access | None:
-    if op.prim in _MASK_ON_INPUT and op.ins and isinstance(op.ins[0], Access):
-        return op.ins[0]
-    if op.outs:
-        return op.outs[0]
-    return next((a for a in op.ins if isinstance(a, Access)), None)
-
-
 def _check_predicate(site: Site, pred: Predicate, shape: tuple[int, ...], what: str) -> None:
     for aff, cmp in pred.clauses:
         if cmp == "!=" and what == "the mask":
@@ -377,16 +281,10 @@ def rule_mask(site: Site) -> None:
     """A mask compares affine expressions of the op's own tile axes."""
     op = site.op
     if op.mask is not None:
-        ref = _mask_ref(op)
+        ref = mask_ref(op)
         _check_predicate(site, op.mask, ref.shape if ref is not None else (), "the mask")
     pred = op.attrs.get("pred")
     if isinstance(pred, Predicate) and op.outs:
-        if op.prim == "affine_select" and len(pred.clauses) > 1:
-            raise site.fail(
-                "err_unsupported_expression_in_mask",
-                got=f"{pred!r} (affine_select evaluates one comparison; chain two "
-                "affine_select calls or use nl.where for a combined predicate)",
-            )
         _check_predicate(site, pred, op.outs[0].shape, "the predicate")
 
 
@@ -485,13 +383,51 @@ def _scalar_operands(*positions: int) -> Rule:
     return rule
 
 
+def _one_psum_input(i: int, j: int) -> Rule:
+    """Inputs ``i`` and ``j`` stream through one engine: at most one of them in PSUM."""
+
+    def rule(site: Site) -> None:
+        op = site.op
+        if max(i, j) >= len(op.ins):
+            return
+        x, y = op.ins[i], op.ins[j]
+        if (
+            isinstance(x, Access)
+            and isinstance(y, Access)
+            and x.tensor.buffer == y.tensor.buffer == "psum"
+        ):
+            raise site.fail(
+                "err_unsupported_memory",
+                op=op.prim,
+                what=f"{_in_name(op, i)} and {_in_name(op, j)}",
+                allowed="SBUF for at least one of them (copy one input to SBUF first)",
+                got="both in PSUM",
+            )
+
+    rule.__doc__ = f"inputs {i} and {j} are not both in PSUM"
+    return rule
+
+
+def prim_affine_select(site: Site) -> None:
+    """affine_select evaluates one comparison."""
+    pred = site.op.attrs["pred"]
+    if len(pred.clauses) > 1:
+        raise site.fail(
+            "err_unsupported_expression_in_mask",
+            got=f"{pred!r} (affine_select evaluates one comparison; chain two "
+            "affine_select calls or use nl.where for a combined predicate)",
+        )
+
+
 PRIM_RULES: dict[str, list[Rule]] = {
     "nc_matmul": [prim_nc_matmul],
     "nc_transpose": [prim_nc_transpose],
     "activation": [prim_activation],
     "bn_stats": [prim_bn_stats],
+    "affine_select": [prim_affine_select],
+    "tensor_tensor": [_one_psum_input(0, 1)],
     "tensor_scalar": [_scalar_operands(1, 2)],
-    "scalar_tensor_tensor": [_scalar_operands(1)],
+    "scalar_tensor_tensor": [_one_psum_input(0, 2), _scalar_operands(1)],
     "tensor_tensor_scan": [_scalar_operands(2)],
     "range_select": [_scalar_operands(1, 2)],
     "dropout": [_scalar_operands(1)],
@@ -504,6 +440,65 @@ def rule_prim(site: Site) -> None:
         rule(site)
 
 
+def rule_spec(site: Site) -> None:
+    """Every output access holds what its primitive produces (the record's output spec):
+    the same partitions and elements per partition -- operands match by partitions x
+    elements per partition, free shapes may differ ([128, 4, 64] holds what [128, 256]
+    does) -- or, for a DMA, as many elements as its source; and every operand has a
+    dtype the primitive accepts."""
+    op = site.op
+    p = PRIMS[op.prim]
+    for i, x in enumerate(op.ins):
+        if not isinstance(x, Access):
+            continue
+        allowed = p.in_dtypes and dict(p.in_dtypes).get(p.in_role(i))
+        if allowed and dtypes.name(x.dtype) not in allowed:
+            raise _dtype_error(site, p.in_role(i), x, allowed)
+    for i, (out, spec) in enumerate(zip(op.outs, p.out_spec(op.ins, op.attrs))):
+        role = p.out_role(i)
+        if spec.elements is not None:
+            n = 1
+            for s in out.shape:
+                n *= s
+            if n != spec.elements:
+                src = op.ins[0]
+                raise site.fail(
+                    "err_store_dst_shape_smaller_than_other_shape",
+                    op=f"{op.prim} ({n} elements into {role} {out.tensor.name}, "
+                    f"{spec.elements} from the source)",
+                    dst=list(out.shape),
+                    src=list(src.shape) if isinstance(src, Access) else spec.elements,
+                )
+        parts = out.partitions
+        if spec.partitions is not None and parts != spec.partitions:
+            raise site.fail(
+                "err_num_partition_mismatch",
+                op=f"{op.prim} ({role} {_tile(out)} and the {spec.partitions}-partition "
+                "result it receives)",
+                a=parts,
+                b=spec.partitions,
+            )
+        if spec.free is not None and _fsize(out) != spec.free:
+            raise site.fail(
+                "err_store_dst_shape_smaller_than_other_shape",
+                op=f"{op.prim} ({role} {out.tensor.name} has {_fsize(out)} elements per "
+                f"partition, the instruction produces {spec.free})",
+                dst=list(out.shape),
+                src=[spec.partitions if spec.partitions is not None else parts, spec.free],
+            )
+        if spec.dtypes is not None and dtypes.name(out.dtype) not in spec.dtypes:
+            raise _dtype_error(site, role, out, spec.dtypes)
+
+
+def _dtype_error(site: Site, role: str, a: Access, allowed) -> NkiError:
+    return site.fail(
+        "err_unsupported_dtype",
+        op=site.op.prim,
+        dtype=dtypes.name(a.dtype),
+        why=f"{role} {a.tensor.name!r} must be {' or '.join(sorted(allowed))}",
+    )
+
+
 # ---------------------------------------------------------------------------------------------
 # tile shape rules (rules 1, 8, 13, 15)
 
@@ -512,16 +507,13 @@ def _on_chip(a: Access) -> bool:
     return a.tensor.buffer in ON_CHIP
 
 
-# Instructions the compiler splits per block when they cover a blocked tensor whole, e.g. the
-# memset of nl.zeros((nblocks, nl.par_dim(128), 512)) or a DMA of all its blocks.
-_BLOCK_SPLIT = frozenset({"memset", "dma_copy"})
-
-
 def _lead(op: Op, a: Access) -> int:
     """How many leading tile axes of ``a`` iterate over block dimensions (dimensions before the
     partition dimension) of a blocked tensor; the tile proper starts after them."""
     par = a.tensor.par_axis
-    if par == 0 or op.prim not in _BLOCK_SPLIT or not _on_chip(a):
+    # instructions the compiler splits per block when they cover a blocked tensor whole, e.g.
+    # the memset of nl.zeros((nblocks, nl.par_dim(128), 512)) or a DMA of all its blocks
+    if par == 0 or not PRIMS[op.prim].block_split or not _on_chip(a):
         return 0
     lead = 0
     while lead < min(par, len(a.shape) - 1):
@@ -618,25 +610,11 @@ def rule_partition_axis(site: Site) -> None:
             )
 
 
-# primitives whose operands legitimately differ in partition count
-_PARTITION_FREE = frozenset(
-    {
-        "dma_copy",
-        "nc_matmul",
-        "nc_transpose",
-        "partition_broadcast",
-        "nc_stream_shuffle",
-        "device_print",
-        "tensor_partition_reduce",
-    }
-)
-
-
 def rule_partition_match(site: Site) -> None:
     """All tile operands of an engine instruction span the same partitions (scalar operands
     are (P, 1) tiles with the same P)."""
     op = site.op
-    if op.prim in _PARTITION_FREE or engine_of(op) is None:
+    if PRIMS[op.prim].partition_free:  # e.g. nc_matmul: its result has M partitions
         return
     ops = site.operands
     if not ops:
@@ -645,13 +623,6 @@ def rule_partition_match(site: Site) -> None:
     for _, a, _ in ops[1:]:
         if _parts(op, a) != p0:
             raise site.fail("err_num_partition_mismatch", op=op.prim, a=p0, b=_parts(op, a))
-
-
-def rule_partition_reduce(site: Site) -> None:
-    """tensor_partition_reduce folds all partitions into one."""
-    op = site.op
-    if op.prim == "tensor_partition_reduce" and op.outs and op.outs[0].partitions != 1:
-        raise site.fail("err_num_partition_mismatch", op=op.prim, a=op.outs[0].partitions, b=1)
 
 
 def rule_free_size(site: Site) -> None:
@@ -668,10 +639,6 @@ def rule_free_size(site: Site) -> None:
 
 # ---------------------------------------------------------------------------------------------
 # writes (rules 5, 11)
-
-
-def _accumulates(op: Op) -> bool:
-    return bool(op.attrs.get("accumulate")) or bool(op.attrs.get("rmw_op"))
 
 
 def rule_immutable(site: Site) -> None:
@@ -712,7 +679,7 @@ def rule_distinct_writes(site: Site) -> None:
     """Each iteration of an affine_range loop writes its own locations: a write to a tensor
     that outlives the loop must be indexed by the loop variable (accumulations excepted)."""
     op = site.op
-    if _accumulates(op):
+    if accumulates(op):
         return
     for a in op.outs:
         root = a.tensor.root
@@ -738,7 +705,7 @@ def rule_spmd_writes(site: Site) -> None:
     """SPMD instances run in parallel: a write to shared HBM is indexed by every program id
     of a grid axis with more than one instance."""
     op, grid = site.op, site.kernel.grid
-    if not grid or _accumulates(op):
+    if not grid or accumulates(op):
         return
     for a in op.outs:
         root = a.tensor.root
@@ -800,6 +767,7 @@ OP_RULES: list[Rule] = [
     rule_indirect,
     rule_memory,
     rule_prim,
+    rule_spec,
 ]
 # run after the tensor rules of the tensors the op touches
 OP_SHAPE_RULES: list[Rule] = [
@@ -807,7 +775,6 @@ OP_SHAPE_RULES: list[Rule] = [
     rule_tile_dims,
     rule_partition_axis,
     rule_partition_match,
-    rule_partition_reduce,
     rule_free_size,
     rule_immutable,
     rule_distinct_writes,
