@@ -43,8 +43,9 @@ import numpy as np
 from .. import dtypes
 from ..ir.affine import Affine, Axis, ProgramId, Sym, axis_env
 from ..ir.core import Access, Alloc, Kernel, Loop, Op, Tensor
-from .alu import ALU
-from .interp import _MASK_ON_INPUT, Interpreter, scatter
+from ..ir.prims import MASK_ON_INPUT as _MASK_ON_INPUT
+from ..ir.prims import PrimError, reads_dst
+from .interp import Interpreter, scatter
 from .rules import RAW, RULES
 
 __all__ = ["simulate", "explain", "compile_kernel"]
@@ -160,7 +161,9 @@ def _prep(value: Any, shape: tuple[int, ...], size: int, dt: np.dtype) -> np.nda
     """The value ``Interpreter.write`` stores: shaped like the access, rounded to ``dt``."""
     value = np.asarray(value)
     if value.shape != shape:
-        value = value.reshape(shape) if value.size == size else np.broadcast_to(value, shape)
+        if value.size != size:  # the reference's write raises too: a bug, not a broadcast
+            raise PrimError(f"a rule produced {value.shape} for a {shape} destination")
+        value = value.reshape(shape)
     value = dtypes.cast(value, dt)
     if dtypes.is_tf32(dt):
         value = value.astype(np.float32)
@@ -582,11 +585,7 @@ class _Compiler:
                     reads = True
             for o in s.outs:
                 if o.tensor.root is t_root:
-                    if (
-                        (s.prim == "nc_matmul" and s.attrs.get("accumulate"))
-                        or (s.prim == "dma_copy" and s.attrs.get("rmw_op"))
-                        or s.prim == "nc_stream_shuffle"
-                    ):
+                    if reads_dst(s):
                         reads = True
                     mp = self.mask_plan(s)
                     if mp is None or mp[0] == "dynamic":
@@ -778,11 +777,7 @@ class _Compiler:
                     reads.setdefault(x.tensor.root.uid, []).append(s)
             for o in s.outs:
                 writes.setdefault(o.tensor.root.uid, []).append(s)
-                if (
-                    (s.prim == "nc_matmul" and s.attrs.get("accumulate"))
-                    or s.prim == "nc_stream_shuffle"
-                    or (s.prim == "dma_copy" and s.attrs.get("rmw_op"))
-                ):
+                if reads_dst(s):
                     reads.setdefault(o.tensor.root.uid, []).append(s)
         self.reads, self.writes = reads, writes
         # tensors viewed through a reshape (NKI 0.x views of on-chip tiles): their accesses
@@ -1079,19 +1074,11 @@ class _Compiler:
                 f"R = [_where({keep}, {ins[0]}, {self.const(np.float32(op.attrs['on_false']), 'F')})]"
             )
         else:
+            # the reference's rule and context: a destination it reads (accumulate, rmw) is
+            # read through the interpreter, which shares this program's memory
             rule = self.const(RULES[prim], "RULE")
-            lines.append(f"R = {rule}({opn}, [{', '.join(ins)}], {valid})")
-        if prim == "nc_matmul" and op.attrs.get("accumulate"):
-            r = self.access(op.outs[0], False, False)
-            if r is None:
-                return None
-            lines.append(f"R = [_f32({r.expr}) + R[0]]")
-        elif prim == "dma_copy" and op.attrs.get("rmw_op"):
-            r = self.access(op.outs[0], False, False)
-            if r is None:
-                return None
-            fn = self.const(ALU[op.attrs["rmw_op"]], "ALU")
-            lines.append(f"R = [{fn}(_f32({r.expr}), _f32({ins[0]}))]")
+            ctx = f"interp.context({opn}, env, {valid})"
+            lines.append(f"R = {rule}({opn}, [{', '.join(ins)}], {ctx})")
         for j, (o, w) in enumerate(zip(op.outs, outs)):
             dt = self.const(o.tensor.dtype, "DT")
             size = int(np.prod(o.shape))

@@ -1,9 +1,14 @@
 """The reference interpreter: runs a kernel's IR on numpy arrays with NKI semantics.
 
-Memory is numpy arrays in each tensor's dtype.  Every op reads its inputs (widened to fp32),
-applies its rule, and writes each output once, rounded to the output's dtype.  Fresh buffers
-are poisoned (NaN for floats).  Accesses are bounds-checked; masked-off elements are neither
-read nor written.
+Memory is numpy arrays in each tensor's dtype.  Every op reads its inputs (widened to fp32,
+unless its primitive moves raw bits), applies its rule from ``rules.RULES`` with an
+:class:`OpContext`, and writes each output once, rounded to the output's dtype.  The loop is
+the same for every primitive: what one needs beyond its inputs (the destination's old value,
+the loop values, the seed) it asks the context for.  Fresh buffers are poisoned (NaN for
+floats).  Accesses are bounds-checked; masked-off elements are neither read nor written.
+A verified kernel's rules produce exactly the elements each output access holds (in the
+access's shape, or in another free shape with the same elements per partition); anything
+else is a bug in nkikit and raises ``PrimError``, never a silent broadcast.
 """
 
 from __future__ import annotations
@@ -14,10 +19,8 @@ from .. import dtypes
 from ..errors import NkiError
 from ..ir.affine import Axis, LoopVar, ProgramId, axis_env
 from ..ir.core import Access, Alloc, Kernel, Loop, Op, Tensor
+from ..ir.prims import PrimError, mask_ref
 from .rules import RAW, RULES
-
-# primitives whose mask is evaluated over their (first) input rather than their output
-_MASK_ON_INPUT = {"tensor_reduce", "bn_stats", "tensor_partition_reduce", "max8"}
 
 
 class _Plan:
@@ -144,11 +147,12 @@ class Interpreter:
         store = self.storage(access.tensor)
         value = np.asarray(value)
         if value.shape != access.shape:
-            value = (
-                value.reshape(access.shape)
-                if value.size == int(np.prod(access.shape))
-                else np.broadcast_to(value, access.shape)
-            )
+            if value.size != int(np.prod(access.shape)):
+                raise PrimError(
+                    f"{op.loc}: {op.prim} produced {value.shape} for {access!r}; the "
+                    "verifier should have rejected the op or the rule is wrong"
+                )
+            value = value.reshape(access.shape)  # same elements, another free shape
         value = dtypes.cast(value, access.tensor.dtype)
         if dtypes.is_tf32(access.tensor.dtype):
             value = value.astype(np.float32)
@@ -206,8 +210,7 @@ class Interpreter:
     def _mask(self, op: Op, env: dict) -> np.ndarray | None:
         if op.mask is None:
             return None
-        ref = op.ins[0] if op.prim in _MASK_ON_INPUT and op.ins else op.outs[0]
-        shape = ref.shape
+        shape = mask_ref(op).shape
         full = {**env, **axis_env(shape)}
         for s in op.mask.syms:
             if isinstance(s, Axis) and s.k >= len(shape):
@@ -228,49 +231,47 @@ class Interpreter:
                 ins.append(v if raw else dtypes.to_f32(v))
             else:
                 ins.append(x)
-        if op.prim == "affine_select":
-            shape = op.outs[0].shape
-            keep = np.broadcast_to(
-                np.asarray(op.attrs["pred"].evaluate({**env, **axis_env(shape)}), dtype=bool), shape
-            )
-            results = [np.where(keep, ins[0], np.float32(op.attrs["on_false"]))]
-        elif op.prim == "nc_stream_shuffle":
-            dst = self.read(op.outs[0], env, op).copy()
-            src = ins[0]
-            for i, m in enumerate(op.attrs["shuffle_mask"][: dst.shape[0]]):
-                if m != 255:
-                    q = (i // 32) * 32 + m
-                    dst[i] = src[q]
-            results = [dst]
-        elif op.prim == "dropout":
-            # deterministic per (call seed, source line, loop iteration): reruns reproduce
-            key = [self.seed, op.loc.line, *(int(v) for v in env.values())]
-            keep = np.random.default_rng(key).random(ins[0].shape) >= np.asarray(ins[1], np.float32)
-            results = [np.where(keep, ins[0], np.float32(0.0))]
-        else:
-            results = RULES[op.prim](op, ins, valid)
-        if op.prim == "nc_matmul" and op.attrs.get("accumulate"):
-            results = [dtypes.to_f32(self.read(op.outs[0], env, op)) + results[0]]
-        elif op.prim == "dma_copy" and op.attrs.get("rmw_op"):
-            from .alu import alu
-
-            out = op.outs[0]
-            if out.indirect is not None:  # atomic read-modify-write of the gathered rows
-                idx, _ = self._index(out, env, op, valid, writing=True)
-                value = np.broadcast_to(dtypes.to_f32(np.asarray(ins[0])), out.shape)
-                store = self.storage(out.tensor)
-                scatter_rmw(store, idx, value, op.attrs["rmw_op"], out.tensor.dtype, valid)
-                return
-            results = [
-                alu(
-                    op.attrs["rmw_op"],
-                    dtypes.to_f32(self.read(op.outs[0], env, op)),
-                    dtypes.to_f32(ins[0]),
-                )
-            ]
+        results = RULES[op.prim](op, ins, OpContext(self, op, env, valid))
         for out, r in zip(op.outs, results):
             if r is not None:
                 self.write(out, r, env, op, valid)
+
+    def context(self, op: Op, env: dict, valid: np.ndarray | None) -> OpContext:
+        """The rule context of ``op`` in ``env`` (the fast simulator asks for it too)."""
+        return OpContext(self, op, env, valid)
+
+
+class OpContext:
+    """What a rule may ask for besides its inputs (``rules.Ctx``), for one op of one
+    interpreter in one environment."""
+
+    __slots__ = ("interp", "op", "env", "valid")
+
+    def __init__(self, interp: Interpreter, op: Op, env: dict, valid: np.ndarray | None):
+        self.interp = interp
+        self.op = op
+        self.env = env
+        self.valid = valid
+
+    @property
+    def seed(self) -> int:
+        return self.interp.seed
+
+    def dst(self, i: int) -> np.ndarray:
+        v = self.interp.read(self.op.outs[i], self.env, self.op)
+        return v if self.op.prim in RAW else dtypes.to_f32(v)
+
+    def rmw(self, i: int, op: str, value: np.ndarray) -> np.ndarray | None:
+        from .alu import alu
+
+        it, out = self.interp, self.op.outs[i]
+        if out.indirect is not None:  # atomic read-modify-write of the gathered rows
+            idx, _ = it._index(out, self.env, self.op, self.valid, writing=True)
+            v = np.broadcast_to(dtypes.to_f32(np.asarray(value)), out.shape)
+            scatter_rmw(it.storage(out.tensor), idx, v, op, out.tensor.dtype, self.valid)
+            return None
+        old = dtypes.to_f32(it.read(out, self.env, self.op))
+        return alu(op, old, dtypes.to_f32(value))
 
 
 # ---------------------------------------------------------------------------------------------

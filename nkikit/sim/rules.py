@@ -1,26 +1,55 @@
-"""Simulation rules: one numpy implementation per IR primitive.
+"""Simulation rules: one numpy implementation per IR primitive, in ``RULES``.
 
-A rule gets the op, its inputs (fp32 arrays for tiles, Python floats for immediates; raw
-dtype arrays for the ``RAW`` primitives) and the op's mask as a boolean array (or None), and
-returns one array per output (None leaves that output untouched).  Rounding to the output
-dtype and masking the write are the interpreter's job.
+A rule gets the op, its inputs (fp32 arrays for tiles, Python floats for immediates; arrays
+in their storage dtype for the primitives whose record says they move raw bits, ``RAW``)
+and a :class:`Ctx`, and returns one array per output (None: that output is not written by
+the interpreter).  Everything a rule needs beyond its inputs comes through the context:
+the op's mask, the loop and program values, the call's seed, the destination's old value
+(PSUM accumulation, a shuffle that keeps partitions) and atomic read-modify-write.  So the
+interpreter's loop never asks which primitive it runs; rounding to the output dtype and
+masking the write are its job.  The fast simulator (``fast.py``) calls the same rules.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Protocol
 
 import numpy as np
 
-from ..ir.affine import axis_env
+from ..ir import prims
+from ..ir.affine import Sym, axis_env
 from ..ir.core import Op
 from .activations import activate
 from .alu import alu, reduce
 
-Rule = Callable[[Op, list, "np.ndarray | None"], list]
+
+class Ctx(Protocol):
+    """What a rule may look at besides its inputs.
+
+    ``valid``: the op's mask over its tile (its first input's for the primitives that mask
+    their input), or None; ``env``: the values of the loop variables and program ids in
+    scope; ``seed``: the kernel call's seed."""
+
+    valid: np.ndarray | None
+    env: Mapping[Sym, int]
+    seed: int
+
+    def dst(self, i: int) -> np.ndarray:
+        """The old value of output ``i``, read as an input would be (fp32; storage dtype
+        for ``RAW`` primitives), unmasked."""
+        ...
+
+    def rmw(self, i: int, op: str, value: np.ndarray) -> np.ndarray | None:
+        """Atomic ``dst = op(dst, value)`` of output ``i`` in fp32: the new value to write,
+        or None when the update was applied in place (an indirect destination, where rows
+        sharing an index apply one after another)."""
+        ...
+
+
+Rule = Callable[[Op, list, Ctx], list]
 RULES: dict[str, Rule] = {}
-# primitives that move bits rather than compute: inputs arrive in their storage dtype
-RAW = {"dma_copy", "tensor_copy", "partition_broadcast", "nc_stream_shuffle", "local_gather"}
+RAW = prims.RAW  # primitives that move bits rather than compute
 
 
 def rule(name: str):
@@ -37,46 +66,49 @@ def _free_reduce(name: str, x: np.ndarray, valid) -> np.ndarray:
 
 
 @rule("dma_copy")
-def _dma(op, ins, valid):
-    rmw = op.attrs.get("rmw_op")
-    return [ins[0]] if rmw is None else [None]
+def _dma(op, ins, ctx):
+    rmw = op.attrs["rmw_op"]
+    return [ins[0]] if rmw is None else [ctx.rmw(0, rmw, ins[0])]
 
 
 @rule("tensor_copy")
-def _copy(op, ins, valid):
+def _copy(op, ins, ctx):
     return [ins[0]]
 
 
 @rule("partition_broadcast")
-def _pbcast(op, ins, valid):
+def _pbcast(op, ins, ctx):
     return [np.broadcast_to(ins[0], op.outs[0].shape)]
 
 
 @rule("memset")
-def _memset(op, ins, valid):
+def _memset(op, ins, ctx):
     return [np.full(op.outs[0].shape, op.attrs["value"], dtype=np.float32)]
 
 
 @rule("iota")
-def _iota(op, ins, valid):
+def _iota(op, ins, ctx):
     shape = op.outs[0].shape
     env = axis_env(shape)
     return [np.broadcast_to(np.asarray(op.attrs["expr"].evaluate(env)), shape).astype(np.float64)]
 
 
 @rule("nc_matmul")
-def _matmul(op, ins, valid):
+def _matmul(op, ins, ctx):
     s, m = ins
-    return [np.matmul(s.T, m, dtype=np.float32)]
+    y = np.matmul(s.T, m, dtype=np.float32)
+    if op.attrs["accumulate"]:  # PSUM accumulates in fp32: old + new, one rounding
+        return [ctx.dst(0) + y]
+    return [y]
 
 
 @rule("nc_transpose")
-def _transpose(op, ins, valid):
+def _transpose(op, ins, ctx):
     return [ins[0].T]
 
 
 @rule("activation")
-def _activation(op, ins, valid):
+def _activation(op, ins, ctx):
     data, bias, scale = ins
     y = activate(
         op.attrs["op"],
@@ -86,50 +118,50 @@ def _activation(op, ins, valid):
     )
     outs = [y]
     if op.attrs.get("reduce_op"):
-        outs.append(_free_reduce(op.attrs["reduce_op"], np.asarray(y, dtype=np.float32), valid))
+        outs.append(_free_reduce(op.attrs["reduce_op"], np.asarray(y, dtype=np.float32), ctx.valid))
     return outs
 
 
 @rule("tensor_tensor")
-def _tt(op, ins, valid):
+def _tt(op, ins, ctx):
     return [alu(op.attrs["op"], ins[0], ins[1])]
 
 
 @rule("tensor_scalar")
-def _ts(op, ins, valid):
+def _ts(op, ins, ctx):
     a = op.attrs
     y = alu(a["op0"], ins[0], ins[1], a["reverse0"])
     if a.get("op1"):
         y = alu(a["op1"], y, ins[2], a["reverse1"])
     outs = [y]
     if a.get("reduce_op"):
-        outs.append(_free_reduce(a["reduce_op"], np.asarray(y, dtype=np.float32), valid))
+        outs.append(_free_reduce(a["reduce_op"], np.asarray(y, dtype=np.float32), ctx.valid))
     return outs
 
 
 @rule("scalar_tensor_tensor")
-def _stt(op, ins, valid):
+def _stt(op, ins, ctx):
     a = op.attrs
     y = alu(a["op0"], ins[0], ins[1], a["reverse0"])
     return [alu(a["op1"], y, ins[2], a["reverse1"])]
 
 
 @rule("tensor_reduce")
-def _reduce(op, ins, valid):
+def _reduce(op, ins, ctx):
     a = op.attrs
-    y = reduce(a["op"], ins[0], a["axes"], True, valid)
+    y = reduce(a["op"], ins[0], a["axes"], True, ctx.valid)
     if a["negate"]:
         y = -y
     return [y]
 
 
 @rule("tensor_partition_reduce")
-def _preduce(op, ins, valid):
-    return [reduce(op.attrs["op"], ins[0], 0, True, valid)]
+def _preduce(op, ins, ctx):
+    return [reduce(op.attrs["op"], ins[0], 0, True, ctx.valid)]
 
 
 @rule("tensor_tensor_scan")
-def _scan(op, ins, valid):
+def _scan(op, ins, ctx):
     d0, d1, init = ins
     op0, op1 = op.attrs["op0"], op.attrs["op1"]
     p = d0.shape[0]
@@ -150,19 +182,19 @@ def _scan(op, ins, valid):
 
 
 @rule("reciprocal")
-def _recip(op, ins, valid):
+def _recip(op, ins, ctx):
     with np.errstate(divide="ignore"):
         return [1.0 / ins[0]]
 
 
 @rule("select")
-def _select(op, ins, valid):
+def _select(op, ins, ctx):
     c, x, y = ins
     return [np.where(c != 0, x, y)]
 
 
 @rule("range_select")
-def _range_select(op, ins, valid):
+def _range_select(op, ins, ctx):
     data, b0, b1 = ins
     a = op.attrs
     idx = (
@@ -173,24 +205,25 @@ def _range_select(op, ins, valid):
     y = np.where(keep, data, np.float32(a["on_false"]))
     outs = [y]
     if len(op.outs) > 1:
-        outs.append(_free_reduce(a["reduce_op"], y, valid))
+        outs.append(_free_reduce(a["reduce_op"], y, ctx.valid))
     return outs
 
 
 @rule("select_reduce")
-def _select_reduce(op, ins, valid):
+def _select_reduce(op, ins, ctx):
     p, t, f = ins
     cond = (p != 0) ^ op.attrs["reverse"]
     y = np.where(cond, t, f)
     outs = [y]
     if len(op.outs) > 1:
-        outs.append(_free_reduce(op.attrs["reduce_op"], np.asarray(y, dtype=np.float32), valid))
+        outs.append(_free_reduce(op.attrs["reduce_op"], np.asarray(y, dtype=np.float32), ctx.valid))
     return outs
 
 
 @rule("bn_stats")
-def _bn_stats(op, ins, valid):
+def _bn_stats(op, ins, ctx):
     x = ins[0].reshape(ins[0].shape[0], -1).astype(np.float64)
+    valid = ctx.valid
     v = (
         np.ones_like(x, dtype=bool)
         if valid is None
@@ -210,7 +243,7 @@ def _bn_stats(op, ins, valid):
 
 
 @rule("bn_aggr")
-def _bn_aggr(op, ins, valid):
+def _bn_aggr(op, ins, ctx):
     s = ins[0].reshape(ins[0].shape[0], -1, 3).astype(np.float64)
     n, mean, m2 = s[..., 0], s[..., 1], s[..., 2]
     total = n.sum(axis=1)
@@ -221,13 +254,13 @@ def _bn_aggr(op, ins, valid):
 
 
 @rule("max8")
-def _max8(op, ins, valid):
+def _max8(op, ins, ctx):
     x = ins[0].reshape(ins[0].shape[0], -1)
     return [-np.sort(-x, axis=1)[:, :8]]
 
 
 @rule("nc_find_index8")
-def _find8(op, ins, valid):
+def _find8(op, ins, ctx):
     x = ins[0].reshape(ins[0].shape[0], -1)
     vals = ins[1].reshape(ins[1].shape[0], -1)[:, :8]
     out = np.full(vals.shape, np.iinfo(np.uint32).max, dtype=np.float64)
@@ -239,7 +272,7 @@ def _find8(op, ins, valid):
 
 
 @rule("nc_match_replace8")
-def _replace8(op, ins, valid):
+def _replace8(op, ins, ctx):
     x = ins[0].reshape(ins[0].shape[0], -1).copy()
     vals = ins[1].reshape(ins[1].shape[0], -1)[:, :8]
     idx = np.zeros(vals.shape, dtype=np.float64)
@@ -257,12 +290,18 @@ def _replace8(op, ins, valid):
 
 
 @rule("nc_stream_shuffle")
-def _shuffle(op, ins, valid):
-    return [None]  # needs the destination's old value: done in the interpreter
+def _shuffle(op, ins, ctx):
+    # dst[i] = src[quadrant start + mask[i]] within each 32-partition quadrant; 255 keeps dst
+    dst = ctx.dst(0).copy()
+    src = ins[0]
+    for i, m in enumerate(op.attrs["shuffle_mask"][: dst.shape[0]]):
+        if m != 255:
+            dst[i] = src[(i // 32) * 32 + m]
+    return [dst]
 
 
 @rule("local_gather")
-def _local_gather(op, ins, valid):
+def _local_gather(op, ins, ctx):
     src, index = ins
     p = src.shape[0]
     per = op.attrs["num_elem_per_idx"]
@@ -278,7 +317,23 @@ def _local_gather(op, ins, valid):
     return [out]
 
 
+@rule("affine_select")
+def _affine_select(op, ins, ctx):
+    shape = op.outs[0].shape
+    pred = op.attrs["pred"].evaluate({**ctx.env, **axis_env(shape)})
+    keep = np.broadcast_to(np.asarray(pred, dtype=bool), shape)
+    return [np.where(keep, ins[0], np.float32(op.attrs["on_false"]))]
+
+
+@rule("dropout")
+def _dropout(op, ins, ctx):
+    # deterministic per (call seed, source line, loop iteration): reruns reproduce
+    key = [ctx.seed, op.loc.line, *(int(v) for v in ctx.env.values())]
+    keep = np.random.default_rng(key).random(ins[0].shape) >= np.asarray(ins[1], np.float32)
+    return [np.where(keep, ins[0], np.float32(0.0))]
+
+
 @rule("device_print")
-def _print(op, ins, valid):
+def _print(op, ins, ctx):
     print(op.attrs["prefix"], np.asarray(ins[0]))
     return []
