@@ -23,6 +23,7 @@ from math import prod
 import numpy as np
 
 from .. import dtypes
+from ..ir import prims
 from ..ir.affine import Affine, Axis, LoopVar, ProgramId, Sym
 from ..ir.core import Access, Alloc, Kernel, Loop, Op, Tensor
 from ..targets import Target
@@ -70,48 +71,47 @@ _ENGINE_CODE = {name: k for k, name in enumerate(ENGINES)}
 
 @dataclass(frozen=True, slots=True)
 class Lowering:
-    """How one IR primitive runs: engine (None = the op's ``engine`` attribute, else
-    ``default_engine``), opcode, cost in engine cycles, TensorE FLOPs (hardware, model)."""
+    """How one IR primitive runs on its engine (which the primitive's record in
+    ``nkikit/ir/prims.py`` names): opcode, cost in engine cycles, TensorE FLOPs (hardware,
+    model)."""
 
-    engine: str | None
     opcode: str
     cost: Callable[[OpView], float]
     flops: Callable[[OpView], tuple[float, float]] | None = None
-    default_engine: str = "vector"
 
 
 PRIMS: dict[str, Lowering] = {
-    "nc_matmul": Lowering("tensor", "MATMUL", c_matmul, f_matmul),
-    "nc_transpose": Lowering(None, "TRANSPOSE", c_transpose, f_transpose, "tensor"),
-    "partition_broadcast": Lowering("tensor", "BROADCAST_MATMUL", c_broadcast, f_broadcast),
-    "activation": Lowering("scalar", "ACTIVATE", c_elementwise),
-    "tensor_copy": Lowering(None, "TENSOR_COPY", c_elementwise),
-    "memset": Lowering(None, "MEMSET", c_memset),
-    "tensor_tensor": Lowering(None, "TENSOR_TENSOR", c_tensor_tensor),
-    "tensor_scalar": Lowering(None, "TENSOR_SCALAR", c_elementwise),
-    "scalar_tensor_tensor": Lowering("vector", "SCALAR_TENSOR_TENSOR", c_scalar_tensor_tensor),
-    "tensor_reduce": Lowering("vector", "TENSOR_REDUCE", c_reduce),
-    "tensor_tensor_scan": Lowering("vector", "TENSOR_TENSOR_SCAN", c_two_pass),
-    "reciprocal": Lowering("vector", "RECIPROCAL", c_reciprocal),
-    "select": Lowering("vector", "SELECT", c_select),
-    "range_select": Lowering("vector", "RANGE_SELECT", c_elementwise),
-    "select_reduce": Lowering("vector", "SELECT_REDUCE", c_elementwise),
-    "bn_stats": Lowering("vector", "BN_STATS", c_elementwise),
-    "bn_aggr": Lowering("vector", "BN_AGGR", c_bn_aggr),
-    "dropout": Lowering("vector", "DROPOUT", c_elementwise),
-    "max8": Lowering("vector", "MAX8", c_plain_n),
-    "nc_find_index8": Lowering("vector", "FIND_INDEX8", c_plain_n),
-    "nc_match_replace8": Lowering("vector", "MATCH_REPLACE8", c_plain_n),
-    "nc_stream_shuffle": Lowering("vector", "STREAM_SHUFFLE", c_elementwise),
-    "iota": Lowering("gpsimd", "IOTA", c_gpsimd),
-    "affine_select": Lowering("gpsimd", "AFFINE_SELECT", c_gpsimd),
-    "tensor_partition_reduce": Lowering("gpsimd", "PARTITION_REDUCE", c_partition_reduce),
-    "local_gather": Lowering("gpsimd", "LOCAL_GATHER", c_local_gather),
+    "nc_matmul": Lowering("MATMUL", c_matmul, f_matmul),
+    "nc_transpose": Lowering("TRANSPOSE", c_transpose, f_transpose),
+    "partition_broadcast": Lowering("BROADCAST_MATMUL", c_broadcast, f_broadcast),
+    "activation": Lowering("ACTIVATE", c_elementwise),
+    "tensor_copy": Lowering("TENSOR_COPY", c_elementwise),
+    "memset": Lowering("MEMSET", c_memset),
+    "tensor_tensor": Lowering("TENSOR_TENSOR", c_tensor_tensor),
+    "tensor_scalar": Lowering("TENSOR_SCALAR", c_elementwise),
+    "scalar_tensor_tensor": Lowering("SCALAR_TENSOR_TENSOR", c_scalar_tensor_tensor),
+    "tensor_reduce": Lowering("TENSOR_REDUCE", c_reduce),
+    "tensor_tensor_scan": Lowering("TENSOR_TENSOR_SCAN", c_two_pass),
+    "reciprocal": Lowering("RECIPROCAL", c_reciprocal),
+    "select": Lowering("SELECT", c_select),
+    "range_select": Lowering("RANGE_SELECT", c_elementwise),
+    "select_reduce": Lowering("SELECT_REDUCE", c_elementwise),
+    "bn_stats": Lowering("BN_STATS", c_elementwise),
+    "bn_aggr": Lowering("BN_AGGR", c_bn_aggr),
+    "dropout": Lowering("DROPOUT", c_elementwise),
+    "max8": Lowering("MAX8", c_plain_n),
+    "nc_find_index8": Lowering("FIND_INDEX8", c_plain_n),
+    "nc_match_replace8": Lowering("MATCH_REPLACE8", c_plain_n),
+    "nc_stream_shuffle": Lowering("STREAM_SHUFFLE", c_elementwise),
+    "iota": Lowering("IOTA", c_gpsimd),
+    "affine_select": Lowering("AFFINE_SELECT", c_gpsimd),
+    "tensor_partition_reduce": Lowering("PARTITION_REDUCE", c_partition_reduce),
+    "local_gather": Lowering("LOCAL_GATHER", c_local_gather),
 }
-"""Compute primitives.  ``dma_copy`` runs on the DMA queues (see :func:`_lower_dma`);
-``device_print`` exists only in simulation and lowers to nothing."""
+"""Compute primitives.  DMA primitives run on the DMA queues (see :func:`_lower_dma`);
+the ones no engine runs (``device_print``) exist only in simulation and lower to nothing."""
 
-SKIPPED = frozenset({"device_print"})
+SKIPPED = prims.names_where(lambda p: not p.engines)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -244,17 +244,10 @@ class _Lowerer:
     def lower_op(self, op: Op) -> StaticInstr | None:
         if op.prim in SKIPPED or id(op) in self.folded:
             return None
-        if op.prim == "dma_copy":
+        engine = prims.engine_of(op)  # the one answer the verifier and the cost model share
+        if engine == "dma":
             return self._lower_dma(op)
-        rule = PRIMS.get(op.prim)
-        if rule is None:
-            rule = Lowering(None, op.prim.upper(), c_elementwise)
-            self.notes.append(
-                f"{op.loc}: no cost formula for {op.prim}; costed as one VectorE pass"
-            )
-        engine = rule.engine or str(op.attrs.get("engine") or rule.default_engine)
-        if engine not in _ENGINE_CODE:
-            engine = rule.default_engine
+        rule = PRIMS[op.prim]
         accesses = [a for a in op.ins if isinstance(a, Access)] + list(op.outs)
         main = next((a for a in op.ins if isinstance(a, Access)), op.outs[0] if op.outs else None)
         p, n = tile_pf(main) if main is not None else (1, 1)
@@ -373,7 +366,7 @@ class _Lowerer:
     def _regions(self, op: Op) -> tuple[list[Region], list[Region]]:
         reads = [r for a in op.ins if isinstance(a, Access) and (r := self.region(a)) is not None]
         writes = [r for a in op.outs if (r := self.region(a)) is not None]
-        if op.attrs.get("accumulate") or op.attrs.get("rmw_op") or op.prim == "nc_stream_shuffle":
+        if prims.reads_dst(op):
             reads.extend(writes)  # read-modify-write of the destination
         return reads, writes
 
@@ -451,8 +444,7 @@ def mask_fraction(op: Op, grid: tuple[int, ...] = ()) -> float:
     mask = op.mask
     if mask is None:
         return 1.0
-    on_input = op.prim in ("tensor_reduce", "bn_stats", "tensor_partition_reduce", "max8")
-    ref = op.ins[0] if on_input and op.ins and isinstance(op.ins[0], Access) else op.outs[0]
+    ref = prims.mask_ref(op)
     shape = ref.shape
     axes = [s for s in mask.syms if isinstance(s, Axis) and s.k < len(shape)]
     outer: list[tuple[Sym, int]] = []
@@ -510,7 +502,7 @@ def _bytes(op: Op, kept: float = 1.0) -> dict[str, int]:
     for a in op.outs:
         n = round(prod(a.shape) * kept) * a.tensor.dtype.itemsize
         out[f"{mem(a.tensor)}_write_bytes"] += n
-        if op.attrs.get("accumulate") or op.attrs.get("rmw_op"):
+        if prims.reads_dst(op):  # the destination's old value is read too
             out[f"{mem(a.tensor)}_read_bytes"] += n
     return out
 
