@@ -10,6 +10,7 @@ from .. import dtypes
 from ..errors import NkiError, SourceLoc, caller_loc
 from ..ir.affine import Affine, Axis
 from ..ir.opnames import op_name
+from ..ir.prims import engine_choices
 from ..trace.builder import current
 from ..trace.emit import (
     Scalar,
@@ -66,22 +67,12 @@ class nc_version(enum.IntEnum):  # noqa: N801
     gen4 = 4
 
 
-# The engines an instruction with an ``engine=`` argument may run on [HISA]; the default is
-# the first.
-_ENGINES = {
-    "nc_transpose": ("tensor", "vector"),
-    "tensor_tensor": ("vector", "gpsimd"),
-    "tensor_scalar": ("vector", "scalar", "gpsimd"),
-    "tensor_copy": ("vector", "scalar", "gpsimd"),
-    "memset": ("vector", "scalar", "gpsimd"),
-}
-
-
 def _engine_name(e, default: str, prim: str | None = None, loc=None) -> str:
     if e is None or e == engine.unknown or e == 0:
         return default
     name = engine(e).name if not isinstance(e, str) else e
-    allowed = _ENGINES.get(prim or "")
+    # the engines the instruction may run on: its record (nkikit/ir/prims.py) [HISA]
+    allowed = engine_choices(prim) if prim else None
     if allowed is not None and name not in allowed:
         raise NkiError(
             "err_invalid_argument",
