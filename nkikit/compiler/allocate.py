@@ -10,6 +10,17 @@ Contract of :func:`allocate`:
   computes, as the Neuron compiler pipelines affine loops.  ``sequential_range`` bodies and
   top-level tensors get one buffer.  When memory is short the biggest multi-buffered
   tensors lose buffers first.
+* **Address rotation.**  Unrolled code (``range`` / ``nl.static_range``) allocates a new
+  tensor at the same source line in every step.  Such tensors -- same line, same variable,
+  shape, dtype, memory and enclosing rolled loops -- form one *rotation group*: they share
+  one placement of up to ``target.max_buffers`` buffers and the ``k``-th allocation of the
+  group takes buffer ``k mod buffers``, the way the Neuron compiler rotates the addresses
+  of unrolled allocations (NKI 0.7 ``CompileConfig(address_rotation=...)``).  An unrolled
+  loop then pipelines like the same loop written with ``nl.affine_range``.  A group keeps
+  at least as many buffers as it has members live at once (so rotation never puts two
+  live members on one buffer); if the groups do not fit, every tensor is placed on its own
+  (no rotation) before giving up.  ``Placement.rotation`` / ``rotations`` say where a
+  tensor is in its group and how big the group is.
 * Two placements that overlap in memory never hold tensors that are live at the same time.
   Liveness is static: a tensor lives from its allocation to its last use, and a use inside
   a loop that the tensor is declared outside of keeps it live for the whole loop.  The first
@@ -21,11 +32,17 @@ Contract of :func:`allocate`:
   of 32 otherwise [A2].
 * If nothing fits, :class:`~nkikit.errors.NkiError` ``err_sbuf_capacity_exceeded`` or
   ``err_psum_total_capacity_exceeded`` names the live tensors with sizes and lines.
+
+Cost: O(n log n + n * w) for n placement groups of which at most w are live at once (first
+fit against the live set, swept in program order); kernels with at most
+``_VECTOR_FIT_MAX`` groups also try biggest-first placement, checked with one vector test
+per group against all placed ones.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import heapq
+from dataclasses import dataclass
 from math import prod
 
 import numpy as np
@@ -34,10 +51,22 @@ from ..errors import UNKNOWN_LOC, NkiError
 from ..ir.core import ON_CHIP, Access, Alloc, Kernel, Loop, Op, Tensor
 from ..targets import Target
 
+# Up to this many placement groups per memory, biggest-first placement is tried too (one
+# vector test against every placed group each); beyond it only the program-order sweep runs.
+_VECTOR_FIT_MAX = 2048
+
 
 @dataclass(frozen=True, slots=True)
 class Placement:
-    """Where one on-chip tensor lives."""
+    """Where one on-chip tensor lives.
+
+    The tensors of a rotation group share one placement's buffers: each allocation of any
+    of them takes the next buffer.  ``rotation`` is this tensor's position among the
+    ``rotations`` tensors of its group (allocation order) and ``lane`` is ``rotation`` modulo
+    the most members live at once: tensors of one lane are never live together, so they
+    may share the record of which buffer is theirs.  A tensor outside any group has
+    ``rotation == lane == 0`` and ``rotations == 1``.
+    """
 
     tensor: Tensor
     memory: str  # "sbuf" | "psum"
@@ -47,6 +76,9 @@ class Placement:
     size: int  # bytes per partition of one buffer, padding included
     buffers: int
     live: tuple[int, int]  # static program points [first, last]
+    rotation: int = 0
+    rotations: int = 1
+    lane: int = 0
 
     def address(self, buffer: int = 0) -> int:
         return self.offset + (buffer % self.buffers) * self.size
@@ -61,7 +93,7 @@ class Placement:
         return self.offset // 2048 if self.memory == "psum" else None
 
     def to_dict(self) -> dict:
-        return {
+        d = {
             "tensor": self.tensor.name,
             "memory": self.memory,
             "partition": self.partition,
@@ -70,21 +102,27 @@ class Placement:
             "size": self.size,
             "buffers": self.buffers,
         }
+        if self.rotations > 1:
+            d["rotations"] = self.rotations
+        return d
 
 
 @dataclass(slots=True)
 class Allocation:
-    """The placements of a kernel plus which buffers share memory.
+    """The placements of a kernel.
 
-    ``shared[(uid, k)]`` lists the ``(uid2, k2)`` buffers of *other* tensors that overlap
-    buffer ``k`` of tensor ``uid``: the scheduler makes a tensor's first use wait for the
-    last use of whatever lived there before.
+    ``leader[uid]`` is the uid of the first tensor of ``uid``'s rotation group (itself when
+    it rotates with no one): the tensors of one group are one buffer set to the lowering and
+    the scheduler, like one tensor of a rolled loop.  Two placements may overlap in memory
+    only when their tensors are never live together; the scheduler orders the tenants of a
+    piece of memory (see :mod:`.schedule`).
     """
 
     placements: dict[int, Placement]
     used: dict[str, int]
     mode: str
-    shared: dict[tuple[int, int], list[tuple[int, int]]] = field(default_factory=dict)
+    leader: dict[int, int]
+    rotation: bool = True  # False when the groups did not fit and were placed one by one
 
     def __getitem__(self, t: Tensor) -> Placement:
         return self.placements[t.uid]
@@ -95,6 +133,21 @@ class Allocation:
     def buffers(self, t: Tensor) -> int:
         p = self.placements.get(t.uid)
         return p.buffers if p else 1
+
+    def groups(self) -> list[Placement]:
+        """One placement per rotation group (its first tensor's), in placement order."""
+        return [p for uid, p in self.placements.items() if self.leader.get(uid, uid) == uid]
+
+    def overlap(self, a: Tensor, b: Tensor) -> bool:
+        """Do any buffers of ``a`` and ``b`` share a byte of a partition?"""
+        p, q = self.placements.get(a.uid), self.placements.get(b.uid)
+        if p is None or q is None or p.memory != q.memory:
+            return False
+        if not (
+            p.partition < q.partition + q.partitions and q.partition < p.partition + p.partitions
+        ):
+            return False
+        return p.offset < q.end and q.offset < p.end
 
 
 # ---------------------------------------------------------------------------------------------
@@ -108,6 +161,7 @@ class _Info:
     hi: int
     execs: int  # how many times the Alloc runs per kernel instance
     pipelined: bool  # innermost enclosing loop is an affine_range
+    outer_end: int  # last point of the outermost enclosing loop (hi at top level)
 
 
 def _liveness(kernel: Kernel) -> dict[int, _Info]:
@@ -119,10 +173,12 @@ def _liveness(kernel: Kernel) -> dict[int, _Info]:
             return
         info = infos.get(t.uid)
         if info is None:  # used without an Alloc statement: live from first use
-            info = infos[t.uid] = _Info(t, point, point, 1, False)
+            end = spans[id(loops[0])] if loops else point
+            info = infos[t.uid] = _Info(t, point, point, 1, False, end)
         depth = len(t.scope)
         hi = spans[id(loops[depth])] if len(loops) > depth else point
         info.hi = max(info.hi, hi)
+        info.outer_end = max(info.outer_end, info.hi)
 
     def walk(body: list, loops: tuple[Loop, ...], spans: dict[int, int]) -> None:
         nonlocal point
@@ -133,7 +189,8 @@ def _liveness(kernel: Kernel) -> dict[int, _Info]:
                 if t.buffer in ON_CHIP:
                     execs = prod(lp.trip for lp in loops)
                     pipelined = bool(loops) and loops[-1].kind == "affine"
-                    infos[t.uid] = _Info(t, point, point, execs, pipelined)
+                    end = spans[id(loops[0])] if loops else point
+                    infos[t.uid] = _Info(t, point, point, execs, pipelined, end)
             elif isinstance(s, Op):
                 for a in (*s.outs, *s.ins):
                     if isinstance(a, Access):
@@ -193,68 +250,177 @@ def _align(x: int, a: int) -> int:
 
 
 # ---------------------------------------------------------------------------------------------
+# rotation groups
+
+
+@dataclass(slots=True)
+class _Group:
+    """Tensors that share one placement: a rotation group, or one tensor on its own."""
+
+    members: list[_Info]  # in allocation order
+    lo: int
+    hi: int
+    outer_end: int
+    scope: int  # uid of the outermost enclosing rolled loop, -1 at top level
+    allocs: int  # allocations of all members per kernel instance
+    pipelined: bool
+    live_at_once: int  # most members live at one time: the fewest buffers rotation allows
+
+    @property
+    def tensor(self) -> Tensor:
+        return self.members[0].tensor
+
+
+def _site(t: Tensor) -> tuple:
+    """What makes two tensors allocations of one place in successive unrolled steps: the
+    line, the variable (``x``, ``x.1``, ``x.2`` ...), the tile type and the rolled loops."""
+    base, dot, suffix = t.name.rpartition(".")
+    name = base if dot and suffix.isdigit() else t.name
+    return (t.buffer, t.loc, name, t.shape, t.dtype, t.par_axis, t.scope)
+
+
+def _groups(infos: list[_Info], rotate: bool) -> list[_Group]:
+    sites: dict[tuple, list[_Info]] = {}
+    for info in infos:
+        t = info.tensor
+        key = _site(t) if rotate and t.loc is not None else (t.uid,)
+        sites.setdefault(key, []).append(info)
+    out = []
+    for members in sites.values():
+        members.sort(key=lambda m: m.lo)
+        first = members[0]
+        if len(members) == 1:
+            lo, hi, end, depth = first.lo, first.hi, first.outer_end, 1
+        else:
+            los = np.fromiter((m.lo for m in members), np.int64, len(members))
+            his = np.fromiter((m.hi for m in members), np.int64, len(members))
+            # member i and the member allocated d later may share a buffer only if i is
+            # dead by then: d must exceed the members that start before i ends
+            later = np.searchsorted(los, his, side="right") - np.arange(len(members))
+            lo, hi, depth = int(los[0]), int(his.max()), int(later.max())
+            end = max(m.outer_end for m in members)
+        scope = first.tensor.scope[0].uid if first.tensor.scope else -1
+        out.append(
+            _Group(
+                members,
+                lo,
+                hi,
+                end,
+                scope,
+                first.execs * len(members),
+                first.pipelined,
+                depth,
+            )
+        )
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
 # first fit
 
 
 @dataclass(slots=True)
 class _Item:
-    info: _Info
+    group: _Group
     size: int
     align: int
     buffers: int
     partitions: int
     want: int = 1
+    floor: int = 1  # fewest buffers it may have
+    unit: int = 1  # buffers of one copy of what it holds (a group: all its members)
 
     @property
     def footprint(self) -> int:
         return self.size * self.buffers
 
 
-def _first_fit(
-    items: list[_Item], mode: str, total_partitions: int, order: str
-) -> tuple[dict[int, tuple[int, int]], int]:
-    """Place every item at the lowest offset that clears conflicting placed items."""
-    if order == "size":
-        seq = sorted(items, key=lambda it: (-it.footprint, it.info.lo))
-    else:
-        seq = sorted(items, key=lambda it: (it.info.lo, -it.footprint))
-    n = len(seq)
-    # placed items as columns, so each item's conflicts are found with one vector test
-    # (unrolled kernels have thousands of tiles; a Python scan per pair was quadratic)
+def _lowest_gap(rects: list[tuple[int, int]], footprint: int, align: int) -> int:
+    """Lowest aligned offset where ``footprint`` bytes clear every (lo, hi) in ``rects``."""
+    off = 0
+    for r_lo, r_hi in sorted(rects):
+        if off + footprint <= r_lo:
+            break
+        if r_hi > off:
+            off = _align(r_hi, align)
+    return off
+
+
+def _vector_fit(
+    items: list[_Item], mode: str, total_partitions: int
+) -> tuple[list[tuple[int, int]], int]:
+    """Biggest first: place every item at the lowest offset that clears conflicting placed
+    items, found with one vector test against all placed items."""
+    order = sorted(range(len(items)), key=lambda k: (-items[k].footprint, items[k].group.lo))
+    n = len(order)
     lo = np.empty(n, np.int64)
     hi = np.empty(n, np.int64)
-    scope = np.empty(n, np.int64)  # id of the outermost enclosing loop, -1 for none
+    scope = np.empty(n, np.int64)  # outermost enclosing loop, -1 for none
     part = np.empty(n, np.int64)
     parts = np.empty(n, np.int64)
     off_lo = np.empty(n, np.int64)
     off_hi = np.empty(n, np.int64)
-    result: dict[int, tuple[int, int]] = {}
+    result: list[tuple[int, int]] = [(0, 0)] * len(items)
     high = 0
-    for k, it in enumerate(seq):
-        info = it.info
-        mine = id(info.tensor.scope[0]) if info.tensor.scope else -1
-        hit = (lo[:k] <= info.hi) & (hi[:k] >= info.lo)
-        if mode == "pipelined" and mine != -1:
-            hit |= scope[:k] == mine
+    for k, i in enumerate(order):
+        it = items[i]
+        g = it.group
+        hit = (lo[:k] <= g.hi) & (hi[:k] >= g.lo)
+        if mode == "pipelined" and g.scope != -1:
+            hit |= scope[:k] == g.scope
         idx = np.flatnonzero(hit)
         best: tuple[int, int] | None = None
         for pstart in _starts(it.partitions, total_partitions):
             sel = idx[(part[idx] < pstart + it.partitions) & (pstart < part[idx] + parts[idx])]
-            rects = sorted(zip(off_lo[sel].tolist(), off_hi[sel].tolist()))
-            off = 0
-            for r_lo, r_hi in rects:
-                if off + it.footprint <= r_lo:
-                    break
-                if r_hi > off:
-                    off = _align(r_hi, it.align)
+            off = _lowest_gap(
+                list(zip(off_lo[sel].tolist(), off_hi[sel].tolist())), it.footprint, it.align
+            )
             if best is None or off < best[1]:
                 best = (pstart, off)
         assert best is not None
-        lo[k], hi[k], scope[k] = info.lo, info.hi, mine
+        lo[k], hi[k], scope[k] = g.lo, g.hi, g.scope
         part[k], parts[k] = best[0], it.partitions
         off_lo[k], off_hi[k] = best[1], best[1] + it.footprint
-        result[info.tensor.uid] = best
+        result[i] = best
         high = max(high, best[1] + it.footprint)
+    return result, high
+
+
+def _sweep_fit(
+    items: list[_Item], mode: str, total_partitions: int
+) -> tuple[list[tuple[int, int]], int]:
+    """Program order: place every item at the lowest offset that clears the placed items
+    still live when it starts.  Those are kept in a heap by the last point they block
+    (their last use, or in pipelined mode the end of their outermost loop, since the
+    iterations of a pipelined loop may overlap), so each item meets only the live ones."""
+    order = sorted(range(len(items)), key=lambda k: (items[k].group.lo, -items[k].footprint))
+    pipelined = mode == "pipelined"
+    active: list[tuple[int, int]] = []  # (last blocked point, item index)
+    where: list[tuple[int, int, int, int]] = [(0, 0, 0, 0)] * len(items)  # part, parts, lo, hi
+    result: list[tuple[int, int]] = [(0, 0)] * len(items)
+    high = 0
+    for i in order:
+        it = items[i]
+        g = it.group
+        while active and active[0][0] < g.lo:
+            heapq.heappop(active)
+        live = [where[j] for _, j in active]
+        best: tuple[int, int] | None = None
+        for pstart in _starts(it.partitions, total_partitions):
+            rects = [
+                (o_lo, o_hi)
+                for p, ps, o_lo, o_hi in live
+                if p < pstart + it.partitions and pstart < p + ps
+            ]
+            off = _lowest_gap(rects, it.footprint, it.align)
+            if best is None or off < best[1]:
+                best = (pstart, off)
+        assert best is not None
+        where[i] = (best[0], it.partitions, best[1], best[1] + it.footprint)
+        result[i] = best
+        high = max(high, best[1] + it.footprint)
+        blocks = g.outer_end if pipelined and g.scope != -1 else g.hi
+        heapq.heappush(active, (blocks, i))
     return result, high
 
 
@@ -262,117 +428,149 @@ def _first_fit(
 # the allocator
 
 
-def allocate(kernel: Kernel, target: Target) -> Allocation:
-    """Place every SBUF and PSUM tensor of ``kernel`` (see the module docstring)."""
-    infos = _liveness(kernel)
-    items: dict[str, list[_Item]] = {"sbuf": [], "psum": []}
-    for info in infos.values():
-        t = info.tensor
-        size, align = _layout(t, target)
-        want = (
-            min(target.max_buffers if info.pipelined else target.sequential_buffers, info.execs)
-            if info.execs > 1
-            else 1
-        )
-        if t.buffer == "psum":
-            want = min(want, target.psum_banks)
-        want = max(want, 1)
-        items[t.buffer].append(_Item(info, size, align, want, t.partitions, want))
+def allocate(kernel: Kernel, target: Target, *, rotation: bool = True) -> Allocation:
+    """Place every SBUF and PSUM tensor of ``kernel`` (see the module docstring).
+
+    ``rotation=False`` places every tensor on its own (no address rotation of unrolled
+    allocations), like NKI 0.7's ``CompileConfig(address_rotation=...)`` turned off."""
+    infos: dict[str, list[_Info]] = {"sbuf": [], "psum": []}
+    for info in _liveness(kernel).values():
+        infos[info.tensor.buffer].append(info)
     capacity = {"sbuf": target.sbuf_bytes, "psum": target.psum_bytes}
 
     placements: dict[int, Placement] = {}
+    leader: dict[int, int] = {}
     used: dict[str, int] = {}
     modes: list[str] = []
-    for memory, its in items.items():
-        placed, high, mode = _fit(its, capacity[memory], target.partitions)
+    rotated = True
+    for memory, mem_infos in infos.items():
+        for rotate in (True, False) if rotation else (False,):
+            its = _items(_groups(mem_infos, rotate), target)
+            placed, high, mode = _fit(its, capacity[memory], target.partitions)
+            if placed is not None:
+                break
+            if not any(len(it.group.members) > 1 for it in its):
+                break  # nothing rotates: placing one by one is what was just tried
+        rotated = rotated and rotation and rotate
         if placed is None:
             _fail(memory, its, high, capacity[memory])
         used[memory] = high
         modes.append(mode)
-        for it in its:
-            p, off = placed[it.info.tensor.uid]
-            placements[it.info.tensor.uid] = Placement(
-                it.info.tensor,
-                memory,
-                p,
-                it.partitions,
-                off,
-                it.size,
-                it.buffers,
-                (it.info.lo, it.info.hi),
-            )
+        for it, (p, off) in zip(its, placed):
+            g = it.group
+            n = len(g.members)
+            head = g.members[0].tensor.uid
+            for k, m in enumerate(g.members):
+                placements[m.tensor.uid] = Placement(
+                    m.tensor,
+                    memory,
+                    p,
+                    it.partitions,
+                    off,
+                    it.size,
+                    it.buffers,
+                    (m.lo, m.hi),
+                    k,
+                    n,
+                    k % g.live_at_once,
+                )
+                if n > 1:
+                    leader[m.tensor.uid] = head
     mode = "static" if "static" in modes else "pipelined"
-    return Allocation(placements, used, mode, _shared(placements))
+    return Allocation(placements, used, mode, leader, rotated)
+
+
+def _items(groups: list[_Group], target: Target) -> list[_Item]:
+    """Buffers wanted per group.  A tensor of a loop wants one buffer per iteration in flight
+    (``max_buffers`` in an ``affine_range``, ``sequential_buffers`` in a
+    ``sequential_range``); a rotation group inside a loop wants that for each of its
+    members, exactly as its tensors would on their own.  Straight-line code rotates through
+    ``max_buffers`` sets of what it holds live at once, as if it were an ``affine_range``
+    whose iterations are the unrolled steps."""
+    items = []
+    for g in groups:
+        t = g.tensor
+        size, align = _layout(t, target)
+        n = len(g.members)
+        execs = g.allocs // n
+        if execs > 1:
+            per = target.max_buffers if g.pipelined else target.sequential_buffers
+            unit = n
+            want = n * min(per, execs)
+        else:
+            unit = g.live_at_once
+            want = min(unit * target.max_buffers, g.allocs) if n > 1 else 1
+        if t.buffer == "psum":
+            want = min(want, unit * target.psum_banks)
+        want = max(want, g.live_at_once, 1)
+        items.append(_Item(g, size, align, want, t.partitions, want, g.live_at_once, unit))
+    return items
 
 
 def _fit(items: list[_Item], capacity: int, partitions: int):
     """Try generous plans first: pipelined liveness while shedding buffers, then static."""
     if not items:
-        return {}, 0, "pipelined"
+        return [], 0, "pipelined"
     high = 0
+    both = len(items) <= _VECTOR_FIT_MAX
     for mode in ("pipelined", "static"):
         for it in items:
             it.buffers = it.want
         while True:
-            for order in ("size", "start"):
-                placed, high = _first_fit(items, mode, partitions, order)
+            if both:
+                placed, high = _vector_fit(items, mode, partitions)
                 if high <= capacity:
                     return placed, high, mode
-            multi = [it for it in items if it.buffers > 1]
+            placed, high = _sweep_fit(items, mode, partitions)
+            if high <= capacity:
+                return placed, high, mode
+            multi = [it for it in items if it.buffers > it.floor]
             if not multi:
                 break
             # keep double buffering as long as possible: shed the third and fourth buffers
             # of every tensor before any tensor drops to a single buffer; the biggest first,
-            # an eighth of them per round so that kernels with thousands of tiles converge
-            multi.sort(key=lambda it: (it.buffers > 2, it.footprint, it.size), reverse=True)
+            # an eighth of them per round so that kernels with thousands of tiles converge.
+            # A rotation group sheds one buffer per member at a time, then an eighth of the
+            # rest per round, down to the members it holds live at once.
+            multi.sort(
+                key=lambda it: (it.buffers > 2 * it.unit, it.footprint, it.size), reverse=True
+            )
             for it in multi[: max(1, len(multi) // 8)]:
-                it.buffers -= 1
+                if it.buffers > it.unit:
+                    step = it.unit
+                else:
+                    step = max(1, (it.buffers - it.floor) // 8)
+                it.buffers = max(it.floor, it.buffers - step)
     return None, high, "static"
 
 
-def _shared(placements: dict[int, Placement]) -> dict[tuple[int, int], list[tuple[int, int]]]:
-    by_mem: dict[str, list[Placement]] = {}
-    for p in placements.values():
-        by_mem.setdefault(p.memory, []).append(p)
-    shared: dict[tuple[int, int], list[tuple[int, int]]] = {}
-    for plist in by_mem.values():
-        plist.sort(key=lambda p: p.offset)
-        for i, a in enumerate(plist):
-            for b in plist[i + 1 :]:
-                if b.offset >= a.end:
-                    break
-                if not (
-                    a.partition < b.partition + b.partitions
-                    and b.partition < a.partition + a.partitions
-                ):
-                    continue
-                for ka in range(a.buffers):
-                    lo_a = a.address(ka)
-                    for kb in range(b.buffers):
-                        lo_b = b.address(kb)
-                        if lo_a < lo_b + b.size and lo_b < lo_a + a.size:
-                            shared.setdefault((a.tensor.uid, ka), []).append((b.tensor.uid, kb))
-                            shared.setdefault((b.tensor.uid, kb), []).append((a.tensor.uid, ka))
-    return shared
-
-
 def _fail(memory: str, items: list[_Item], high: int, capacity: int) -> None:
-    # Report what is live at the fullest program point: that is what does not fit.
-    points = sorted({it.info.lo for it in items})
-    best: list[_Item] = []
-    best_bytes = -1
-    for pt in points:
-        live = [it for it in items if it.info.lo <= pt <= it.info.hi]
-        total = sum(it.size for it in live)
+    # Report what is live at the fullest program point: that is what does not fit.  The
+    # points where something starts are swept in order with the live set's bytes.
+    order = sorted(range(len(items)), key=lambda k: items[k].group.lo)
+    ending: list[tuple[int, int]] = []  # (last point, size)
+    total = 0
+    best_bytes, best_pt = -1, 0
+    k = 0
+    while k < len(order):
+        pt = items[order[k]].group.lo
+        while k < len(order) and items[order[k]].group.lo == pt:
+            it = items[order[k]]
+            total += it.size
+            heapq.heappush(ending, (it.group.hi, it.size))
+            k += 1
+        while ending and ending[0][0] < pt:
+            total -= heapq.heappop(ending)[1]
         if total > best_bytes:
-            best, best_bytes = live, total
+            best_bytes, best_pt = total, pt
+    best = [it for it in items if it.group.lo <= best_pt <= it.group.hi]
     best.sort(key=lambda it: -it.size)
     shown = ", ".join(
-        f"{it.info.tensor.name} ({it.size} B, {_where(it.info.tensor)})" for it in best[:6]
+        f"{it.group.tensor.name} ({it.size} B, {_where(it.group.tensor)})" for it in best[:6]
     )
     if len(best) > 6:
         shown += f", and {len(best) - 6} more"
-    loc = best[0].info.tensor.loc if best and best[0].info.tensor.loc else UNKNOWN_LOC
+    loc = best[0].group.tensor.loc if best and best[0].group.tensor.loc else UNKNOWN_LOC
     used = max(high, best_bytes)
     if memory == "psum":
         raise NkiError(

@@ -16,7 +16,8 @@ scheduler replays the tree per loop iteration with integer arithmetic only.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import itertools
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from math import prod
 
@@ -152,7 +153,8 @@ class StaticInstr:
         return self.engine == DMA
 
 
-# A step of the lowered program: (OP, StaticInstr) | (ALLOC, Tracked) | (LOOP, env slot, trip, steps)
+# A step of the lowered program: (OP, StaticInstr) | (ALLOC, Tracked, lane) |
+# (LOOP, env slot, trip, steps)
 OP, ALLOC, LOOP = 0, 1, 2
 
 
@@ -178,6 +180,7 @@ class _Lowerer:
         for i, _ in enumerate(kernel.grid):
             self.env[ProgramId(i)] = i
         self.tracked: dict[int, Tracked] = {}
+        self.regions: dict[tuple, Region] = {}
         self.instrs: list[StaticInstr] = []
         self.notes: list[str] = []
         self.folded = _folded_memsets(kernel)
@@ -186,7 +189,9 @@ class _Lowerer:
     # -- tracked buffers -------------------------------------------------------------------
     def track(self, t: Tensor) -> Tracked | None:
         root = t.root
-        tr = self.tracked.get(root.uid)
+        # the tensors of a rotation group are one buffer set, like one tensor of a loop
+        key = self.alloc.leader.get(root.uid, root.uid)
+        tr = self.tracked.get(key)
         if tr is not None:
             return tr
         if root.is_hbm:
@@ -200,14 +205,16 @@ class _Lowerer:
             tr = Tracked(len(self.tracked), root, 1, rows, cols)
         else:
             rows = root.shape[root.par_axis] if root.shape else 1
+            place = self.alloc.placements.get(key)
             tr = Tracked(
                 len(self.tracked),
-                root,
-                self.alloc.buffers(root),
+                place.tensor if place is not None else root,
+                place.buffers if place is not None else 1,
                 rows,
                 max(root.bytes_per_partition, 1),
+                placement=place,
             )
-        self.tracked[root.uid] = tr
+        self.tracked[key] = tr
         return tr
 
     def region(self, a: Access) -> Region | None:
@@ -218,9 +225,7 @@ class _Lowerer:
         if a.indirect is not None:
             # rows chosen at run time: the whole tensor, so every access that may overlap
             # is ordered before / after it
-            reg = Region(tr, 0, (), tr.rows, 0, (), tr.cols)
-            tr.regions.append(reg)
-            return reg
+            return self._region(tr, self._lane(t, tr), 0, (), tr.rows, 0, (), tr.cols)
         item = t.dtype.itemsize
         if t.is_hbm and tr.tensor.uid in self.flat_roots:
             # accessed through reshaped views: only the flat byte offset is comparable
@@ -236,8 +241,34 @@ class _Lowerer:
             flat = flat_offset(a, rest, row_major([t.shape[d] for d in rest]))
         r0, rterms, rspan = split_affine(row, a.shape, self.env)
         c0, cterms, cspan = split_affine(flat, a.shape, self.env)
-        reg = Region(tr, r0, rterms, rspan, c0 * item, _scale(cterms, item), cspan * item)
-        tr.regions.append(reg)
+        return self._region(
+            tr,
+            self._lane(t, tr),
+            r0,
+            rterms,
+            rspan,
+            c0 * item,
+            _scale(cterms, item),
+            cspan * item,
+        )
+
+    def _lane(self, t: Tensor, tr: Tracked) -> int:
+        if tr.placement is None:
+            return 0
+        place = self.alloc.placements.get(t.root.uid)
+        lane = place.lane if place is not None else 0
+        if lane >= tr.lanes:
+            tr.lanes = lane + 1
+        return lane
+
+    def _region(self, tr: Tracked, *key) -> Region:
+        # one Region per distinct footprint: the steps of unrolled code touch the same
+        # tiles again and again, and a region per access would hold memory per instruction
+        full = (tr.index, *key)
+        reg = self.regions.get(full)
+        if reg is None:
+            reg = self.regions[full] = Region(tr, *key)
+            tr.regions.append(reg)
         return reg
 
     # -- ops ---------------------------------------------------------------------------------
@@ -403,14 +434,22 @@ class _Lowerer:
         steps: list = []
         for s in stmts:
             if isinstance(s, Op):
+                seen = len(self.tracked)
                 si = self.lower_op(s)
                 if si is not None:
+                    # an on-chip tensor first seen here had no Alloc: it claims its memory
+                    # from the scheduler just before this first use
+                    new = len(self.tracked) > seen
+                    for tr in itertools.islice(self.tracked.values(), seen, None) if new else ():
+                        if tr.placement is not None:
+                            tr.implicit = True
+                            steps.append((ALLOC, tr, 0))
                     steps.append((OP, si))
             elif isinstance(s, Alloc):
                 if s.tensor.buffer in ("sbuf", "psum"):
                     tr = self.track(s.tensor)
                     if tr is not None:
-                        steps.append((ALLOC, tr))
+                        steps.append((ALLOC, tr, self._lane(s.tensor, tr)))
             elif isinstance(s, Loop):
                 slot = self.env[s.var] = len(self.env)
                 inner = self.body(s.body)
@@ -512,7 +551,7 @@ def _folded_memsets(kernel: Kernel) -> set[int]:
     first matmul's PSUM-zero flag (the profiler shows ``acc_flags psum_zero``), not an op."""
     folded: set[int] = set()
 
-    def first_use(stmts: list, t: Tensor) -> Op | None:
+    def first_use(stmts: Iterable, t: Tensor) -> Op | None:
         for s in stmts:
             if isinstance(s, Op):
                 if any(isinstance(a, Access) and a.tensor is t for a in (*s.outs, *s.ins)):
@@ -536,7 +575,9 @@ def _folded_memsets(kernel: Kernel) -> set[int]:
                 and s.outs[0].tensor.buffer == "psum"
                 and s.outs[0].is_whole
             ):
-                nxt = first_use(stmts[i + 1 :], s.outs[0].tensor)
+                # (islice, not a slice: a copy of the rest of an unrolled body per memset
+                # would be quadratic)
+                nxt = first_use(itertools.islice(stmts, i + 1, None), s.outs[0].tensor)
                 if (
                     nxt is not None
                     and nxt.prim == "nc_matmul"
@@ -573,9 +614,13 @@ def lower(kernel: Kernel, target: Target, allocation: Allocation) -> LoweredKern
         for axis in reversed(range(len(kernel.grid))):  # instances run one after another [PM]
             steps = [(LOOP, axis, kernel.grid[axis], steps)]
     tracked = sorted(lw.tracked.values(), key=lambda tr: tr.index)
+    lanes = 0
     for tr in tracked:
         choose_granules(tr)
-        tr.shared = any(key[0] == tr.tensor.uid for key in allocation.shared)
+        tr.lane0 = lanes
+        lanes += tr.lanes
+        for reg in tr.regions:
+            reg.slot = tr.lane0 + reg.lane
     return LoweredKernel(
         kernel, target, allocation, steps, lw.instrs, tracked, len(lw.env), kernel.grid, lw.notes
     )

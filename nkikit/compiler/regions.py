@@ -14,6 +14,7 @@ from math import gcd, prod
 
 from ..ir.affine import Affine, Axis, Sym
 from ..ir.core import Access, Tensor
+from .allocate import Placement
 
 MAX_ONCHIP_ROW_GRANULES = 4  # partition quadrants
 MAX_COL_GRANULES = 512  # enough to keep every tile of the tutorial kernels apart
@@ -24,7 +25,8 @@ Terms = tuple[tuple[int, int], ...]  # (env slot, coefficient)
 
 @dataclass(slots=True)
 class Tracked:
-    """A buffer whose accesses the scheduler orders: an on-chip tensor or a written HBM tensor.
+    """A buffer whose accesses the scheduler orders: an on-chip tensor (or the tensors of one
+    rotation group, which take its buffers in turn) or a written HBM tensor.
 
     Its memory is cut into ``rows x cols`` granules per buffer; an access marks every granule
     it touches.  Granule sizes divide every access offset and size when that keeps the count
@@ -42,7 +44,13 @@ class Tracked:
     n_cols: int = 1
     base: int = 0  # first state slot, set by the scheduler
     regions: list[Region] = field(default_factory=list)
-    shared: bool = False  # shares memory with another tensor: track its last access
+    # on-chip: where its buffers live (the scheduler orders the tenants of that memory)
+    placement: Placement | None = None
+    implicit: bool = False  # on-chip but never allocated by an Alloc statement
+    # members of a rotation group that are live together hold different buffers: each
+    # lane (scheduler slot ``lane0 + k``) records the buffer of the member allocated last
+    lane0: int = 0
+    lanes: int = 1
 
     @property
     def granules(self) -> int:
@@ -52,9 +60,12 @@ class Tracked:
 @dataclass(slots=True)
 class Region:
     """One operand's footprint in a tracked buffer: rows ``[r, r + r_span)`` and bytes
-    ``[c, c + c_span)`` where ``r`` and ``c`` are affine in the loop environment."""
+    ``[c, c + c_span)`` where ``r`` and ``c`` are affine in the loop environment.  ``slot``
+    is the scheduler's record of which buffer the accessed tensor holds now (its tracked
+    buffer's ``lane0`` plus its ``lane``)."""
 
     tracked: Tracked
+    lane: int  # the accessed tensor's lane in the tracked buffer (Placement.lane)
     r_const: int
     r_terms: Terms
     r_span: int
@@ -63,6 +74,7 @@ class Region:
     c_span: int
     # after granule sizes are known: a precomputed list when the region never moves
     fixed: tuple[int, ...] | None = None
+    slot: int = 0
 
 
 def split_affine(a: Affine, shape: tuple[int, ...], env: dict[Sym, int]) -> tuple[int, Terms, int]:

@@ -22,7 +22,12 @@ The model (all of it; the constants live in the Target):
   the end of its transfer (so pieces of one queue may overlap in the profile, as the
   profiler allows).  Dependents of a DMA wait for its last piece.
 * Two tensors sharing memory (disjoint lifetimes) are ordered: the first use of the later
-  one waits for the last use of the earlier one.
+  one waits for the last use of the earlier one.  On-chip memory is cut into cells (partition
+  quadrant x byte range between placement boundaries); an allocation takes its buffer's
+  cells over and waits for the last access of each cell's previous tenant, so the cost is
+  per cell of the allocation, not per tensor the memory was ever shared with.  The tensors
+  of one rotation group are one buffer set (one tracked buffer): their turns on a buffer
+  are ordered by the data dependencies on its granules, as a rolled loop's iterations are.
 
 Instructions are produced in program order with exact times in one pass; no graph is built.
 """
@@ -36,6 +41,8 @@ from .lower import DMA, LOOP, OP, LoweredKernel, StaticInstr
 from .regions import Region, Tracked
 
 _MAX_DEPS = 6
+_QUADRANT = 32  # partitions per quadrant: tensors start at multiples of 32 [A2]
+_QUADRANTS = 4
 _MAX_GAPS = 256
 _MIN_GAP_NS = 1.0
 
@@ -84,13 +91,52 @@ class Scheduler:
         self.r_id = [-1] * size
         self.r_eng = [-1] * size
         n = len(lk.tracked)
-        self.slot = [0] * n  # current buffer of each tracked tensor
+        # current buffer of each lane of each tracked tensor (see Tracked.lanes)
+        self.slot = [0] * sum(tr.lanes for tr in lk.tracked)
         self.count = [0] * n  # allocations so far
-        # per (tracked, buffer): floor set at allocation from previous tenants of the memory
-        self.floor: dict[tuple[int, int], tuple[float, int, int]] = {}
-        # per (tensor uid, buffer): last access end, for tensors that share memory
-        self.last: dict[tuple[int, int], tuple[float, int, int]] = {}
+        self._tenancy(lk)
         self.dma_fixed = t.dma_fixed_ns
+
+    def _tenancy(self, lk: LoweredKernel) -> None:
+        """Cells of on-chip memory and the tables that order their tenants.  A tenant is
+        one buffer of one tracked on-chip tensor, numbered ``tr.tbase + buffer``."""
+        self.tbase = [-1] * len(lk.tracked)
+        self.cells: list[list[int]] = []  # per tenant: its cells
+        onchip = [tr for tr in lk.tracked if tr.placement is not None]
+        n_cells = 0
+        for memory in ("sbuf", "psum"):
+            mine = [tr for tr in onchip if tr.placement.memory == memory]
+            bounds = sorted(
+                {
+                    a
+                    for tr in mine
+                    for b in range(tr.buffers)
+                    for a in (tr.placement.address(b), tr.placement.address(b) + tr.placement.size)
+                }
+            )
+            seg = {a: k for k, a in enumerate(bounds)}
+            n_seg = max(len(bounds) - 1, 0)
+            for tr in mine:
+                p = tr.placement
+                self.tbase[tr.index] = len(self.cells)
+                quads = range(
+                    p.partition // _QUADRANT, (p.partition + p.partitions - 1) // _QUADRANT + 1
+                )
+                for b in range(tr.buffers):
+                    s0, s1 = seg[p.address(b)], seg[p.address(b) + p.size]
+                    self.cells.append(
+                        [n_cells + q * n_seg + c for q in quads for c in range(s0, s1)]
+                    )
+            n_cells += _QUADRANTS * n_seg
+        self.owner = [-1] * n_cells  # tenant holding each cell
+        n = len(self.cells)
+        # per tenant: its last access (end, instruction, engine), and the floor set at its
+        # allocation from the previous tenants of its cells (None: nothing to wait for)
+        self.t_end = [0.0] * n
+        self.t_id = [-1] * n
+        self.t_eng = [-1] * n
+        self.floor: list[tuple[float, int, int] | None] = [None] * n
+        self.floors = 0  # tenants with a floor: skip the check while there are none
 
     # -- the replay --------------------------------------------------------------------------
     def run(self) -> Trace:
@@ -113,29 +159,41 @@ class Scheduler:
                     env[slot] = i
                     self._steps(body)
             else:  # ALLOC
-                self._alloc(st[1])
+                self._alloc(st[1], st[2])
 
-    def _alloc(self, tr: Tracked) -> None:
+    def _alloc(self, tr: Tracked, lane: int) -> None:
         k = tr.index
         buf = self.count[k] % tr.buffers
         self.count[k] += 1
-        self.slot[k] = buf
-        if not tr.shared:
+        self.slot[tr.lane0 + lane] = buf
+        tb = self.tbase[k]
+        if tb < 0:
             return
-        best = (0.0, -1, -1)
-        for uid, kb in self.lk.allocation.shared.get((tr.tensor.uid, buf), ()):
-            got = self.last.get((uid, kb))
-            if got is not None and got[0] > best[0]:
-                best = got
-        if best[1] >= 0:
-            self.floor[(k, buf)] = best
-        else:
-            self.floor.pop((k, buf), None)
+        me = tb + buf
+        owner, t_end, t_id = self.owner, self.t_end, self.t_id
+        best = -1
+        for c in self.cells[me]:
+            o = owner[c]
+            if o != me:
+                if o >= 0 and t_id[o] >= 0 and (best < 0 or t_end[o] > t_end[best]):
+                    best = o
+                owner[c] = me
+        old = self.floor[me]
+        if best >= 0:
+            self.floor[me] = f = (t_end[best], t_id[best], self.t_eng[best])
+            # what waited for the previous tenant waits for this one: its successors need
+            # not look further back, even if this tenant is never accessed
+            if f[0] >= t_end[me]:
+                t_end[me], t_id[me], self.t_eng[me] = f
+            self.floors += old is None
+        elif old is not None:
+            self.floor[me] = None
+            self.floors -= 1
 
     # -- regions -------------------------------------------------------------------------------
     def _cells(self, reg: Region) -> Sequence[int]:
         tr = reg.tracked
-        off = tr.base + self.slot[tr.index] * tr.granules
+        off = tr.base + self.slot[reg.slot] * tr.granules
         fixed = reg.fixed
         if fixed is not None:
             if len(fixed) == 1:
@@ -208,10 +266,13 @@ class Scheduler:
                         ready = t
                     if rid not in deps:
                         deps[rid] = e
-        if self.floor:
+        if self.floors:
+            floor, tbase, slot = self.floor, self.tbase, self.slot
             for reg in (*si.reads, *si.writes):
-                tr = reg.tracked
-                f = self.floor.get((tr.index, self.slot[tr.index]))
+                k = reg.tracked.index
+                if tbase[k] < 0:
+                    continue
+                f = floor[tbase[k] + slot[reg.slot]]
                 if f is not None:
                     t = f[0] + (0.0 if f[2] == eng else wait)
                     if t > ready:
@@ -236,14 +297,15 @@ class Scheduler:
                 w_eng[g] = eng
                 r_id[g] = -1
                 r_end[g] = 0.0
-        if self.lk.allocation.shared:
-            for reg in (*si.reads, *si.writes):
-                tr = reg.tracked
-                if tr.shared:
-                    key = (tr.tensor.uid, self.slot[tr.index])
-                    old = self.last.get(key)
-                    if old is None or end >= old[0]:
-                        self.last[key] = (end, iid, eng)
+        tbase, slot, t_end = self.tbase, self.slot, self.t_end
+        for reg in (*si.reads, *si.writes):
+            k = reg.tracked.index
+            if tbase[k] >= 0:
+                me = tbase[k] + slot[reg.slot]
+                if end >= t_end[me] or self.t_id[me] < 0:
+                    t_end[me] = end
+                    self.t_id[me] = iid
+                    self.t_eng[me] = eng
 
     @staticmethod
     def _dep_ids(deps: dict[int, float]) -> tuple[int, ...]:
