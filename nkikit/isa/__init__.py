@@ -1,6 +1,6 @@
 """``nkikit.isa`` — NKI's ``nki.isa``: one function per NeuronCore instruction."""
 
-from ..targets import default_target
+from ..targets import default_target as _default_target
 from .instructions import (  # noqa: F401
     activation,
     activation_reduce,
@@ -43,4 +43,4 @@ def get_nc_version() -> nc_version:
     """The NeuronCore generation of the target the kernel is traced for
     (``NEURON_PLATFORM_TARGET_OVERRIDE``, else trn2): gen2 (trn1/inf2), gen3 (trn2), gen4
     (trn3)."""
-    return nc_version(default_target().nc_version)
+    return nc_version(_default_target().nc_version)

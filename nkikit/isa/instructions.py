@@ -11,6 +11,7 @@ from ..errors import NkiError, SourceLoc, caller_loc
 from ..ir.affine import Affine, Axis
 from ..ir.opnames import op_name
 from ..ir.prims import engine_choices
+from ..targets import default_target as _default_target
 from ..trace.builder import current
 from ..trace.emit import (
     Scalar,
@@ -44,11 +45,11 @@ class reduce_cmd(enum.IntEnum):  # noqa: N801
     load_reduce = 4
 
 
-class dge_mode(enum.IntEnum):  # noqa: N801
-    unknown = 0
+class dge_mode(enum.IntEnum):  # noqa: N801 - values as in NKI Beta 1 [LISA]
+    none = 0
     swdge = 1
     hwdge = 2
-    none = 3
+    unknown = 3
 
 
 class oob_mode(enum.IntEnum):  # noqa: N801
@@ -65,6 +66,10 @@ class nc_version(enum.IntEnum):  # noqa: N801
     gen2 = 2
     gen3 = 3
     gen4 = 4
+
+
+# the enums under names that arguments of the same name do not shadow
+_OobMode, _DgeMode = oob_mode, dge_mode
 
 
 def _engine_name(e, default: str, prim: str | None = None, loc=None) -> str:
@@ -91,21 +96,83 @@ def _tile(x, loc, what):
     return as_tile_access(access_of(x, loc, what))
 
 
+# -- arguments nkikit knows but does not model -----------------------------------------------
+# Every documented Beta-1 argument is in its function's signature.  One that nkikit does not
+# model is accepted at its default and rejected otherwise (err_unsupported_api at the user's
+# line), so a kernel never silently simulates something other than what it asked for.
+
+
+def _unsupported(loc: SourceLoc, call: str, why: str) -> NkiError:
+    return NkiError("err_unsupported_api", loc, api=f"nisa.{call}", why=why)
+
+
+def _invalid(loc: SourceLoc, op: str, why: str) -> NkiError:
+    return NkiError("err_invalid_argument", loc, op=f"nisa.{op}", why=why)
+
+
+# An instruction's own free-axis reduction into reduce_res is modeled: reduce_cmd idle (the
+# default) or reset_reduce.  Carrying the engine's accumulator registers from one instruction
+# to the next (reduce, load_reduce) or resetting them alone is not.
+_MODELED_REDUCE_CMDS = (reduce_cmd.idle, reduce_cmd.reset_reduce)
+
+
+def _check_reduce_cmd(cmd: object, loc: SourceLoc, prim: str) -> None:
+    try:
+        value = reduce_cmd(cmd)
+    except ValueError:
+        raise _invalid(loc, prim, f"reduce_cmd={cmd!r} is not a nisa.reduce_cmd member") from None
+    if value not in _MODELED_REDUCE_CMDS:
+        raise _unsupported(
+            loc,
+            f"{prim}(reduce_cmd=reduce_cmd.{value.name})",
+            "accumulator registers carried between instructions are not modeled; reduce "
+            "within one instruction (reduce_cmd.idle or reset_reduce) and combine the "
+            "reduce_res tiles with nl.add / nl.maximum",
+        )
+
+
+def _check_reduce_op(op: object, loc: SourceLoc, prim: str) -> str:
+    name = op_name(op, "reduce")
+    if name != "max":
+        raise _invalid(loc, prim, f"reduce_op must be np.max (the only one it has), got {op!r}")
+    return name
+
+
+def _swap_pf(mask: Pred | None, loc: SourceLoc):
+    """A mask written over an input tile's (partition, free) axes, for a P/F-transposed
+    output: the simulator evaluates masks over the output's axes."""
+    m = mask_of(mask, loc)
+    if m is None:
+        return None
+    return m.substitute({Axis(0): Affine.of(Axis(1)), Axis(1): Affine.of(Axis(0))})
+
+
+def _two_d(a, loc: SourceLoc, what: str):
+    if len(a.shape) != 2:
+        raise NkiError(
+            "err_exceed_max_supported_dimension",
+            loc,
+            what=f"{what} {list(a.shape)}",
+            ndim=len(a.shape),
+            limit=2,
+        )
+    return a
+
+
 # --- TensorE -----------------------------------------------------------------------------
 
 
 def nc_matmul_at(stationary, moving, loc: SourceLoc, mask=None, **attrs) -> Tile:
-    s = _tile(stationary, loc, "nc_matmul stationary")
-    m = _tile(moving, loc, "nc_matmul moving")
+    """``nc_matmul`` at ``loc`` with extra IR attributes (``perf_mode``); used by ``nl.matmul``."""
+    s = _two_d(_tile(stationary, loc, "nc_matmul stationary"), loc, "nc_matmul stationary")
+    m = _two_d(_tile(moving, loc, "nc_matmul moving"), loc, "nc_matmul moving")
     tile, out = new_tile(
         (s.free_size, m.free_size), dtypes.float32, loc, buffer="psum", fallback="matmul"
     )
-    s2 = s if len(s.shape) == 2 else _flatten(s)
-    m2 = m if len(m.shape) == 2 else _flatten(m)
     _emit(
         "nc_matmul",
         [out],
-        [s2, m2],
+        [s, m],
         {"accumulate": False, **attrs},
         mask=mask_of(mask, loc),
         loc=loc,
@@ -113,55 +180,80 @@ def nc_matmul_at(stationary, moving, loc: SourceLoc, mask=None, **attrs) -> Tile
     return tile
 
 
-def _flatten(a):
-    raise NkiError(
-        "err_invalid_argument",
-        caller_loc(),
-        op="nc_matmul",
-        why=f"operands must be 2-D tiles, got shape {a.shape}",
-    )
-
-
 def nc_matmul(
     stationary,
     moving,
-    is_stationary_onezero=False,
-    is_moving_onezero=False,
-    is_transpose=False,
+    is_stationary_onezero: bool = False,
+    is_moving_onezero: bool = False,
+    is_transpose: bool = False,
     tile_position=(),
     tile_size=(),
     *,
     mask=None,
     perf_mode=None,
-    **kwargs,
 ) -> Tile:
     """``stationary.T @ moving`` on the TensorE into a new PSUM fp32 tile
-    [stationary free size, moving free size].  Contraction is over the partition axis."""
+    [stationary free size, moving free size].  Contraction is over the partition axis.
+
+    ``is_stationary_onezero`` / ``is_moving_onezero`` are performance hints with no effect on
+    the result; NKI documents them as mattering only for float32 operands, and there the 2x
+    speedup is not modeled, so a float32 operand with the hint is ``err_unsupported_api``.
+    ``is_transpose=True`` (the TensorE transpose mode) and PE tiling (``tile_position``,
+    ``tile_size``) are not modeled either: ``err_unsupported_api`` unless left at their
+    defaults.  ``perf_mode`` (``nisa.matmul_perf_mode``; an NKI 2.22+ argument) is modeled by
+    the cost model."""
+    loc = caller_loc()
+    s = _tile(stationary, loc, "nc_matmul stationary")
+    m = _tile(moving, loc, "nc_matmul moving")
+    for hint, flag, operand_ in (
+        ("is_stationary_onezero", is_stationary_onezero, s),
+        ("is_moving_onezero", is_moving_onezero, m),
+    ):
+        if flag and operand_.dtype == dtypes.float32:
+            raise _unsupported(
+                loc,
+                f"nc_matmul({hint}=True)",
+                "the 2x float32 one/zero fast path is not modeled by the cost model; drop "
+                "the hint (the result is the same)",
+            )
+    if is_transpose:
+        raise _unsupported(
+            loc,
+            "nc_matmul(is_transpose=True)",
+            "the TensorE transpose mode is not modeled; transpose with "
+            "nisa.nc_transpose(x) (or multiply by an identity matrix without the flag)",
+        )
+    if tuple(tile_position) or tuple(tile_size):
+        raise _unsupported(
+            loc,
+            "nc_matmul(tile_position=, tile_size=)",
+            "TensorE PE tiling (several small matmuls in parallel) is not modeled; leave both "
+            "at () to use the whole PE array",
+        )
     return nc_matmul_at(
         stationary,
         moving,
-        caller_loc(),
+        loc,
         mask=mask,
         perf_mode=None if perf_mode is None else str(getattr(perf_mode, "value", perf_mode)),
     )
 
 
-def nc_transpose_at(data, loc: SourceLoc, engine_: str = "tensor", dtype=None) -> Tile:
-    a = _tile(data, loc, "nc_transpose")
-    if len(a.shape) != 2:
-        raise NkiError(
-            "err_invalid_argument", loc, op="nc_transpose", why=f"data must be 2-D, got {a.shape}"
-        )
+def nc_transpose_at(data, loc: SourceLoc, engine_: str = "tensor", dtype=None, mask=None) -> Tile:
+    """``nc_transpose`` at ``loc``; ``mask`` is over ``data``'s (partition, free) axes."""
+    a = _two_d(_tile(data, loc, "nc_transpose"), loc, "nc_transpose data")
     buffer = "psum" if engine_ == "tensor" else "sbuf"
     tile, out = new_tile(
         (a.shape[1], a.shape[0]), dtype or a.dtype, loc, buffer=buffer, fallback="transpose"
     )
-    _emit("nc_transpose", [out], [a], {"engine": engine_}, loc=loc)
+    _emit("nc_transpose", [out], [a], {"engine": engine_}, mask=_swap_pf(mask, loc), loc=loc)
     return tile
 
 
-def nc_transpose(data, *, mask=None, dtype=None, engine=engine.unknown, **kwargs) -> Tile:  # noqa: A002
-    """Swap partition and free axes: TensorE (up to 128x128, into PSUM) or VectorE (32x32)."""
+def nc_transpose(data, *, mask=None, dtype=None, engine=engine.unknown) -> Tile:  # noqa: A002
+    """Swap partition and free axes: TensorE (up to 128x128, into PSUM) or VectorE (32x32).
+    ``mask`` is written over ``data``'s axes (``mask=(i_p < n)`` keeps input partitions below
+    n, i.e. output columns below n); masked-off output elements are not written."""
     loc = caller_loc()
     a = _tile(data, loc, "nc_transpose")
     default = (
@@ -169,7 +261,9 @@ def nc_transpose(data, *, mask=None, dtype=None, engine=engine.unknown, **kwargs
         if a.shape[0] <= 32 and a.free_size <= 32 and a.tensor.buffer == "psum"
         else "tensor"
     )
-    return nc_transpose_at(data, loc, _engine_name(engine, default, "nc_transpose", loc), dtype)
+    return nc_transpose_at(
+        data, loc, _engine_name(engine, default, "nc_transpose", loc), dtype, mask
+    )
 
 
 # --- ScalarE -------------------------------------------------------------------------------
@@ -184,10 +278,10 @@ def _activation(op, data, bias, scale, reduce_op, reduce_res, loc, dtype, mask) 
     outs = [out]
     if reduce_op is not None:
         if reduce_res is None:
-            raise NkiError(
-                "err_invalid_argument", loc, op="activation", why="reduce_op needs reduce_res"
-            )
+            raise _invalid(loc, "activation", "reduce_op needs reduce_res")
         outs.append(_tile(reduce_res, loc, "reduce_res"))
+    elif reduce_res is not None:
+        raise _invalid(loc, "activation", "reduce_res needs reduce_op (e.g. reduce_op=np.add)")
     _emit(
         "activation",
         outs,
@@ -202,24 +296,26 @@ def _activation(op, data, bias, scale, reduce_op, reduce_res, loc, dtype, mask) 
 def activation(
     op,
     data,
+    *,
     bias=None,
     scale=1.0,
-    *,
     reduce_op=None,
     reduce_res=None,
-    reduce_cmd=None,
+    reduce_cmd=reduce_cmd.idle,  # noqa: B008 - an enum member, NKI's default
     mask=None,
     dtype=None,
-    **kwargs,
 ) -> Tile:
     """``op(data * scale + bias)`` on the ScalarE.  ``bias``: (P, 1) tile; ``scale``: scalar or
-    (P, 1) tile.  With ``reduce_op`` (add), the free-axis reduction of the result is written to
-    ``reduce_res`` (P, 1)."""
-    return _activation(op, data, bias, scale, reduce_op, reduce_res, caller_loc(), dtype, mask)
+    (P, 1) tile.  With ``reduce_op`` (add), the free-axis reduction of this instruction's result
+    is written to ``reduce_res`` (P, 1).  ``reduce_cmd``: idle (default) or reset_reduce;
+    accumulating over earlier instructions (reduce) is ``err_unsupported_api``."""
+    loc = caller_loc()
+    _check_reduce_cmd(reduce_cmd, loc, "activation")
+    return _activation(op, data, bias, scale, reduce_op, reduce_res, loc, dtype, mask)
 
 
 def activation_reduce(
-    op, data, *, reduce_op, reduce_res, bias=None, scale=1.0, mask=None, dtype=None, **kwargs
+    op, data, *, reduce_op, reduce_res, bias=None, scale=1.0, mask=None, dtype=None
 ) -> Tile:
     """``activation`` plus a free-axis reduction into ``reduce_res``."""
     return _activation(op, data, bias, scale, reduce_op, reduce_res, caller_loc(), dtype, mask)
@@ -228,9 +324,7 @@ def activation_reduce(
 # --- VectorE / GpSimd ------------------------------------------------------------------------
 
 
-def tensor_tensor(
-    data1, data2, op, *, mask=None, dtype=None, engine=engine.unknown, **kwargs
-) -> Tile:  # noqa: A002
+def tensor_tensor(data1, data2, op, *, mask=None, dtype=None, engine=engine.unknown) -> Tile:  # noqa: A002
     """Elementwise ``op(data1, data2)``; both tiles have the same shape."""
     loc = caller_loc()
     a, b = _tile(data1, loc, "tensor_tensor"), _tile(data2, loc, "tensor_tensor")
@@ -263,14 +357,18 @@ def tensor_scalar(
     mask=None,
     dtype=None,
     engine=engine.unknown,
-    **kwargs,
 ) -> Tile:  # noqa: A002
-    """``(data op0 operand0) op1 operand1``; operands are scalars or (P, 1) tiles."""
+    """``(data op0 operand0) op1 operand1``; operands are scalars or (P, 1) tiles.  Without
+    ``op1`` only the first operation runs (``operand1`` and ``reverse1`` need ``op1``)."""
     loc = caller_loc()
     a = _tile(data, loc, "tensor_scalar")
     ins = [a, operand(operand0, loc)]
     if op1 is not None:
+        if operand1 is None:
+            raise _invalid(loc, "tensor_scalar", "op1 needs operand1")
         ins.append(operand(operand1, loc))
+    elif operand1 is not None or reverse1:
+        raise _invalid(loc, "tensor_scalar", "operand1 and reverse1 need op1")
     tile, out = new_tile(a.shape, dtype or a.dtype, loc, fallback="ts")
     _emit(
         "tensor_scalar",
@@ -290,7 +388,7 @@ def tensor_scalar(
 
 
 def tensor_scalar_reduce(
-    *, data, op0, operand0, reduce_op, reduce_res, reverse0=False, mask=None, dtype=None, **kwargs
+    *, data, op0, operand0, reduce_op, reduce_res, reverse0=False, mask=None, dtype=None
 ) -> Tile:
     """``data op0 operand0`` plus a free-axis reduction of the result into ``reduce_res``."""
     loc = caller_loc()
@@ -315,17 +413,7 @@ def tensor_scalar_reduce(
 
 
 def scalar_tensor_tensor(
-    *,
-    data,
-    op0,
-    operand0,
-    op1,
-    operand1,
-    reverse0=False,
-    reverse1=False,
-    mask=None,
-    dtype=None,
-    **kwargs,
+    *, data, op0, operand0, op1, operand1, reverse0=False, reverse1=False, mask=None, dtype=None
 ) -> Tile:
     """``(data op0 operand0) op1 operand1`` where operand0 is a scalar / (P, 1) tile and
     operand1 a tile of data's shape."""
@@ -349,9 +437,7 @@ def scalar_tensor_tensor(
     return tile
 
 
-def tensor_reduce(
-    op, data, axis, *, mask=None, dtype=None, negate=False, keepdims=False, **kwargs
-) -> Tile:
+def tensor_reduce(op, data, axis, *, mask=None, dtype=None, negate=False, keepdims=False) -> Tile:
     """Reduce free axes ``axis`` with ``op`` (optionally negating the result)."""
     from ..language.ops import reduce
 
@@ -360,7 +446,7 @@ def tensor_reduce(
     )
 
 
-def tensor_partition_reduce(op, data, *, mask=None, dtype=None, **kwargs) -> Tile:
+def tensor_partition_reduce(op, data, *, mask=None, dtype=None) -> Tile:
     """Reduce across partitions (GpSimd): (P, F) -> (1, F)."""
     loc = caller_loc()
     a = _tile(data, loc, "tensor_partition_reduce")
@@ -376,10 +462,40 @@ def tensor_partition_reduce(op, data, *, mask=None, dtype=None, **kwargs) -> Til
     return tile
 
 
-def tensor_tensor_scan(data0, data1, initial, op0, op1, *, mask=None, dtype=None, **kwargs) -> Tile:
+# Operators whose operand order does not matter: reverse0/reverse1 of tensor_tensor_scan are
+# exact no-ops for them.
+_COMMUTATIVE = frozenset(
+    """add multiply maximum minimum equal not_equal logical_and logical_or logical_xor
+    bitwise_and bitwise_or bitwise_xor""".split()
+)
+
+
+def tensor_tensor_scan(
+    data0,
+    data1,
+    initial,
+    op0,
+    op1,
+    reverse0: bool = False,
+    reverse1: bool = False,
+    *,
+    mask=None,
+    dtype=None,
+) -> Tile:
     """Per-partition scan along the free axis: ``r[i] = op1(op0(data0[i], r[i-1]), data1[i])``
-    with ``r[-1] = initial`` (scalar or (P, 1) tile)."""
+    with ``r[-1] = initial`` (scalar or (P, 1) tile).  ``reverse0`` / ``reverse1`` swap the
+    operands of ``op0`` / ``op1``; modeled for commutative operators (where they change
+    nothing), ``err_unsupported_api`` for the others."""
     loc = caller_loc()
+    ops = {"op0": op_name(op0), "op1": op_name(op1)}
+    for flag, (which, name) in zip((reverse0, reverse1), ops.items()):
+        if flag and name not in _COMMUTATIVE:
+            raise _unsupported(
+                loc,
+                f"tensor_tensor_scan(reverse{which[-1]}=True)",
+                f"swapping the operands of {which}={name} is not modeled (only of "
+                "commutative operators, where it changes nothing)",
+            )
     a = _tile(data0, loc, "tensor_tensor_scan")
     b = broadcast_access(
         _tile(data1, loc, "tensor_tensor_scan"), a.shape, loc, "tensor_tensor_scan"
@@ -389,14 +505,14 @@ def tensor_tensor_scan(data0, data1, initial, op0, op1, *, mask=None, dtype=None
         "tensor_tensor_scan",
         [out],
         [a, b, operand(initial, loc)],
-        {"op0": op_name(op0), "op1": op_name(op1)},
+        ops,
         mask=mask_of(mask, loc),
         loc=loc,
     )
     return tile
 
 
-def tensor_copy(src, *, mask=None, dtype=None, engine=engine.unknown, **kwargs) -> Tile:  # noqa: A002
+def tensor_copy(src, *, mask=None, dtype=None, engine=engine.unknown) -> Tile:  # noqa: A002
     """Copy (and cast) a tile on the Vector, Scalar or GpSimd engine."""
     loc = caller_loc()
     a = _tile(src, loc, "tensor_copy")
@@ -412,7 +528,7 @@ def tensor_copy(src, *, mask=None, dtype=None, engine=engine.unknown, **kwargs) 
     return tile
 
 
-def reciprocal(data, *, mask=None, dtype=None, **kwargs) -> Tile:
+def reciprocal(data, *, mask=None, dtype=None) -> Tile:
     """1 / data on the VectorE."""
     loc = caller_loc()
     a = _tile(data, loc, "reciprocal")
@@ -421,7 +537,7 @@ def reciprocal(data, *, mask=None, dtype=None, **kwargs) -> Tile:
     return tile
 
 
-def iota(expr, dtype, *, mask=None, **kwargs) -> Tile:
+def iota(expr, dtype, *, mask=None) -> Tile:
     """A tile whose elements are the values of an affine index expression (GpSimd)."""
     loc = caller_loc()
     if not isinstance(expr, Index) or not expr.sizes:
@@ -437,7 +553,7 @@ def iota(expr, dtype, *, mask=None, **kwargs) -> Tile:
     return tile
 
 
-def memset(shape, value, dtype, *, mask=None, engine=engine.unknown, **kwargs) -> Tile:  # noqa: A002
+def memset(shape, value, dtype, *, mask=None, engine=engine.unknown) -> Tile:  # noqa: A002
     """A new tile filled with ``value``."""
     loc = caller_loc()
     tile, out = new_tile(tuple(shape), dtype, loc, fallback="memset")
@@ -452,7 +568,7 @@ def memset(shape, value, dtype, *, mask=None, engine=engine.unknown, **kwargs) -
     return tile
 
 
-def affine_select(pred, on_true_tile, on_false_value, *, mask=None, dtype=None, **kwargs) -> Tile:
+def affine_select(pred, on_true_tile, on_false_value, *, mask=None, dtype=None) -> Tile:
     """``on_true_tile`` where the affine predicate holds, else ``on_false_value`` (GpSimd)."""
     loc = caller_loc()
     if not isinstance(pred, Pred):
@@ -475,6 +591,9 @@ def affine_select(pred, on_true_tile, on_false_value, *, mask=None, dtype=None, 
     return tile
 
 
+_FP32_MIN = float(np.finfo(np.float32).min)
+
+
 def range_select(
     *,
     on_true_tile,
@@ -482,18 +601,26 @@ def range_select(
     comp_op1,
     bound0,
     bound1,
-    reduce_cmd=None,
+    reduce_cmd=reduce_cmd.idle,  # noqa: B008 - an enum member, NKI's default
     reduce_res=None,
-    reduce_op=np.max,
+    reduce_op=np.amax,
     range_start=0,
-    on_false_value=-3.4028234663852886e38,
+    on_false_value=_FP32_MIN,
     mask=None,
     dtype=None,
-    **kwargs,
 ) -> Tile:
     """Keep elements whose free index i satisfies ``(i comp_op0 bound0) and (i comp_op1 bound1)``
-    (bounds are (P, 1) tiles), else ``on_false_value``; optionally max-reduce into ``reduce_res``."""
+    (bounds are (P, 1) tiles), else ``on_false_value``; optionally max-reduce into
+    ``reduce_res``.  As on the hardware, ``on_false_value`` must be ``nl.fp32.min`` and
+    ``reduce_op`` ``np.max``; ``reduce_cmd``: idle (default) or reset_reduce."""
     loc = caller_loc()
+    _check_reduce_cmd(reduce_cmd, loc, "range_select")
+    if float(on_false_value) != _FP32_MIN:
+        raise _invalid(
+            loc,
+            "range_select",
+            f"on_false_value must be nl.fp32.min (a hardware constraint), got {on_false_value!r}",
+        )
     a = _tile(on_true_tile, loc, "range_select")
     tile, out = new_tile(a.shape, dtype or a.dtype, loc, fallback="range_select")
     outs = [out] + ([_tile(reduce_res, loc, "reduce_res")] if reduce_res is not None else [])
@@ -506,7 +633,7 @@ def range_select(
             "comp_op1": op_name(comp_op1),
             "on_false": float(on_false_value),
             "range_start": int(range_start),
-            "reduce_op": op_name(reduce_op, "reduce"),
+            "reduce_op": _check_reduce_op(reduce_op, loc, "range_select"),
         },
         mask=mask_of(mask, loc),
         loc=loc,
@@ -516,19 +643,23 @@ def range_select(
 
 def select_reduce(
     *,
+    dst=None,
     predicate,
     on_true,
     on_false,
     reduce_res=None,
-    reduce_cmd=None,
-    reduce_op=np.max,
+    reduce_cmd=reduce_cmd.idle,  # noqa: B008 - an enum member, NKI's default
+    reduce_op=np.amax,
     reverse_pred=False,
     mask=None,
     dtype=None,
-    **kwargs,
 ) -> Tile:
-    """``where(predicate, on_true, on_false)`` plus an optional max reduction into ``reduce_res``."""
+    """``where(predicate, on_true, on_false)`` (``on_false``: a scalar or (P, 1) tile) written
+    into ``dst``, plus an optional max reduction into ``reduce_res``; returns ``dst``.  Without
+    ``dst`` (an nkikit convenience) the result is a new tile.  ``reduce_op`` must be np.max;
+    ``reduce_cmd``: idle (default) or reset_reduce."""
     loc = caller_loc()
+    _check_reduce_cmd(reduce_cmd, loc, "select_reduce")
     p = _tile(predicate, loc, "select_reduce")
     t = broadcast_access(_tile(on_true, loc, "on_true"), p.shape, loc, "select_reduce")
     f = (
@@ -536,20 +667,42 @@ def select_reduce(
         if isinstance(on_false, Tile)
         else float(on_false)
     )
-    tile, out = new_tile(p.shape, result_dtype(dtype, on_true), loc, fallback="select")
+    if dst is None:
+        tile, out = new_tile(p.shape, result_dtype(dtype, on_true), loc, fallback="select")
+    else:
+        out = _tile(dst, loc, "select_reduce dst")
+        if dtype is not None and dtypes.as_dtype(dtype) != out.dtype:
+            raise _invalid(
+                loc,
+                "select_reduce",
+                f"dtype={dtypes.name(dtypes.as_dtype(dtype))} differs from dst's "
+                f"{dtypes.name(out.dtype)}; the result takes dst's dtype",
+            )
+        if out.shape != p.shape:
+            raise NkiError(
+                "err_store_dst_shape_smaller_than_other_shape",
+                loc,
+                op="nisa.select_reduce",
+                dst=out.shape,
+                src=p.shape,
+            )
+        tile = dst
     outs = [out] + ([_tile(reduce_res, loc, "reduce_res")] if reduce_res is not None else [])
     _emit(
         "select_reduce",
         outs,
         [p, t, f],
-        {"reverse": bool(reverse_pred), "reduce_op": op_name(reduce_op, "reduce")},
+        {
+            "reverse": bool(reverse_pred),
+            "reduce_op": _check_reduce_op(reduce_op, loc, "select_reduce"),
+        },
         mask=mask_of(mask, loc),
         loc=loc,
     )
     return tile
 
 
-def bn_stats(data, *, mask=None, dtype=None, **kwargs) -> Tile:
+def bn_stats(data, *, mask=None, dtype=None) -> Tile:
     """Per-partition statistics of up to 512 elements: 6 values
     (count, mean, count*var of the even elements, then of the odd elements)."""
     loc = caller_loc()
@@ -559,7 +712,7 @@ def bn_stats(data, *, mask=None, dtype=None, **kwargs) -> Tile:
     return tile
 
 
-def bn_aggr(data, *, mask=None, dtype=None, **kwargs) -> Tile:
+def bn_aggr(data, *, mask=None, dtype=None) -> Tile:
     """Aggregate k groups of bn_stats (free size 6k... or 3k) into (mean, variance) per partition."""
     loc = caller_loc()
     a = _tile(data, loc, "bn_aggr")
@@ -568,7 +721,7 @@ def bn_aggr(data, *, mask=None, dtype=None, **kwargs) -> Tile:
     return tile
 
 
-def dropout(data, prob, *, mask=None, dtype=None, **kwargs) -> Tile:
+def dropout(data, prob, *, mask=None, dtype=None) -> Tile:
     """Zero each element with probability ``prob`` (scalar or (P, 1) tile).  Deterministic in
     simulation (seeded per kernel call)."""
     loc = caller_loc()
@@ -578,7 +731,7 @@ def dropout(data, prob, *, mask=None, dtype=None, **kwargs) -> Tile:
     return tile
 
 
-def max8(*, src, mask=None, dtype=None, **kwargs) -> Tile:
+def max8(*, src, mask=None, dtype=None) -> Tile:
     """The 8 largest values of each partition, in descending order: (P, 8)."""
     loc = caller_loc()
     a = _tile(src, loc, "max8")
@@ -587,16 +740,26 @@ def max8(*, src, mask=None, dtype=None, **kwargs) -> Tile:
     return tile
 
 
-def nc_find_index8(*, data, vals, mask=None, dtype=dtypes.uint32, **kwargs) -> Tile:
-    """Per partition, the index of the first occurrence of each of 8 values (uint32)."""
+def nc_find_index8(*, data, vals, mask=None, dtype=None) -> Tile:
+    """Per partition, the index of the first occurrence of each of 8 values; ``dtype`` uint32
+    (the default) or uint16."""
     loc = caller_loc()
+    dt = dtypes.uint32 if dtype is None else dtypes.as_dtype(dtype)
+    if dt not in (dtypes.uint16, dtypes.uint32):
+        raise NkiError(
+            "err_unsupported_dtype",
+            loc,
+            op="nisa.nc_find_index8",
+            dtype=dtypes.name(dt),
+            why="indices are uint16 or uint32",
+        )
     a, v = _tile(data, loc, "nc_find_index8"), _tile(vals, loc, "nc_find_index8")
-    tile, out = new_tile((a.shape[0], 8), dtype, loc, fallback="index8")
+    tile, out = new_tile((a.shape[0], 8), dt, loc, fallback="index8")
     _emit("nc_find_index8", [out], [a, v], mask=mask_of(mask, loc), loc=loc)
     return tile
 
 
-def nc_match_replace8(*, data, vals, imm, dst_idx=None, mask=None, dtype=None, **kwargs) -> Tile:
+def nc_match_replace8(*, data, vals, imm, dst_idx=None, mask=None, dtype=None) -> Tile:
     """Replace the first occurrence of each of 8 values in every partition by ``imm``."""
     loc = caller_loc()
     a, v = _tile(data, loc, "nc_match_replace8"), _tile(vals, loc, "nc_match_replace8")
@@ -606,11 +769,18 @@ def nc_match_replace8(*, data, vals, imm, dst_idx=None, mask=None, dtype=None, *
     return tile
 
 
-def nc_stream_shuffle(src, dst, shuffle_mask, *, dtype=None, mask=None, **kwargs) -> None:
+def nc_stream_shuffle(src, dst, shuffle_mask, *, dtype=None, mask=None) -> None:
     """Move partitions within each 32-partition quadrant: ``dst[i] = src[shuffle_mask[i]]``;
     255 keeps dst."""
     loc = caller_loc()
     a, d = _tile(src, loc, "nc_stream_shuffle"), _tile(dst, loc, "nc_stream_shuffle")
+    if dtype is not None and dtypes.as_dtype(dtype) != d.dtype:
+        raise _invalid(
+            loc,
+            "nc_stream_shuffle",
+            f"dtype={dtypes.name(dtypes.as_dtype(dtype))} differs from dst's "
+            f"{dtypes.name(d.dtype)}; the result takes dst's dtype",
+        )
     _emit(
         "nc_stream_shuffle",
         [d],
@@ -622,7 +792,7 @@ def nc_stream_shuffle(src, dst, shuffle_mask, *, dtype=None, mask=None, **kwargs
 
 
 def local_gather(
-    src_buffer, index, num_elem_per_idx=1, num_valid_indices=None, *, mask=None, **kwargs
+    src_buffer, index, num_elem_per_idx=1, num_valid_indices=None, *, mask=None
 ) -> Tile:
     """GpSimd gather: each group of 16 partitions gathers elements of its own partitions by
     uint16 index (elements are numbered partition-major within the group)."""
@@ -645,16 +815,73 @@ def local_gather(
 
 
 def dma_copy(
-    *, dst, src, mask=None, dst_rmw_op=None, oob_mode=None, dge_mode=None, **kwargs
+    *,
+    dst,
+    src,
+    mask=None,
+    dst_rmw_op=None,
+    oob_mode=oob_mode.error,  # noqa: B008 - an enum member, NKI's default
+    dge_mode=dge_mode.unknown,  # noqa: B008
 ) -> None:
-    """Copy between HBM and SBUF (or SBUF and SBUF) on the DMA engines."""
+    """Copy between HBM and SBUF (or SBUF and SBUF) on the DMA engines, casting through fp32
+    when the dtypes differ.  ``dst_rmw_op=np.add`` adds into ``dst``.  An index tile on the
+    partition dimension of ``src`` or ``dst`` gathers or scatters rows, bounds-checked when the
+    kernel runs (``oob_mode.error``, the default); skipping out-of-bounds rows
+    (``oob_mode.skip``) is not modeled.  ``dge_mode`` other than ``unknown`` (the compiler's
+    choice) is not modeled by the cost model: ``err_unsupported_api``."""
     loc = caller_loc()
     d, s = access_of(dst, loc, "dma_copy dst"), access_of(src, loc, "dma_copy src")
+    indirect = d.indirect is not None or s.indirect is not None
+    oob = _enum_arg(_OobMode, oob_mode, loc, "oob_mode")
+    dge = _enum_arg(_DgeMode, dge_mode, loc, "dge_mode")
+    rmw = None if dst_rmw_op is None else op_name(dst_rmw_op)
+    if rmw not in (None, "add"):
+        raise _invalid(loc, "dma_copy", f"dst_rmw_op must be np.add, got {dst_rmw_op!r}")
+    if oob is not _OobMode.error:
+        if rmw is not None:
+            raise _invalid(loc, "dma_copy", "dst_rmw_op allows only oob_mode=oob_mode.error")
+        if indirect:
+            raise _unsupported(
+                loc,
+                "dma_copy(oob_mode=oob_mode.skip)",
+                "skipping out-of-bounds rows of an indirect DMA is not modeled; keep the "
+                "indices in bounds (checked when the kernel runs) or mask the DMA",
+            )
+        # a DMA without an index tile has no runtime bounds to skip: the mode changes nothing
+    if dge is not _DgeMode.unknown:
+        if dge is _DgeMode.hwdge and _default_target().nc_version < 3:
+            raise _invalid(
+                loc,
+                "dma_copy",
+                f"dge_mode=hwdge needs NeuronCore-v3 or newer; the target is "
+                f"{_default_target().name}",
+            )
+        if dge is not _DgeMode.swdge and indirect:
+            raise _invalid(
+                loc,
+                "dma_copy",
+                f"a gather/scatter by an index tile needs software DGE, not dge_mode={dge.name}",
+            )
+        raise _unsupported(
+            loc,
+            f"dma_copy(dge_mode=dge_mode.{dge.name})",
+            "choosing the descriptor-generation mode is not modeled by the cost model; leave "
+            "dge_mode=dge_mode.unknown",
+        )
     from ..trace.builder import reshape_access
 
     s2 = reshape_access(s, d.shape) or s
-    attrs = {} if dst_rmw_op is None else {"rmw_op": op_name(dst_rmw_op)}
+    attrs = {} if rmw is None else {"rmw_op": rmw}
     _emit("dma_copy", [d], [s2], attrs, mask=mask_of(mask, loc), loc=loc)
+
+
+def _enum_arg(kind: type[enum.IntEnum], value: object, loc: SourceLoc, arg: str):
+    try:
+        return kind(value)
+    except ValueError:
+        raise _invalid(
+            loc, "dma_copy", f"{arg}={value!r} is not a nisa.{kind.__name__} member"
+        ) from None
 
 
 fp32 = type("fp32", (), {"min": float(np.finfo(np.float32).min)})

@@ -5,7 +5,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from .. import dtypes as _dt
-from ..targets import default_target
+from ..targets import default_target as _default_target
 from ..trace.index import arange, ds, mgrid  # noqa: F401
 from . import ops as _ops
 from .creation import (  # noqa: F401
@@ -80,67 +80,68 @@ class _TileSize:
     @property
     def pmax(self) -> int:
         """Partitions a tile may span."""
-        return default_target().pmax
+        return _default_target().pmax
 
     @property
     def psum_fmax(self) -> int:
         """fp32 elements per partition of a PSUM tile (a matmul result)."""
-        return default_target().psum_tile_fmax
+        return _default_target().psum_tile_fmax
 
     @property
     def psum_bank_fmax(self) -> int:
         """fp32 elements per partition of one PSUM bank."""
-        return default_target().psum_bank_fmax
+        return _default_target().psum_bank_fmax
 
     @property
     def psum_bank_fmax_bytes(self) -> int:
         """Bytes per partition of one PSUM bank."""
-        return default_target().psum_bank_bytes
+        return _default_target().psum_bank_bytes
 
     @property
     def psum_num_banks(self) -> int:
         """PSUM banks per partition."""
-        return default_target().psum_banks
+        return _default_target().psum_banks
 
     @property
     def gemm_stationary_fmax(self) -> int:
         """Free size of nc_matmul's stationary operand."""
-        return default_target().gemm_stationary_fmax
+        return _default_target().gemm_stationary_fmax
 
     @property
     def gemm_moving_fmax(self) -> int:
         """Free size of nc_matmul's moving operand."""
-        return default_target().gemm_moving_fmax
+        return _default_target().gemm_moving_fmax
 
     @property
     def bn_stats_fmax(self) -> int:
         """Elements per partition one bn_stats reads."""
-        return default_target().bn_stats_fmax
+        return _default_target().bn_stats_fmax
 
     @property
     def sbuf_fmax(self) -> int:
         """Elements per partition one Vector/Scalar/GpSimd instruction reads from SBUF."""
-        return default_target().sbuf_fmax
+        return _default_target().sbuf_fmax
 
     @property
     def total_available_sbuf_size(self) -> int:
         """SBUF bytes per partition."""
-        return default_target().sbuf_bytes
+        return _default_target().sbuf_bytes
 
     @property
     def sbuf_size_bytes(self) -> int:
         """SBUF bytes per partition (as ``total_available_sbuf_size``)."""
-        return default_target().sbuf_bytes
+        return _default_target().sbuf_bytes
 
     def __repr__(self) -> str:
-        return f"nl.tile_size({default_target().name})"
+        return f"nl.tile_size({_default_target().name})"
 
 
 tile_size = _TileSize()
 
 
-def loop_reduce(x, op, loop_indices, **kwargs):
-    """Not supported: write the accumulation across iterations as ``acc[...] += x``."""
+def loop_reduce(x, op, loop_indices, *, dtype=None, mask=None):
+    """Not supported (``err_unsupported_api``): write the accumulation across iterations as
+    ``acc[...] += x``."""
     from ..errors import NkiError, caller_loc
 
     raise NkiError(

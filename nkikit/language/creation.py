@@ -53,12 +53,14 @@ def _buffer_name(buffer: object, loc: SourceLoc) -> str:
     raise NkiError("err_invalid_argument", loc, op="ndarray", why=f"unknown buffer {buffer!r}")
 
 
-def ndarray(
-    shape, dtype, *, buffer=None, name: str = "", _loc: SourceLoc | None = None, **kwargs
-) -> Tile:
+def ndarray(shape, dtype, *, buffer=None, name: str = "") -> Tile:
     """A new, uninitialized tensor.  ``shape`` may contain ``nl.par_dim(n)`` to mark the
     partition dimension (default: the first).  Fresh memory is poisoned (NaN) in simulation."""
-    loc = _loc or caller_loc()
+    return ndarray_at(shape, dtype, buffer, name, caller_loc())
+
+
+def ndarray_at(shape, dtype, buffer, name: str, loc: SourceLoc) -> Tile:
+    """``nl.ndarray`` for the user's line ``loc`` (creation functions built on it)."""
     b = current("nl.ndarray")
     if not isinstance(shape, tuple | list):
         shape = (shape,)
@@ -84,32 +86,33 @@ def ndarray(
     return Tile.of(t)
 
 
-def zeros(shape, dtype, *, buffer=None, name: str = "", **kwargs) -> Tile:
+def zeros(shape, dtype, *, buffer=None, name: str = "") -> Tile:
     """A tensor filled with zeros (a memset instruction)."""
-    from .ops import full
+    from .ops import fill_at
 
-    return full(shape, 0.0, dtype, buffer=buffer, name=name)
-
-
-def ones(shape, dtype, *, buffer=None, name: str = "", **kwargs) -> Tile:
-    from .ops import full
-
-    return full(shape, 1.0, dtype, buffer=buffer, name=name)
+    return fill_at(shape, 0.0, dtype, buffer, name, caller_loc(), "nl.zeros")
 
 
-def zeros_like(a: Tile, dtype=None, *, buffer=None, name: str = "", **kwargs) -> Tile:
+def ones(shape, dtype, *, buffer=None, name: str = "") -> Tile:
+    """A tensor filled with ones (a memset instruction)."""
+    from .ops import fill_at
+
+    return fill_at(shape, 1.0, dtype, buffer, name, caller_loc(), "nl.ones")
+
+
+def zeros_like(a: Tile, dtype=None, *, buffer=None, name: str = "") -> Tile:
     return zeros(a.shape, dtype or a.dtype, buffer=buffer, name=name)
 
 
-def ones_like(a: Tile, dtype=None, *, buffer=None, name: str = "", **kwargs) -> Tile:
+def ones_like(a: Tile, dtype=None, *, buffer=None, name: str = "") -> Tile:
     return ones(a.shape, dtype or a.dtype, buffer=buffer, name=name)
 
 
-def empty_like(a: Tile, dtype=None, *, buffer=None, name: str = "", **kwargs) -> Tile:
-    return ndarray(a.shape, dtype or a.dtype, buffer=buffer, name=name, _loc=caller_loc())
+def empty_like(a: Tile, dtype=None, *, buffer=None, name: str = "") -> Tile:
+    return ndarray_at(a.shape, dtype or a.dtype, buffer, name, caller_loc())
 
 
-def shared_constant(constant, dtype=None, **kwargs) -> Tile:
+def shared_constant(constant, dtype=None) -> Tile:
     """A constant HBM tensor baked into the kernel."""
     loc = caller_loc()
     b = current("nl.shared_constant")
@@ -136,7 +139,7 @@ def shared_constant(constant, dtype=None, **kwargs) -> Tile:
     return Tile.of(t)
 
 
-def shared_identity_matrix(n: int, dtype=dtypes.uint8, **kwargs) -> Tile:
+def shared_identity_matrix(n: int, dtype=dtypes.uint8) -> Tile:
     """An n x n identity matrix in HBM."""
     return shared_constant(np.eye(int(n)), dtype=dtype)
 
@@ -175,17 +178,17 @@ class _Range:
             yield idx * self.step + self.start if (self.step != 1 or self.start) else idx
 
 
-def affine_range(start, stop=None, step=1, **kwargs) -> _Range:
+def affine_range(start, stop=None, step=1) -> _Range:
     """A parallel loop: iterations must be independent (except for accumulations)."""
     return _Range("affine", start, stop, step)
 
 
-def sequential_range(start, stop=None, step=1, **kwargs) -> _Range:
+def sequential_range(start, stop=None, step=1) -> _Range:
     """A loop whose iterations may depend on each other; kept rolled."""
     return _Range("sequential", start, stop, step)
 
 
-def static_range(start, stop=None, step=1, **kwargs) -> range:
+def static_range(start, stop=None, step=1) -> range:
     """A loop unrolled while the kernel is traced."""
     if stop is None:
         start, stop = 0, start

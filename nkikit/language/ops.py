@@ -33,7 +33,7 @@ def _emit(prim, outs, ins, attrs=None, mask=None, loc=None):
 # memory
 
 
-def load(src: Tile, *, mask=None, dtype=None, **kwargs) -> Tile:
+def load(src: Tile, *, mask=None, dtype=None) -> Tile:
     """HBM -> SBUF: a new SBUF tile with ``src``'s (canonical 2-D+) shape.  ``src`` may be
     indexed by an SBUF tile of integers on its partition dimension, ``t[idx_tile, i_f]``
     (an indirect DMA: a gather of one row per partition, bounds checked when it runs)."""
@@ -48,7 +48,7 @@ def load(src: Tile, *, mask=None, dtype=None, **kwargs) -> Tile:
     return tile
 
 
-def load_transpose2d(src: Tile, *, mask=None, dtype=None, **kwargs) -> Tile:
+def load_transpose2d(src: Tile, *, mask=None, dtype=None) -> Tile:
     """HBM -> SBUF with the two dimensions swapped (a DMA transpose)."""
     loc = caller_loc()
     a = as_tile_access(access_of(src, loc, "load_transpose2d"))
@@ -62,15 +62,24 @@ def load_transpose2d(src: Tile, *, mask=None, dtype=None, **kwargs) -> Tile:
             got=a.tensor.buffer,
         )
     if len(a.shape) != 2:
-        raise NkiError("err_invalid_argument", loc, op="load_transpose2d", why="src must be 2-D")
+        raise NkiError(
+            "err_exceed_max_supported_dimension",
+            loc,
+            what=f"load_transpose2d src {list(a.shape)}",
+            ndim=len(a.shape),
+            limit=2,
+        )
     swap = {Axis(0): Affine.of(Axis(1)), Axis(1): Affine.of(Axis(0))}
     t_src = a.remap((a.shape[1], a.shape[0]), swap)
     tile, out = new_tile(t_src.shape, dtype or a.dtype, loc, fallback="load_t")
-    _emit("dma_copy", [out], [t_src], {"transpose": True}, mask=mask_of(mask, loc), loc=loc)
+    # the mask is written over src's axes, the simulator reads it over the (transposed) output's
+    m = mask_of(mask, loc)
+    m = None if m is None else m.substitute(swap)
+    _emit("dma_copy", [out], [t_src], {"transpose": True}, mask=m, loc=loc)
     return tile
 
 
-def store(dst: Tile, value, *, mask=None, **kwargs) -> None:
+def store(dst: Tile, value, *, mask=None) -> None:
     """SBUF (or PSUM, through an implicit copy) -> HBM.  ``dst`` may be indexed by an index
     tile, ``t[idx_tile, i_f]`` (an indirect DMA: a scatter; rows sharing an index: the last
     partition's wins in simulation, unspecified on hardware)."""
@@ -80,7 +89,7 @@ def store(dst: Tile, value, *, mask=None, **kwargs) -> None:
     _emit("dma_copy", [d2], [v], mask=mask_of(mask, loc), loc=loc)
 
 
-def atomic_rmw(dst: Tile, value, op, *, mask=None, **kwargs) -> None:
+def atomic_rmw(dst: Tile, value, op, *, mask=None) -> None:
     """``dst = op(dst, value)`` on HBM, atomically per element: ``dst`` is an HBM tensor
     indexed by an index tile (``t[idx_tile, i_f]``, the only form NKI supports), ``op`` is
     ``np.add`` (or ``nl.add``), ``value`` a tile of ``dst``'s shape or a scalar.  Rows that
@@ -178,7 +187,7 @@ def memset_into(dst: Access, value, *, loc: SourceLoc, mask=None) -> None:
     )
 
 
-def copy(src, *, mask=None, dtype=None, **kwargs) -> Tile:
+def copy(src, *, mask=None, dtype=None) -> Tile:
     """Copy a tile (e.g. PSUM -> SBUF), casting to ``dtype``."""
     loc = caller_loc()
     a = as_tile_access(access_of(src, loc, "copy"))
@@ -187,7 +196,7 @@ def copy(src, *, mask=None, dtype=None, **kwargs) -> Tile:
     return tile
 
 
-def broadcast_to(src, shape, **kwargs) -> Tile:
+def broadcast_to(src, shape) -> Tile:
     """Broadcast a tile: free dims of size 1 by repeated reads, the partition dim (1 -> P)
     through the TensorE as the hardware does."""
     loc = caller_loc()
@@ -324,8 +333,15 @@ def _scalar_attrs(name: str, reverse: bool = False, accumulate: bool = False) ->
 
 
 def _make_binary(name: str):
-    def fn(x, y, *, dtype=None, mask=None, **kwargs):
-        return binary(name, x, y, dtype, mask, caller_loc())
+    if name in ("mod", "fmod"):  # NKI Beta 1 spells these two without the "*"
+
+        def fn(x, y, dtype=None, mask=None):
+            return binary(name, x, y, dtype, mask, caller_loc())
+
+    else:
+
+        def fn(x, y, *, dtype=None, mask=None):
+            return binary(name, x, y, dtype, mask, caller_loc())
 
     fn.__name__ = fn.__qualname__ = name
     fn.__nki_op__ = name
@@ -334,7 +350,7 @@ def _make_binary(name: str):
 
 
 def _make_unary(name: str):
-    def fn(x, *, dtype=None, mask=None, **kwargs):
+    def fn(x, *, dtype=None, mask=None):
         return unary(name, x, dtype, mask, caller_loc())
 
     fn.__name__ = fn.__qualname__ = name
@@ -357,7 +373,7 @@ for _n in UNARY:
     _ns[_n] = _make_unary(_n)
 
 
-def reciprocal(x, *, dtype=None, mask=None, **kwargs) -> Tile:
+def reciprocal(x, *, dtype=None, mask=None) -> Tile:
     """1 / x on the VectorE."""
     loc = caller_loc()
     if not isinstance(x, Tile):
@@ -371,7 +387,7 @@ def reciprocal(x, *, dtype=None, mask=None, **kwargs) -> Tile:
 reciprocal.__nki_op__ = "reciprocal"
 
 
-def where(condition, x, y, *, dtype=None, mask=None, **kwargs) -> Tile:
+def where(condition, x, y, *, dtype=None, mask=None) -> Tile:
     """``x`` where ``condition`` is non-zero, else ``y`` (tiles or scalars)."""
     loc = caller_loc()
     c = as_tile_access(access_of(condition, loc, "where"))
@@ -439,7 +455,7 @@ def reduce(
 
 
 def _make_reduce(public: str, op: str, what: str):
-    def fn(x, axis=None, *, dtype=None, mask=None, keepdims=False, **kwargs) -> Tile:
+    def fn(x, axis=None, *, dtype=None, mask=None, keepdims=False) -> Tile:
         return reduce(op, x, axis, dtype, mask, keepdims, loc=caller_loc())
 
     fn.__name__ = fn.__qualname__ = public
@@ -455,7 +471,7 @@ prod = _make_reduce("prod", "multiply", "Product")
 all = _make_reduce("all", "logical_and", "Logical and")  # noqa: A001
 
 
-def mean(x, axis=None, *, dtype=None, mask=None, keepdims=False, **kwargs) -> Tile:
+def mean(x, axis=None, *, dtype=None, mask=None, keepdims=False) -> Tile:
     """Arithmetic mean along free axes (a sum, then a scale by 1/n)."""
     loc = caller_loc()
     a = as_tile_access(access_of(x, loc, "mean"))
@@ -465,7 +481,7 @@ def mean(x, axis=None, *, dtype=None, mask=None, keepdims=False, **kwargs) -> Ti
     return binary("multiply", s, 1.0 / n, dtype or a.dtype, mask, loc)
 
 
-def var(x, axis=None, *, dtype=None, mask=None, keepdims=False, **kwargs) -> Tile:
+def var(x, axis=None, *, dtype=None, mask=None, keepdims=False) -> Tile:
     """Population variance along free axes: mean((x - mean(x))^2)."""
     loc = caller_loc()
     a = as_tile_access(access_of(x, loc, "var"))
@@ -483,7 +499,7 @@ def var(x, axis=None, *, dtype=None, mask=None, keepdims=False, **kwargs) -> Til
 # fused and TensorE
 
 
-def matmul(x, y, *, transpose_x: bool = False, mask=None, **kwargs) -> Tile:
+def matmul(x, y, *, transpose_x: bool = False, mask=None) -> Tile:
     """``x @ y`` into a PSUM fp32 tile.  With ``transpose_x=True`` x is given as [K, M]
     (contraction on the partition axis); otherwise x is [M, K] and is transposed on the TensorE."""
     from ..isa import instructions as I
@@ -502,17 +518,48 @@ def copy_at(x, loc: SourceLoc, dtype=None) -> Tile:
     return tile
 
 
-def transpose(x, *, dtype=None, mask=None, **kwargs) -> Tile:
-    """2-D transpose on the TensorE (result in PSUM)."""
+def transpose(x, *, dtype=None, mask=None) -> Tile:
+    """2-D transpose on the TensorE (result in PSUM); ``mask`` is over ``x``'s axes."""
     from ..isa import instructions as I
 
-    return I.nc_transpose_at(x, caller_loc(), dtype=dtype)
+    return I.nc_transpose_at(x, caller_loc(), dtype=dtype, mask=mask)
 
 
-def softmax(x, axis=-1, *, dtype=None, mask=None, **kwargs) -> Tile:
-    """softmax(x) along the last free axis: max, exp(x - max) with a running sum, 1/sum, scale."""
+def _whole_free_axes(axis, a: Access, loc: SourceLoc, api: str) -> None:
+    """``axis`` must name every free axis of ``a``: these fused ops reduce the whole free
+    extent in one ScalarE instruction."""
+    if _axes(axis, len(a.shape), loc) != tuple(range(1, len(a.shape))):
+        raise NkiError(
+            "err_unsupported_api",
+            loc,
+            api=f"nl.{api}(axis={axis!r})",
+            why=f"it reduces over every free axis of its input {list(a.shape)}; reshape the "
+            "tile so the axis is its only free axis",
+        )
+
+
+def _compute_dtype(dtype, compute_dtype, loc: SourceLoc, api: str):
+    """NKI: ``dtype`` and ``compute_dtype`` "behave the same, both set internal compute and
+    return dtype"; one of them, or both equal."""
+    if compute_dtype is None:
+        return dtype
+    if dtype is not None and dtypes.as_dtype(dtype) != dtypes.as_dtype(compute_dtype):
+        raise NkiError(
+            "err_invalid_argument",
+            loc,
+            op=f"nl.{api}",
+            why="dtype and compute_dtype are the same setting in NKI; give one of them",
+        )
+    return compute_dtype
+
+
+def softmax(x, axis=-1, *, dtype=None, compute_dtype=None, mask=None) -> Tile:
+    """softmax(x) along the free axis: max, exp(x - max) with a running sum, 1/sum, scale.
+    ``compute_dtype`` is the same setting as ``dtype`` (as in NKI)."""
     loc = caller_loc()
     a = as_tile_access(access_of(x, loc, "softmax"))
+    _whole_free_axes(axis, a, loc, "softmax")
+    dtype = _compute_dtype(dtype, compute_dtype, loc, "softmax")
     neg_max = reduce("max", x, axis, dtypes.float32, mask, True, negate=True, loc=loc)
     e, s = activation_reduce_at("exp", x, neg_max, "add", dtypes.float32, loc)
     r = reciprocal_at(s, loc)
@@ -520,11 +567,14 @@ def softmax(x, axis=-1, *, dtype=None, mask=None, **kwargs) -> Tile:
 
 
 def rms_norm(
-    x, w, axis=-1, n=None, epsilon: float = 1e-6, *, dtype=None, mask=None, **kwargs
+    x, w, axis=-1, n=None, epsilon: float = 1e-6, *, dtype=None, compute_dtype=None, mask=None
 ) -> Tile:
-    """x / sqrt(mean(x^2) + epsilon) * w along the free axis."""
+    """x / sqrt(sum(x^2) / n + epsilon) * w along the free axis (``n``: the element count,
+    default the free size).  ``compute_dtype`` is the same setting as ``dtype`` (as in NKI)."""
     loc = caller_loc()
     a = as_tile_access(access_of(x, loc, "rms_norm"))
+    _whole_free_axes(axis, a, loc, "rms_norm")
+    dtype = _compute_dtype(dtype, compute_dtype, loc, "rms_norm")
     count = n or a.free_size
     sq, ss = activation_reduce_at("square", x, 0.0, "add", dtypes.float32, loc)
     ms = binary("multiply", ss, 1.0 / count, dtypes.float32, None, loc)
@@ -567,25 +617,33 @@ def reciprocal_at(x, loc) -> Tile:
 # creation
 
 
-def full(shape, fill_value, dtype=None, *, buffer=None, name: str = "", **kwargs) -> Tile:
-    from .creation import ndarray
+def full(shape, fill_value, dtype=None, *, buffer=None, name: str = "") -> Tile:
+    """A new tensor filled with ``fill_value`` (a memset); on-chip memories only."""
+    return fill_at(shape, fill_value, dtype, buffer, name, caller_loc(), "nl.full")
 
-    loc = caller_loc()
-    t = ndarray(shape, dtype=dtype or dtypes.float32, buffer=buffer, name=name, _loc=loc)
+
+def fill_at(shape, fill_value, dtype, buffer, name: str, loc: SourceLoc, api: str) -> Tile:
+    """``nl.full`` (``nl.zeros``, ``nl.ones``: ``api``) for the user's line ``loc``."""
+    from .creation import ndarray_at
+
+    t = ndarray_at(shape, dtype or dtypes.float32, buffer, name, loc)
     if t.tensor.is_hbm:
-        raise NkiError(
-            "err_invalid_argument",
-            loc,
-            op="zeros/ones/full",
-            why="HBM tensors cannot be created with an initial value (err_hbm_tensor_with_init_value_not_supported)",
-        )
+        raise NkiError("err_hbm_tensor_with_init_value_not_supported", loc, api=api)
     memset_into(t.access, fill_value, loc=loc)
     return t
 
 
-def device_print(prefix: str, x, **kwargs) -> None:
-    """Print a tile's value while the kernel is simulated."""
+def device_print(prefix: str, x, *, mask=None) -> None:
+    """Print a tile's value while the kernel is simulated (all of it: ``mask`` is
+    ``err_unsupported_api``)."""
     loc = caller_loc()
+    if mask is not None:
+        raise NkiError(
+            "err_unsupported_api",
+            loc,
+            api="nl.device_print(mask=)",
+            why="printing part of a tile is not modeled; index the tile instead",
+        )
     a = access_of(x, loc, "device_print")
     _emit("device_print", [], [a], {"prefix": str(prefix)}, loc=loc)
 
