@@ -291,10 +291,13 @@ def _replace8(op, ins, ctx):
 
 @rule("nc_stream_shuffle")
 def _shuffle(op, ins, ctx):
-    # dst[i] = src[quadrant start + mask[i]] within each 32-partition quadrant; 255 keeps dst
+    # within every 32-partition quadrant, partition i takes the quadrant's partition mask[i]
+    # (the same mask for every quadrant); 255 keeps the destination's partition [ISA]
     dst = ctx.dst(0).copy()
     src = ins[0]
-    for i, m in enumerate(op.attrs["shuffle_mask"][: dst.shape[0]]):
+    mask = op.attrs["shuffle_mask"]
+    for i in range(dst.shape[0]):
+        m = mask[i % 32] if i % 32 < len(mask) else 255
         if m != 255:
             dst[i] = src[(i // 32) * 32 + m]
     return [dst]

@@ -257,3 +257,72 @@ def test_dropout_zeroes_about_prob_and_is_reproducible():
     assert np.array_equal(a, b)
     assert set(np.unique(a)) <= {0.0, 1.0}
     assert abs((a == 0).mean() - 0.25) < 0.02
+
+
+# ---------------------------------------------------------------------------------------------
+# the rule context and strict writes
+
+
+@nki.jit
+def shuffle_kernel(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    src = nl.load(x)
+    dst = nl.full((64, 8), -1.0, dtype=nl.float32)
+    # partition i of each quadrant takes partition 31 - i; 255 keeps dst's partition
+    nisa.nc_stream_shuffle(src=src, dst=dst, shuffle_mask=[255] + list(range(30, -1, -1)))
+    nl.store(out, value=dst)
+    return out
+
+
+def test_stream_shuffle_reads_the_partitions_it_keeps_from_its_destination():
+    x = np.arange(64 * 8, dtype=np.float32).reshape(64, 8)
+    out = shuffle_kernel(x)
+    for q in (0, 32):
+        assert (out[q] == -1.0).all()
+        np.testing.assert_array_equal(out[q + 1 : q + 32], x[q : q + 31][::-1])
+
+
+@nki.jit
+def copies_in_a_loop(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(2):
+        t = nl.load(x[i * 64 : (i + 1) * 64, :])
+        nl.store(out[i * 64 : (i + 1) * 64, :], value=nl.copy(t))
+    return out
+
+
+def test_a_rule_sees_mask_env_seed_and_destination(monkeypatch):
+    from nkikit.ir.affine import LoopVar
+    from nkikit.sim import rules
+    from nkikit.sim.interp import Interpreter
+
+    seen = []
+    real = rules.RULES["tensor_copy"]
+
+    def spy(op, ins, ctx):
+        loops = {v.name: n for v, n in ctx.env.items() if isinstance(v, LoopVar)}
+        seen.append((loops, ctx.seed, ctx.valid, bool(np.isnan(ctx.dst(0)).all())))
+        return real(op, ins, ctx)
+
+    monkeypatch.setitem(rules.RULES, "tensor_copy", spy)
+    x = np.ones((128, 4), np.float32)
+    kernel, _ = copies_in_a_loop.specialize(x)
+    (out,) = Interpreter(kernel, seed=7).run([x])
+    np.testing.assert_array_equal(out, x)
+    # each iteration: its loop value, the call's seed, no mask, a fresh (poisoned) destination
+    assert seen == [({"i": 0}, 7, None, True), ({"i": 1}, 7, None, True)]
+
+
+def test_a_write_of_the_wrong_size_is_an_internal_error_not_a_broadcast():
+    from nkikit.ir.prims import PrimError
+    from nkikit.sim.interp import Interpreter
+
+    x = np.ones((128, 4), np.float32)
+    kernel, _ = copies_in_a_loop.specialize(x)
+    it = Interpreter(kernel)
+    it.run([x])
+    op = next(op for op, _ in kernel.ops() if op.prim == "tensor_copy")
+    env = {v: 0 for _, loops in kernel.ops() for v in (lp.var for lp in loops)}
+    with pytest.raises(PrimError, match="produced"):
+        it.write(op.outs[0], np.zeros((64, 1), np.float32), env, op)
+    it.write(op.outs[0], np.zeros((64, 2, 2), np.float32), env, op)  # same elements: reshaped
