@@ -21,6 +21,7 @@ from .jit import Kernel0x, jit
 from .tensor import NkiTensor
 
 Kernel = Kernel0x
+dtype = language.dtypes  # kernels annotate `dtype: nki.dtype`
 
 
 def simulate(kernel):

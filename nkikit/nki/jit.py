@@ -83,12 +83,12 @@ class Kernel0x(JitKernel):
                         why=f"the kernel returns {t.name!r} ({t.buffer}); return HBM tensors created with nl.ndarray(..., buffer=nl.shared_hbm)",
                     )
                 if t.kind == "input":
-                    raise NkiError(
-                        "err_invalid_argument",
-                        loc,
-                        op="return",
-                        why=f"the kernel returns its input {t.name!r}; return a new nl.shared_hbm tensor",
-                    )
+                    # a kernel that writes an input in place may return it (the NKI Library's
+                    # in-place kernels do); it comes back as one of the results
+                    t.mutable = True
+                    if t not in outputs:
+                        outputs.append(t)
+                    return outputs.index(t)
                 if r.shape != t.shape:
                     if not (r.offset == 0 and r.is_contiguous() and r.size == math.prod(t.shape)):
                         raise NkiError(
@@ -112,9 +112,10 @@ class Kernel0x(JitKernel):
                 "err_invalid_argument", loc, op="return", why=f"cannot return a {type(r).__name__}"
             )
 
-        structure = collect(results[0])
-        for other in results[1:]:
-            collect(other)  # every program returns the same shared tensors
+        with tracing(b):  # a returned reshape becomes an IR tensor of this kernel
+            structure = collect(results[0])
+            for other in results[1:]:
+                collect(other)  # every program returns the same shared tensors
         return Kernel(self.func.__name__, params, outputs, b.body, (), loc, b.tensors, structure)
 
 
@@ -139,13 +140,26 @@ def _ops(b: Builder):
     yield from go(b.body)
 
 
+_COMPILER_OPTIONS = (
+    "platform_target",
+    "debug_kernel",
+    "show_compiler_tb",
+    "additional_compile_opt",
+    "experimental_flags",
+    "enable_out_of_bound_check",
+)
+
+
 def jit(fn=None, *, mode=None, compile_config=None, specialization_config=None, **kwargs):
     """Decorate an NKI 0.x kernel: ``@nki.jit`` or ``@nki.jit(...)``.  ``mode`` and the 0.7
     configs are accepted and have no effect on simulation; ``platform_target=`` is ignored,
     as in NKI 0.2 (the target comes from ``NEURON_PLATFORM_TARGET_OVERRIDE``)."""
-    # NKI 0.3 rejects platform_target= (the NKI Library of early 2026 still passes it): the
-    # target being traced for comes from NEURON_PLATFORM_TARGET_OVERRIDE / NKI_NC_VERSION
-    kwargs.pop("platform_target", None)
+    # options of the Neuron compiler and its debugging aids: they change how a kernel is
+    # compiled or reported, not what it computes.  NKI 0.3 rejects platform_target= (the NKI
+    # Library of early 2026 still passes it); the target being traced for comes from
+    # NEURON_PLATFORM_TARGET_OVERRIDE / NKI_NC_VERSION.
+    for option in _COMPILER_OPTIONS:
+        kwargs.pop(option, None)
     if kwargs:
         raise TypeError(f"nki.jit() got an unexpected keyword argument {next(iter(kwargs))!r}")
     if fn is None:

@@ -21,7 +21,7 @@ import numpy as np
 
 from ... import dtypes
 from ...errors import NkiError, SourceLoc, caller_loc
-from ...ir.affine import Affine, Axis
+from ...ir.affine import Affine, Axis, Predicate
 from ...ir.core import Access
 from ...ir.opnames import op_name
 from ...isa import dge_mode, engine, matmul_perf_mode, nc_version, oob_mode, reduce_cmd
@@ -501,32 +501,33 @@ def memset(dst, value, engine=engine.unknown, name=None) -> NkiInstruction:  # n
     return _emit("memset", [d], [], {"value": float(value), "engine": eng}, loc=loc)
 
 
-def iota(dst, pattern, offset=0, channel_multiplier=0, name=None) -> NkiInstruction:
-    """``dst[c, w, z, y, x] = offset + c * channel_multiplier + sum(step * index)`` over the
-    access ``pattern`` (``[[step, num], ...]``), computed in int32 (GpSimd)."""
-    loc = caller_loc()
-    _dst_chip(dst, loc, "iota", ("sbuf",))
-    pairs = [(int(s), int(n)) for s, n in pattern]
+def _pattern_views(views: list[NkiTensor], pattern, offset, channel_multiplier, loc, op: str):
+    """``views`` re-expressed in one shape refining the iota-style access ``pattern``
+    (``[[step, num], ...]`` over the free elements), and the affine value
+    ``offset + partition * channel_multiplier + sum(step * index)`` in that shape's axes."""
+    pairs = [(int(st), int(n)) for st, n in pattern]
     counts = tuple(n for _, n in pairs)
-    per_partition = dst.size // dst.shape[0]
+    per_partition = views[0].size // views[0].shape[0]
     if math.prod(counts) != per_partition:
         raise NkiError(
             "err_invalid_argument",
             loc,
-            op="nisa.iota",
+            op=f"nisa.{op}",
             why=f"the pattern covers {math.prod(counts)} elements per partition, dst has {per_partition}",
         )
-    refined = _chain(
-        [tuple(n for n in counts if n != 1), tuple(n for n in dst.shape[1:] if n != 1)]
-    )
+    if isinstance(offset, NkiTensor) or isinstance(channel_multiplier, NkiTensor):
+        raise _unsupported(f"nisa.{op} with a runtime offset", "offsets must be ints", loc)
+    free = [tuple(n for n in counts if n != 1)] + [
+        tuple(n for n in v.shape[1:] if n != 1) for v in views
+    ]
+    refined = _chain(free)
     if refined is None:
         raise NkiError(
             "err_invalid_argument",
             loc,
-            op="nisa.iota",
-            why=f"the pattern counts {counts} cannot be matched to dst's free shape {dst.shape[1:]}",
+            op=f"nisa.{op}",
+            why=f"the pattern counts {counts} cannot be matched to the free shape {views[0].shape[1:]}",
         )
-    view = _refine(dst, refined, 1)
     # coefficient of each refined axis: the step of the pattern dim it belongs to, times the
     # extent of the finer refined axes inside that pattern dim
     coefs = []
@@ -545,13 +546,71 @@ def iota(dst, pattern, offset=0, channel_multiplier=0, name=None) -> NkiInstruct
             sub.append(step * inner)
             inner *= p
         coefs.extend(reversed(sub))
-    if isinstance(offset, NkiTensor) or isinstance(channel_multiplier, NkiTensor):
-        raise _unsupported("nisa.iota with a runtime offset", "offsets must be ints", loc)
     expr = Affine.of(int(offset)) + Affine.of(Axis(0)) * int(channel_multiplier)
     for k, c in enumerate(coefs):
         expr = expr + Affine.of(Axis(k + 1)) * c
-    d = _acc(view, loc, "iota")
-    return _emit("iota", [d], [], {"expr": expr}, loc=loc)
+    return [_refine(v, refined, 1) for v in views], expr
+
+
+def iota(dst, pattern, offset=0, channel_multiplier=0, name=None) -> NkiInstruction:
+    """``dst[c, w, z, y, x] = offset + c * channel_multiplier + sum(step * index)`` over the
+    access ``pattern`` (``[[step, num], ...]``), computed in int32 (GpSimd)."""
+    loc = caller_loc()
+    _dst_chip(dst, loc, "iota", ("sbuf",))
+    (view,), expr = _pattern_views([dst], pattern, offset, channel_multiplier, loc, "iota")
+    return _emit("iota", [_acc(view, loc, "iota")], [], {"expr": expr}, loc=loc)
+
+
+_CMP = {
+    "equal": "==",
+    "not_equal": "!=",
+    "greater": ">",
+    "greater_equal": ">=",
+    "less": "<",
+    "less_equal": "<=",
+}
+
+
+def affine_select(
+    dst,
+    pattern,
+    channel_multiplier,
+    on_true_tile,
+    on_false_value,
+    cmp_op=None,
+    offset=0,
+    name=None,
+) -> NkiInstruction:
+    """``dst = on_true_tile where cmp_op(v, 0) else on_false_value``, ``v`` the iota-style
+    value of ``pattern`` (``offset + partition * channel_multiplier + sum(step * index)``);
+    ``cmp_op`` defaults to ``nl.equal`` (GpSimd, SBUF)."""
+    loc = caller_loc()
+    _dst_chip(dst, loc, "affine_select", ("sbuf",))
+    cmp = _CMP.get(op_name(cmp_op or "equal"))
+    if cmp is None:
+        raise NkiError(
+            "err_invalid_argument",
+            loc,
+            op="nisa.affine_select",
+            why=f"cmp_op must be a comparison (nl.equal, nl.greater_equal, ...), got {cmp_op!r}",
+        )
+    if on_true_tile.tensor.buffer != "sbuf":
+        raise NkiError(
+            "err_unsupported_memory",
+            loc,
+            op="nisa.affine_select",
+            what="on_true_tile",
+            allowed="SBUF",
+            got=on_true_tile.tensor.buffer,
+        )
+    _same_free([dst, on_true_tile], loc, "nisa.affine_select")
+    (d, t), expr = _pattern_views(
+        [dst, on_true_tile], pattern, offset, channel_multiplier, loc, "affine_select"
+    )
+    attrs = {"pred": Predicate(((expr, cmp),)), "on_false": float(on_false_value)}
+    return _emit(
+        "affine_select", [_acc(d, loc, "affine_select dst")], [_acc(t, loc, "on_true_tile")], attrs, loc=loc
+    )
 
 
 # -- TensorE -------------------------------------------------------------------------------------
@@ -787,6 +846,11 @@ def tensor_reduce(dst, op, data, axis, negate=False, keepdims=False, name=None) 
     axes = (axis,) if isinstance(axis, int | np.integer) else tuple(int(a) for a in axis)
     axes = tuple(sorted(a + data.ndim if a < 0 else a for a in axes))
     nd = data.ndim
+    if 0 not in axes and axes != tuple(range(nd - len(axes), nd)) and len(axes) == 1:
+        # NKI 0.2 read axis=1 of a 3-D/4-D tensor as "the last dimension" (0.3 made axis numbers
+        # literal, and then only trailing dimensions are legal): the NKI Library of early 2026
+        # still writes it that way
+        axes = (nd - 1,)
     if 0 in axes or axes != tuple(range(nd - len(axes), nd)):
         raise NkiError(
             "err_invalid_argument",
@@ -1056,7 +1120,6 @@ _NOT_MODELED = {
     "nonzero_with_count": "not modeled",
     "topk": "not modeled",
     "sequence_bounds": "not modeled",
-    "affine_select": "the NKI 0.x pattern form is not modeled",
     "rng": "random number generation is not modeled",
     "rand2": "random number generation is not modeled",
     "set_rng_seed": "random number generation is not modeled",

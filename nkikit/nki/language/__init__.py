@@ -302,7 +302,7 @@ def program_id(axis: int = 0) -> int:
     from ..launch import launch
 
     grid, pid = launch()
-    if not 0 <= int(axis) < max(len(grid), 1):
+    if not 0 <= int(axis) < builtins.max(len(grid), 1):
         raise NkiError(
             "err_invalid_argument",
             caller_loc(),
