@@ -9,8 +9,9 @@ per primitive with every fact the layers need about it:
   that override the choice (``tensor_tensor(op=power)`` runs on the GpSimd);
 - its **attribute schema**: names, types and defaults (``Builder.emit`` checks every op
   against it and fills the defaults, so every later layer may index ``op.attrs``);
-- its **flags**: whether it reads its destination, accumulates into it, evaluates its mask
-  over its input, moves raw bits, may mix partition counts, is split per block;
+- its **flags**: whether it reads its destination, accumulates into it, leaves part of it,
+  evaluates its mask over its input, moves raw bits, may mix partition counts, is split per
+  block;
 - its **output spec**: the partitions, elements per partition and dtype each output gets
   from the inputs and attributes (the verifier holds every output access to it).
 
@@ -122,6 +123,7 @@ class Prim:
     accumulate_attr: str | None = None
     mask_on_input: bool = False  # the mask (and iteration space) is the first input's tile
     raw: bool = False  # moves bits: inputs reach the rule in their storage dtype
+    partial_write: bool = False  # leaves some destination elements as they were
     partition_free: bool = False  # operands may differ in partition count
     block_split: bool = False  # split per block when it covers a blocked tensor whole
     attr_index: Mapping[str, Attr] = field(init=False, repr=False, compare=False)
@@ -533,6 +535,7 @@ _RECORDS = (
         engines=("vector",),
         attrs=(Attr("shuffle_mask", (tuple,)),),
         reads_dst=True,  # mask entry 255 keeps the destination's partition [ISA]
+        partial_write=True,
         raw=True,
         partition_free=True,
     ),

@@ -44,7 +44,7 @@ from .. import dtypes
 from ..ir.affine import Affine, Axis, ProgramId, Sym, axis_env
 from ..ir.core import Access, Alloc, Kernel, Loop, Op, Tensor
 from ..ir.prims import MASK_ON_INPUT as _MASK_ON_INPUT
-from ..ir.prims import PrimError, reads_dst
+from ..ir.prims import PrimError, names_where, reads_dst
 from .interp import Interpreter, scatter
 from .rules import RAW, RULES
 
@@ -65,28 +65,7 @@ _COVER_MAX_ITERS = 1 << 16
 _ALWAYS_REFERENCE = {"nc_stream_shuffle", "dropout", "device_print", "iota"}
 
 # prims whose rule returns one array per output (so an unmasked op writes all of each)
-_WRITES_ALL = {
-    "dma_copy",
-    "tensor_copy",
-    "memset",
-    "tensor_tensor",
-    "tensor_scalar",
-    "activation",
-    "scalar_tensor_tensor",
-    "nc_matmul",
-    "nc_transpose",
-    "tensor_reduce",
-    "affine_select",
-    "select",
-    "reciprocal",
-    "bn_stats",
-    "bn_aggr",
-    "partition_broadcast",
-    "range_select",
-    "select_reduce",
-    "max8",
-    "tensor_partition_reduce",
-}
+_WRITES_ALL = names_where(lambda p: bool(p.outs) and not p.partial_write)
 
 # reductions whose reference is one ufunc.reduce on fp32 input giving fp32
 _REDUCE_FAST = {
