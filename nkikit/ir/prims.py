@@ -25,10 +25,9 @@ by the primitive's name as JAX keys its rules by primitive: the simulation rule
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -55,8 +54,9 @@ class _Required:
 REQUIRED: Any = _Required()
 """The default of an attribute every op must set."""
 
-_REAL = (numbers.Real,)
-_INT = (numbers.Integral,)
+# concrete types, not the numbers ABCs: emit checks every op, and an ABC check is slow
+_INT = (int, np.integer)
+_REAL = (int, float, np.integer, np.floating)
 _STR = (str,)
 _OPT_STR = (str, type(None))
 _BOOL = (bool, np.bool_)
@@ -76,8 +76,7 @@ class Attr:
         return self.default is REQUIRED
 
 
-@dataclass(frozen=True, slots=True)
-class OutSpec:
+class OutSpec(NamedTuple):
     """What one output of a primitive is: its partition count and elements per partition
     (None: whatever the destination has, e.g. a memset), or only its total element count
     (a DMA: shapes may differ [ISA]), the dtype the instruction produces when the front end
@@ -127,17 +126,15 @@ class Prim:
     partition_free: bool = False  # operands may differ in partition count
     block_split: bool = False  # split per block when it covers a blocked tensor whole
     attr_index: Mapping[str, Attr] = field(init=False, repr=False, compare=False)
+    # the attribute that picks the engine, when there is a choice (else None)
+    engine_attr: str | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if len(self.engines) > 1 and all(a.name != "engine" for a in self.attrs):
             # the engine choice is an attribute whose default is the default engine
             object.__setattr__(self, "attrs", (*self.attrs, Attr("engine", _STR, self.engines[0])))
         object.__setattr__(self, "attr_index", {a.name: a for a in self.attrs})
-
-    @property
-    def engine_attr(self) -> str | None:
-        """The attribute that picks the engine, when there is a choice."""
-        return "engine" if len(self.engines) > 1 else None
+        object.__setattr__(self, "engine_attr", "engine" if len(self.engines) > 1 else None)
 
     @property
     def default_engine(self) -> str | None:
@@ -564,7 +561,7 @@ _RECORDS = (
         engines=("gpsimd",),
         attrs=(
             Attr("num_elem_per_idx", _INT, 1),
-            Attr("num_valid_indices", (numbers.Integral, type(None)), None),
+            Attr("num_valid_indices", (*_INT, type(None)), None),
         ),
         raw=True,
     ),
@@ -691,7 +688,7 @@ def check_op(
     input that is not a tile where the role needs one, an unknown attribute, a missing
     required one or a value of the wrong type, and ``EngineChoiceError`` for an engine the
     primitive does not run on."""
-    p = prim(name)
+    p = PRIMS.get(name) or prim(name)
     lo_in = len(p.ins) if p.min_ins is None else p.min_ins
     lo_out = len(p.outs) if p.min_outs is None else p.min_outs
     if not lo_in <= len(ins) <= len(p.ins):
@@ -699,7 +696,7 @@ def check_op(
     if not lo_out <= len(outs) <= len(p.outs):
         raise PrimError(f"{name}: {len(outs)} outputs, the record has roles {p.outs}")
     for role, x in zip(p.ins, ins):
-        if not isinstance(x, Access) and not (role in p.immediates and isinstance(x, numbers.Real)):
+        if not isinstance(x, Access) and not (role in p.immediates and isinstance(x, _REAL)):
             raise PrimError(f"{name}: input {role} must be a tile, got {x!r}")
     for i, o in enumerate(outs):
         if not isinstance(o, Access):
@@ -710,7 +707,8 @@ def check_op(
         if a is None:
             raise PrimError(f"{name}: unknown attribute {key!r} (schema: {list(p.attr_index)})")
         if value is None and (a.default is None or key == p.engine_attr):
-            continue  # None: the default
+            full[key] = a.default  # None: the default
+            continue
         if not isinstance(value, a.types):
             raise PrimError(f"{name}: attribute {key}={value!r} is not of type {a.types}")
         full[key] = value
