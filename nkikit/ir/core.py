@@ -162,7 +162,9 @@ Operand = Access | float | int
 
 @dataclass(eq=False, slots=True)
 class Op:
-    """One instruction.  ``prim`` names an entry of the primitive table (ir/prims.py)."""
+    """One instruction.  ``prim`` names a primitive record (``ir/prims.py``: operand roles,
+    engine, attribute schema, flags, output spec); ``attrs`` holds every attribute of its
+    schema (``Builder.emit`` fills the defaults and writes the engine that runs the op)."""
 
     prim: str
     outs: list[Access]
