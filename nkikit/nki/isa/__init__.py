@@ -433,12 +433,12 @@ def dma_transpose(
     loc = caller_loc()
     _dst_chip(dst, loc, "dma_transpose", ("sbuf",))
     axes = tuple(range(src.ndim - 1, -1, -1)) if axes is None else tuple(int(a) for a in axes)
-    if axes not in ((1, 0), (2, 1, 0), (3, 1, 2, 0)):
+    if sorted(axes) != list(range(src.ndim)) or axes == tuple(range(src.ndim)):
         raise NkiError(
             "err_invalid_argument",
             loc,
             op="nisa.dma_transpose",
-            why=f"axes must be one of (1, 0), (2, 1, 0), (3, 1, 2, 0), got {axes}",
+            why=f"axes must permute the {src.ndim} dimensions of src (e.g. {tuple(range(src.ndim - 1, -1, -1))}), got {axes}",
         )
     if src.dtype != dst.dtype:
         raise NkiError(
@@ -462,10 +462,18 @@ def dma_transpose(
 # -- copies and fills ------------------------------------------------------------------------------
 
 
-def tensor_copy(dst, src, engine=engine.unknown, name=None) -> NkiInstruction:  # noqa: A002
-    """Copy (and convert) an on-chip tensor on the Vector, Scalar or GpSimd engine."""
+def tensor_copy(dst, src, engine=engine.unknown, name=None, dtype=None) -> NkiInstruction:  # noqa: A002
+    """Copy (and convert) an on-chip tensor on the Vector, Scalar or GpSimd engine.  ``dtype``
+    (a pre-0.2 argument some kernels still pass) must be ``dst``'s dtype: dst decides."""
     loc = caller_loc()
     _dst_chip(dst, loc, "tensor_copy")
+    if dtype is not None and dtypes.as_dtype(dtype) != dst.dtype:
+        raise NkiError(
+            "err_invalid_argument",
+            loc,
+            op="nisa.tensor_copy",
+            why=f"dtype={dtypes.name(dtypes.as_dtype(dtype))} differs from dst's {dtypes.name(dst.dtype)}; the destination's dtype is the result's",
+        )
     eng = _engine(engine, "vector", "tensor_copy", ("vector", "scalar", "gpsimd"), loc)
     d, s = _tiles(loc, "tensor_copy", dst, src)
     return _emit("tensor_copy", [d], [s], {"engine": eng}, loc=loc)
@@ -650,9 +658,7 @@ def nc_matmul(
     loc = caller_loc()
     _dst_chip(dst, loc, "nc_matmul", ("psum",))
     if tile_position or tile_size:
-        raise _unsupported(
-            "nc_matmul(tile_position=, tile_size=)", "TensorE tiling is not modeled", loc
-        )
+        _check_tiling(tile_position, tile_size, stationary, loc)
     if perf_mode not in (None, matmul_perf_mode.none, "none"):
         raise _unsupported("nc_matmul(perf_mode=)", "double-row fp8 mode is not modeled", loc)
     s = _flat2d(stationary, loc, "stationary")
@@ -688,6 +694,44 @@ def nc_matmul(
     else:
         acc = bool(accumulate)
     return _emit("nc_matmul", [d], [s, m], {"accumulate": acc}, loc=loc)
+
+
+def _check_tiling(tile_position, tile_size, stationary: NkiTensor, loc: SourceLoc) -> None:
+    """TensorE tiling runs a matmul on a (row_size x column_size) corner of the PE array: it
+    changes which PE rows and columns do the work, not the result.  The operands must fit
+    the tile [NKI 0.x ISA, nc_matmul]."""
+    if not (tile_position and tile_size) or len(tile_position) != 2 or len(tile_size) != 2:
+        raise NkiError(
+            "err_invalid_argument",
+            loc,
+            op="nisa.nc_matmul",
+            why="tile_position and tile_size are given together, each as (row, column)",
+        )
+    rows, cols = (int(v) for v in tile_size)
+    r0, c0 = (int(v) for v in tile_position)
+    if rows not in (32, 64, 128) or cols not in (32, 64, 128) or r0 % rows or c0 % cols:
+        raise NkiError(
+            "err_invalid_argument",
+            loc,
+            op="nisa.nc_matmul",
+            why=f"tile_size {tile_size} must be 32, 64 or 128 per side and tile_position {tile_position} a multiple of it",
+        )
+    if r0 + rows > 128 or c0 + cols > 128:
+        raise NkiError(
+            "err_invalid_argument",
+            loc,
+            op="nisa.nc_matmul",
+            why=f"the tile at {tile_position} of size {tile_size} leaves the 128 x 128 PE array",
+        )
+    p = stationary.shape[0]
+    free = stationary.size // max(p, 1)
+    if p > rows or free > cols:
+        raise NkiError(
+            "err_invalid_argument",
+            loc,
+            op="nisa.nc_matmul",
+            why=f"stationary {stationary.shape} does not fit the {rows} x {cols} PE tile",
+        )
 
 
 def nc_transpose(dst, data, engine=engine.unknown, name=None) -> NkiInstruction:  # noqa: A002

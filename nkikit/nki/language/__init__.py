@@ -91,7 +91,16 @@ tile_size = _TileSize()
 
 
 class NKIObject:
-    """Base class of kernel-side classes (NKI 0.x); a plain Python base class here."""
+    """Base class of kernel-side classes (NKI 0.x).  As in NKI, a subclass is dataclass-like:
+    a class that declares annotated fields and no ``__init__`` gets one (and ``__eq__`` /
+    ``__repr__``), with ``__post_init__`` called after it."""
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        import dataclasses
+
+        if "__init__" not in cls.__dict__ and not dataclasses.is_dataclass(cls):
+            dataclasses.dataclass(cls)
 
 
 # -- tensor creation --------------------------------------------------------------------------

@@ -1,0 +1,311 @@
+"""NKI 0.x instructions: each writes its dst with the documented semantics (checked against
+numpy), and the same computation written in both dialects traces to the same IR ops."""
+
+import numpy as np
+import pytest
+
+import nkikit as nki1
+import nkikit.isa as nisa1
+import nkikit.language as nl1
+import nkikit.nki as nki
+import nkikit.nki.isa as nisa
+import nkikit.nki.language as nl
+from nkikit.errors import NkiError
+
+P, F = 128, 64
+
+
+def _load(x, dtype=None):
+    t = nl.ndarray(x.shape, dtype=dtype or x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    return t
+
+
+def _store(t):
+    out = nl.ndarray(t.shape, dtype=t.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=t)
+    return out
+
+
+rng = np.random.default_rng(0)
+X = rng.standard_normal((P, F)).astype(np.float32)
+Y = rng.standard_normal((P, F)).astype(np.float32)
+COL = rng.standard_normal((P, 1)).astype(np.float32)
+
+
+def test_tensor_tensor_and_scalar_ops():
+    @nki.jit
+    def k(x, y, c):
+        a, b, s = _load(x), _load(y), _load(c)
+        r1 = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_tensor(dst=r1, data1=a, data2=b, op=nl.multiply)
+        r2 = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_scalar(dst=r2, data=a, op0=nl.add, operand0=s, op1=nl.multiply, operand1=2.0)
+        r3 = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.scalar_tensor_tensor(
+            dst=r3, data=a, op0=nl.subtract, operand0=1.0, op1=nl.maximum, operand1=b
+        )
+        r4 = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_scalar(dst=r4, data=a, op0=nl.subtract, operand0=3.0, reverse0=True)
+        return _store(r1), _store(r2), _store(r3), _store(r4)
+
+    r1, r2, r3, r4 = k(X, Y, COL)
+    np.testing.assert_array_equal(r1, X * Y)
+    np.testing.assert_allclose(r2, (X + COL) * 2.0, rtol=1e-6)
+    np.testing.assert_array_equal(r3, np.maximum(X - 1.0, Y))
+    np.testing.assert_array_equal(r4, 3.0 - X)
+
+
+def test_activation_with_reduce_and_bias():
+    @nki.jit
+    def k(x, c):
+        a, b = _load(x), _load(c)
+        r = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.sbuf)
+        s = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.activation(
+            dst=r,
+            op=nl.exp,
+            data=a,
+            bias=b,
+            scale=0.5,
+            reduce_op=nl.add,
+            reduce_res=s,
+            reduce_cmd=nisa.reduce_cmd.reset_reduce,
+        )
+        return _store(r), _store(s)
+
+    r, s = k(X, COL)
+    ref = np.exp(X * 0.5 + COL)
+    np.testing.assert_allclose(r, ref, rtol=1e-5)
+    np.testing.assert_allclose(s[:, 0], ref.sum(axis=1), rtol=1e-5)
+
+
+def test_matmul_accumulates_after_first_write_and_transpose():
+    K, M, N = 256, 64, 32
+    a = rng.standard_normal((K, M)).astype(np.float32)
+    b = rng.standard_normal((K, N)).astype(np.float32)
+
+    @nki.jit
+    def k(lhsT, rhs):
+        acc = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.psum)
+        for i in range(K // 128):  # the first matmul overwrites, the second adds
+            s = _load(lhsT[i * 128 : (i + 1) * 128, :])
+            m = _load(rhs[i * 128 : (i + 1) * 128, :])
+            nisa.nc_matmul(dst=acc, stationary=s, moving=m)
+        res = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=res, src=acc)
+        t = nl.ndarray((N, M), dtype=nl.float32, buffer=nl.psum)
+        nisa.nc_transpose(dst=t, data=res)
+        tt = nl.ndarray((N, M), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=tt, src=t)
+        return _store(res), _store(tt)
+
+    res, tt = k(a, b)
+    np.testing.assert_allclose(res, a.T @ b, rtol=1e-4, atol=1e-4)
+    np.testing.assert_array_equal(tt, res.T)
+
+
+def test_reduce_iota_select_memset_reciprocal():
+    @nki.jit
+    def k(x):
+        a = _load(x)
+        red = nl.ndarray((P, 4), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_reduce(dst=red, op=nl.maximum, data=a.reshape((P, 4, 16)), axis=(2,))
+        io = nl.ndarray((P, F), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.iota(dst=io, pattern=[[1, F]], offset=3, channel_multiplier=F)
+        sel = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.sbuf)
+        # keep the upper triangle: column - partition >= 0
+        nisa.affine_select(
+            dst=sel,
+            pattern=[[1, F]],
+            channel_multiplier=-1,
+            on_true_tile=a,
+            on_false_value=-9.0,
+            cmp_op=nl.greater_equal,
+        )
+        m = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.memset(dst=m, value=2.0)
+        rc = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.reciprocal(dst=rc, data=m)
+        return _store(red), _store(io), _store(sel), _store(rc)
+
+    red, io, sel, rc = k(X)
+    np.testing.assert_array_equal(red, X.reshape(P, 4, 16).max(axis=2))
+    expect_iota = 3 + np.arange(P)[:, None] * F + np.arange(F)[None, :]
+    np.testing.assert_array_equal(io, expect_iota)
+    keep = (np.arange(F)[None, :] - np.arange(P)[:, None]) >= 0
+    np.testing.assert_array_equal(sel, np.where(keep, X, -9.0))
+    np.testing.assert_array_equal(rc, np.full((P, F), 0.5, np.float32))
+
+
+def test_bf16_rounding_on_write_and_dma_cast():
+    x = rng.standard_normal((P, F)).astype(np.float32)
+
+    @nki.jit
+    def k(x):
+        a = _load(x, dtype=nl.bfloat16)  # the DMA converts fp32 -> bf16
+        r = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=r, src=a)
+        return _store(r)
+
+    import ml_dtypes
+
+    np.testing.assert_array_equal(k(x), x.astype(ml_dtypes.bfloat16).astype(np.float32))
+
+
+def test_fresh_sbuf_is_poisoned():
+    @nki.jit
+    def k(x):
+        t = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t[:, 0:32], src=x[:, 0:32])
+        return _store(t)
+
+    out = k(X)
+    assert np.isnan(out[:, 32:]).all() and (out[:, :32] == X[:, :32]).all()
+
+
+def test_lnc2_programs_write_their_halves_of_one_shared_output():
+    @nki.jit
+    def k(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        half = x.shape[0] // nl.num_programs()
+        rows = slice(nl.program_id(0) * half, (nl.program_id(0) + 1) * half)
+        t = _load(x[rows, :])
+        r = nl.ndarray(t.shape, dtype=t.dtype, buffer=nl.sbuf)
+        nisa.tensor_scalar(dst=r, data=t, op0=nl.add, operand0=float(nl.program_id(0)))
+        nisa.dma_copy(dst=out[rows, :], src=r)
+        return out
+
+    x = rng.standard_normal((256, 8)).astype(np.float32)
+    out = nki.cpu_simulate(k)[2](x=x)
+    np.testing.assert_array_equal(out[:128], x[:128])
+    np.testing.assert_array_equal(out[128:], x[128:] + 1.0)
+
+
+def test_in_place_input_update_is_returned():
+    @nki.jit
+    def k(x, out):
+        t = _load(x)
+        nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=3.0)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    out = np.zeros_like(X)
+    r = k(X, out)
+    np.testing.assert_array_equal(r, X * 3.0)
+
+
+def test_same_ir_in_both_dialects():
+    """tensor_tensor written dst-first (0.x) and tile-returning (Beta 1) prints the same ops."""
+
+    @nki.jit
+    def k0(a, b):
+        x = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.sbuf)
+        y = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=x, src=a)
+        nisa.dma_copy(dst=y, src=b)
+        z = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_tensor(dst=z, data1=x, data2=y, op=nl.add)
+        out = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=z)
+        return out
+
+    @nki1.jit
+    def k1(a, b):
+        x = nl1.load(a)
+        y = nl1.load(b)
+        z = nisa1.tensor_tensor(x, y, op=np.add)
+        out = nl1.ndarray((P, F), dtype=nl1.float32, buffer=nl1.shared_hbm)
+        nl1.store(out, value=z)
+        return out
+
+    def ops(kernel):
+        return [
+            (op.prim, [o.shape for o in op.outs], {k: v for k, v in op.attrs.items()})
+            for op, _ in kernel.ops()
+        ]
+
+    assert ops(k0.ir(X, Y)) == ops(k1.ir(X, Y))
+    np.testing.assert_array_equal(k0(X, Y), k1(X, Y))
+
+
+@pytest.mark.parametrize(
+    "body, name",
+    [
+        # a DMA cannot read PSUM (NKI 0.3+)
+        (
+            lambda x: nisa.dma_copy(
+                dst=x, src=nl.ndarray((4, 4), dtype=nl.float32, buffer=nl.psum)
+            ),
+            "err_unsupported_memory",
+        ),
+        # element counts must match
+        (
+            lambda x: nisa.dma_copy(
+                dst=nl.ndarray((4, 2), dtype=nl.float32, buffer=nl.sbuf), src=x
+            ),
+            "same number of elements",
+        ),
+        # matmul writes PSUM only
+        (
+            lambda x: nisa.nc_matmul(
+                dst=nl.ndarray((4, 4), dtype=nl.float32, buffer=nl.sbuf),
+                stationary=nl.ndarray((4, 4), dtype=nl.float32, buffer=nl.sbuf),
+                moving=nl.ndarray((4, 4), dtype=nl.float32, buffer=nl.sbuf),
+            ),
+            "err_unsupported_memory",
+        ),
+        # operands must match partitions
+        (
+            lambda x: nisa.tensor_tensor(
+                dst=nl.ndarray((4, 4), dtype=nl.float32, buffer=nl.sbuf),
+                data1=nl.ndarray((4, 4), dtype=nl.float32, buffer=nl.sbuf),
+                data2=nl.ndarray((2, 8), dtype=nl.float32, buffer=nl.sbuf),
+                op=nl.add,
+            ),
+            "err_num_partition_mismatch",
+        ),
+        # an unmodeled argument is a named error, not silently ignored
+        (
+            lambda x: nisa.nc_matmul(
+                dst=nl.ndarray((4, 4), dtype=nl.float32, buffer=nl.psum),
+                stationary=nl.ndarray((4, 4), dtype=nl.float32, buffer=nl.sbuf),
+                moving=nl.ndarray((4, 4), dtype=nl.float32, buffer=nl.sbuf),
+                perf_mode=nisa.matmul_perf_mode.double_row,
+            ),
+            "err_unsupported_api",
+        ),
+        # a TensorE tile must hold the stationary operand
+        (
+            lambda x: nisa.nc_matmul(
+                dst=nl.ndarray((64, 4), dtype=nl.float32, buffer=nl.psum),
+                stationary=nl.ndarray((4, 64), dtype=nl.float32, buffer=nl.sbuf),
+                moving=nl.ndarray((4, 4), dtype=nl.float32, buffer=nl.sbuf),
+                tile_position=(0, 32),
+                tile_size=(32, 32),
+            ),
+            "does not fit",
+        ),
+        (lambda x: nisa.sendrecv(x, x, 1, 1, 0), "err_unsupported_api"),
+    ],
+)
+def test_bad_instructions_are_named_errors_at_the_user_line(body, name):
+    @nki.jit
+    def k(x):
+        body(x)
+        return nl.ndarray((1, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+
+    with pytest.raises(NkiError, match=name) as e:
+        k(np.zeros((4, 4), np.float32))
+    assert "test_isa.py" in str(e.value)
+
+
+def test_a_dtype_other_than_dst_is_rejected():
+    @nki.jit
+    def k(x):
+        t = _load(x)
+        nisa.tensor_copy(dst=t, src=t, dtype=nl.bfloat16)
+        return _store(t)
+
+    with pytest.raises(NkiError, match="differs from dst"):
+        k(X)
