@@ -230,12 +230,23 @@ def nc_matmul(
             "TensorE PE tiling (several small matmuls in parallel) is not modeled; leave both "
             "at () to use the whole PE array",
         )
+    mode = None
+    if perf_mode is not None:
+        try:
+            mode = matmul_perf_mode(getattr(perf_mode, "value", perf_mode))
+        except ValueError:
+            raise _invalid(
+                loc, "nc_matmul", f"perf_mode={perf_mode!r} is not a nisa.matmul_perf_mode member"
+            ) from None
+        if mode is matmul_perf_mode.double_row and _default_target().nc_version < 3:
+            raise _invalid(
+                loc,
+                "nc_matmul",
+                "perf_mode=double_row needs NeuronCore-v3 or newer; the target is "
+                f"{_default_target().name}",
+            )
     return nc_matmul_at(
-        stationary,
-        moving,
-        loc,
-        mask=mask,
-        perf_mode=None if perf_mode is None else str(getattr(perf_mode, "value", perf_mode)),
+        stationary, moving, loc, mask=mask, perf_mode=None if mode is None else mode.value
     )
 
 

@@ -90,6 +90,24 @@ def test_transpose_mode_and_pe_tiling_are_unsupported(rejects):
 
 
 @nki.jit
+def matmul_double_row(a, b):
+    out = nl.ndarray((a.shape[1], b.shape[1]), dtype=nl.float32, buffer=nl.shared_hbm)
+    mode = nisa.matmul_perf_mode.double_row
+    nl.store(out, value=nisa.nc_matmul(nl.load(a), nl.load(b), perf_mode=mode))  # BAD
+    return out
+
+
+def test_double_row_perf_mode_needs_nc_v3(rejects, monkeypatch):
+    a = f32(128, 64).astype(nl.float8_e4m3)
+    b = f32(128, 128).astype(nl.float8_e4m3)
+    want = a.astype(np.float32).T @ b.astype(np.float32)
+    np.testing.assert_allclose(matmul_double_row(a, b), want, rtol=1e-5, atol=1e-4)  # trn2
+    monkeypatch.setenv(ENV_VAR, "trn1")
+    err = rejects(matmul_double_row, "err_invalid_argument", a, b)
+    assert "NeuronCore-v3 or newer" in str(err)
+
+
+@nki.jit
 def matmul_3d(a, b):
     out = nl.ndarray((64, 128), dtype=nl.float32, buffer=nl.shared_hbm)
     acc = nisa.nc_matmul(nl.load(a), nl.load(b))  # BAD
