@@ -14,7 +14,7 @@ import math
 from ..errors import NkiError, SourceLoc
 from ..ir.core import Kernel, Tensor
 from ..targets import target_scope as _target_scope
-from ..trace.builder import Builder, tracing
+from ..trace.builder import Builder, maybe_current, tracing
 from ..trace.jit import JitKernel, _spec_of
 from ..typing import mutable_tensor
 from .launch import set_program
@@ -34,6 +34,14 @@ class Kernel0x(JitKernel):
         if len(grid) == 1 and grid[0] == 1:
             grid = ()
         return Kernel0x(self.func, grid, self.options, self._cache)
+
+    def __call__(self, *args, **kwargs):
+        __tracebackhide__ = True
+        if maybe_current() is not None:
+            # a jitted kernel called from inside another kernel is a sub-kernel: traced inline,
+            # on the caller's program (NKI 0.7 specializes nested jit calls the same way)
+            return self.func(*args, **kwargs)
+        return super().__call__(*args, **kwargs)
 
     def _trace(self, bound: inspect.BoundArguments, target: str | None = None) -> Kernel:
         code = self.func.__code__

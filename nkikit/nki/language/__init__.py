@@ -92,15 +92,35 @@ tile_size = _TileSize()
 
 class NKIObject:
     """Base class of kernel-side classes (NKI 0.x).  As in NKI, a subclass is dataclass-like:
-    a class that declares annotated fields and no ``__init__`` gets one (and ``__eq__`` /
-    ``__repr__``), with ``__post_init__`` called after it."""
+    without an ``__init__`` of its own (``@dataclass`` writes one), it is constructed from its
+    annotated fields, positionally or by name, defaults taken from the class, and
+    ``__post_init__`` runs afterwards."""
 
-    def __init_subclass__(cls, **kwargs) -> None:
-        super().__init_subclass__(**kwargs)
-        import dataclasses
-
-        if "__init__" not in cls.__dict__ and not dataclasses.is_dataclass(cls):
-            dataclasses.dataclass(cls)
+    def __init__(self, *args, **kwargs) -> None:
+        names: list[str] = []
+        for klass in reversed(type(self).__mro__):
+            for n in klass.__dict__.get("__annotations__", {}):
+                if n not in names:
+                    names.append(n)
+        if len(args) > len(names):
+            raise TypeError(
+                f"{type(self).__name__}() takes {len(names)} positional arguments but {len(args)} were given"
+            )
+        values = dict(zip(names, args))
+        for k, v in kwargs.items():
+            if k not in names:
+                raise TypeError(f"{type(self).__name__}() got an unexpected keyword argument {k!r}")
+            if k in values:
+                raise TypeError(f"{type(self).__name__}() got multiple values for argument {k!r}")
+            values[k] = v
+        for n in names:
+            if n in values:
+                object.__setattr__(self, n, values[n])
+            elif not hasattr(type(self), n):
+                raise TypeError(f"{type(self).__name__}() missing required argument {n!r}")
+        post = getattr(self, "__post_init__", None)
+        if post is not None:
+            post()
 
 
 # -- tensor creation --------------------------------------------------------------------------
