@@ -15,8 +15,8 @@ per primitive with every fact the layers need about it:
 - its **output spec**: the partitions, elements per partition and dtype each output gets
   from the inputs and attributes (the verifier holds every output access to it).
 
-Facts come from the ISA reference (``/work/shared/reference/nki.md`` §2-3 and ``nki-0x.md``
-§4, tagged [ISA] below).  What a primitive *does* stays in each layer's own table, keyed
+Facts come from the ISA documentation as summarized in the design references
+(``reference/nki.md`` §2-3, ``reference/nki-0x.md`` §4; tagged [ISA] below).  What a primitive *does* stays in each layer's own table, keyed
 by the primitive's name as JAX keys its rules by primitive: the simulation rule
 (``nkikit/sim/rules.py`` ``RULES``), the lowering and cost (``nkikit/compiler/lower.py``
 ``PRIMS``), the per-primitive checks (``nkikit/ir/verify.py`` ``PRIM_RULES``).
@@ -32,6 +32,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .. import dtypes
+from ..errors import NkiInternalError
 from .affine import Affine, Predicate
 from .core import Access, Op, Operand
 
@@ -39,9 +40,10 @@ from .core import Access, Op, Operand
 ENGINES: tuple[str, ...] = ("tensor", "vector", "scalar", "gpsimd", "dma")
 
 
-class PrimError(AssertionError):
+class PrimError(NkiInternalError, AssertionError):
     """An op that contradicts its primitive record: a bug in the nkikit code that emitted it
-    (a front end or a tracer helper), never a problem with the user's kernel."""
+    (a front end or a tracer helper) or in a layer that handled it, never a problem with the
+    user's kernel."""
 
 
 class _Required:
@@ -116,7 +118,7 @@ class Prim:
     min_outs: int | None = None  # None: every output role is required
     immediates: frozenset[str] = frozenset()  # input roles that may be Python numbers
     in_dtypes: tuple[tuple[str, frozenset[str]], ...] = ()  # legal dtypes per input role
-    memories: tuple[tuple[str, tuple[str, ...]], ...] = ()  # per-role override of the engine's
+    memories: tuple[tuple[str, tuple[str, ...]], ...] = ()  # roles not wired like the engine
     engine_rules: tuple[tuple[str, Any, str], ...] = ()
     reads_dst: bool | str = False
     accumulate_attr: str | None = None
