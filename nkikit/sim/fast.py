@@ -32,10 +32,13 @@ Instructions this module has no compiled form for run through the reference inte
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import math
+import re
 import threading
 from collections import OrderedDict
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -60,6 +63,20 @@ _LOCK = threading.Lock()
 # beyond them the buffer is simply poisoned, as the reference does.
 _COVER_MAX_ELEMS = 1 << 26
 _COVER_MAX_ITERS = 1 << 16
+
+# Kernels with more statements than this (unrolled code) are generated table-driven:
+# CPython compiles a function in time that grows faster than its length, and unrolled code
+# would be one line of source per instruction.  Instead each statement's code becomes a
+# *template* (its tensors, constants and integers turned into parameters), equal templates
+# are compiled once, and a body is a loop over a table of (template, arguments).  The
+# per-tensor setup (arena views, forwarding buffers, shadows) is a loop over constant tables
+# too.  Smaller kernels keep every tensor in a local of one straight-line function.
+_TABLE_ABOVE = 2048
+_TABLE_BODY = 256  # bodies with more statements than this are table-driven as well
+# what a template turns into parameters: tensor slots (m5, b5, s5), namespace constants
+# (DT3, OP12, ...) and integer literals (not digits of a name or of a float literal)
+_TEMPLATE_TOKEN = re.compile(r"\b[mbs]\d+\b|\b[A-Z]+\d+\b|(?<![\w.])(?<![eE][-+])\d+(?![\w.])")
+_SLOT = re.compile(r"[mbs]\d+")
 
 # prims whose executor needs more than the op's rule (env-dependent, stateful or printing)
 _ALWAYS_REFERENCE = {"nc_stream_shuffle", "dropout", "device_print", "iota"}
@@ -586,7 +603,7 @@ class _Compiler:
         free = set(self.ranges)
         return not self._cover(t, [w for _, w in writes], free)
 
-    def needs_poison_temp(self, t: Tensor, rest: list) -> bool:
+    def needs_poison_temp(self, t: Tensor, rest: Iterable) -> bool:
         """``rest``: the statements after the Alloc in its body.  Poison is needed unless
         the write-only statements before the first read write every element."""
         cov = None
@@ -613,6 +630,10 @@ class _Compiler:
 
     def build(self) -> _Program:
         k = self.k
+        self.chunked = sum(1 for _ in k.walk()) > _TABLE_ABOVE
+        self.templates: dict[str, int] = {}  # template text -> index (table-driven mode)
+        self.chunks: list[str] = []  # the template functions' source
+        self.bound: list[str] = []  # loop variables in scope, passed on to templates
         self.emit("def _kernel(mem, interp):", 0)
         self.emit("env = {}", 1)
         # storage: parameters, HBM tensors and constants come from mem; temporaries are
@@ -621,29 +642,41 @@ class _Compiler:
         for t in self.tensors.values():
             if t.base is None and t.kind == "temp":
                 temps.append(t)
-        for t in self.tensors.values():
-            if t.base is None and t.kind != "temp":
-                self.emit(f"{self.slot(t)} = mem[{t.uid}]", 1)
+        if not self.chunked:
+            for t in self.tensors.values():
+                if t.base is None and t.kind != "temp":
+                    self.emit(f"{self.slot(t)} = mem[{t.uid}]", 1)
         offsets, total = self.plan_arena(temps)
         if temps:
             self.emit(f"arena = np.empty({total}, np.uint8)", 1)
+        table = []
         for t in temps:
             dt = self.const(dtypes.storage_dtype(t.dtype), "DT")
             off = offsets[t.uid]
             nbytes = math.prod(t.shape) * dtypes.storage_dtype(t.dtype).itemsize
+            if self.chunked:
+                table.append((t.uid, off, off + nbytes, self.ns[dt], t.shape))
+                continue
             self.emit(
                 f"{self.slot(t)} = mem[{t.uid}] = arena[{off}:{off + nbytes}].view({dt}).reshape({t.shape!r})",
                 1,
             )
+        if table:
+            self.emit(f"for uid, lo, hi, dt, shape in {self.const(table, 'TEMPS')}:", 1)
+            self.emit("mem[uid] = arena[lo:hi].view(dt).reshape(shape)", 2)
         # reshapes, outermost base first
         done: set[int] = set()
+        views = []
 
         def view(t: Tensor) -> None:
             if t.base is None or t.uid in done:
                 return
             view(t.base)
             done.add(t.uid)
-            self.emit(f"{self.slot(t)} = {self.slot(t.base)}.reshape({t.shape!r})", 1)
+            if self.chunked:
+                views.append((t.uid, t.base.uid, t.base.base is not None, t.shape))
+            else:
+                self.emit(f"{self.slot(t)} = {self.slot(t.base)}.reshape({t.shape!r})", 1)
 
         for t in self.tensors.values():
             view(t)
@@ -653,10 +686,25 @@ class _Compiler:
                 poison_start[t.uid] = self.needs_poison_hbm(t)
         self.plan_forwarding()
         self.plan_shadows()
-        for uid in sorted(self.shadow):
-            self.emit(f"s{uid} = np.empty({self.tensors[uid].shape!r}, np.float32)", 1)
-        for uid in sorted(self.forwarded):
-            self.emit(f"b{uid} = m{uid}", 1)
+        if self.chunked:
+            # V: reshaped views, B: the own buffers of forwarded tiles, S: fp32 shadows
+            self.emit("V = {}", 1)
+            if views:
+                self.emit(f"for uid, base, of_view, shape in {self.const(views, 'VIEWS')}:", 1)
+                self.emit("V[uid] = (V[base] if of_view else mem[base]).reshape(shape)", 2)
+            fwd = self.const(sorted(self.forwarded), "FWD")
+            self.emit(f"B = {{uid: mem[uid] for uid in {fwd}}}", 1)
+            shadows = [(uid, self.tensors[uid].shape) for uid in sorted(self.shadow)]
+            self.emit(
+                "S = {uid: np.empty(shape, np.float32) for uid, shape in "
+                f"{self.const(shadows, 'SHADOWS')}}}",
+                1,
+            )
+        else:
+            for uid in sorted(self.shadow):
+                self.emit(f"s{uid} = np.empty({self.tensors[uid].shape!r}, np.float32)", 1)
+            for uid in sorted(self.forwarded):
+                self.emit(f"b{uid} = m{uid}", 1)
         depth = 1
         grid = k.grid or (1,)
         for i, g in enumerate(grid):
@@ -664,10 +712,73 @@ class _Compiler:
             depth += 1
             self.emit(f"env[PID{i}] = p{i}", depth)
             self.ns[f"PID{i}"] = ProgramId(i)
-        self.body(k.body, depth)
+            self.bound.append(f"p{i}")
+        self.body(k.body, depth, top=True)
         self.emit("return None", 1)
-        source = "\n".join(self.lines) + "\n"
+        if self.chunks:
+            self.chunks.append(f"T = [{', '.join(f'_t{i}' for i in range(len(self.chunks)))}]")
+        source = "\n".join([*self.chunks, *self.lines]) + "\n"
         return _Program(k, source, self.ns, poison_start, self.n_fallback)
+
+    def table(self, stmts: list, depth: int) -> None:
+        """Emit ``stmts`` table-driven: each statement's code as a call of a template
+        function with its arguments, the calls as a loop over a constant table.  A
+        template's tensors come from ``mem`` (``V`` for reshaped views; ``B``, ``S`` for
+        forwarding buffers and shadows), which every assignment to a tensor's local also
+        updates, so each statement sees what the ones before it left."""
+        rows = []
+        for i in range(len(stmts)):
+            saved, self.lines = self.lines, []
+            self.statements(stmts, i, i + 1, 1)
+            lines, self.lines = self.lines, saved
+            lines = [ln for ln in lines if not ln.lstrip().startswith("#")]
+            if lines:
+                rows.append(self.template(lines))
+        bound = "".join(f"{n}, " for n in self.bound)
+        self.emit(f"for i, a in {self.const(rows, 'TABLE')}:", depth)
+        self.emit(f"T[i](mem, interp, env, V, B, S, {bound}*a)", depth + 1)
+
+    def template(self, lines: list[str]) -> tuple[int, tuple]:
+        """(template index, arguments) for the code ``lines`` of one statement."""
+        slots: dict[str, str] = {}
+        params: dict[str, str] = {}
+        args: list[Any] = []
+
+        def sub(m: re.Match) -> str:
+            tok = m.group(0)
+            if _SLOT.fullmatch(tok):
+                name = slots.get(tok)
+                if name is None:
+                    name = slots[tok] = f"L{len(slots)}"
+                return name
+            name = params.get(tok)
+            if name is None:
+                name = params[tok] = f"a{len(params)}"
+                args.append(self.ns[tok] if tok[0].isupper() else int(tok))
+            return name
+
+        body = [_TEMPLATE_TOKEN.sub(sub, ln) for ln in lines]
+        head, uids = [], []
+        for tok, name in slots.items():
+            uid = int(tok[1:])
+            t = self.tensors[uid]
+            store = {"b": "B", "s": "S"}.get(tok[0]) or ("V" if t.base is not None else "mem")
+            head.append(f"    {name} = {store}[u{len(uids)}]")
+            uids.append(uid)
+        sig = ", ".join(
+            [
+                "mem, interp, env, V, B, S",
+                *self.bound,
+                *(f"u{j}" for j in range(len(uids))),
+                *params.values(),
+            ]
+        )
+        text = "\n".join([f"({sig}):", *head, *body])
+        k = self.templates.get(text)
+        if k is None:
+            k = self.templates[text] = len(self.chunks)
+            self.chunks.append(f"def _t{k}{text}")
+        return k, (*uids, *args)
 
     # -- memory -------------------------------------------------------------------------------
     def plan_arena(self, temps: list[Tensor]) -> tuple[dict[int, int], int]:
@@ -720,17 +831,22 @@ class _Compiler:
             size = -(-math.prod(t.shape) * dtypes.storage_dtype(t.dtype).itemsize // 64) * 64
             live.append((b, e, 0, max(size, 64), t.uid))
         live.sort()
-        placed: list[tuple[int, int, int, int]] = []  # (start, end, offset, size)
+        # first fit against the tiles still live when each one starts (tiles are taken in
+        # order of their start, so those are the placed ones that end at or after it): a
+        # heap by end keeps the live set, and unrolled code with a tile per step stays
+        # linear instead of comparing every tile with every placed one
+        active: list[tuple[int, int, int]] = []  # (end, offset, size)
         offsets: dict[int, int] = {}
         total = 0
         for b, e, _, size, uid in live:
-            busy = sorted((o, o + sz) for (s2, e2, o, sz) in placed if not (e2 < b or s2 > e))
+            while active and active[0][0] < b:
+                heapq.heappop(active)
             off = 0
-            for lo, hi in busy:
+            for lo, hi in sorted((o, o + sz) for _, o, sz in active):
                 if off + size <= lo:
                     break
                 off = max(off, hi)
-            placed.append((b, e, off, size))
+            heapq.heappush(active, (e, off, size))
             offsets[uid] = off
             total = max(total, off + size)
         return offsets, total
@@ -916,16 +1032,25 @@ class _Compiler:
         """A temporary no instruction ever reads."""
         return t.kind == "temp" and t.base is None and t.uid not in self.reads
 
-    def body(self, stmts: list, depth: int) -> None:
+    def body(self, stmts: list, depth: int, top: bool = False) -> None:
         if not stmts:
             self.emit("pass", depth)
             return
-        for i, s in enumerate(stmts):
+        if self.chunked and (top or len(stmts) > _TABLE_BODY):
+            # the kernel's own body always (its driver holds no tensor locals), and any
+            # body too long to be one function
+            self.table(stmts, depth)
+            return
+        self.statements(stmts, 0, len(stmts), depth)
+
+    def statements(self, stmts: list, lo: int, hi: int, depth: int) -> None:
+        for i in range(lo, hi):
+            s = stmts[i]
             if isinstance(s, Alloc):
                 t = s.tensor
                 if t.uid in self.forwarded:
                     self.emit(f"m{t.uid} = mem[{t.uid}] = b{t.uid}", depth)
-                if self.needs_poison_temp(t, stmts[i + 1 :]):
+                if self.needs_poison_temp(t, (stmts[j] for j in range(i + 1, len(stmts)))):
                     pv = self.const(dtypes.poison_value(t.dtype), "POISON")
                     self.emit(f"{self.slot(t)}.fill({pv})", depth)
                     if t.uid in self.shadow:
@@ -935,7 +1060,9 @@ class _Compiler:
                 lv = self.const(s.var, "LV")
                 self.emit(f"for {n} in range({s.trip}):", depth)
                 self.emit(f"env[{lv}] = {n}", depth + 1)
+                self.bound.append(n)
                 self.body(s.body, depth + 1)
+                self.bound.pop()
                 self.emit(f"env.pop({lv}, None)", depth)
             else:
                 self.op(s, depth)
