@@ -617,7 +617,11 @@ def affine_select(
     )
     attrs = {"pred": Predicate(((expr, cmp),)), "on_false": float(on_false_value)}
     return _emit(
-        "affine_select", [_acc(d, loc, "affine_select dst")], [_acc(t, loc, "on_true_tile")], attrs, loc=loc
+        "affine_select",
+        [_acc(d, loc, "affine_select dst")],
+        [_acc(t, loc, "on_true_tile")],
+        attrs,
+        loc=loc,
     )
 
 

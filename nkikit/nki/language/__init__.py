@@ -71,13 +71,15 @@ class _TileSize:
         return default_target()
 
     pmax = property(lambda self: self._target.partitions)
-    psum_bank_fmax = property(lambda self: self._target.psum_fmax)
-    psum_fmax = psum_bank_fmax
-    psum_bank_fmax_bytes = property(lambda self: self._target.psum_fmax * 4)
-    psum_num_banks = property(lambda self: self._target.psum_bytes // (self._target.psum_fmax * 4))
+    psum_bank_fmax = property(lambda self: self._target.psum_bank_fmax)
+    psum_fmax = psum_bank_fmax  # the pre-0.4 name
+    psum_bank_fmax_bytes = property(lambda self: self._target.psum_bank_fmax * 4)
+    psum_num_banks = property(
+        lambda self: self._target.psum_bytes // (self._target.psum_bank_fmax * 4)
+    )
     gemm_stationary_fmax = property(lambda self: self._target.gemm_stationary_fmax)
-    gemm_moving_fmax = property(lambda self: 512)
-    bn_stats_fmax = property(lambda self: 512)
+    gemm_moving_fmax = property(lambda self: self._target.gemm_moving_fmax)
+    bn_stats_fmax = property(lambda self: 512)  # [NKI 0.x ISA, bn_stats]
     sbuf_fmax_bytes = property(lambda self: self._target.sbuf_bytes)
     sbuf_fmax = property(lambda self: self._target.sbuf_bytes // 4)
     total_available_sbuf_size = sbuf_fmax_bytes

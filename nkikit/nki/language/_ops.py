@@ -55,7 +55,11 @@ def _make_binary(name: str):
         out = _new_like(x, dtype)
         if isinstance(y, _SCALAR):
             isa.tensor_scalar(out, x, fn, float(y))
-        elif isinstance(y, NkiTensor) and y.size // builtins.max(y.shape[0], 1) == 1 and x.size > x.shape[0]:
+        elif (
+            isinstance(y, NkiTensor)
+            and y.size // builtins.max(y.shape[0], 1) == 1
+            and x.size > x.shape[0]
+        ):
             isa.tensor_scalar(out, x, fn, y)  # a (P, 1) operand broadcasts along the free axis
         else:
             isa.tensor_tensor(out, x, y, fn)

@@ -39,7 +39,11 @@ def test_unmodified_import_nki_file_runs(tmp_path):
 
 def test_no_bare_nki_module_without_the_alias():
     r = subprocess.run(
-        [sys.executable, "-c", "import nkikit.nki, importlib.util; print(importlib.util.find_spec('nki'))"],
+        [
+            sys.executable,
+            "-c",
+            "import nkikit.nki, importlib.util; print(importlib.util.find_spec('nki'))",
+        ],
         capture_output=True,
         text=True,
         timeout=60,

@@ -309,3 +309,25 @@ def test_a_dtype_other_than_dst_is_rejected():
 
     with pytest.raises(NkiError, match="differs from dst"):
         k(X)
+
+
+def test_profile_and_torch_tensors_work_on_a_0x_kernel():
+    import nkikit
+
+    @nki.jit
+    def k(a):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        for i in range(a.shape[0] // 128):
+            t = nl.ndarray((128, a.shape[1]), dtype=a.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=a[i * 128 : (i + 1) * 128])
+            nisa.activation(dst=t, op=nl.exp, data=t)
+            nisa.dma_copy(dst=out[i * 128 : (i + 1) * 128], src=t)
+        return out
+
+    x = rng.standard_normal((512, 256)).astype(np.float32)
+    profile = nkikit.profile_kernel(k, x, target="trn2")
+    assert profile.total_us > 0 and 0 < profile.summary["mbu"] <= 1
+    torch = pytest.importorskip("torch")
+    r = k(torch.from_numpy(x))
+    assert isinstance(r, torch.Tensor)
+    np.testing.assert_allclose(r.numpy(), np.exp(x), rtol=1e-5)

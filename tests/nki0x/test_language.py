@@ -1,0 +1,83 @@
+"""nkikit.nki.language: tile_size follows the target a kernel is traced for; loops are Python
+ranges; launch queries are ints; NKIObject classes are dataclass-like."""
+
+import numpy as np
+import pytest
+
+import nkikit.nki as nki
+import nkikit.nki.isa as nisa
+import nkikit.nki.language as nl
+
+
+@pytest.mark.parametrize(
+    "target, moving, sbuf",
+    [("trn1", 512, 192 * 1024), ("trn2", 512, 224 * 1024), ("trn3", 4096, 256 * 1024)],
+)
+def test_tile_size_follows_the_target(monkeypatch, target, moving, sbuf):
+    monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", target)
+    seen = {}
+
+    @nki.jit
+    def k(x):
+        seen.update(
+            pmax=nl.tile_size.pmax,
+            moving=nl.tile_size.gemm_moving_fmax,
+            sbuf=nl.tile_size.total_available_sbuf_size,
+            bank=nl.tile_size.psum_fmax,
+            version=nisa.get_nc_version(),
+        )
+        out = nl.ndarray((1, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=x)
+        return out
+
+    k(np.zeros((1, 1), np.float32))
+    assert seen["pmax"] == 128 and seen["bank"] == 512
+    assert seen["moving"] == moving and seen["sbuf"] == sbuf
+    assert seen["version"].name == {"trn1": "gen2", "trn2": "gen3", "trn3": "gen4"}[target]
+
+
+def test_loops_are_python_ranges_and_launch_queries_are_ints():
+    assert list(nl.affine_range(3)) == [0, 1, 2]
+    assert list(nl.sequential_range(1, 7, 3)) == [1, 4]
+    seen = []
+
+    @nki.jit
+    def k(x):
+        seen.append((nl.program_ndim(), nl.num_programs(), nl.program_id(0)))
+        out = nl.ndarray((1, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=x)
+        return out
+
+    x = np.ones((1, 1), np.float32)
+    k(x)
+    nki.cpu_simulate(k)[2](x=x)
+    assert seen == [(0, 1, 0), (1, 2, 0), (1, 2, 1)]
+
+
+def test_nkiobject_subclasses_are_dataclass_like():
+    class Config(nl.NKIObject):
+        tile: int
+        dtype: object = nl.bfloat16
+
+        def __post_init__(self):
+            self.double = 2 * self.tile
+
+    c = Config(64)
+    assert (c.tile, c.dtype, c.double) == (64, nl.bfloat16, 128)
+    with pytest.raises(TypeError, match="missing required argument 'tile'"):
+        Config()
+
+
+def test_wrappers_lower_to_instructions():
+    x = np.random.default_rng(1).standard_normal((128, 32)).astype(np.float32)
+
+    @nki.jit
+    def k(x):
+        t = nl.load(x)
+        y = nl.add(nl.exp(t), 1.0)
+        s = nl.sum(y, axis=1)
+        out = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+        nl.store(out, s)
+        return out
+
+    np.testing.assert_allclose(k(x)[:, 0], (np.exp(x) + 1.0).sum(axis=1), rtol=1e-5)
