@@ -211,7 +211,11 @@ _ENGINE_NAMES = {
 }
 
 
-def _engine(e, default: str, op: str, allowed: tuple[str, ...], loc: SourceLoc) -> str:
+def _engine(e, default: str, op: str, loc: SourceLoc) -> str:
+    """The engine an ``engine=`` argument names, among those the primitive's record allows."""
+    from ...ir.prims import engine_choices
+
+    allowed = engine_choices(op)
     if e is None or e == engine.unknown:
         return default
     if not isinstance(e, engine):
@@ -474,7 +478,7 @@ def tensor_copy(dst, src, engine=engine.unknown, name=None, dtype=None) -> NkiIn
             op="nisa.tensor_copy",
             why=f"dtype={dtypes.name(dtypes.as_dtype(dtype))} differs from dst's {dtypes.name(dst.dtype)}; the destination's dtype is the result's",
         )
-    eng = _engine(engine, "vector", "tensor_copy", ("vector", "scalar", "gpsimd"), loc)
+    eng = _engine(engine, "vector", "tensor_copy", loc)
     d, s = _tiles(loc, "tensor_copy", dst, src)
     return _emit("tensor_copy", [d], [s], {"engine": eng}, loc=loc)
 
@@ -504,7 +508,7 @@ def memset(dst, value, engine=engine.unknown, name=None) -> NkiInstruction:  # n
             op="nisa.memset",
             why=f"value {value!r} does not fit the integer dtype {dtypes.name(dst.dtype)}",
         )
-    eng = _engine(engine, "vector", "memset", ("vector", "scalar", "gpsimd"), loc)
+    eng = _engine(engine, "vector", "memset", loc)
     d = _acc(dst, loc, "memset")
     return _emit("memset", [d], [], {"value": float(value), "engine": eng}, loc=loc)
 
@@ -744,7 +748,7 @@ def nc_transpose(dst, data, engine=engine.unknown, name=None) -> NkiInstruction:
     loc = caller_loc()
     _dst_chip(dst, loc, "nc_transpose")
     default = "tensor" if dst.tensor.buffer == "psum" else "vector"
-    eng = _engine(engine, default, "nc_transpose", ("tensor", "vector"), loc)
+    eng = _engine(engine, default, "nc_transpose", loc)
     a = _flat2d(data, loc, "data")
     dv = dst.flatten_dims(1, dst.ndim - 1) if dst.ndim > 2 else dst
     d = _acc(dv, loc, "nc_transpose dst")
@@ -767,7 +771,7 @@ def tensor_tensor(dst, data1, data2, op, engine=engine.unknown, name=None) -> Nk
     _dst_chip(dst, loc, "tensor_tensor")
     name_ = op_name(op)
     default = "gpsimd" if name_ == "power" else "vector"
-    eng = _engine(engine, default, "tensor_tensor", ("vector", "gpsimd"), loc)
+    eng = _engine(engine, default, "tensor_tensor", loc)
     d, a, b = _tiles(loc, "tensor_tensor", dst, data1, data2)
     return _emit("tensor_tensor", [d], [a, b], {"op": name_, "engine": eng}, loc=loc)
 
@@ -794,7 +798,7 @@ def tensor_scalar(
             op="nisa.tensor_scalar",
             why="op1 and operand1 are given together or not at all",
         )
-    eng = _engine(engine, "vector", "tensor_scalar", ("vector", "scalar", "gpsimd"), loc)
+    eng = _engine(engine, "vector", "tensor_scalar", loc)
     d, a = _tiles(loc, "tensor_scalar", dst, data)
     ins = [a, _scalar_or_vector(0.0 if operand0 is None else operand0, loc, "operand0")]
     if op1 is not None:
