@@ -34,24 +34,25 @@ def build_program(
             f"{max_instructions:,}; use larger tiles (especially for DMA) or pass a higher limit"
         )
     tr = schedule(lk)
+    # one static row per instruction kind (the ops lowered alike: unrolled steps share one)
     infos = [
         InstrInfo(
-            engine="dma" if si.engine == DMA else ENGINES[si.engine],
-            opcode=si.opcode,
-            partitions=si.partitions,
-            elements=si.elements,
-            bytes=dict(si.bytes),
-            flops=si.flops,
-            model_flops=si.model_flops,
-            dtype=si.dtype,
-            source=si.source,
-            text=si.text,
-            operands=si.operands,
-            tensor_name=si.tensor_name,
-            cycles=si.cycles,
-            duration_ns=si.duration_ns,
+            engine="dma" if k.engine == DMA else ENGINES[k.engine],
+            opcode=k.opcode,
+            partitions=k.partitions,
+            elements=k.elements,
+            bytes=dict(k.bytes),
+            flops=k.flops,
+            model_flops=k.model_flops,
+            dtype=k.dtype,
+            source=k.source,
+            text=k.text,
+            operands=k.operands,
+            tensor_name=k.tensor_name,
+            cycles=k.cycles,
+            duration_ns=k.duration_ns,
         )
-        for si in lk.instrs
+        for k in lk.kinds
     ]
     names = list(ENGINES) + [f"dma{q}" for q in range(tgt.dma_queues)]
     engine = [names[e] for e in tr.engine]

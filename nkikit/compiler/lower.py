@@ -120,19 +120,17 @@ SKIPPED = prims.names_where(lambda p: not p.engines)
 
 
 @dataclass(slots=True)
-class StaticInstr:
-    """One IR op, lowered.  Compute ops have a fixed duration; a DMA has a duration per
-    partition and is split over the queues at schedule time."""
+class InstrKind:
+    """What every op lowered alike shares: engine, opcode, cost, bytes, FLOPs, source line,
+    operand description (one row of the Program's static table).  The steps of unrolled
+    code are lowered alike, so a kernel has about as many kinds as lines of code."""
 
     index: int
-    op: Op
     engine: int  # engine code, or DMA
     opcode: str
     duration_ns: float  # compute: whole instruction; DMA: transfer time of one partition
     partitions: int
     elements: int
-    reads: list[Region]
-    writes: list[Region]
     bytes: dict[str, int]  # totals per memory field of the profiler's Instruction
     flops: float
     model_flops: float
@@ -142,15 +140,98 @@ class StaticInstr:
     operands: str
     cycles: float = 0.0
     tensor_name: str = ""
-    hbm_const: int = 0  # byte offset of the first HBM element at env = 0
-    hbm_terms: Terms = ()
     hbm_part_stride: int = 0  # HBM bytes between consecutive partitions of the tile
     same_engine_raw_ns: float = 0.0
     wait_ns: float = 0.0  # semaphore latency when waiting on another engine
 
+
+@dataclass(slots=True)
+class StaticInstr:
+    """One IR op, lowered: its :class:`InstrKind` plus what is its own, the operand regions
+    and the HBM offset.  Compute ops have a fixed duration; a DMA has a duration per
+    partition and is split over the queues at schedule time.  The kind's fields the
+    scheduler reads per instruction are copied here; the rest are properties."""
+
+    kind: InstrKind
+    op: Op
+    reads: list[Region]
+    writes: list[Region]
+    hbm_const: int = 0  # byte offset of the first HBM element at env = 0
+    hbm_terms: Terms = ()
+    index: int = 0  # the kind's index
+    engine: int = 0
+    duration_ns: float = 0.0
+    partitions: int = 0
+    tensor_name: str = ""
+    hbm_part_stride: int = 0
+    same_engine_raw_ns: float = 0.0
+    wait_ns: float = 0.0
+
+    @classmethod
+    def of(
+        cls, kind: InstrKind, op: Op, reads: list, writes: list, hconst: int, hterms: Terms
+    ) -> StaticInstr:
+        k = kind
+        return cls(
+            k,
+            op,
+            reads,
+            writes,
+            hconst,
+            hterms,
+            k.index,
+            k.engine,
+            k.duration_ns,
+            k.partitions,
+            k.tensor_name,
+            k.hbm_part_stride,
+            k.same_engine_raw_ns,
+            k.wait_ns,
+        )
+
     @property
     def is_dma(self) -> bool:
         return self.engine == DMA
+
+    @property
+    def opcode(self) -> str:
+        return self.kind.opcode
+
+    @property
+    def elements(self) -> int:
+        return self.kind.elements
+
+    @property
+    def bytes(self) -> dict[str, int]:
+        return self.kind.bytes
+
+    @property
+    def flops(self) -> float:
+        return self.kind.flops
+
+    @property
+    def model_flops(self) -> float:
+        return self.kind.model_flops
+
+    @property
+    def dtype(self) -> str:
+        return self.kind.dtype
+
+    @property
+    def source(self) -> str:
+        return self.kind.source
+
+    @property
+    def text(self) -> str:
+        return self.kind.text
+
+    @property
+    def operands(self) -> str:
+        return self.kind.operands
+
+    @property
+    def cycles(self) -> float:
+        return self.kind.cycles
 
 
 # A step of the lowered program: (OP, StaticInstr) | (ALLOC, Tracked, lane) |
@@ -164,7 +245,8 @@ class LoweredKernel:
     target: Target
     allocation: Allocation
     steps: list
-    instrs: list[StaticInstr]
+    instrs: list[StaticInstr]  # one per lowered IR op
+    kinds: list[InstrKind]  # what they share, indexed by StaticInstr.index
     tracked: list[Tracked]
     env_size: int
     grid: tuple[int, ...]
@@ -182,6 +264,10 @@ class _Lowerer:
         self.tracked: dict[int, Tracked] = {}
         self.regions: dict[tuple, Region] = {}
         self.instrs: list[StaticInstr] = []
+        self.kinds: list[InstrKind] = []
+        self.kind_of: dict[tuple, InstrKind] = {}
+        self.names: dict[int, str] = {}  # tensor uid -> name it is described by
+        self.dtype_names: dict[object, str] = {}
         self.notes: list[str] = []
         self.folded = _folded_memsets(kernel)
         self.flat_roots = {t.root.uid for t in kernel.tensors if t.base is not None}
@@ -230,17 +316,18 @@ class _Lowerer:
         if t.is_hbm and tr.tensor.uid in self.flat_roots:
             # accessed through reshaped views: only the flat byte offset is comparable
             row: Affine = Affine()
-            flat = flat_offset(a, list(range(len(t.shape))), row_major(list(t.shape)))
+            dims = list(range(len(t.shape)))
+            const, terms = _linear(a, dims, row_major(list(t.shape)))
         elif t.is_hbm:
             row = a.index[0] if t.shape else Affine()
             rest = list(range(1, len(t.shape)))
-            flat = flat_offset(a, rest, row_major([t.shape[d] for d in rest]))
+            const, terms = _linear(a, rest, row_major([t.shape[d] for d in rest]))
         else:
             row = a.index[t.par_axis]
             rest = [d for d in range(len(t.shape)) if d != t.par_axis]
-            flat = flat_offset(a, rest, row_major([t.shape[d] for d in rest]))
+            const, terms = _linear(a, rest, row_major([t.shape[d] for d in rest]))
         r0, rterms, rspan = split_affine(row, a.shape, self.env)
-        c0, cterms, cspan = split_affine(flat, a.shape, self.env)
+        c0, cterms, cspan = _split(const, terms, a.shape, self.env)
         return self._region(
             tr,
             self._lane(t, tr),
@@ -275,9 +362,47 @@ class _Lowerer:
     def lower_op(self, op: Op) -> StaticInstr | None:
         if op.prim in SKIPPED or id(op) in self.folded:
             return None
+        key = self._key(op)
+        kind = self.kind_of.get(key) if key is not None else None
+        if kind is None:
+            kind = self._kind(op)
+            if key is not None:
+                self.kind_of[key] = kind
+        reads, writes = self._regions(op)
+        hconst, hterms = self._hbm_offset(op) if kind.engine == DMA else (0, ())
+        si = StaticInstr.of(kind, op, reads, writes, hconst, hterms)
+        self.instrs.append(si)
+        return si
+
+    def _key(self, op: Op) -> tuple | None:
+        """What the kind of ``op`` depends on: everything but where its operands are (the
+        constant parts of their indices, which only move regions and HBM offsets).  None
+        when something in it cannot be hashed (then the op gets a kind of its own)."""
+        parts: list = [op.prim, op.loc, op.mask]
+        for x in (*op.outs, None, *op.ins):
+            if isinstance(x, Access):
+                parts.append(self._access_key(x))
+            else:
+                parts.append((type(x), x))
+        try:
+            parts.append(tuple(sorted(op.attrs.items())))
+            key = tuple(parts)
+            hash(key)
+        except TypeError:
+            return None
+        return key
+
+    def _access_key(self, a: Access) -> tuple:
+        t = a.tensor
+        who = self.alloc.leader.get(t.uid, t.uid)  # a rotation group lowers alike
+        axes = tuple(tuple((s.k, c) for s, c in ix.terms if isinstance(s, Axis)) for ix in a.index)
+        ind = self._access_key(a.indirect) if a.indirect is not None else None
+        return (who, a.shape, axes, ind, a.indirect_dim)
+
+    def _kind(self, op: Op) -> InstrKind:
         engine = prims.engine_of(op)  # the one answer the verifier and the cost model share
         if engine == "dma":
-            return self._lower_dma(op)
+            return self._dma_kind(op)
         rule = PRIMS[op.prim]
         accesses = [a for a in op.ins if isinstance(a, Access)] + list(op.outs)
         main = next((a for a in op.ins if isinstance(a, Access)), op.outs[0] if op.outs else None)
@@ -291,7 +416,6 @@ class _Lowerer:
         flops, model = rule.flops(view) if rule.flops else (0.0, 0.0)
         out_p = tile_pf(op.outs[0])[0] if op.outs else p
         byts = _bytes(op, mask_fraction(op, self.kernel.grid))
-        reads, writes = self._regions(op)
         dtype = (
             op.ins[0].tensor.dtype
             if op.prim == "nc_matmul"
@@ -306,8 +430,6 @@ class _Lowerer:
             t.cycles_ns(engine, cycles),
             max(p, out_p),
             n,
-            reads,
-            writes,
             byts,
             flops,
             model,
@@ -319,7 +441,7 @@ class _Lowerer:
             wait_ns=t.cycles_ns(engine, t.semaphore_cycles),
         )
 
-    def _lower_dma(self, op: Op) -> StaticInstr:
+    def _dma_kind(self, op: Op) -> InstrKind:
         t = self.target
         dst, src = op.outs[0], op.ins[0]
         on_chip = dst if not dst.tensor.is_hbm else src
@@ -357,19 +479,12 @@ class _Lowerer:
             opcode += "_RMW"
         if indirect:
             opcode += "_INDIRECT"
-        reads, writes = self._regions(op)
-        h = src if src.tensor.is_hbm else dst if dst.tensor.is_hbm else None
-        name, hconst, hterms, hstride = "", 0, (), 0
-        # an indirect DMA's HBM rows are unknown here: no offsets (and no input-reload
-        # analysis, which compares them)
-        if h is not None and h.indirect is None:
+        h = _hbm_side(op)
+        name, hstride = "", 0
+        if h is not None:
             ht = h.tensor
-            item = ht.dtype.itemsize
             flat = flat_offset(h, list(range(len(ht.shape))), row_major(list(ht.shape)))
-            at0 = flat.substitute({Axis(k): Affine() for k in range(len(h.shape))})
-            hconst = at0.const * item
-            hterms = tuple((self.env[s], c * item) for s, c in at0.terms if s in self.env)
-            hstride = flat.coef(Axis(0)) * item
+            hstride = flat.coef(Axis(0)) * ht.dtype.itemsize
             name = ht.root.name
         return self._new(
             op,
@@ -378,21 +493,32 @@ class _Lowerer:
             ns_per_part,
             parts,
             n,
-            reads,
-            writes,
             byts,
             0.0,
             0.0,
             on_chip.tensor.dtype,
             tensor_name=name,
-            hbm_const=hconst,
-            hbm_terms=hterms,
             hbm_part_stride=hstride,
             # the descriptor generator starts when the index tile (a dependency) is ready
             # and needs the target's dma_dge_ns before the transfer's fixed cost begins
             wait_ns=self.target.dma_dge_ns if indirect else 0.0,
             same_engine_raw_ns=self.target.dma_dge_ns if indirect else 0.0,
         )
+
+    def _hbm_offset(self, op: Op) -> tuple[int, Terms]:
+        """Byte offset of the first HBM element a DMA touches: a constant and env terms."""
+        h = _hbm_side(op)
+        if h is None:
+            return 0, ()
+        ht = h.tensor
+        item = ht.dtype.itemsize
+        const, terms = _linear(h, list(range(len(ht.shape))), row_major(list(ht.shape)))
+        hterms = tuple(
+            (self.env[s], c * item)
+            for s, c in terms.items()
+            if not isinstance(s, Axis) and s in self.env
+        )
+        return const * item, hterms
 
     def _regions(self, op: Op) -> tuple[list[Region], list[Region]]:
         reads = [r for a in op.ins if isinstance(a, Access) and (r := self.region(a)) is not None]
@@ -401,33 +527,47 @@ class _Lowerer:
             reads.extend(writes)  # read-modify-write of the destination
         return reads, writes
 
-    def _new(
-        self, op, engine, opcode, dur, parts, n, reads, writes, byts, flops, model, dtype, **kw
-    ) -> StaticInstr:
+    def _new(self, op, engine, opcode, dur, parts, n, byts, flops, model, dtype, **kw) -> InstrKind:
         operands = ", ".join(
-            _describe(a) for a in (*op.outs, *(x for x in op.ins if isinstance(x, Access)))
+            self._describe(a) for a in (*op.outs, *(x for x in op.ins if isinstance(x, Access)))
         )
-        si = StaticInstr(
-            len(self.instrs),
-            op,
+        kind = InstrKind(
+            len(self.kinds),
             engine,
             opcode,
             dur,
             parts,
             n,
-            reads,
-            writes,
             byts,
             flops,
             model,
-            dtypes.name(dtype),
+            self._dtype_name(dtype),
             str(op.loc),
             op.loc.text,
             operands,
             **kw,
         )
-        self.instrs.append(si)
-        return si
+        self.kinds.append(kind)
+        return kind
+
+    def _dtype_name(self, dt) -> str:
+        name = self.dtype_names.get(dt)
+        if name is None:
+            name = self.dtype_names[dt] = dtypes.name(dt)
+        return name
+
+    def _describe(self, a: Access) -> str:
+        """``name[shape] dtype @buffer``; a rotation group's tensors go by its first one's
+        name (they are the same tile of successive unrolled steps)."""
+        t = a.tensor
+        name = self.names.get(t.uid)
+        if name is None:
+            who = self.alloc.leader.get(t.uid)
+            name = self.names[t.uid] = (
+                self.alloc.placements[who].tensor.name if who is not None else t.name
+            )
+        shape = "x".join(map(str, a.shape))
+        return f"{name}[{shape}] {self._dtype_name(t.dtype)} @{t.buffer}"
 
     # -- the tree ----------------------------------------------------------------------------
     def body(self, stmts: list) -> list:
@@ -462,10 +602,40 @@ def _scale(terms: Terms, k: int) -> Terms:
     return tuple((e, c * k) for e, c in terms)
 
 
-def _describe(a: Access) -> str:
-    t = a.tensor
-    shape = "x".join(map(str, a.shape))
-    return f"{t.name}[{shape}] {dtypes.name(t.dtype)} @{t.buffer}"
+def _hbm_side(op: Op) -> Access | None:
+    """A DMA's HBM operand, if it has one with static rows (an indirect DMA's HBM rows are
+    unknown here: no offsets, and no input-reload analysis, which compares them)."""
+    dst, src = op.outs[0], op.ins[0]
+    h = src if src.tensor.is_hbm else dst if dst.tensor.is_hbm else None
+    return h if h is not None and h.indirect is None else None
+
+
+def _linear(a: Access, dims: list[int], strides: list[int]) -> tuple[int, dict]:
+    """``flat_offset(a, dims, strides)`` as (constant, {symbol: coefficient}) without building
+    Affine objects (the lowering computes it for every operand of every op)."""
+    const = 0
+    terms: dict = {}
+    index = a.index
+    for d, st in zip(dims, strides):
+        ix = index[d]
+        const += ix.const * st
+        for s, c in ix.terms:
+            terms[s] = terms.get(s, 0) + c * st
+    return const, {s: c for s, c in terms.items() if c != 0}
+
+
+def _split(const: int, terms: dict, shape: tuple[int, ...], env: dict) -> tuple[int, Terms, int]:
+    """:func:`~.regions.split_affine` of ``const + sum(terms)``."""
+    lo = hi = const
+    env_terms = []
+    for s, c in terms.items():
+        if isinstance(s, Axis):
+            top = c * (shape[s.k] - 1) if s.k < len(shape) else 0
+            lo += min(0, top)
+            hi += max(0, top)
+        elif s in env:
+            env_terms.append((env[s], c))
+    return lo, tuple(env_terms), hi - lo + 1
 
 
 # Evaluating a mask costs one numpy pass over its axes per combination of loop / program
@@ -622,5 +792,14 @@ def lower(kernel: Kernel, target: Target, allocation: Allocation) -> LoweredKern
         for reg in tr.regions:
             reg.slot = tr.lane0 + reg.lane
     return LoweredKernel(
-        kernel, target, allocation, steps, lw.instrs, tracked, len(lw.env), kernel.grid, lw.notes
+        kernel,
+        target,
+        allocation,
+        steps,
+        lw.instrs,
+        lw.kinds,
+        tracked,
+        len(lw.env),
+        kernel.grid,
+        lw.notes,
     )
