@@ -14,6 +14,7 @@ kernel).
 
 from __future__ import annotations
 
+import functools
 import linecache
 import os
 import sys
@@ -46,7 +47,9 @@ class SourceLoc:
 UNKNOWN_LOC = SourceLoc("<unknown>", 0)
 
 
+@functools.lru_cache(maxsize=4096)
 def _is_internal(filename: str) -> bool:
+    # cached: every traced instruction walks the stack to the user's frame
     path = os.path.abspath(filename)
     if path.startswith(_KERNEL_DIRS):
         return False

@@ -13,6 +13,7 @@ simulators and the compiler see the same accesses the Beta-1 front end produces.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -545,14 +546,28 @@ def _decompose(t: Tensor, shape, strides, offset) -> tuple[Affine, ...] | None:
     """Per-dimension affine indices of the strided view in ``t``'s row-major shape, or None
     when the view does not stay inside one dimension of ``t`` per term."""
     dims = t.shape
-    st = row_major(dims)
-    index = []
-    rem = offset
-    for s in st:
-        q, rem = divmod(rem, s)
-        index.append([q, []])
-    if rem:
+    plan = _term_plan(dims, tuple(shape), tuple(strides))
+    if plan is None:
         return None
+    st, terms, spans = plan
+    out = []
+    rem = offset
+    for d, s in enumerate(st):
+        const, rem = divmod(rem, s)
+        if const < 0 or const + spans[d] >= dims[d]:
+            return None
+        out.append(Affine(terms[d], const))
+    return tuple(out)
+
+
+@functools.lru_cache(maxsize=8192)
+def _term_plan(dims: tuple[int, ...], shape: tuple[int, ...], strides: tuple[int, ...]):
+    """Which storage dimension each view axis steps along (with its coefficient), and how far
+    each storage dimension's index reaches: the part of a decomposition that does not depend
+    on the offset, shared by the views a loop makes with the same shape at other offsets."""
+    st = row_major(dims)
+    terms: list[list] = [[] for _ in dims]
+    spans = [0] * len(dims)
     for j, (n, s) in enumerate(zip(shape, strides)):
         if n == 1 or s == 0:
             continue
@@ -560,20 +575,18 @@ def _decompose(t: Tensor, shape, strides, offset) -> tuple[Affine, ...] | None:
             return None
         for d, sd in enumerate(st):
             if s % sd == 0:
-                index[d][1].append((j, s // sd))
+                c = s // sd
+                terms[d].append((_axis(j), c))
+                spans[d] += c * (n - 1)
                 break
-        else:  # pragma: no cover - sd == 1 always divides
-            return None
-    out = []
-    for d, (const, terms) in enumerate(index):
-        hi = const + sum(c * (shape[j] - 1) for j, c in terms)
-        if const < 0 or hi >= dims[d]:
-            return None
-        a = Affine.of(int(const))
-        for j, c in terms:
-            a = a + Affine.of(Axis(j)) * c
-        out.append(a)
-    return tuple(out)
+    return st, tuple(tuple(x) for x in terms), tuple(spans)
+
+
+def _axis(k: int) -> Axis:
+    return _AXES[k] if k < len(_AXES) else Axis(k)
+
+
+_AXES = tuple(Axis(k) for k in range(16))
 
 
 def access_of(x: NkiTensor, loc: SourceLoc, what: str = "operand") -> Access:

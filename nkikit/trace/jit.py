@@ -8,7 +8,9 @@ simulator.  Results come back as the same kind of array the caller passed.
 from __future__ import annotations
 
 import functools
+import gc
 import inspect
+from contextlib import contextmanager
 from collections.abc import Callable
 from typing import Any
 
@@ -135,8 +137,9 @@ class JitKernel:
         key = (name, self._key(bound))
         entry = self._cache.get(key)
         if entry is None:
-            kernel = self._trace(bound, name)
-            verify(kernel, name)
+            with gc_paused():
+                kernel = self._trace(bound, name)
+                verify(kernel, name)
             entry = self._cache[key] = kernel
         return entry, bound
 
@@ -211,13 +214,30 @@ class JitKernel:
         __tracebackhide__ = True
         try:
             kernel, bound = self.specialize(*args, **kwargs)
-            return run(kernel, bound)
+            with gc_paused():  # the first run generates the kernel's simulator program
+                return run(kernel, bound)
         except NkiError as e:
             raise hide_internal_frames(e) from None
         except TypeError as e:  # e.g. an unknown keyword argument, at the kernel's line
             if raised_in_user_code(e):
                 raise hide_internal_frames(e) from None
             raise
+
+
+@contextmanager
+def gc_paused():
+    """Pause Python's cyclic garbage collector for the block.  Tracing, verifying and code
+    generation create objects that all stay alive (the IR of an unrolled kernel holds 10^5 -
+    10^6 ops); each full collection walks all of them again, which makes the work grow
+    quadratically.  Nothing here makes reference cycles that need the collector."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 def run(kernel: Kernel, bound: inspect.BoundArguments):
