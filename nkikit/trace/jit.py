@@ -10,8 +10,8 @@ from __future__ import annotations
 import functools
 import gc
 import inspect
-from contextlib import contextmanager
 from collections.abc import Callable
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
