@@ -212,6 +212,8 @@ class Kernel:
     tensors: list[Tensor] = field(default_factory=list)
     # how to rebuild the kernel's Python return value from the outputs
     return_structure: Any = None
+    # the front end that traced it ("nki-beta1" or "nki-0.x"): a few tile-model rules differ
+    dialect: str = "nki-beta1"
 
     def walk(self):
         """Yield ``(stmt, enclosing_loops)`` for every statement, depth first."""

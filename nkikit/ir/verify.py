@@ -791,7 +791,7 @@ def _tensor_loc(t: Tensor) -> SourceLoc:
     return t.loc or UNKNOWN_LOC
 
 
-def tensor_partitions(t: Tensor, target: Target) -> None:
+def tensor_partitions(t: Tensor, target: Target, kernel: Kernel) -> None:
     """An SBUF/PSUM tensor spans at most pmax partitions."""
     if t.partitions > target.pmax:
         raise NkiError(
@@ -802,25 +802,28 @@ def tensor_partitions(t: Tensor, target: Target) -> None:
         )
 
 
-def tensor_psum_tile(t: Tensor, target: Target) -> None:
-    """One PSUM tile (the dims after the partition dim) fits a 2 KiB bank per partition."""
+def tensor_psum_tile(t: Tensor, target: Target, kernel: Kernel) -> None:
+    """One PSUM tile (the dims after the partition dim) fits a 2 KiB bank per partition.  An
+    NKI 0.x PSUM tensor is an explicit allocation that may span banks (it starts on a bank
+    boundary; each matmul still writes within one bank): it fits the whole PSUM."""
     if t.buffer != "psum":
         return
     n = 1
     for s in t.shape[t.par_axis + 1 :]:
         n *= s
     used = n * t.dtype.itemsize
-    if used > target.psum_tile_bytes:
+    limit = target.psum_bytes if kernel.dialect == "nki-0.x" else target.psum_tile_bytes
+    if used > limit:
         raise NkiError(
             "err_psum_capacity_exceeded",
             _tensor_loc(t),
             tensor=t.name,
             used=used,
-            limit=target.psum_tile_bytes,
+            limit=limit,
         )
 
 
-TENSOR_RULES: list[Callable[[Tensor, Target], None]] = [tensor_partitions, tensor_psum_tile]
+TENSOR_RULES: list[Callable[[Tensor, Target, Kernel], None]] = [tensor_partitions, tensor_psum_tile]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -955,7 +958,7 @@ class _Walk:
         self.checked.add(t.uid)
         if t.buffer in ON_CHIP:
             for rule in TENSOR_RULES:
-                rule(t, self.target)
+                rule(t, self.target, self.kernel)
 
     def run(self) -> None:
         k = self.kernel

@@ -124,7 +124,9 @@ class Kernel0x(JitKernel):
             structure = collect(results[0])
             for other in results[1:]:
                 collect(other)  # every program returns the same shared tensors
-        return Kernel(self.func.__name__, params, outputs, b.body, (), loc, b.tensors, structure)
+        return Kernel(
+            self.func.__name__, params, outputs, b.body, (), loc, b.tensors, structure, "nki-0.x"
+        )
 
 
 def _programs(grid: tuple[int, ...]) -> list[tuple[int, ...]]:

@@ -331,3 +331,19 @@ def test_profile_and_torch_tensors_work_on_a_0x_kernel():
     r = k(torch.from_numpy(x))
     assert isinstance(r, torch.Tensor)
     np.testing.assert_allclose(r.numpy(), np.exp(x), rtol=1e-5)
+
+
+def test_a_psum_tensor_may_span_banks_each_matmul_writes_one():
+    @nki.jit
+    def k(a, b):
+        acc = nl.ndarray((128, 2048), dtype=nl.float32, buffer=nl.psum)  # 4 banks
+        s, m = _load(a), _load(b)
+        for j in range(4):
+            nisa.nc_matmul(dst=acc[:, j * 512 : (j + 1) * 512], stationary=s, moving=m)
+        res = nl.ndarray((128, 2048), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=res, src=acc)
+        return _store(res)
+
+    a = rng.standard_normal((128, 128)).astype(np.float32)
+    b = rng.standard_normal((128, 512)).astype(np.float32)
+    np.testing.assert_allclose(k(a, b), np.tile(a.T @ b, (1, 4)), rtol=1e-4, atol=1e-4)
