@@ -2,16 +2,35 @@
 
 from __future__ import annotations
 
+import gc
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import numpy as np
 
 from ..ir.core import Kernel
 from ..targets import Target, get_target
 from .allocate import allocate
 from .lower import DMA, ENGINES, count_instructions, lower
-from .program import InstrInfo, Program
+from .program import Deps, EngineNames, InstrInfo, Program
 from .schedule import schedule
 
 MAX_INSTRUCTIONS = 20_000_000
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector.  Compiling creates objects that live as long as
+    the program (regions, instructions) and no cycles; with a million of them the
+    collector's repeated passes over everything alive cost more than the work itself."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def build_program(
@@ -25,15 +44,17 @@ def build_program(
     """
     t0 = time.perf_counter()
     tgt = get_target(target)
-    alloc = allocate(kernel, tgt)
-    lk = lower(kernel, tgt, alloc)
-    n = count_instructions(lk.steps, tgt)
-    if n > max_instructions:
-        raise ValueError(
-            f"{kernel.name}: {n:,} instructions to schedule, more than max_instructions="
-            f"{max_instructions:,}; use larger tiles (especially for DMA) or pass a higher limit"
-        )
-    tr = schedule(lk)
+    with gc_paused():
+        alloc = allocate(kernel, tgt)
+        lk = lower(kernel, tgt, alloc)
+        n = count_instructions(lk.steps, tgt)
+        if n > max_instructions:
+            raise ValueError(
+                f"{kernel.name}: {n:,} instructions to schedule, more than max_instructions="
+                f"{max_instructions:,}; use larger tiles (especially for DMA) or pass a higher "
+                "limit"
+            )
+        tr = schedule(lk)
     # one static row per instruction kind (the ops lowered alike: unrolled steps share one)
     infos = [
         InstrInfo(
@@ -55,9 +76,10 @@ def build_program(
         for k in lk.kinds
     ]
     names = list(ENGINES) + [f"dma{q}" for q in range(tgt.dma_queues)]
-    engine = [names[e] for e in tr.engine]
+    engine = EngineNames(np.frombuffer(tr.engine, np.int8), names)
     meta = {
-        "allocation": [p.to_dict() for p in alloc.placements.values()],
+        # one entry per placement: the tensors of a rotation group share theirs
+        "allocation": [p.to_dict() for p in alloc.groups()],
         "allocation_mode": alloc.mode,
         "sbuf_bytes_used": alloc.used.get("sbuf", 0),
         "psum_bytes_used": alloc.used.get("psum", 0),
@@ -70,11 +92,11 @@ def build_program(
         tgt,
         infos,
         engine,
-        tr.sid,
-        tr.start,
-        tr.end,
-        tr.parts,
-        tr.hbm_offset,
-        tr.deps,
+        np.frombuffer(tr.sid, np.int64),
+        np.frombuffer(tr.start, np.float64),
+        np.frombuffer(tr.end, np.float64),
+        np.frombuffer(tr.parts, np.int64),
+        np.frombuffer(tr.hbm_offset, np.int64),
+        Deps(np.frombuffer(tr.dep_ptr, np.int64), np.frombuffer(tr.dep_ids, np.int64)),
         meta,
     )

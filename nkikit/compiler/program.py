@@ -1,21 +1,26 @@
 """The compiled, scheduled kernel: per-engine instruction streams with times and dependencies.
 
-A :class:`Program` is plain data: a table of static instructions (one per IR op: engine,
-opcode, bytes, FLOPs, source line) and the dynamic instruction stream in columns (static
-index, engine or DMA queue, start and end in ns, partitions, HBM offset, dependency ids).
-It round-trips through JSON and turns into the profiler's
-:class:`~nkikit.profiler.Profile` with :meth:`Program.profile`.
+A :class:`Program` is plain data: a table of static instructions (one per kind of lowered
+op -- the steps of unrolled code share one: engine, opcode, bytes, FLOPs, source line) and
+the dynamic instruction stream in numpy columns (static index, engine or DMA queue, start and
+end in ns, partitions, HBM offset, dependency ids), so that millions of instructions take
+tens of bytes each.  It round-trips through JSON and turns into the profiler's
+:class:`~nkikit.profiler.Profile` with :meth:`Program.profile`, whose instructions are
+made from the columns when read (the summary metrics never make them).
 """
 
 from __future__ import annotations
 
-import gc
 import json
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from ..profiler.columns import UNKNOWN_SOURCE, Columns
 from ..profiler.model import COMPUTE_ENGINES, Instruction, Profile
 from ..targets import Target, get_target
 
@@ -89,21 +94,97 @@ class InstrInfo:
     duration_ns: float = 0.0
 
 
+class EngineNames(Sequence[str]):
+    """Per instruction, the name of its engine or DMA queue (``"tensor"``, ``"dma3"``),
+    kept as one byte of code each."""
+
+    __slots__ = ("codes", "names")
+
+    def __init__(self, codes: np.ndarray, names: Sequence[str]) -> None:
+        self.codes = np.asarray(codes, dtype=np.int8)
+        self.names = tuple(names)
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self.names[c] for c in self.codes[i].tolist()]
+        return self.names[self.codes[i]]
+
+    def __iter__(self) -> Iterator[str]:
+        names = self.names
+        return (names[c] for c in self.codes.tolist())
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and list(self) == list(other)
+
+    @classmethod
+    def of(cls, names: Sequence[str]) -> EngineNames:
+        table = {n: k for k, n in enumerate(dict.fromkeys(names))}
+        return cls(np.fromiter(map(table.__getitem__, names), np.int8, len(names)), list(table))
+
+
+class Deps(Sequence[tuple[int, ...]]):
+    """Per instruction, the ids it depends on: ``ids[ptr[i]:ptr[i + 1]]`` as a tuple."""
+
+    __slots__ = ("ptr", "ids")
+
+    def __init__(self, ptr: np.ndarray, ids: np.ndarray) -> None:
+        self.ptr = np.asarray(ptr, dtype=np.int64)
+        self.ids = np.asarray(ids, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self.ptr) - 1
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self)
+        return tuple(self.ids[self.ptr[i] : self.ptr[i + 1]].tolist())
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and list(self) == list(other)
+
+    @classmethod
+    def of(cls, deps: Sequence[Sequence[int]]) -> Deps:
+        ptr = np.zeros(len(deps) + 1, np.int64)
+        np.cumsum([len(d) for d in deps], out=ptr[1:])
+        ids = np.fromiter((x for d in deps for x in d), np.int64, int(ptr[-1]))
+        return cls(ptr, ids)
+
+
 @dataclass(slots=True)
 class Program:
-    """A scheduled kernel for one target.  Instruction ids are positions in program order."""
+    """A scheduled kernel for one target.  Instruction ids are positions in program order.
+
+    Per instruction: ``engine`` (names), ``sid`` (its row of ``infos``), ``start`` /
+    ``end`` (ns), ``partitions``, ``hbm_offset`` (numpy arrays) and ``deps`` (tuples)."""
 
     kernel: str
     target: Target
     infos: list[InstrInfo]
-    engine: list[str]  # per instruction: "tensor" ... or "dma<q>"
-    sid: list[int]
-    start: list[float]
-    end: list[float]
-    partitions: list[int]
-    hbm_offset: list[int]
-    deps: list[tuple[int, ...]]
+    engine: EngineNames
+    sid: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    partitions: np.ndarray
+    hbm_offset: np.ndarray
+    deps: Deps
     meta: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # lists are accepted (JSON, hand-built programs); the columns are numpy arrays
+        if not isinstance(self.engine, EngineNames):
+            self.engine = EngineNames.of(list(self.engine))
+        if not isinstance(self.deps, Deps):
+            self.deps = Deps.of(list(self.deps))
+        self.sid = np.asarray(self.sid, dtype=np.int64)
+        self.start = np.asarray(self.start, dtype=np.float64)
+        self.end = np.asarray(self.end, dtype=np.float64)
+        self.partitions = np.asarray(self.partitions, dtype=np.int64)
+        self.hbm_offset = np.asarray(self.hbm_offset, dtype=np.int64)
 
     # -- queries ---------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -111,9 +192,9 @@ class Program:
 
     @property
     def total_ns(self) -> float:
-        if not self.sid:
+        if not len(self.sid):
             return 0.0
-        return max(self.end) - min(self.start)
+        return float(self.end.max() - self.start.min())
 
     @property
     def total_us(self) -> float:
@@ -121,16 +202,19 @@ class Program:
 
     def streams(self) -> dict[str, list[int]]:
         """Instruction ids per engine / DMA queue, in program order."""
-        out: dict[str, list[int]] = {}
-        for i, e in enumerate(self.engine):
-            out.setdefault(e, []).append(i)
-        return out
+        codes = self.engine.codes
+        order = np.argsort(codes, kind="stable")
+        cuts = np.flatnonzero(np.diff(codes[order])) + 1
+        out = {}
+        for ids in np.split(order, cuts) if len(order) else ():
+            out[self.engine.names[codes[ids[0]]]] = ids.tolist()
+        return dict(sorted(out.items(), key=lambda kv: kv[1][0]))
 
     def instruction(self, i: int, _cache: dict | None = None) -> Instruction:
         """Instruction ``i`` as the profiler's record."""
-        sid = self.sid[i]
+        sid = int(self.sid[i])
         info = self.infos[sid]
-        parts = self.partitions[i]
+        parts = int(self.partitions[i])
         key = (sid, parts)
         by = _cache.get(key) if _cache is not None else None
         if by is None:
@@ -142,8 +226,8 @@ class Program:
             i,
             self.engine[i],
             info.opcode,
-            self.start[i],
-            self.end[i],
+            float(self.start[i]),
+            float(self.end[i]),
             info.source,
             info.text,
             info.flops,
@@ -155,7 +239,7 @@ class Program:
             self.deps[i],
             info.operands,
             info.tensor_name,
-            self.hbm_offset[i],
+            int(self.hbm_offset[i]),
         )
         if _PERMUTE is not None:
             return Instruction(*_PERMUTE(values))
@@ -163,45 +247,34 @@ class Program:
 
     def profile(self) -> Profile:
         """The profiler's view: every instruction with engine, opcode, times, bytes, FLOPs and
-        source line.  Times start at 0."""
-        t0 = min(self.start) if self.start else 0.0
-        cache: dict = {}
-        enabled = gc.isenabled()
-        gc.disable()  # a million young objects otherwise trigger repeated full collections
-        try:
-            instrs = [self.instruction(i, cache) for i in range(len(self.sid))]
-        finally:
-            if enabled:
-                gc.enable()
-        if t0:
-            for ins in instrs:
-                ins.start_ns -= t0
-                ins.end_ns -= t0
+        source line.  Times start at 0.  The instructions are made when read; the summary
+        metrics are computed from the columns directly."""
         meta = {
             k: v
             for k, v in self.meta.items()
             if k in ("allocation", "notes", "compile_s", "target_description")
         }
         return Profile(
-            kernel=self.kernel, target=self.target.target_info(), instructions=instrs, meta=meta
+            kernel=self.kernel,
+            target=self.target.target_info(),
+            instructions=ProgramInstructions(self),
+            meta=meta,
         )
 
     # -- serialization ---------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         streams: dict[str, dict[str, list]] = {}
-        for i, e in enumerate(self.engine):
-            s = streams.get(e)
-            if s is None:
-                s = streams[e] = {
-                    k: [] for k in ("id", "sid", "start", "end", "partitions", "hbm_offset", "deps")
-                }
-            s["id"].append(i)
-            s["sid"].append(self.sid[i])
-            s["start"].append(self.start[i])
-            s["end"].append(self.end[i])
-            s["partitions"].append(self.partitions[i])
-            s["hbm_offset"].append(self.hbm_offset[i])
-            s["deps"].append(list(self.deps[i]))
+        for e, ids in self.streams().items():
+            idx = np.asarray(ids, dtype=np.int64)
+            streams[e] = {
+                "id": ids,
+                "sid": self.sid[idx].tolist(),
+                "start": self.start[idx].tolist(),
+                "end": self.end[idx].tolist(),
+                "partitions": self.partitions[idx].tolist(),
+                "hbm_offset": self.hbm_offset[idx].tolist(),
+                "deps": [list(self.deps[i]) for i in ids],
+            }
         order = sorted(streams, key=_engine_order)
         return {
             "format": FORMAT_NAME,
@@ -224,33 +297,35 @@ class Program:
             )
         n = int(d["instructions"])
         engine = [""] * n
-        sid = [0] * n
-        start = [0.0] * n
-        end = [0.0] * n
-        parts = [0] * n
-        hoff = [0] * n
+        sid = np.zeros(n, np.int64)
+        start = np.zeros(n, np.float64)
+        end = np.zeros(n, np.float64)
+        parts = np.zeros(n, np.int64)
+        hoff = np.zeros(n, np.int64)
         deps: list[tuple[int, ...]] = [()] * n
         for e, s in d["streams"].items():
-            for k, i in enumerate(s["id"]):
+            ids = np.asarray(s["id"], dtype=np.int64)
+            for i in s["id"]:
                 engine[i] = e
-                sid[i] = s["sid"][k]
-                start[i] = float(s["start"][k])
-                end[i] = float(s["end"][k])
-                parts[i] = s["partitions"][k]
-                hoff[i] = s["hbm_offset"][k]
+            sid[ids] = s["sid"]
+            start[ids] = s["start"]
+            end[ids] = s["end"]
+            parts[ids] = s["partitions"]
+            hoff[ids] = s["hbm_offset"]
+            for k, i in enumerate(s["id"]):
                 deps[i] = tuple(s["deps"][k])
         infos = [InstrInfo(**x) for x in d["static"]]
         return cls(
             d["kernel"],
             get_target(d["target"]),
             infos,
-            engine,
+            EngineNames.of(engine),
             sid,
             start,
             end,
             parts,
             hoff,
-            deps,
+            Deps.of(deps),
             dict(d.get("meta", {})),
         )
 
@@ -274,6 +349,111 @@ class Program:
 
     def __repr__(self) -> str:
         return f"Program(kernel={self.kernel!r}, target={self.target.name!r}, instructions={len(self)}, total_us={self.total_us:.3f})"
+
+
+class ProgramInstructions(Sequence[Instruction]):
+    """A Program's instructions as the profiler's records, times from the first start,
+    made when read (a million Instruction objects would take gigabytes).  ``columns()``
+    gives the profiler its column view straight from the Program's arrays."""
+
+    __slots__ = ("program", "t0", "_cache")
+
+    def __init__(self, program: Program) -> None:
+        self.program = program
+        self.t0 = float(program.start.min()) if len(program) else 0.0
+        self._cache: dict = {}
+
+    def __len__(self) -> int:
+        return len(self.program)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self)))]
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(i)
+        ins = self.program.instruction(i % n, self._cache)
+        ins.start_ns -= self.t0
+        ins.end_ns -= self.t0
+        return ins
+
+    def __iter__(self) -> Iterator[Instruction]:
+        return (self[i] for i in range(len(self)))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and list(self) == list(other)
+
+    def columns(self) -> Columns:
+        """The :class:`~nkikit.profiler.columns.Columns` of these instructions, computed
+        with numpy from the Program's columns and static table."""
+        p = self.program
+        infos = p.infos
+        sid = p.sid
+        parts = p.partitions
+        start = p.start - self.t0
+        end = p.end - self.t0
+        info_parts = np.array([x.partitions for x in infos], np.float64)
+        # a DMA piece on fewer partitions gets its share of the bytes, rounded as
+        # Program.instruction rounds them (half to even)
+        scale = np.where(
+            info_parts[sid] > 0, parts / np.where(info_parts > 0, info_parts, 1)[sid], 1.0
+        )
+        ints: dict[str, np.ndarray] = {"id": np.arange(len(sid), dtype=np.int64)}
+        for k in BYTE_FIELDS:
+            table = np.array([x.bytes[k] for x in infos], np.float64)
+            ints[k] = np.rint(table[sid] * scale).astype(np.int64)
+        ints["partitions"] = parts.astype(np.int64)
+        ints["elements"] = np.array([x.elements for x in infos], np.int64)[sid]
+        ints["hbm_offset"] = p.hbm_offset.astype(np.int64)
+        engine, engines = _first_seen(p.engine.codes.astype(np.int64), list(p.engine.names))
+        opcode, opcodes = _by_sid(sid, [x.opcode for x in infos])
+        source, sources = _by_sid(sid, [x.source or UNKNOWN_SOURCE for x in infos])
+        # per line, the earliest instruction's non-empty text (as Columns.build keeps it)
+        has_text = np.array([bool(x.text) for x in infos], bool)[sid]
+        first = np.full(len(sources), len(sid), np.int64)
+        np.minimum.at(first, source[has_text], np.flatnonzero(has_text))
+        source_text = [infos[int(sid[i])].text if i < len(sid) else "" for i in first.tolist()]
+        tensor, tensors = _by_sid(sid, [x.tensor_name for x in infos])
+        dtype, dtypes = _by_sid(sid, [x.dtype for x in infos])
+        return Columns(
+            n=len(sid),
+            start=start,
+            end=end,
+            dur=end - start,
+            flops=np.array([x.flops for x in infos], np.float64)[sid],
+            model_flops=np.array([x.model_flops for x in infos], np.float64)[sid],
+            ints=ints,
+            engine=engine,
+            engines=engines,
+            opcode=opcode,
+            opcodes=opcodes,
+            source=source,
+            sources=sources,
+            source_text=source_text,
+            tensor=tensor,
+            tensors=tensors,
+            dtype=dtype,
+            dtypes=dtypes,
+        )
+
+
+def _first_seen(codes: np.ndarray, names: list[str]) -> tuple[np.ndarray, list[str]]:
+    """Re-code ``codes`` (into ``names``) so that codes number names in order of first
+    appearance, as :class:`~nkikit.profiler.columns.Columns` numbers its strings."""
+    if not len(codes):
+        return codes, []
+    used, first = np.unique(codes, return_index=True)
+    order = used[np.argsort(first, kind="stable")]
+    remap = np.zeros(max(int(codes.max()) + 1, 1), np.int64)
+    remap[order] = np.arange(len(order))
+    return remap[codes], [names[c] for c in order.tolist()]
+
+
+def _by_sid(sid: np.ndarray, per_sid: list[str]) -> tuple[np.ndarray, list[str]]:
+    """Per instruction, the code of its static row's string, numbered in first-seen order."""
+    table = {v: k for k, v in enumerate(dict.fromkeys(per_sid))}
+    codes = np.array([table[v] for v in per_sid], np.int64)
+    return _first_seen(codes[sid] if len(sid) else np.zeros(0, np.int64), list(table))
 
 
 def _engine_order(e: str) -> tuple[int, int]:

@@ -34,6 +34,7 @@ Instructions are produced in program order with exact times in one pass; no grap
 
 from __future__ import annotations
 
+from array import array
 from bisect import bisect_right
 from collections.abc import Sequence
 
@@ -48,21 +49,28 @@ _MIN_GAP_NS = 1.0
 
 
 class Trace:
-    """The columns of the scheduled instruction stream (one entry per instruction)."""
+    """The columns of the scheduled instruction stream (one entry per instruction), as
+    compact arrays: a million instructions take tens of megabytes, not a Python object
+    each.  ``deps`` is ragged: instruction ``i``'s dependencies are
+    ``dep_ids[dep_ptr[i]:dep_ptr[i + 1]]``."""
 
-    __slots__ = ("engine", "sid", "start", "end", "parts", "hbm_offset", "deps")
+    __slots__ = ("engine", "sid", "start", "end", "parts", "hbm_offset", "dep_ptr", "dep_ids")
 
     def __init__(self) -> None:
-        self.engine: list[int] = []  # 0..4 compute engines, 5 + q for DMA queue q
-        self.sid: list[int] = []  # static instruction index
-        self.start: list[float] = []
-        self.end: list[float] = []
-        self.parts: list[int] = []
-        self.hbm_offset: list[int] = []
-        self.deps: list[tuple[int, ...]] = []
+        self.engine = array("b")  # 0..4 compute engines, 5 + q for DMA queue q
+        self.sid = array("q")  # instruction kind (static row)
+        self.start = array("d")
+        self.end = array("d")
+        self.parts = array("q")
+        self.hbm_offset = array("q")
+        self.dep_ptr = array("q", [0])
+        self.dep_ids = array("q")
 
     def __len__(self) -> int:
         return len(self.sid)
+
+    def deps(self, i: int) -> tuple[int, ...]:
+        return tuple(self.dep_ids[self.dep_ptr[i] : self.dep_ptr[i + 1]])
 
 
 class Scheduler:
@@ -330,7 +338,9 @@ class Scheduler:
         tr.end.append(end)
         tr.parts.append(si.partitions)
         tr.hbm_offset.append(0)
-        tr.deps.append(self._dep_ids(deps) if deps else ())
+        if deps:
+            tr.dep_ids.extend(self._dep_ids(deps))
+        tr.dep_ptr.append(len(tr.dep_ids))
         self._commit(si, end, iid, eng, cells)
 
     # -- DMA ---------------------------------------------------------------------------------------
@@ -393,27 +403,39 @@ class Scheduler:
             for e, c in si.hbm_terms:
                 hoff += c * env[e]
         tr = self.trace
+        first = len(tr.sid)
         last_end = 0.0
         last_id = -1
         p0 = 0
         base, extra = divmod(parts, pieces)
+        dur, lead, stride = si.duration_ns, self.dma_fixed, si.hbm_part_stride
+        # the pieces' columns, appended to the trace together
+        queues, shown_at, ends, sizes, offsets = [], [], [], [], []
         for k in range(pieces):
             n = base + (1 if k < extra else 0)
-            d = n * si.duration_ns
-            shown, s = self._place(q, t0, d, self.dma_fixed)
+            d = n * dur
+            shown, s = self._place(q, t0, d, lead)
             e = s + d
-            iid = len(tr.sid)
-            tr.engine.append(5 + q)
-            tr.sid.append(si.index)
-            tr.start.append(shown)
-            tr.end.append(e)
-            tr.parts.append(n)
-            tr.hbm_offset.append(hoff + p0 * si.hbm_part_stride)
-            tr.deps.append(dep_ids)
+            queues.append(5 + q)
+            shown_at.append(shown)
+            ends.append(e)
+            sizes.append(n)
+            offsets.append(hoff + p0 * stride)
             if e >= last_end:
-                last_end, last_id = e, iid
+                last_end, last_id = e, first + k
             p0 += n
             q = q + 1 if q + 1 < nq else 0
+        tr.engine.extend(queues)
+        tr.sid.extend([si.index] * pieces)
+        tr.start.extend(shown_at)
+        tr.end.extend(ends)
+        tr.parts.extend(sizes)
+        tr.hbm_offset.extend(offsets)
+        at = len(tr.dep_ids)
+        nd = len(dep_ids)
+        if nd:
+            tr.dep_ids.extend(dep_ids * pieces)
+        tr.dep_ptr.extend(range(at + nd, at + nd * pieces + 1, nd) if nd else [at] * pieces)
         self._commit(si, last_end, last_id, DMA, cells)
 
 

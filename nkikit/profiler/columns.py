@@ -8,7 +8,7 @@ Strings become integer codes into a table in first-seen order.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import chain
 from operator import attrgetter
 from typing import TYPE_CHECKING
@@ -79,9 +79,16 @@ class Columns:
     tensors: list[str]
     dtype: np.ndarray
     dtypes: list[str]
+    memo: dict = field(default_factory=dict)  # aggregates computed once (see metrics)
 
     @classmethod
     def build(cls, instructions: list[Instruction]) -> Columns:
+        """The columns of ``instructions``.  A sequence that can make its own (``columns()``:
+        the compiler's instructions, which live in columns already) is asked to, so the
+        summary of a million instructions never makes a million objects."""
+        own = getattr(instructions, "columns", None)
+        if callable(own):
+            return own()
         n = len(instructions)
         floats = _numeric(instructions, _FLOAT_FIELDS, np.float64)
         ints = _numeric(instructions, _INT_FIELDS, np.int64)

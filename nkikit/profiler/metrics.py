@@ -255,14 +255,32 @@ def reload_groups(c: Columns) -> dict[str, dict[str, Any]]:
     re-read), ``read`` (all HBM bytes read from the tensor) and ``lines`` (source line ->
     reads of re-read ranges, most first).
     """
+    got = c.memo.get("reload_groups")
+    if got is None:  # the summary and the input-reload warning both ask
+        got = c.memo["reload_groups"] = _reload_groups(c)
+    return got
+
+
+def _reload_groups(c: Columns) -> dict[str, dict[str, Any]]:
     named = np.array([bool(t) for t in c.tensors], dtype=bool)
     m = named[c.tensor] & (c.ints["hbm_read_bytes"] > 0) if c.n else np.zeros(0, dtype=bool)
     rows = np.flatnonzero(m)
     if rows.size == 0:
         return {}
-    keys = np.stack([c.tensor[rows], *(c.ints[f][rows] for f in RELOAD_KEY_FIELDS)], axis=1)
-    uniq, inverse, counts = np.unique(keys, axis=0, return_inverse=True, return_counts=True)
-    inverse = inverse.reshape(-1)
+    # the distinct (tensor, offset, bytes, partitions, elements) rows, sorted as np.unique
+    # sorts them, with one stable lexsort (np.unique(axis=0) sorts byte strings: 10x slower)
+    keys = [c.tensor[rows], *(c.ints[f][rows] for f in RELOAD_KEY_FIELDS)]
+    order = np.lexsort(keys[::-1])
+    ordered = [k[order] for k in keys]
+    first = np.zeros(rows.size, dtype=bool)
+    first[0] = True
+    for k in ordered:
+        first[1:] |= k[1:] != k[:-1]
+    starts = np.flatnonzero(first)
+    uniq = np.stack([k[starts] for k in ordered], axis=1)
+    counts = np.diff(np.append(starts, rows.size))
+    inverse = np.empty(rows.size, dtype=np.int64)
+    inverse[order] = np.cumsum(first) - 1
     out: dict[str, dict[str, Any]] = {}
     for t in np.unique(uniq[:, 0]):
         mine = uniq[:, 0] == t
