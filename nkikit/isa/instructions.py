@@ -9,10 +9,11 @@ import numpy as np
 from .. import dtypes
 from ..errors import NkiError, SourceLoc, caller_loc
 from ..ir.affine import Affine, Axis
+from ..ir.core import Access
 from ..ir.opnames import op_name
-from ..ir.prims import engine_choices
+from ..ir.prims import out_specs
 from ..targets import default_target as _default_target
-from ..trace.builder import current
+from ..trace import instructions as E
 from ..trace.emit import (
     Scalar,
     access_of,
@@ -72,28 +73,43 @@ class nc_version(enum.IntEnum):  # noqa: N801
 _OobMode, _DgeMode = oob_mode, dge_mode
 
 
-def _engine_name(e, default: str, prim: str | None = None, loc=None) -> str:
+def _engine_arg(e) -> str | None:
+    """The engine name an ``engine=`` argument (a ``nisa.engine`` member, its value, or a
+    name) asks for; None for the default (``engine.unknown``).  Whether the instruction runs
+    there is its record's business (the emit layer checks)."""
     if e is None or e == engine.unknown or e == 0:
-        return default
-    name = engine(e).name if not isinstance(e, str) else e
-    # the engines the instruction may run on: its record (nkikit/ir/prims.py) [HISA]
-    allowed = engine_choices(prim) if prim else None
-    if allowed is not None and name not in allowed:
-        raise NkiError(
-            "err_invalid_argument",
-            loc,
-            op=f"nisa.{prim}",
-            why=f"engine={name} is not one of its engines ({', '.join(allowed)})",
-        )
-    return name
-
-
-def _emit(prim, outs, ins, attrs=None, mask=None, loc=None):
-    return current(f"nisa.{prim}").emit(prim, outs, ins, attrs, mask=mask, loc=loc)
+        return None
+    return engine(e).name if not isinstance(e, str) else e
 
 
 def _tile(x, loc, what):
     return as_tile_access(access_of(x, loc, what))
+
+
+def _result(
+    prim: str,
+    ins: list[Access],
+    loc: SourceLoc,
+    dtype=None,
+    *,
+    fallback: str,
+    buffer: str = "sbuf",
+    attrs: dict | None = None,
+) -> tuple[Tile, Access]:
+    """A new (partitions, elements per partition) tile for the first output of ``prim`` on
+    ``ins``, as its record's output spec says, in ``dtype`` (default: the spec's).  A dtype the
+    spec does not allow is ``err_unsupported_dtype``."""
+    spec = out_specs(prim, ins, attrs or {})[0]
+    dt = spec.dtype if dtype is None else dtypes.as_dtype(dtype)
+    if spec.dtypes is not None and dtypes.name(dt) not in spec.dtypes:
+        raise NkiError(
+            "err_unsupported_dtype",
+            loc,
+            op=f"nisa.{prim}",
+            dtype=dtypes.name(dt),
+            why=f"its result is {' or '.join(sorted(spec.dtypes))}",
+        )
+    return new_tile((spec.partitions, spec.free), dt, loc, buffer=buffer, fallback=fallback)
 
 
 # -- arguments nkikit knows but does not model -----------------------------------------------
@@ -131,13 +147,6 @@ def _check_reduce_cmd(cmd: object, loc: SourceLoc, prim: str) -> None:
         )
 
 
-def _check_reduce_op(op: object, loc: SourceLoc, prim: str) -> str:
-    name = op_name(op, "reduce")
-    if name != "max":
-        raise _invalid(loc, prim, f"reduce_op must be np.max (the only one it has), got {op!r}")
-    return name
-
-
 def _swap_pf(mask: Pred | None, loc: SourceLoc):
     """A mask written over an input tile's (partition, free) axes, for a P/F-transposed
     output: the simulator evaluates masks over the output's axes."""
@@ -166,17 +175,8 @@ def nc_matmul_at(stationary, moving, loc: SourceLoc, mask=None, **attrs) -> Tile
     """``nc_matmul`` at ``loc`` with extra IR attributes (``perf_mode``); used by ``nl.matmul``."""
     s = _two_d(_tile(stationary, loc, "nc_matmul stationary"), loc, "nc_matmul stationary")
     m = _two_d(_tile(moving, loc, "nc_matmul moving"), loc, "nc_matmul moving")
-    tile, out = new_tile(
-        (s.free_size, m.free_size), dtypes.float32, loc, buffer="psum", fallback="matmul"
-    )
-    _emit(
-        "nc_matmul",
-        [out],
-        [s, m],
-        {"accumulate": False, **attrs},
-        mask=mask_of(mask, loc),
-        loc=loc,
-    )
+    tile, out = _result("nc_matmul", [s, m], loc, buffer="psum", fallback="matmul")
+    E.emit_nc_matmul(out, s, m, **attrs, mask=mask_of(mask, loc), loc=loc)
     return tile
 
 
@@ -254,10 +254,8 @@ def nc_transpose_at(data, loc: SourceLoc, engine_: str = "tensor", dtype=None, m
     """``nc_transpose`` at ``loc``; ``mask`` is over ``data``'s (partition, free) axes."""
     a = _two_d(_tile(data, loc, "nc_transpose"), loc, "nc_transpose data")
     buffer = "psum" if engine_ == "tensor" else "sbuf"
-    tile, out = new_tile(
-        (a.shape[1], a.shape[0]), dtype or a.dtype, loc, buffer=buffer, fallback="transpose"
-    )
-    _emit("nc_transpose", [out], [a], {"engine": engine_}, mask=_swap_pf(mask, loc), loc=loc)
+    tile, out = _result("nc_transpose", [a], loc, dtype, buffer=buffer, fallback="transpose")
+    E.emit_nc_transpose(out, a, engine=engine_, mask=_swap_pf(mask, loc), loc=loc)
     return tile
 
 
@@ -272,9 +270,7 @@ def nc_transpose(data, *, mask=None, dtype=None, engine=engine.unknown) -> Tile:
         if a.shape[0] <= 32 and a.free_size <= 32 and a.tensor.buffer == "psum"
         else "tensor"
     )
-    return nc_transpose_at(
-        data, loc, _engine_name(engine, default, "nc_transpose", loc), dtype, mask
-    )
+    return nc_transpose_at(data, loc, _engine_arg(engine) or default, dtype, mask)
 
 
 # --- ScalarE -------------------------------------------------------------------------------
@@ -282,25 +278,13 @@ def nc_transpose(data, *, mask=None, dtype=None, engine=engine.unknown) -> Tile:
 
 def _activation(op, data, bias, scale, reduce_op, reduce_res, loc, dtype, mask) -> Tile:
     a = _tile(data, loc, "activation")
-    fn = op_name(op, "activation")
+    fn = op_name(op, "activation")  # names the result tile (exp, tanh, ...)
     b = 0.0 if bias is None else operand(bias, loc, "activation bias")
     s = operand(scale, loc, "activation scale")
     tile, out = new_tile(a.shape, dtype or a.dtype, loc, fallback=fn)
-    outs = [out]
-    if reduce_op is not None:
-        if reduce_res is None:
-            raise _invalid(loc, "activation", "reduce_op needs reduce_res")
-        outs.append(_tile(reduce_res, loc, "reduce_res"))
-    elif reduce_res is not None:
-        raise _invalid(loc, "activation", "reduce_res needs reduce_op (e.g. reduce_op=np.add)")
-    _emit(
-        "activation",
-        outs,
-        [a, b, s],
-        {"op": fn, "reduce_op": None if reduce_op is None else op_name(reduce_op, "reduce")},
-        mask=mask_of(mask, loc),
-        loc=loc,
-    )
+    r = None if reduce_res is None else _tile(reduce_res, loc, "reduce_res")
+    m = mask_of(mask, loc)
+    E.emit_activation(out, a, b, s, op=fn, reduce_res=r, reduce_op=reduce_op, mask=m, loc=loc)
     return tile
 
 
@@ -339,21 +323,19 @@ def tensor_tensor(data1, data2, op, *, mask=None, dtype=None, engine=engine.unkn
     """Elementwise ``op(data1, data2)``; both tiles have the same shape."""
     loc = caller_loc()
     a, b = _tile(data1, loc, "tensor_tensor"), _tile(data2, loc, "tensor_tensor")
-    if a.shape[0] != b.shape[0]:
-        raise NkiError(
-            "err_num_partition_mismatch", loc, op="tensor_tensor", a=a.shape[0], b=b.shape[0]
-        )
-    b = broadcast_access(b, a.shape, loc, "tensor_tensor")
+    b = _broadcast_free(b, a.shape, loc, "tensor_tensor")
     tile, out = new_tile(a.shape, result_dtype(dtype, data1, data2), loc, fallback="tt")
-    _emit(
-        "tensor_tensor",
-        [out],
-        [a, b],
-        {"op": op_name(op), "engine": _engine_name(engine, "vector", "tensor_tensor", loc)},
-        mask=mask_of(mask, loc),
-        loc=loc,
-    )
+    m = mask_of(mask, loc)
+    E.emit_tensor_tensor(out, a, b, op=op, engine=_engine_arg(engine), mask=m, loc=loc)
     return tile
+
+
+def _broadcast_free(a: Access, shape: tuple[int, ...], loc: SourceLoc, op: str) -> Access:
+    """``a`` broadcast along the free dimensions to ``shape``; a different partition count
+    is ``err_num_partition_mismatch`` (partitions broadcast only through nl.broadcast_to)."""
+    if a.shape[0] != shape[0]:
+        raise NkiError("err_num_partition_mismatch", loc, op=op, a=shape[0], b=a.shape[0])
+    return broadcast_access(a, shape, loc, op)
 
 
 def tensor_scalar(
@@ -373,25 +355,19 @@ def tensor_scalar(
     ``op1`` only the first operation runs (``operand1`` and ``reverse1`` need ``op1``)."""
     loc = caller_loc()
     a = _tile(data, loc, "tensor_scalar")
-    ins = [a, operand(operand0, loc)]
-    if op1 is not None:
-        if operand1 is None:
-            raise _invalid(loc, "tensor_scalar", "op1 needs operand1")
-        ins.append(operand(operand1, loc))
-    elif operand1 is not None or reverse1:
-        raise _invalid(loc, "tensor_scalar", "operand1 and reverse1 need op1")
+    s0 = operand(operand0, loc)
+    s1 = None if operand1 is None else operand(operand1, loc)
     tile, out = new_tile(a.shape, dtype or a.dtype, loc, fallback="ts")
-    _emit(
-        "tensor_scalar",
-        [out],
-        ins,
-        {
-            "op0": op_name(op0),
-            "reverse0": bool(reverse0),
-            "op1": None if op1 is None else op_name(op1),
-            "reverse1": bool(reverse1),
-            "engine": _engine_name(engine, "vector", "tensor_scalar", loc),
-        },
+    E.emit_tensor_scalar(
+        out,
+        a,
+        s0,
+        s1,
+        op0=op0,
+        reverse0=reverse0,
+        op1=op1,
+        reverse1=reverse1,
+        engine=_engine_arg(engine),
         mask=mask_of(mask, loc),
         loc=loc,
     )
@@ -405,18 +381,14 @@ def tensor_scalar_reduce(
     loc = caller_loc()
     a = _tile(data, loc, "tensor_scalar_reduce")
     tile, out = new_tile(a.shape, dtype or a.dtype, loc, fallback="tsr")
-    _emit(
-        "tensor_scalar",
-        [out, _tile(reduce_res, loc, "reduce_res")],
-        [a, operand(operand0, loc)],
-        {
-            "op0": op_name(op0),
-            "reverse0": bool(reverse0),
-            "op1": None,
-            "reverse1": False,
-            "reduce_op": op_name(reduce_op, "reduce"),
-            "engine": "vector",
-        },
+    E.emit_tensor_scalar(
+        out,
+        a,
+        operand(operand0, loc),
+        op0=op0,
+        reverse0=reverse0,
+        reduce_res=_tile(reduce_res, loc, "reduce_res"),
+        reduce_op=reduce_op,
         mask=mask_of(mask, loc),
         loc=loc,
     )
@@ -432,16 +404,15 @@ def scalar_tensor_tensor(
     a = _tile(data, loc, "scalar_tensor_tensor")
     t1 = broadcast_access(_tile(operand1, loc, "operand1"), a.shape, loc, "scalar_tensor_tensor")
     tile, out = new_tile(a.shape, result_dtype(dtype, data, operand1), loc, fallback="stt")
-    _emit(
-        "scalar_tensor_tensor",
-        [out],
-        [a, operand(operand0, loc), t1],
-        {
-            "op0": op_name(op0),
-            "op1": op_name(op1),
-            "reverse0": bool(reverse0),
-            "reverse1": bool(reverse1),
-        },
+    E.emit_scalar_tensor_tensor(
+        out,
+        a,
+        operand(operand0, loc),
+        t1,
+        op0=op0,
+        op1=op1,
+        reverse0=reverse0,
+        reverse1=reverse1,
         mask=mask_of(mask, loc),
         loc=loc,
     )
@@ -452,9 +423,7 @@ def tensor_reduce(op, data, axis, *, mask=None, dtype=None, negate=False, keepdi
     """Reduce free axes ``axis`` with ``op`` (optionally negating the result)."""
     from ..language.ops import reduce
 
-    return reduce(
-        op_name(op, "reduce"), data, axis, dtype, mask, keepdims, negate=negate, loc=caller_loc()
-    )
+    return reduce(op, data, axis, dtype, mask, keepdims, negate=negate, loc=caller_loc())
 
 
 def tensor_partition_reduce(op, data, *, mask=None, dtype=None) -> Tile:
@@ -462,23 +431,8 @@ def tensor_partition_reduce(op, data, *, mask=None, dtype=None) -> Tile:
     loc = caller_loc()
     a = _tile(data, loc, "tensor_partition_reduce")
     tile, out = new_tile((1,) + a.shape[1:], dtype or a.dtype, loc, fallback="preduce")
-    _emit(
-        "tensor_partition_reduce",
-        [out],
-        [a],
-        {"op": op_name(op, "reduce")},
-        mask=mask_of(mask, loc),
-        loc=loc,
-    )
+    E.emit_tensor_partition_reduce(out, a, op=op, mask=mask_of(mask, loc), loc=loc)
     return tile
-
-
-# Operators whose operand order does not matter: reverse0/reverse1 of tensor_tensor_scan are
-# exact no-ops for them.
-_COMMUTATIVE = frozenset(
-    """add multiply maximum minimum equal not_equal logical_and logical_or logical_xor
-    bitwise_and bitwise_or bitwise_xor""".split()
-)
 
 
 def tensor_tensor_scan(
@@ -498,25 +452,20 @@ def tensor_tensor_scan(
     operands of ``op0`` / ``op1``; modeled for commutative operators (where they change
     nothing), ``err_unsupported_api`` for the others."""
     loc = caller_loc()
-    ops = {"op0": op_name(op0), "op1": op_name(op1)}
-    for flag, (which, name) in zip((reverse0, reverse1), ops.items()):
-        if flag and name not in _COMMUTATIVE:
-            raise _unsupported(
-                loc,
-                f"tensor_tensor_scan(reverse{which[-1]}=True)",
-                f"swapping the operands of {which}={name} is not modeled (only of "
-                "commutative operators, where it changes nothing)",
-            )
     a = _tile(data0, loc, "tensor_tensor_scan")
     b = broadcast_access(
         _tile(data1, loc, "tensor_tensor_scan"), a.shape, loc, "tensor_tensor_scan"
     )
     tile, out = new_tile(a.shape, result_dtype(dtype, data0, data1), loc, fallback="scan")
-    _emit(
-        "tensor_tensor_scan",
-        [out],
-        [a, b, operand(initial, loc)],
-        ops,
+    E.emit_tensor_tensor_scan(
+        out,
+        a,
+        b,
+        operand(initial, loc),
+        op0=op0,
+        op1=op1,
+        reverse0=reverse0,
+        reverse1=reverse1,
         mask=mask_of(mask, loc),
         loc=loc,
     )
@@ -528,14 +477,8 @@ def tensor_copy(src, *, mask=None, dtype=None, engine=engine.unknown) -> Tile:  
     loc = caller_loc()
     a = _tile(src, loc, "tensor_copy")
     tile, out = new_tile(a.shape, dtype or a.dtype, loc, fallback="copy")
-    _emit(
-        "tensor_copy",
-        [out],
-        [a],
-        {"engine": _engine_name(engine, "vector", "tensor_copy", loc)},
-        mask=mask_of(mask, loc),
-        loc=loc,
-    )
+    m = mask_of(mask, loc)
+    E.emit_tensor_copy(out, a, engine=_engine_arg(engine), mask=m, loc=loc)
     return tile
 
 
@@ -544,7 +487,7 @@ def reciprocal(data, *, mask=None, dtype=None) -> Tile:
     loc = caller_loc()
     a = _tile(data, loc, "reciprocal")
     tile, out = new_tile(a.shape, dtype or a.dtype, loc, fallback="reciprocal")
-    _emit("reciprocal", [out], [a], mask=mask_of(mask, loc), loc=loc)
+    E.emit_reciprocal(out, a, mask=mask_of(mask, loc), loc=loc)
     return tile
 
 
@@ -560,7 +503,7 @@ def iota(expr, dtype, *, mask=None) -> Tile:
         )
     shape = tuple(expr.sizes) if len(expr.sizes) > 1 else (expr.sizes[0], 1)
     tile, out = new_tile(shape, dtype, loc, fallback="iota")
-    _emit("iota", [out], [], {"expr": expr.affine}, mask=mask_of(mask, loc), loc=loc)
+    E.emit_iota(out, expr=expr.affine, mask=mask_of(mask, loc), loc=loc)
     return tile
 
 
@@ -568,14 +511,8 @@ def memset(shape, value, dtype, *, mask=None, engine=engine.unknown) -> Tile:  #
     """A new tile filled with ``value``."""
     loc = caller_loc()
     tile, out = new_tile(tuple(shape), dtype, loc, fallback="memset")
-    _emit(
-        "memset",
-        [out],
-        [],
-        {"value": float(value), "engine": _engine_name(engine, "vector", "memset", loc)},
-        mask=mask_of(mask, loc),
-        loc=loc,
-    )
+    m = mask_of(mask, loc)
+    E.emit_memset(out, value=value, engine=_engine_arg(engine), mask=m, loc=loc)
     return tile
 
 
@@ -591,18 +528,12 @@ def affine_select(pred, on_true_tile, on_false_value, *, mask=None, dtype=None) 
 
         a = copy_at(Tile(a), loc).access
     tile, out = new_tile(a.shape, dtype or a.dtype, loc, fallback="select")
-    _emit(
-        "affine_select",
-        [out],
-        [a],
-        {"pred": pred.predicate, "on_false": float(on_false_value)},
-        mask=mask_of(mask, loc),
-        loc=loc,
-    )
+    m = mask_of(mask, loc)
+    E.emit_affine_select(out, a, pred=pred.predicate, on_false=on_false_value, mask=m, loc=loc)
     return tile
 
 
-_FP32_MIN = float(np.finfo(np.float32).min)
+_FP32_MIN = E.FP32_MIN
 
 
 def range_select(
@@ -626,26 +557,19 @@ def range_select(
     ``reduce_op`` ``np.max``; ``reduce_cmd``: idle (default) or reset_reduce."""
     loc = caller_loc()
     _check_reduce_cmd(reduce_cmd, loc, "range_select")
-    if float(on_false_value) != _FP32_MIN:
-        raise _invalid(
-            loc,
-            "range_select",
-            f"on_false_value must be nl.fp32.min (a hardware constraint), got {on_false_value!r}",
-        )
     a = _tile(on_true_tile, loc, "range_select")
     tile, out = new_tile(a.shape, dtype or a.dtype, loc, fallback="range_select")
-    outs = [out] + ([_tile(reduce_res, loc, "reduce_res")] if reduce_res is not None else [])
-    _emit(
-        "range_select",
-        outs,
-        [a, operand(bound0, loc), operand(bound1, loc)],
-        {
-            "comp_op0": op_name(comp_op0),
-            "comp_op1": op_name(comp_op1),
-            "on_false": float(on_false_value),
-            "range_start": int(range_start),
-            "reduce_op": _check_reduce_op(reduce_op, loc, "range_select"),
-        },
+    E.emit_range_select(
+        out,
+        a,
+        operand(bound0, loc),
+        operand(bound1, loc),
+        comp_op0=comp_op0,
+        comp_op1=comp_op1,
+        reduce_res=None if reduce_res is None else _tile(reduce_res, loc, "reduce_res"),
+        reduce_op=reduce_op,
+        on_false=on_false_value,
+        range_start=range_start,
         mask=mask_of(mask, loc),
         loc=loc,
     )
@@ -698,15 +622,14 @@ def select_reduce(
                 src=p.shape,
             )
         tile = dst
-    outs = [out] + ([_tile(reduce_res, loc, "reduce_res")] if reduce_res is not None else [])
-    _emit(
-        "select_reduce",
-        outs,
-        [p, t, f],
-        {
-            "reverse": bool(reverse_pred),
-            "reduce_op": _check_reduce_op(reduce_op, loc, "select_reduce"),
-        },
+    E.emit_select_reduce(
+        out,
+        p,
+        t,
+        f,
+        reduce_res=None if reduce_res is None else _tile(reduce_res, loc, "reduce_res"),
+        reduce_op=reduce_op,
+        reverse=reverse_pred,
         mask=mask_of(mask, loc),
         loc=loc,
     )
@@ -718,8 +641,8 @@ def bn_stats(data, *, mask=None, dtype=None) -> Tile:
     (count, mean, count*var of the even elements, then of the odd elements)."""
     loc = caller_loc()
     a = _tile(data, loc, "bn_stats")
-    tile, out = new_tile((a.shape[0], 6), dtype or dtypes.float32, loc, fallback="stats")
-    _emit("bn_stats", [out], [a], mask=mask_of(mask, loc), loc=loc)
+    tile, out = _result("bn_stats", [a], loc, dtype, fallback="stats")
+    E.emit_bn_stats(out, a, mask=mask_of(mask, loc), loc=loc)
     return tile
 
 
@@ -727,8 +650,8 @@ def bn_aggr(data, *, mask=None, dtype=None) -> Tile:
     """Aggregate k groups of bn_stats (free size 6k... or 3k) into (mean, variance) per partition."""
     loc = caller_loc()
     a = _tile(data, loc, "bn_aggr")
-    tile, out = new_tile((a.shape[0], 2), dtype or dtypes.float32, loc, fallback="mean_var")
-    _emit("bn_aggr", [out], [a], mask=mask_of(mask, loc), loc=loc)
+    tile, out = _result("bn_aggr", [a], loc, dtype, fallback="mean_var")
+    E.emit_bn_aggr(out, a, mask=mask_of(mask, loc), loc=loc)
     return tile
 
 
@@ -738,7 +661,7 @@ def dropout(data, prob, *, mask=None, dtype=None) -> Tile:
     loc = caller_loc()
     a = _tile(data, loc, "dropout")
     tile, out = new_tile(a.shape, dtype or a.dtype, loc, fallback="dropout")
-    _emit("dropout", [out], [a, operand(prob, loc)], mask=mask_of(mask, loc), loc=loc)
+    E.emit_dropout(out, a, operand(prob, loc), mask=mask_of(mask, loc), loc=loc)
     return tile
 
 
@@ -746,8 +669,8 @@ def max8(*, src, mask=None, dtype=None) -> Tile:
     """The 8 largest values of each partition, in descending order: (P, 8)."""
     loc = caller_loc()
     a = _tile(src, loc, "max8")
-    tile, out = new_tile((a.shape[0], 8), dtype or a.dtype, loc, fallback="max8")
-    _emit("max8", [out], [a], mask=mask_of(mask, loc), loc=loc)
+    tile, out = _result("max8", [a], loc, dtype, fallback="max8")
+    E.emit_max8(out, a, mask=mask_of(mask, loc), loc=loc)
     return tile
 
 
@@ -755,18 +678,9 @@ def nc_find_index8(*, data, vals, mask=None, dtype=None) -> Tile:
     """Per partition, the index of the first occurrence of each of 8 values; ``dtype`` uint32
     (the default) or uint16."""
     loc = caller_loc()
-    dt = dtypes.uint32 if dtype is None else dtypes.as_dtype(dtype)
-    if dt not in (dtypes.uint16, dtypes.uint32):
-        raise NkiError(
-            "err_unsupported_dtype",
-            loc,
-            op="nisa.nc_find_index8",
-            dtype=dtypes.name(dt),
-            why="indices are uint16 or uint32",
-        )
     a, v = _tile(data, loc, "nc_find_index8"), _tile(vals, loc, "nc_find_index8")
-    tile, out = new_tile((a.shape[0], 8), dt, loc, fallback="index8")
-    _emit("nc_find_index8", [out], [a, v], mask=mask_of(mask, loc), loc=loc)
+    tile, out = _result("nc_find_index8", [a, v], loc, dtype, fallback="index8")
+    E.emit_nc_find_index8(out, a, v, mask=mask_of(mask, loc), loc=loc)
     return tile
 
 
@@ -775,8 +689,8 @@ def nc_match_replace8(*, data, vals, imm, dst_idx=None, mask=None, dtype=None) -
     loc = caller_loc()
     a, v = _tile(data, loc, "nc_match_replace8"), _tile(vals, loc, "nc_match_replace8")
     tile, out = new_tile(a.shape, dtype or a.dtype, loc, fallback="replaced")
-    outs = [out] + ([_tile(dst_idx, loc, "dst_idx")] if dst_idx is not None else [])
-    _emit("nc_match_replace8", outs, [a, v], {"imm": float(imm)}, mask=mask_of(mask, loc), loc=loc)
+    idx = None if dst_idx is None else _tile(dst_idx, loc, "dst_idx")
+    E.emit_nc_match_replace8(out, a, v, idx, imm=imm, mask=mask_of(mask, loc), loc=loc)
     return tile
 
 
@@ -792,14 +706,8 @@ def nc_stream_shuffle(src, dst, shuffle_mask, *, dtype=None, mask=None) -> None:
             f"dtype={dtypes.name(dtypes.as_dtype(dtype))} differs from dst's "
             f"{dtypes.name(d.dtype)}; the result takes dst's dtype",
         )
-    _emit(
-        "nc_stream_shuffle",
-        [d],
-        [a],
-        {"shuffle_mask": tuple(int(x) for x in shuffle_mask)},
-        mask=mask_of(mask, loc),
-        loc=loc,
-    )
+    m = mask_of(mask, loc)
+    E.emit_nc_stream_shuffle(d, a, shuffle_mask=shuffle_mask, mask=m, loc=loc)
 
 
 def local_gather(
@@ -809,16 +717,14 @@ def local_gather(
     uint16 index (elements are numbered partition-major within the group)."""
     loc = caller_loc()
     s, ix = _tile(src_buffer, loc, "local_gather"), _tile(index, loc, "local_gather")
-    n = ix.free_size * int(num_elem_per_idx)
-    tile, out = new_tile((s.shape[0], n), s.dtype, loc, fallback="gather")
-    _emit(
-        "local_gather",
-        [out],
-        [s, ix],
-        {
-            "num_elem_per_idx": int(num_elem_per_idx),
-            "num_valid_indices": None if num_valid_indices is None else int(num_valid_indices),
-        },
+    attrs = {"num_elem_per_idx": int(num_elem_per_idx)}
+    tile, out = _result("local_gather", [s, ix], loc, fallback="gather", attrs=attrs)
+    E.emit_local_gather(
+        out,
+        s,
+        ix,
+        num_elem_per_idx=num_elem_per_idx,
+        num_valid_indices=num_valid_indices,
         mask=mask_of(mask, loc),
         loc=loc,
     )
@@ -845,11 +751,8 @@ def dma_copy(
     indirect = d.indirect is not None or s.indirect is not None
     oob = _enum_arg(_OobMode, oob_mode, loc, "oob_mode")
     dge = _enum_arg(_DgeMode, dge_mode, loc, "dge_mode")
-    rmw = None if dst_rmw_op is None else op_name(dst_rmw_op)
-    if rmw not in (None, "add"):
-        raise _invalid(loc, "dma_copy", f"dst_rmw_op must be np.add, got {dst_rmw_op!r}")
     if oob is not _OobMode.error:
-        if rmw is not None:
+        if dst_rmw_op is not None:
             raise _invalid(loc, "dma_copy", "dst_rmw_op allows only oob_mode=oob_mode.error")
         if indirect:
             raise _unsupported(
@@ -882,8 +785,7 @@ def dma_copy(
     from ..trace.builder import reshape_access
 
     s2 = reshape_access(s, d.shape) or s
-    attrs = {} if rmw is None else {"rmw_op": rmw}
-    _emit("dma_copy", [d], [s2], attrs, mask=mask_of(mask, loc), loc=loc)
+    E.emit_dma_copy(d, s2, rmw_op=dst_rmw_op, mask=mask_of(mask, loc), loc=loc)
 
 
 def _enum_arg(kind: type[enum.IntEnum], value: object, loc: SourceLoc, arg: str):

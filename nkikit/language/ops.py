@@ -10,6 +10,7 @@ from ..errors import NkiError, SourceLoc, caller_loc
 from ..ir.affine import Affine, Axis
 from ..ir.core import Access
 from ..ir.opnames import op_name
+from ..trace import instructions as E
 from ..trace.builder import current
 from ..trace.emit import (
     Scalar,
@@ -23,11 +24,6 @@ from ..trace.emit import (
     result_dtype,
 )
 from ..trace.tile import Tile
-
-
-def _emit(prim, outs, ins, attrs=None, mask=None, loc=None):
-    return current(prim).emit(prim, outs, ins, attrs, mask=mask, loc=loc)
-
 
 # ---------------------------------------------------------------------------------------------
 # memory
@@ -44,7 +40,7 @@ def load(src: Tile, *, mask=None, dtype=None) -> Tile:
             "err_unsupported_memory", loc, op="load", what="src", allowed="HBM", got=a.tensor.buffer
         )
     tile, out = new_tile(a.shape, dtype or a.dtype, loc, fallback="load")
-    _emit("dma_copy", [out], [as_tile_access(a)], mask=mask_of(mask, loc), loc=loc)
+    E.emit_dma_copy(out, as_tile_access(a), mask=mask_of(mask, loc), loc=loc)
     return tile
 
 
@@ -75,7 +71,7 @@ def load_transpose2d(src: Tile, *, mask=None, dtype=None) -> Tile:
     # the mask is written over src's axes, the simulator reads it over the (transposed) output's
     m = mask_of(mask, loc)
     m = None if m is None else m.substitute(swap)
-    _emit("dma_copy", [out], [t_src], {"transpose": True}, mask=m, loc=loc)
+    E.emit_dma_copy(out, t_src, transpose=True, mask=m, loc=loc)
     return tile
 
 
@@ -86,7 +82,7 @@ def store(dst: Tile, value, *, mask=None) -> None:
     loc = caller_loc()
     d = _hbm_dst(dst, loc, "store")
     d2, v = _fit_value(d, value, loc, "store", d.dtype)
-    _emit("dma_copy", [d2], [v], mask=mask_of(mask, loc), loc=loc)
+    E.emit_dma_copy(d2, v, mask=mask_of(mask, loc), loc=loc)
 
 
 def atomic_rmw(dst: Tile, value, op, *, mask=None) -> None:
@@ -106,8 +102,7 @@ def atomic_rmw(dst: Tile, value, op, *, mask=None) -> None:
             why="dst must be indexed by an index tile (dst[idx_tile, i_f]); for a fixed "
             "destination, load it, add and store",
         )
-    name = op_name(op)
-    if name != "add":
+    if op_name(op) != "add":
         raise NkiError(
             "err_invalid_argument",
             loc,
@@ -116,7 +111,7 @@ def atomic_rmw(dst: Tile, value, op, *, mask=None) -> None:
         )
     # the add happens in the DMA, so a PSUM value keeps its precision until then
     d2, v = _fit_value(d, value, loc, "atomic_rmw", dtypes.float32, round_to_dst=False)
-    _emit("dma_copy", [d2], [v], {"rmw_op": name}, mask=mask_of(mask, loc), loc=loc)
+    E.emit_dma_copy(d2, v, rmw_op=op, mask=mask_of(mask, loc), loc=loc)
 
 
 def _hbm_dst(dst: Tile, loc, op: str) -> Access:
@@ -171,20 +166,14 @@ def copy_into(dst: Access, src: Access, *, loc: SourceLoc, mask=None) -> None:
             src=src.shape,
         )
     if d.tensor.is_hbm or src.tensor.is_hbm:
-        _emit("dma_copy", [d], [src], mask=mask, loc=loc)
+        E.emit_dma_copy(d, src, mask=mask, loc=loc)
     else:
-        _emit("tensor_copy", [d], [src], {"engine": "vector"}, mask=mask, loc=loc)
+        E.emit_tensor_copy(d, src, mask=mask, loc=loc)
 
 
 def memset_into(dst: Access, value, *, loc: SourceLoc, mask=None) -> None:
-    _emit(
-        "memset",
-        [as_tile_access(dst)],
-        [],
-        {"value": float(value), "engine": "vector"},
-        mask=mask,
-        loc=loc,
-    )
+    """``dst[...] = value``: a memset on the VectorE."""
+    E.emit_memset(as_tile_access(dst), value=value, mask=mask, loc=loc)
 
 
 def copy(src, *, mask=None, dtype=None) -> Tile:
@@ -192,7 +181,7 @@ def copy(src, *, mask=None, dtype=None) -> Tile:
     loc = caller_loc()
     a = as_tile_access(access_of(src, loc, "copy"))
     tile, out = new_tile(a.shape, dtype or a.dtype, loc, fallback="copy")
-    _emit("tensor_copy", [out], [a], {"engine": "vector"}, mask=mask_of(mask, loc), loc=loc)
+    E.emit_tensor_copy(out, a, mask=mask_of(mask, loc), loc=loc)
     return tile
 
 
@@ -209,11 +198,11 @@ def broadcast_to(src, shape) -> Tile:
             )
         a1 = broadcast_access(a, (1,) + shape[1:], loc, "broadcast_to")
         tile, out = new_tile(shape, a.dtype, loc, fallback="bcast")
-        _emit("partition_broadcast", [out], [a1], {}, loc=loc)
+        E.emit_partition_broadcast(out, a1, loc=loc)
         return tile
     a1 = broadcast_access(a, shape, loc, "broadcast_to")
     tile, out = new_tile(shape, a.dtype, loc, fallback="bcast")
-    _emit("tensor_copy", [out], [a1], {"engine": "vector"}, loc=loc)
+    E.emit_tensor_copy(out, a1, loc=loc)
     return tile
 
 
@@ -247,7 +236,7 @@ def binary(name: str, x, y, dtype=None, mask=None, loc: SourceLoc | None = None)
         )
         a, b = broadcast_access(a, shape, loc, name), broadcast_access(b, shape, loc, name)
         tile, out = new_tile(shape, out_dtype, loc, fallback=name)
-        _emit("tensor_tensor", [out], [a, b], {"op": op_name(name)}, mask=m, loc=loc)
+        E.emit_tensor_tensor(out, a, b, op=name, mask=m, loc=loc)
         return tile
     if x_is_tile:
         return _tensor_scalar(
@@ -260,14 +249,7 @@ def binary(name: str, x, y, dtype=None, mask=None, loc: SourceLoc | None = None)
 
 def _tensor_scalar(data: Access, name: str, operand0, reverse: bool, dtype, mask, loc) -> Tile:
     tile, out = new_tile(data.shape, dtype, loc, fallback=name)
-    _emit(
-        "tensor_scalar",
-        [out],
-        [data, operand0],
-        _scalar_attrs(name, reverse),
-        mask=mask,
-        loc=loc,
-    )
+    E.emit_tensor_scalar(out, data, operand0, op0=name, reverse0=reverse, mask=mask, loc=loc)
     return tile
 
 
@@ -280,14 +262,7 @@ def unary(name: str, x, dtype=None, mask=None, loc: SourceLoc | None = None) -> 
         return scalar_activation(name, x)
     a = as_tile_access(access_of(x, loc, name))
     tile, out = new_tile(a.shape, dtype or a.dtype, loc, fallback=name)
-    _emit(
-        "activation",
-        [out],
-        [a, 0.0, 1.0],
-        {"op": op_name(name, "activation"), "reduce_op": None},
-        mask=mask_of(mask, loc),
-        loc=loc,
-    )
+    E.emit_activation(out, a, 0.0, 1.0, op=name, mask=mask_of(mask, loc), loc=loc)
     return tile
 
 
@@ -312,24 +287,14 @@ def accumulate(dst: Tile, other, name: str, *, loc: SourceLoc) -> Tile:
         o = as_tile_access(access_of(other, loc, name))
         dd = as_tile_access(d)
         if o.free_size == 1 and dd.free_size > 1:
-            _emit("tensor_scalar", [dd], [dd, o], _scalar_attrs(name, accumulate=True), loc=loc)
+            E.emit_tensor_scalar(dd, dd, o, op0=name, accumulate=True, loc=loc)
         else:
             o = broadcast_access(o, dd.shape, loc, name)
-            attrs = {"op": op_name(name), "accumulate": True}
-            _emit("tensor_tensor", [dd], [dd, o], attrs, loc=loc)
+            E.emit_tensor_tensor(dd, dd, o, op=name, accumulate=True, loc=loc)
         return dst
     dd = as_tile_access(d)
-    attrs = _scalar_attrs(name, accumulate=True)
-    _emit("tensor_scalar", [dd], [dd, operand(other, loc)], attrs, loc=loc)
+    E.emit_tensor_scalar(dd, dd, operand(other, loc), op0=name, accumulate=True, loc=loc)
     return dst
-
-
-def _scalar_attrs(name: str, reverse: bool = False, accumulate: bool = False) -> dict:
-    """Attributes of a one-operation ``tensor_scalar``."""
-    attrs = {"op0": op_name(name), "reverse0": reverse, "op1": None, "reverse1": False}
-    if accumulate:
-        attrs["accumulate"] = True
-    return attrs
 
 
 def _make_binary(name: str):
@@ -380,7 +345,7 @@ def reciprocal(x, *, dtype=None, mask=None) -> Tile:
         return 1.0 / x
     a = as_tile_access(access_of(x, loc, "reciprocal"))
     tile, out = new_tile(a.shape, dtype or a.dtype, loc, fallback="reciprocal")
-    _emit("reciprocal", [out], [a], mask=mask_of(mask, loc), loc=loc)
+    E.emit_reciprocal(out, a, mask=mask_of(mask, loc), loc=loc)
     return tile
 
 
@@ -400,7 +365,7 @@ def where(condition, x, y, *, dtype=None, mask=None) -> Tile:
             else float(v)
         )
     tile, out = new_tile(shape, result_dtype(dtype, x, y), loc, fallback="where")
-    _emit("select", [out], ins, mask=mask_of(mask, loc), loc=loc)
+    E.emit_select(out, *ins, mask=mask_of(mask, loc), loc=loc)
     return tile
 
 
@@ -426,10 +391,11 @@ def _axes(axis, ndim: int, loc) -> tuple[int, ...]:
     return axes
 
 
-def reduce(
-    name: str, x, axis, dtype=None, mask=None, keepdims=False, negate=False, loc=None
-) -> Tile:
+def reduce(name, x, axis, dtype=None, mask=None, keepdims=False, negate=False, loc=None) -> Tile:
+    """A ``tensor_reduce`` of ``x`` with operator ``name`` (a name or an op function) over the
+    free axes ``axis``."""
     loc = loc or caller_loc()
+    name = op_name(name, "reduce")  # names the result tile (add, max, ...)
     a = as_tile_access(access_of(x, loc, name))
     axes = _axes(axis, len(a.shape), loc)
     shape = (
@@ -438,16 +404,13 @@ def reduce(
         else tuple(s for k, s in enumerate(a.shape) if k not in axes)
     )
     tile, out = new_tile(canon(shape), dtype or a.dtype, loc, fallback=name)
-    _emit(
-        "tensor_reduce",
-        [out],
-        [a],
-        {
-            "op": op_name(name, "reduce"),
-            "axes": axes,
-            "negate": bool(negate),
-            "keepdims": bool(keepdims),
-        },
+    E.emit_tensor_reduce(
+        out,
+        a,
+        op=name,
+        axes=axes,
+        negate=negate,
+        keepdims=keepdims,
         mask=mask_of(mask, loc),
         loc=loc,
     )
@@ -514,7 +477,7 @@ def matmul(x, y, *, transpose_x: bool = False, mask=None) -> Tile:
 def copy_at(x, loc: SourceLoc, dtype=None) -> Tile:
     a = as_tile_access(access_of(x, loc, "copy"))
     tile, out = new_tile(a.shape, dtype or a.dtype, loc, fallback="copy")
-    _emit("tensor_copy", [out], [a], {"engine": "vector"}, loc=loc)
+    E.emit_tensor_copy(out, a, loc=loc)
     return tile
 
 
@@ -596,20 +559,15 @@ def activation_reduce_at(fn: str, x, bias, reduce_op: str, dtype, loc) -> tuple[
     a = as_tile_access(access_of(x, loc, fn))
     tile, out = new_tile(a.shape, dtype, loc, fallback=fn)
     red, rout = new_tile((a.shape[0], 1), dtypes.float32, loc, fallback=f"{fn}_{reduce_op}")
-    _emit(
-        "activation",
-        [out, rout],
-        [a, operand(bias, loc), 1.0],
-        {"op": fn, "reduce_op": reduce_op},
-        loc=loc,
-    )
+    b = operand(bias, loc)
+    E.emit_activation(out, a, b, 1.0, op=fn, reduce_res=rout, reduce_op=reduce_op, loc=loc)
     return tile, red
 
 
 def reciprocal_at(x, loc) -> Tile:
     a = as_tile_access(access_of(x, loc, "reciprocal"))
     tile, out = new_tile(a.shape, a.dtype, loc, fallback="reciprocal")
-    _emit("reciprocal", [out], [a], loc=loc)
+    E.emit_reciprocal(out, a, loc=loc)
     return tile
 
 
@@ -644,8 +602,7 @@ def device_print(prefix: str, x, *, mask=None) -> None:
             api="nl.device_print(mask=)",
             why="printing part of a tile is not modeled; index the tile instead",
         )
-    a = access_of(x, loc, "device_print")
-    _emit("device_print", [], [a], {"prefix": str(prefix)}, loc=loc)
+    E.emit_device_print(access_of(x, loc, "device_print"), prefix=prefix, loc=loc)
 
 
 def expand_dims(x, axis: int) -> Tile:

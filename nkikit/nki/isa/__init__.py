@@ -25,6 +25,7 @@ from ...ir.affine import Affine, Axis, Predicate
 from ...ir.core import Access
 from ...ir.opnames import op_name
 from ...isa import dge_mode, engine, matmul_perf_mode, nc_version, oob_mode, reduce_cmd
+from ...trace import instructions as E
 from ...trace.builder import current
 from ..tensor import NkiTensor, access_of
 from . import constants  # noqa: F401
@@ -211,13 +212,20 @@ _ENGINE_NAMES = {
 }
 
 
-def _engine(e, default: str, op: str, loc: SourceLoc) -> str:
-    """The engine an ``engine=`` argument names, among those the primitive's record allows."""
-    from ...ir.prims import engine_choices
+def _done(op) -> NkiInstruction:
+    """The handle of ``op``, just emitted by the emit layer (``nkikit/trace/instructions.py``),
+    after recording which PSUM elements it wrote (a matmul's write makes the next matmul to
+    them accumulate; any other write resets them)."""
+    _psum_written(op.outs, op.prim == "nc_matmul")
+    return NkiInstruction(op)
 
-    allowed = engine_choices(op)
+
+def _engine_arg(e, op: str, loc: SourceLoc) -> str | None:
+    """The engine name an ``engine=`` argument (an ``nisa.engine`` member) asks for; None for
+    ``engine.unknown`` (the instruction's default).  The emit layer checks that the
+    instruction runs there."""
     if e is None or e == engine.unknown:
-        return default
+        return None
     if not isinstance(e, engine):
         raise NkiError(
             "err_invalid_argument",
@@ -225,21 +233,7 @@ def _engine(e, default: str, op: str, loc: SourceLoc) -> str:
             op=f"nisa.{op}",
             why=f"engine must be an nisa.engine member, got {e!r}",
         )
-    name = _ENGINE_NAMES[e]
-    if name not in allowed:
-        raise NkiError(
-            "err_invalid_argument",
-            loc,
-            op=f"nisa.{op}",
-            why=f"engine={name} is not one of its engines ({', '.join(allowed)})",
-        )
-    return name
-
-
-def _emit(prim: str, outs, ins, attrs=None, *, loc: SourceLoc) -> NkiInstruction:
-    op = current(f"nisa.{prim}").emit(prim, outs, ins, attrs or {}, loc=loc)
-    _psum_written(outs, prim == "nc_matmul")
-    return NkiInstruction(op)
+    return _ENGINE_NAMES[e]
 
 
 def _unsupported(api: str, why: str, loc: SourceLoc):
@@ -383,7 +377,7 @@ def dma_copy(
             "dma_copy(oob_mode=skip)", "skipping out-of-bounds rows is not modeled", loc
         )
     d, s = _dma_pair(dst, src, loc, "dma_copy")
-    return _emit("dma_copy", [d], [s], loc=loc)
+    return _done(E.emit_dma_copy(d, s, loc=loc))
 
 
 def dma_compute(
@@ -403,12 +397,12 @@ def dma_compute(
     others = [s for s in srcs if not (isinstance(s, NkiTensor) and _same_view(s, dst))]
     if len(others) == len(srcs):
         d, s0 = _dma_pair(dst, others[0], loc, "dma_compute")
-        _emit("dma_copy", [d], [s0], loc=loc)
+        _done(E.emit_dma_copy(d, s0, loc=loc))
         others = others[1:]
     last = None
     for s in others:
         d, sa = _dma_pair(dst, s, loc, "dma_compute")
-        last = _emit("dma_copy", [d], [sa], {"rmw_op": "add"}, loc=loc)
+        last = _done(E.emit_dma_copy(d, sa, rmw_op=reduce_op, loc=loc))
     return last
 
 
@@ -460,7 +454,7 @@ def dma_transpose(
             why=f"dst shape {dst.shape} must be the permuted src shape {permuted.shape}",
         )
     d, s = _acc(dst, loc, "dma_transpose dst"), _acc(permuted, loc, "dma_transpose src")
-    return _emit("dma_copy", [d], [s], loc=loc)
+    return _done(E.emit_dma_copy(d, s, loc=loc))
 
 
 # -- copies and fills ------------------------------------------------------------------------------
@@ -478,9 +472,9 @@ def tensor_copy(dst, src, engine=engine.unknown, name=None, dtype=None) -> NkiIn
             op="nisa.tensor_copy",
             why=f"dtype={dtypes.name(dtypes.as_dtype(dtype))} differs from dst's {dtypes.name(dst.dtype)}; the destination's dtype is the result's",
         )
-    eng = _engine(engine, "vector", "tensor_copy", loc)
+    eng = _engine_arg(engine, "tensor_copy", loc)
     d, s = _tiles(loc, "tensor_copy", dst, src)
-    return _emit("tensor_copy", [d], [s], {"engine": eng}, loc=loc)
+    return _done(E.emit_tensor_copy(d, s, engine=eng, loc=loc))
 
 
 def tensor_copy_predicated(dst, src, predicate, reverse_pred=False, name=None) -> NkiInstruction:
@@ -494,7 +488,7 @@ def tensor_copy_predicated(dst, src, predicate, reverse_pred=False, name=None) -
         d, p = _tiles(loc, "tensor_copy_predicated", dst, predicate)
         s = float(src)
     on_true, on_false = (d, s) if reverse_pred else (s, d)
-    return _emit("select", [d], [p, on_true, on_false], loc=loc)
+    return _done(E.emit_select(d, p, on_true, on_false, loc=loc))
 
 
 def memset(dst, value, engine=engine.unknown, name=None) -> NkiInstruction:  # noqa: A002
@@ -508,9 +502,9 @@ def memset(dst, value, engine=engine.unknown, name=None) -> NkiInstruction:  # n
             op="nisa.memset",
             why=f"value {value!r} does not fit the integer dtype {dtypes.name(dst.dtype)}",
         )
-    eng = _engine(engine, "vector", "memset", loc)
+    eng = _engine_arg(engine, "memset", loc)
     d = _acc(dst, loc, "memset")
-    return _emit("memset", [d], [], {"value": float(value), "engine": eng}, loc=loc)
+    return _done(E.emit_memset(d, value=value, engine=eng, loc=loc))
 
 
 def _pattern_views(views: list[NkiTensor], pattern, offset, channel_multiplier, loc, op: str):
@@ -568,9 +562,9 @@ def iota(dst, pattern, offset=0, channel_multiplier=0, name=None) -> NkiInstruct
     """``dst[c, w, z, y, x] = offset + c * channel_multiplier + sum(step * index)`` over the
     access ``pattern`` (``[[step, num], ...]``), computed in int32 (GpSimd)."""
     loc = caller_loc()
-    _dst_chip(dst, loc, "iota", ("sbuf",))
+    _dst_chip(dst, loc, "iota")
     (view,), expr = _pattern_views([dst], pattern, offset, channel_multiplier, loc, "iota")
-    return _emit("iota", [_acc(view, loc, "iota")], [], {"expr": expr}, loc=loc)
+    return _done(E.emit_iota(_acc(view, loc, "iota"), expr=expr, loc=loc))
 
 
 _CMP = {
@@ -597,7 +591,7 @@ def affine_select(
     value of ``pattern`` (``offset + partition * channel_multiplier + sum(step * index)``);
     ``cmp_op`` defaults to ``nl.equal`` (GpSimd, SBUF)."""
     loc = caller_loc()
-    _dst_chip(dst, loc, "affine_select", ("sbuf",))
+    _dst_chip(dst, loc, "affine_select")
     cmp = _CMP.get(op_name(cmp_op or "equal"))
     if cmp is None:
         raise NkiError(
@@ -606,26 +600,18 @@ def affine_select(
             op="nisa.affine_select",
             why=f"cmp_op must be a comparison (nl.equal, nl.greater_equal, ...), got {cmp_op!r}",
         )
-    if on_true_tile.tensor.buffer != "sbuf":
-        raise NkiError(
-            "err_unsupported_memory",
-            loc,
-            op="nisa.affine_select",
-            what="on_true_tile",
-            allowed="SBUF",
-            got=on_true_tile.tensor.buffer,
-        )
     _same_free([dst, on_true_tile], loc, "nisa.affine_select")
     (d, t), expr = _pattern_views(
         [dst, on_true_tile], pattern, offset, channel_multiplier, loc, "affine_select"
     )
-    attrs = {"pred": Predicate(((expr, cmp),)), "on_false": float(on_false_value)}
-    return _emit(
-        "affine_select",
-        [_acc(d, loc, "affine_select dst")],
-        [_acc(t, loc, "on_true_tile")],
-        attrs,
-        loc=loc,
+    return _done(
+        E.emit_affine_select(
+            _acc(d, loc, "affine_select dst"),
+            _acc(t, loc, "on_true_tile"),
+            pred=Predicate(((expr, cmp),)),
+            on_false=on_false_value,
+            loc=loc,
+        )
     )
 
 
@@ -664,17 +650,13 @@ def nc_matmul(
     accumulating in fp32.  ``accumulate=None``: the first matmul write to a PSUM element
     overwrites, later ones add; ``True`` adds, ``False`` overwrites."""
     loc = caller_loc()
-    _dst_chip(dst, loc, "nc_matmul", ("psum",))
+    _dst_chip(dst, loc, "nc_matmul")
     if tile_position or tile_size:
         _check_tiling(tile_position, tile_size, stationary, loc)
     if perf_mode not in (None, matmul_perf_mode.none, "none"):
         raise _unsupported("nc_matmul(perf_mode=)", "double-row fp8 mode is not modeled", loc)
     s = _flat2d(stationary, loc, "stationary")
     m = _flat2d(moving, loc, "moving")
-    if s.shape[0] != m.shape[0]:
-        raise NkiError(
-            "err_num_partition_mismatch", loc, op="nisa.nc_matmul", a=s.shape[0], b=m.shape[0]
-        )
     want = (s.shape[1], m.shape[1])
     dview = dst
     if dst.shape != want:
@@ -701,7 +683,7 @@ def nc_matmul(
             )
     else:
         acc = bool(accumulate)
-    return _emit("nc_matmul", [d], [s, m], {"accumulate": acc}, loc=loc)
+    return _done(E.emit_nc_matmul(d, s, m, accumulate=acc, loc=loc))
 
 
 def _check_tiling(tile_position, tile_size, stationary: NkiTensor, loc: SourceLoc) -> None:
@@ -747,8 +729,7 @@ def nc_transpose(dst, data, engine=engine.unknown, name=None) -> NkiInstruction:
     VectorE (up to 32x32)."""
     loc = caller_loc()
     _dst_chip(dst, loc, "nc_transpose")
-    default = "tensor" if dst.tensor.buffer == "psum" else "vector"
-    eng = _engine(engine, default, "nc_transpose", loc)
+    eng = _engine_arg(engine, "nc_transpose", loc)
     a = _flat2d(data, loc, "data")
     dv = dst.flatten_dims(1, dst.ndim - 1) if dst.ndim > 2 else dst
     d = _acc(dv, loc, "nc_transpose dst")
@@ -759,7 +740,7 @@ def nc_transpose(dst, data, engine=engine.unknown, name=None) -> NkiInstruction:
             op="nisa.nc_transpose",
             why=f"dst has shape {dst.shape}; the transpose of {data.shape} is {(a.shape[1], a.shape[0])}",
         )
-    return _emit("nc_transpose", [d], [a], {"engine": eng}, loc=loc)
+    return _done(E.emit_nc_transpose(d, a, engine=eng, loc=loc))
 
 
 # -- VectorE / GpSimd ------------------------------------------------------------------------------
@@ -769,11 +750,9 @@ def tensor_tensor(dst, data1, data2, op, engine=engine.unknown, name=None) -> Nk
     """Elementwise ``dst = op(data1, data2)`` (no broadcasting)."""
     loc = caller_loc()
     _dst_chip(dst, loc, "tensor_tensor")
-    name_ = op_name(op)
-    default = "gpsimd" if name_ == "power" else "vector"
-    eng = _engine(engine, default, "tensor_tensor", loc)
+    eng = _engine_arg(engine, "tensor_tensor", loc)
     d, a, b = _tiles(loc, "tensor_tensor", dst, data1, data2)
-    return _emit("tensor_tensor", [d], [a, b], {"op": name_, "engine": eng}, loc=loc)
+    return _done(E.emit_tensor_tensor(d, a, b, op=op, engine=eng, loc=loc))
 
 
 def tensor_scalar(
@@ -791,26 +770,24 @@ def tensor_scalar(
     """``dst = (data op0 operand0) op1 operand1``; operands are scalars or (P, 1) tensors."""
     loc = caller_loc()
     _dst_chip(dst, loc, "tensor_scalar")
-    if (op1 is None) != (operand1 is None):
-        raise NkiError(
-            "err_invalid_argument",
-            loc,
-            op="nisa.tensor_scalar",
-            why="op1 and operand1 are given together or not at all",
-        )
-    eng = _engine(engine, "vector", "tensor_scalar", loc)
+    eng = _engine_arg(engine, "tensor_scalar", loc)
     d, a = _tiles(loc, "tensor_scalar", dst, data)
-    ins = [a, _scalar_or_vector(0.0 if operand0 is None else operand0, loc, "operand0")]
-    if op1 is not None:
-        ins.append(_scalar_or_vector(operand1, loc, "operand1"))
-    attrs = {
-        "op0": op_name(op0),
-        "reverse0": bool(reverse0),
-        "op1": None if op1 is None else op_name(op1),
-        "reverse1": bool(reverse1),
-        "engine": eng,
-    }
-    return _emit("tensor_scalar", [d], ins, attrs, loc=loc)
+    s0 = _scalar_or_vector(0.0 if operand0 is None else operand0, loc, "operand0")
+    s1 = None if operand1 is None else _scalar_or_vector(operand1, loc, "operand1")
+    return _done(
+        E.emit_tensor_scalar(
+            d,
+            a,
+            s0,
+            s1,
+            op0=op0,
+            reverse0=reverse0,
+            op1=op1,
+            reverse1=reverse1,
+            engine=eng,
+            loc=loc,
+        )
+    )
 
 
 def tensor_scalar_reduce(
@@ -836,16 +813,12 @@ def tensor_scalar_reduce(
         raise _unsupported("tensor_scalar_reduce(reduce_res_negate=True)", "not modeled", loc)
     d, a = _tiles(loc, "tensor_scalar_reduce", dst, data)
     r = _scalar_or_vector(reduce_res, loc, "reduce_res")
-    attrs = {
-        "op0": op_name(op0),
-        "reverse0": bool(reverse0),
-        "op1": None,
-        "reverse1": False,
-        "reduce_op": op_name(reduce_op, "reduce"),
-        "engine": "vector",
-    }
-    ins = [a, _scalar_or_vector(0.0 if operand0 is None else operand0, loc, "operand0")]
-    return _emit("tensor_scalar", [d, r], ins, attrs, loc=loc)
+    s0 = _scalar_or_vector(0.0 if operand0 is None else operand0, loc, "operand0")
+    return _done(
+        E.emit_tensor_scalar(
+            d, a, s0, op0=op0, reverse0=reverse0, reduce_res=r, reduce_op=reduce_op, loc=loc
+        )
+    )
 
 
 def _reset_only(cmd, reduce_res, op: str, loc: SourceLoc, default) -> None:
@@ -873,14 +846,12 @@ def scalar_tensor_tensor(
     loc = caller_loc()
     _dst_chip(dst, loc, "scalar_tensor_tensor")
     d, a, t1 = _tiles(loc, "scalar_tensor_tensor", dst, data, operand1)
-    attrs = {
-        "op0": op_name(op0),
-        "op1": op_name(op1),
-        "reverse0": bool(reverse0),
-        "reverse1": bool(reverse1),
-    }
-    ins = [a, _scalar_or_vector(operand0, loc, "operand0"), t1]
-    return _emit("scalar_tensor_tensor", [d], ins, attrs, loc=loc)
+    s0 = _scalar_or_vector(operand0, loc, "operand0")
+    return _done(
+        E.emit_scalar_tensor_tensor(
+            d, a, s0, t1, op0=op0, op1=op1, reverse0=reverse0, reverse1=reverse1, loc=loc
+        )
+    )
 
 
 def reciprocal(dst, data, name=None) -> NkiInstruction:
@@ -888,7 +859,7 @@ def reciprocal(dst, data, name=None) -> NkiInstruction:
     loc = caller_loc()
     _dst_chip(dst, loc, "reciprocal")
     d, a = _tiles(loc, "reciprocal", dst, data)
-    return _emit("reciprocal", [d], [a], loc=loc)
+    return _done(E.emit_reciprocal(d, a, loc=loc))
 
 
 def tensor_reduce(dst, op, data, axis, negate=False, keepdims=False, name=None) -> NkiInstruction:
@@ -939,17 +910,16 @@ def tensor_reduce(dst, op, data, axis, negate=False, keepdims=False, name=None) 
     strides += [0] * len(axes)
     d = _acc(dst._with(shape, strides), loc, "tensor_reduce dst")
     a = _acc(data, loc, "tensor_reduce data")
-    attrs = {"op": op_name(op, "reduce"), "axes": axes, "negate": bool(negate)}
-    return _emit("tensor_reduce", [d], [a], attrs, loc=loc)
+    return _done(E.emit_tensor_reduce(d, a, op=op, axes=axes, negate=negate, loc=loc))
 
 
 def tensor_partition_reduce(dst, op, data, name=None) -> NkiInstruction:
     """Reduce across partitions (GpSimd): (P, F) -> (1, F)."""
     loc = caller_loc()
-    _dst_chip(dst, loc, "tensor_partition_reduce", ("sbuf",))
+    _dst_chip(dst, loc, "tensor_partition_reduce")
     a = _acc(data, loc, "tensor_partition_reduce data")
     d = _acc(dst, loc, "tensor_partition_reduce dst")
-    return _emit("tensor_partition_reduce", [d], [a], {"op": op_name(op, "reduce")}, loc=loc)
+    return _done(E.emit_tensor_partition_reduce(d, a, op=op, loc=loc))
 
 
 def tensor_tensor_scan(
@@ -958,12 +928,13 @@ def tensor_tensor_scan(
     """Per-partition scan: ``r[i] = op1(op0(data0[i], r[i-1]), data1[i])``, ``r[-1] = initial``."""
     loc = caller_loc()
     _dst_chip(dst, loc, "tensor_tensor_scan")
-    if reverse0 or reverse1:
-        raise _unsupported("tensor_tensor_scan(reverse0=/reverse1=)", "not modeled", loc)
     d, a, b = _tiles(loc, "tensor_tensor_scan", dst, data0, data1)
-    ins = [a, b, _scalar_or_vector(initial, loc, "initial")]
-    attrs = {"op0": op_name(op0), "op1": op_name(op1)}
-    return _emit("tensor_tensor_scan", [d], ins, attrs, loc=loc)
+    init = _scalar_or_vector(initial, loc, "initial")
+    return _done(
+        E.emit_tensor_tensor_scan(
+            d, a, b, init, op0=op0, op1=op1, reverse0=reverse0, reverse1=reverse1, loc=loc
+        )
+    )
 
 
 def select_reduce(
@@ -982,11 +953,12 @@ def select_reduce(
     _dst_chip(dst, loc, "select_reduce")
     d, p, t = _tiles(loc, "select_reduce", dst, predicate, on_true)
     f = _scalar_or_vector(on_false, loc, "on_false")
-    outs = [d] + (
-        [_scalar_or_vector(reduce_res, loc, "reduce_res")] if reduce_res is not None else []
+    r = None if reduce_res is None else _scalar_or_vector(reduce_res, loc, "reduce_res")
+    return _done(
+        E.emit_select_reduce(
+            d, p, t, f, reduce_res=r, reduce_op=reduce_op, reverse=reverse_pred, loc=loc
+        )
     )
-    attrs = {"reverse": bool(reverse_pred), "reduce_op": op_name(reduce_op or "maximum", "reduce")}
-    return _emit("select_reduce", outs, [p, t, f], attrs, loc=loc)
 
 
 def range_select(
@@ -1008,18 +980,22 @@ def range_select(
     loc = caller_loc()
     _dst_chip(dst, loc, "range_select")
     d, a = _tiles(loc, "range_select", dst, on_true_tile)
-    outs = [d] + (
-        [_scalar_or_vector(reduce_res, loc, "reduce_res")] if reduce_res is not None else []
+    r = None if reduce_res is None else _scalar_or_vector(reduce_res, loc, "reduce_res")
+    return _done(
+        E.emit_range_select(
+            d,
+            a,
+            _scalar_or_vector(bound0, loc, "bound0"),
+            _scalar_or_vector(bound1, loc, "bound1"),
+            comp_op0=comp_op0,
+            comp_op1=comp_op1,
+            reduce_res=r,
+            reduce_op=reduce_op,
+            on_false=on_false_value,
+            range_start=range_start,
+            loc=loc,
+        )
     )
-    attrs = {
-        "comp_op0": op_name(comp_op0),
-        "comp_op1": op_name(comp_op1),
-        "on_false": float(on_false_value),
-        "range_start": int(range_start),
-        "reduce_op": op_name(reduce_op or "maximum", "reduce"),
-    }
-    ins = [a, _scalar_or_vector(bound0, loc, "bound0"), _scalar_or_vector(bound1, loc, "bound1")]
-    return _emit("range_select", outs, ins, attrs, loc=loc)
 
 
 def bn_stats(dst, data, name=None) -> NkiInstruction:
@@ -1028,42 +1004,41 @@ def bn_stats(dst, data, name=None) -> NkiInstruction:
     _dst_chip(dst, loc, "bn_stats")
     d = _acc(dst, loc, "bn_stats dst")
     a = _acc(data, loc, "bn_stats data")
-    return _emit("bn_stats", [d], [a], loc=loc)
+    return _done(E.emit_bn_stats(d, a, loc=loc))
 
 
 def bn_aggr(dst, data, name=None) -> NkiInstruction:
     """Aggregate bn_stats groups into (mean, variance) per partition."""
     loc = caller_loc()
     _dst_chip(dst, loc, "bn_aggr")
-    return _emit(
-        "bn_aggr", [_acc(dst, loc, "bn_aggr dst")], [_acc(data, loc, "bn_aggr data")], loc=loc
-    )
+    d, a = _acc(dst, loc, "bn_aggr dst"), _acc(data, loc, "bn_aggr data")
+    return _done(E.emit_bn_aggr(d, a, loc=loc))
 
 
 def max8(dst, src, name=None) -> NkiInstruction:
     """The 8 largest values of each partition, descending."""
     loc = caller_loc()
     _dst_chip(dst, loc, "max8")
-    return _emit("max8", [_acc(dst, loc, "max8 dst")], [_acc(src, loc, "max8 src")], loc=loc)
+    return _done(E.emit_max8(_acc(dst, loc, "max8 dst"), _acc(src, loc, "max8 src"), loc=loc))
 
 
 def nc_find_index8(dst, data, vals, name=None) -> NkiInstruction:
     """Per partition, the index of the first occurrence of each of 8 values."""
     loc = caller_loc()
     _dst_chip(dst, loc, "nc_find_index8")
-    ins = [_acc(data, loc, "nc_find_index8 data"), _acc(vals, loc, "nc_find_index8 vals")]
-    return _emit("nc_find_index8", [_acc(dst, loc, "nc_find_index8 dst")], ins, loc=loc)
+    d = _acc(dst, loc, "nc_find_index8 dst")
+    a, v = _acc(data, loc, "nc_find_index8 data"), _acc(vals, loc, "nc_find_index8 vals")
+    return _done(E.emit_nc_find_index8(d, a, v, loc=loc))
 
 
 def nc_match_replace8(dst, data, vals, imm, dst_idx=None, name=None) -> NkiInstruction:
     """Replace the first occurrence of each of 8 values by ``imm`` (indices into dst_idx)."""
     loc = caller_loc()
     _dst_chip(dst, loc, "nc_match_replace8")
-    outs = [_acc(dst, loc, "nc_match_replace8 dst")]
-    if dst_idx is not None:
-        outs.append(_acc(dst_idx, loc, "nc_match_replace8 dst_idx"))
-    ins = [_acc(data, loc, "nc_match_replace8 data"), _acc(vals, loc, "nc_match_replace8 vals")]
-    return _emit("nc_match_replace8", outs, ins, {"imm": float(imm)}, loc=loc)
+    d = _acc(dst, loc, "nc_match_replace8 dst")
+    idx = None if dst_idx is None else _acc(dst_idx, loc, "nc_match_replace8 dst_idx")
+    a, v = _acc(data, loc, "nc_match_replace8 data"), _acc(vals, loc, "nc_match_replace8 vals")
+    return _done(E.emit_nc_match_replace8(d, a, v, idx, imm=imm, loc=loc))
 
 
 def nc_stream_shuffle(dst, src, shuffle_mask, name=None) -> NkiInstruction:
@@ -1072,20 +1047,25 @@ def nc_stream_shuffle(dst, src, shuffle_mask, name=None) -> NkiInstruction:
     loc = caller_loc()
     _dst_chip(dst, loc, "nc_stream_shuffle")
     d, s = _acc(dst, loc, "nc_stream_shuffle dst"), _acc(src, loc, "nc_stream_shuffle src")
-    mask = tuple(int(x) for x in shuffle_mask)
-    return _emit("nc_stream_shuffle", [d], [s], {"shuffle_mask": mask}, loc=loc)
+    return _done(E.emit_nc_stream_shuffle(d, s, shuffle_mask=shuffle_mask, loc=loc))
 
 
 def local_gather(dst, src_buffer, index, num_elem_per_idx=1, num_valid_indices=None, name=None):
     """GpSimd gather within each 16-partition group (see ``nkikit.isa.local_gather``)."""
     loc = caller_loc()
-    _dst_chip(dst, loc, "local_gather", ("sbuf",))
-    attrs = {
-        "num_elem_per_idx": int(num_elem_per_idx),
-        "num_valid_indices": None if num_valid_indices is None else int(num_valid_indices),
-    }
-    ins = [_acc(src_buffer, loc, "local_gather src"), _acc(index, loc, "local_gather index")]
-    return _emit("local_gather", [_acc(dst, loc, "local_gather dst")], ins, attrs, loc=loc)
+    _dst_chip(dst, loc, "local_gather")
+    d = _acc(dst, loc, "local_gather dst")
+    s, ix = _acc(src_buffer, loc, "local_gather src"), _acc(index, loc, "local_gather index")
+    return _done(
+        E.emit_local_gather(
+            d,
+            s,
+            ix,
+            num_elem_per_idx=num_elem_per_idx,
+            num_valid_indices=num_valid_indices,
+            loc=loc,
+        )
+    )
 
 
 def dropout(dst, data, prob, name=None) -> NkiInstruction:
@@ -1093,7 +1073,7 @@ def dropout(dst, data, prob, name=None) -> NkiInstruction:
     loc = caller_loc()
     _dst_chip(dst, loc, "dropout")
     d, a = _tiles(loc, "dropout", dst, data)
-    return _emit("dropout", [d], [a, _scalar_or_vector(prob, loc, "prob")], loc=loc)
+    return _done(E.emit_dropout(d, a, _scalar_or_vector(prob, loc, "prob"), loc=loc))
 
 
 # -- ScalarE -------------------------------------------------------------------------------------
@@ -1114,25 +1094,20 @@ def activation(
     ``reduce_res``, also the free-axis sum of the result into ``reduce_res`` (P, 1)."""
     loc = caller_loc()
     _dst_chip(dst, loc, "activation")
-    fn = op_name(op, "activation")
     d, a = _tiles(loc, "activation", dst, data)
     b = 0.0 if bias is None else _scalar_or_vector(bias, loc, "activation bias")
     s = _scalar_or_vector(scale, loc, "activation scale")
-    outs = [d]
+    r = red = None
     if reduce_op is not None or reduce_res is not None:
         _reset_only(reduce_cmd, reduce_res, "activation", loc, globals()["reduce_cmd"].idle)
-        outs.append(_scalar_or_vector(reduce_res, loc, "reduce_res"))
+        r, red = _scalar_or_vector(reduce_res, loc, "reduce_res"), reduce_op or "add"
     elif reduce_cmd not in (globals()["reduce_cmd"].idle, None):
         raise _unsupported(
             f"nisa.activation(reduce_cmd={getattr(reduce_cmd, 'name', reduce_cmd)})",
             "the ScalarE accumulator registers are not modeled across instructions",
             loc,
         )
-    attrs = {
-        "op": fn,
-        "reduce_op": None if len(outs) == 1 else op_name(reduce_op or "add", "reduce"),
-    }
-    return _emit("activation", outs, [a, b, s], attrs, loc=loc)
+    return _done(E.emit_activation(d, a, b, s, op=op, reduce_res=r, reduce_op=red, loc=loc))
 
 
 def activation_reduce(
@@ -1141,13 +1116,11 @@ def activation_reduce(
     """``activation`` plus the free-axis reduction of the result into ``reduce_res``."""
     loc = caller_loc()
     _dst_chip(dst, loc, "activation_reduce")
-    fn = op_name(op, "activation")
     d, a = _tiles(loc, "activation_reduce", dst, data)
     b = 0.0 if bias is None else _scalar_or_vector(bias, loc, "activation bias")
     s = _scalar_or_vector(scale, loc, "activation scale")
-    outs = [d, _scalar_or_vector(reduce_res, loc, "reduce_res")]
-    attrs = {"op": fn, "reduce_op": op_name(reduce_op, "reduce")}
-    return _emit("activation", outs, [a, b, s], attrs, loc=loc)
+    r = _scalar_or_vector(reduce_res, loc, "reduce_res")
+    return _done(E.emit_activation(d, a, b, s, op=op, reduce_res=r, reduce_op=reduce_op, loc=loc))
 
 
 # -- not modeled: each a named error at the user's line -------------------------------------------
@@ -1198,13 +1171,12 @@ def _copy_into(dst: NkiTensor, value, loc: SourceLoc) -> None:
     if isinstance(value, NkiTensor):
         if dst.on_chip and value.on_chip:
             d, s = _tiles(loc, "tensor_copy", dst, value)
-            _emit("tensor_copy", [d], [s], {"engine": "vector"}, loc=loc)
+            _done(E.emit_tensor_copy(d, s, loc=loc))
         else:
             d, s = _dma_pair(dst, value, loc, "dma_copy")
-            _emit("dma_copy", [d], [s], loc=loc)
+            _done(E.emit_dma_copy(d, s, loc=loc))
     elif isinstance(value, int | float | np.integer | np.floating | bool):
-        d = _acc(dst, loc, "memset")
-        _emit("memset", [d], [], {"value": float(value), "engine": "vector"}, loc=loc)
+        _done(E.emit_memset(_acc(dst, loc, "memset"), value=value, loc=loc))
     else:
         raise NkiError(
             "err_invalid_argument",
@@ -1215,8 +1187,7 @@ def _copy_into(dst: NkiTensor, value, loc: SourceLoc) -> None:
 
 
 def _device_print(prefix: str, tensor: NkiTensor, loc: SourceLoc) -> None:
-    a = _acc(tensor, loc, "device_print")
-    current("nl.device_print").emit("device_print", [], [a], {"prefix": str(prefix)}, loc=loc)
+    E.emit_device_print(_acc(tensor, loc, "device_print"), prefix=prefix, loc=loc)
 
 
 __all__ = [

@@ -1,0 +1,730 @@
+"""The emit layer: one ``emit_<prim>`` function per IR primitive, shared by both dialects.
+
+Each dialect front end (NKI Beta 1: ``nkikit.isa``, ``nkikit.language``; NKI 0.x:
+``nkikit.nki.isa``) parses its own arguments, turns them into IR accesses of matching shapes
+(Beta 1 broadcasts along free dimensions, NKI 0.x re-expresses free shapes) and allocates or
+receives the outputs; then it calls the emit function of the primitive, which does what is
+the same in both dialects:
+
+- normalizes operator names (``np.add``, ``nl.add``, ``"add"`` -> ``"add"``,
+  ``nkikit/ir/opnames.py``) and checks the values the instruction allows;
+- picks the engine (``None``: the record's default) and checks it against the primitive's
+  record (``nkikit/ir/prims.py``);
+- checks what is cheap to check at trace time and the same for every caller: operands span
+  the same partitions (unless the record says they may differ), elementwise operands have
+  the same elements per partition, and every operand sits in a memory its engine is wired to;
+- builds the attribute dict with the IR's names, in the record's order, and appends the op
+  (``Builder.emit``, which checks the op against its record).
+
+Conventions shared by every function here:
+
+- outputs come first, then inputs, positionally; attributes are keyword-only;
+- a *tile* argument is an ``Access``; a *scalar operand* (the record's immediates, e.g.
+  ``tensor_scalar``'s operands) is a Python number or a ``(P, 1)`` access;
+- ``mask`` is an IR predicate over the op's tile axes (None: unmasked);
+- ``loc`` is the user's source line: every error names it;
+- errors the user can cause are ``NkiError`` with the NKI error name (``err_invalid_argument``
+  for a value the instruction does not take or an engine it does not run on,
+  ``err_num_partition_mismatch``, ``err_unsupported_memory``, ``err_unsupported_api``);
+  elementwise inputs of different shapes (with the same counts) are a front end's bug
+  (``PrimError``): matching shapes is each dialect's job.
+
+Checks that need the whole kernel or the target (bounds, sizes, output specs, dtypes, scopes)
+stay in the verifier (``nkikit/ir/verify.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from ..errors import NkiError, SourceLoc
+from ..ir.affine import Affine, Predicate
+from ..ir.core import Access, Op, Operand
+from ..ir.opnames import op_name
+from ..ir.prims import PRIMS, PrimError, engine_choices, memories, resolve_engine
+
+# the engine wiring and memory names of the verifier's memory rule, so that a trace-time
+# check and the verifier can never disagree about where an engine reads and writes
+from ..ir.verify import _ENGINE_MEMORIES, _MEM
+from .builder import current
+
+Scalar = Access | float
+"""A scalar operand: an immediate or a (P, 1) tile (one value per partition)."""
+
+FP32_MIN = -3.4028234663852886e38
+"""``nl.fp32.min``: the only ``on_false`` value ``range_select`` has [ISA]."""
+
+# Operators whose operand order does not matter: reversing their operands changes nothing.
+_COMMUTATIVE = frozenset(
+    """add multiply maximum minimum equal not_equal logical_and logical_or logical_xor
+    bitwise_and bitwise_or bitwise_xor""".split()
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# what every emit function shares
+
+
+def engine_for(prim: str, engine: str | None, loc: SourceLoc, default: str | None = None) -> str:
+    """The engine that ``prim`` runs on when the user asks for ``engine`` (an engine name, or
+    None for ``default``, else the record's default).  Raises ``err_invalid_argument`` at
+    ``loc`` for an engine the record does not list (e.g. ``tensor_tensor`` on the ScalarE)."""
+    choices = engine_choices(prim)
+    if engine is None:
+        return default or choices[0]
+    if engine not in choices:
+        raise NkiError(
+            "err_invalid_argument",
+            loc,
+            op=f"nisa.{prim}",
+            why=f"engine={engine} is not one of its engines ({', '.join(choices)})",
+        )
+    return engine
+
+
+def _partitions(a: Access) -> int:
+    return a.shape[0] if a.shape else 1
+
+
+def _free(a: Access) -> int:
+    n = 1
+    for s in a.shape[1:]:
+        n *= s
+    return n
+
+
+def _same_partitions(prim: str, loc: SourceLoc, first: Access, *others: Operand | None) -> None:
+    """Every tile among ``others`` spans ``first``'s partitions (``err_num_partition_mismatch``
+    otherwise); immediates and absent (None) operands are skipped."""
+    p = _partitions(first)
+    for x in others:
+        if isinstance(x, Access) and _partitions(x) != p:
+            raise NkiError(
+                "err_num_partition_mismatch", loc, op=f"nisa.{prim}", a=p, b=_partitions(x)
+            )
+
+
+def _elementwise(
+    prim: str, loc: SourceLoc, outs: Sequence[Access], first: Access, *ins: Operand | None
+) -> None:
+    """``outs`` and the tile inputs ``ins`` are combined element by element with ``first``:
+    the same partitions (``err_num_partition_mismatch``) and elements per partition
+    (``err_invalid_argument``) as ``first``; the inputs also in ``first``'s shape (a front
+    end's job: ``PrimError``).  Outputs may have another free shape of the same size."""
+    tiles = [x for x in ins if isinstance(x, Access)]
+    _same_partitions(prim, loc, first, *outs, *tiles)
+    f = _free(first)
+    for x in (*outs, *tiles):
+        if _free(x) != f:
+            raise NkiError(
+                "err_invalid_argument",
+                loc,
+                op=f"nisa.{prim}",
+                why=f"operands have {f} and {_free(x)} elements per partition "
+                f"({first.shape} and {x.shape}); they must match",
+            )
+    for x in tiles:
+        if x.shape != first.shape:
+            raise PrimError(
+                f"{prim}: elementwise inputs {first!r} and {x!r} have different shapes; the "
+                "front end must re-express them in one shape"
+            )
+
+
+def _check_memories(
+    prim: str, engine: str | None, outs: Sequence[Access], ins: Sequence[Operand], loc: SourceLoc
+) -> None:
+    """Every tile operand sits in a memory ``engine`` reads (inputs) or writes (outputs), as
+    the verifier's memory rule has it (a record's per-role override first).  Raises
+    ``err_unsupported_memory`` naming the operand's role."""
+    if engine is None:
+        return
+    p = PRIMS[prim]
+    reads, writes = _ENGINE_MEMORIES[engine]
+    override = memories(prim)
+    roles = [(p.out_role(i), a, writes) for i, a in enumerate(outs)]
+    roles += [(p.in_role(i), a, reads) for i, a in enumerate(ins) if isinstance(a, Access)]
+    for role, a, wired in roles:
+        allowed = override.get(role) or wired
+        if a.tensor.buffer not in allowed:
+            names = " or ".join(dict.fromkeys(_MEM[b] for b in allowed))
+            if engine == "dma" and a.tensor.buffer == "psum":
+                names += " (copy PSUM to SBUF with nisa.tensor_copy first)"
+            raise NkiError(
+                "err_unsupported_memory",
+                loc,
+                op=f"nisa.{prim}",
+                what=role,
+                allowed=names,
+                got=_MEM.get(a.tensor.buffer, a.tensor.buffer),
+            )
+
+
+def _emit(
+    prim: str,
+    outs: list[Access],
+    ins: list[Operand],
+    attrs: dict,
+    mask: Predicate | None,
+    loc: SourceLoc,
+) -> Op:
+    """Check memories for the engine the op will run on, then append it."""
+    _check_memories(prim, resolve_engine(prim, attrs), outs, ins, loc)
+    return current(f"nisa.{prim}").emit(prim, outs, ins, attrs, mask=mask, loc=loc)
+
+
+def _invalid(prim: str, loc: SourceLoc, why: str) -> NkiError:
+    return NkiError("err_invalid_argument", loc, op=f"nisa.{prim}", why=why)
+
+
+def _max_only(prim: str, reduce_op: object, loc: SourceLoc) -> str:
+    """The reduction of ``range_select`` / ``select_reduce``: the ISA has only max."""
+    if reduce_op is None:
+        return "max"
+    name = op_name(reduce_op, "reduce")
+    if name != "max":
+        raise _invalid(
+            prim, loc, f"reduce_op must be np.max (the only one it has), got {reduce_op!r}"
+        )
+    return name
+
+
+def _reduce_into(
+    prim: str, reduce_res: Access | None, reduce_op: object, loc: SourceLoc
+) -> str | None:
+    """The reduction an instruction writes into ``reduce_res``: both given, or neither."""
+    if reduce_op is not None and reduce_res is None:
+        raise _invalid(prim, loc, "reduce_op needs reduce_res")
+    if reduce_res is not None and reduce_op is None:
+        raise _invalid(prim, loc, "reduce_res needs reduce_op (e.g. reduce_op=np.add)")
+    return None if reduce_op is None else op_name(reduce_op, "reduce")
+
+
+def _opt(x: Access | None) -> list[Access]:
+    return [] if x is None else [x]
+
+
+# ---------------------------------------------------------------------------------------------
+# DMA
+
+
+def emit_dma_copy(
+    dst: Access,
+    src: Access,
+    *,
+    rmw_op: object = None,
+    transpose: bool = False,
+    mask: Predicate | None = None,
+    loc: SourceLoc,
+) -> Op:
+    """``dst = src`` on the DMA queues (HBM and SBUF both ways; PSUM neither way), converting
+    through fp32 when the dtypes differ.  ``dst`` and ``src`` hold the same number of
+    elements (their shapes may differ; the verifier checks the count).  ``rmw_op`` (np.add,
+    the only one) adds into ``dst``; ``transpose`` marks a DMA transpose (``src`` is already
+    the transposed view).  An indirect access on either side is a gather / scatter."""
+    attrs = {
+        "rmw_op": None if rmw_op is None else op_name(rmw_op),
+        "transpose": bool(transpose),
+    }
+    if attrs["rmw_op"] not in (None, "add"):
+        raise _invalid(
+            "dma_copy",
+            loc,
+            f"the DMA read-modify-write operation must be np.add (the only one), got {rmw_op!r}",
+        )
+    return _emit("dma_copy", [dst], [src], attrs, mask, loc)
+
+
+# ---------------------------------------------------------------------------------------------
+# TensorE
+
+
+def emit_nc_matmul(
+    dst: Access,
+    stationary: Access,
+    moving: Access,
+    *,
+    accumulate: bool = False,
+    perf_mode: str | None = None,
+    mask: Predicate | None = None,
+    loc: SourceLoc,
+) -> Op:
+    """``dst (+)= stationary.T @ moving`` on the TensorE: ``stationary`` [K, M] and
+    ``moving`` [K, N] in SBUF (K partitions, ``err_num_partition_mismatch`` otherwise) into
+    ``dst`` [M, N] in PSUM, fp32 accumulation.  ``accumulate``: add to ``dst``'s value;
+    ``perf_mode``: a ``matmul_perf_mode`` value (``"double_row"``) or None."""
+    if _partitions(stationary) != _partitions(moving):
+        raise NkiError(
+            "err_num_partition_mismatch",
+            loc,
+            op="nisa.nc_matmul",
+            a=_partitions(stationary),
+            b=_partitions(moving),
+        )
+    attrs = {"accumulate": bool(accumulate), "perf_mode": perf_mode}
+    return _emit("nc_matmul", [dst], [stationary, moving], attrs, mask, loc)
+
+
+def emit_nc_transpose(
+    dst: Access,
+    data: Access,
+    *,
+    engine: str | None = None,
+    mask: Predicate | None = None,
+    loc: SourceLoc,
+) -> Op:
+    """``dst = data.T`` for a 2-D ``data`` [P, F] into ``dst`` [F, P]: on the TensorE (up to
+    128 x 128, into PSUM) or the VectorE (up to 32 x 32).  ``engine=None`` picks by where
+    ``dst`` is: the TensorE writes PSUM, so a PSUM ``dst`` means the TensorE."""
+    default = "tensor" if dst.tensor.buffer == "psum" else "vector"
+    attrs = {"engine": engine_for("nc_transpose", engine, loc, default)}
+    return _emit("nc_transpose", [dst], [data], attrs, mask, loc)
+
+
+def emit_partition_broadcast(
+    dst: Access, src: Access, *, mask: Predicate | None = None, loc: SourceLoc
+) -> Op:
+    """``dst[p, ...] = src[0, ...]`` for every partition ``p`` of ``dst`` (``nl.broadcast_to``
+    along partitions: a ones-row matmul on the TensorE).  ``src`` is one SBUF partition with
+    ``dst``'s elements per partition."""
+    return _emit("partition_broadcast", [dst], [src], {}, mask, loc)
+
+
+# ---------------------------------------------------------------------------------------------
+# ScalarE
+
+
+def emit_activation(
+    dst: Access,
+    data: Access,
+    bias: Scalar = 0.0,
+    scale: Scalar = 1.0,
+    *,
+    op: object,
+    reduce_res: Access | None = None,
+    reduce_op: object = None,
+    mask: Predicate | None = None,
+    loc: SourceLoc,
+) -> Op:
+    """``dst = op(data * scale + bias)`` on the ScalarE; ``op`` an activation function
+    (``np.exp``, ``nl.exp``, ``"exp"``), ``bias`` and ``scale`` scalar operands.  With
+    ``reduce_op`` (and only then ``reduce_res``, a (P, 1) tile), the free-axis reduction of
+    the result is written to ``reduce_res`` too."""
+    fn = op_name(op, "activation")
+    red = _reduce_into("activation", reduce_res, reduce_op, loc)
+    _elementwise("activation", loc, [dst], data)
+    _same_partitions("activation", loc, data, bias, scale, reduce_res)
+    attrs = {"op": fn, "reduce_op": red}
+    return _emit("activation", [dst, *_opt(reduce_res)], [data, bias, scale], attrs, mask, loc)
+
+
+# ---------------------------------------------------------------------------------------------
+# VectorE / ScalarE / GpSimd
+
+
+def emit_tensor_copy(
+    dst: Access,
+    src: Access,
+    *,
+    engine: str | None = None,
+    mask: Predicate | None = None,
+    loc: SourceLoc,
+) -> Op:
+    """``dst = src`` (converting dtypes) on the VectorE (default), ScalarE or GpSimd; the
+    same partitions and elements per partition."""
+    attrs = {"engine": engine_for("tensor_copy", engine, loc)}
+    _elementwise("tensor_copy", loc, [dst], src)
+    return _emit("tensor_copy", [dst], [src], attrs, mask, loc)
+
+
+def emit_memset(
+    dst: Access,
+    *,
+    value: float,
+    engine: str | None = None,
+    mask: Predicate | None = None,
+    loc: SourceLoc,
+) -> Op:
+    """Fill ``dst`` with ``value`` on the VectorE (default) or GpSimd."""
+    attrs = {"value": float(value), "engine": engine_for("memset", engine, loc)}
+    return _emit("memset", [dst], [], attrs, mask, loc)
+
+
+def emit_tensor_tensor(
+    dst: Access,
+    data1: Access,
+    data2: Access,
+    *,
+    op: object,
+    engine: str | None = None,
+    accumulate: bool = False,
+    mask: Predicate | None = None,
+    loc: SourceLoc,
+) -> Op:
+    """``dst = op(data1, data2)`` element by element (``accumulate``: ``dst = op(dst, data2)``
+    with ``data1`` the destination itself, for ``+=``); ``data1`` and ``data2`` of one shape,
+    ``dst`` of their partitions and elements per partition.  VectorE by default, or GpSimd;
+    ``op=power`` runs on the GpSimd whatever ``engine`` says (the record's engine rule)."""
+    attrs = {
+        "op": op_name(op),
+        "accumulate": bool(accumulate),
+        "engine": engine_for("tensor_tensor", engine, loc),
+    }
+    _elementwise("tensor_tensor", loc, [dst], data1, data2)
+    return _emit("tensor_tensor", [dst], [data1, data2], attrs, mask, loc)
+
+
+def emit_tensor_scalar(
+    dst: Access,
+    data: Access,
+    operand0: Scalar,
+    operand1: Scalar | None = None,
+    *,
+    op0: object,
+    reverse0: bool = False,
+    op1: object = None,
+    reverse1: bool = False,
+    reduce_res: Access | None = None,
+    reduce_op: object = None,
+    engine: str | None = None,
+    accumulate: bool = False,
+    mask: Predicate | None = None,
+    loc: SourceLoc,
+) -> Op:
+    """``dst = (data op0 operand0) op1 operand1`` (``reverseN``: ``operandN opN x``); the
+    operands are scalar operands; without ``op1`` only the first operation runs (``operand1``
+    and ``reverse1`` need ``op1``).  With ``reduce_op`` (``nisa.tensor_scalar_reduce``) the
+    free-axis reduction of the result also goes to ``reduce_res`` (P, 1), on the VectorE.
+    ``accumulate``: ``data`` is ``dst`` itself (``+=``).  Engine: VectorE by default, ScalarE
+    or GpSimd."""
+    if op1 is None and (operand1 is not None or reverse1):
+        raise _invalid("tensor_scalar", loc, "operand1 and reverse1 need op1")
+    if op1 is not None and operand1 is None:
+        raise _invalid("tensor_scalar", loc, "op1 needs operand1")
+    attrs = {
+        "op0": op_name(op0),
+        "reverse0": bool(reverse0),
+        "op1": None if op1 is None else op_name(op1),
+        "reverse1": bool(reverse1),
+        "reduce_op": _reduce_into("tensor_scalar", reduce_res, reduce_op, loc),
+        "accumulate": bool(accumulate),
+        "engine": engine_for("tensor_scalar", engine, loc),
+    }
+    _elementwise("tensor_scalar", loc, [dst], data)
+    _same_partitions("tensor_scalar", loc, data, operand0, operand1, reduce_res)
+    ins = [data, operand0] if operand1 is None else [data, operand0, operand1]
+    return _emit("tensor_scalar", [dst, *_opt(reduce_res)], ins, attrs, mask, loc)
+
+
+def emit_scalar_tensor_tensor(
+    dst: Access,
+    data: Access,
+    operand0: Scalar,
+    operand1: Access,
+    *,
+    op0: object,
+    op1: object,
+    reverse0: bool = False,
+    reverse1: bool = False,
+    mask: Predicate | None = None,
+    loc: SourceLoc,
+) -> Op:
+    """``dst = (data op0 operand0) op1 operand1`` on the VectorE: ``operand0`` a scalar
+    operand, ``operand1`` a tile of ``data``'s shape."""
+    attrs = {
+        "op0": op_name(op0),
+        "op1": op_name(op1),
+        "reverse0": bool(reverse0),
+        "reverse1": bool(reverse1),
+    }
+    _elementwise("scalar_tensor_tensor", loc, [dst], data, operand1)
+    _same_partitions("scalar_tensor_tensor", loc, data, operand0)
+    ins = [data, operand0, operand1]
+    return _emit("scalar_tensor_tensor", [dst], ins, attrs, mask, loc)
+
+
+def emit_tensor_reduce(
+    dst: Access,
+    data: Access,
+    *,
+    op: object,
+    axes: tuple[int, ...],
+    negate: bool = False,
+    keepdims: bool = False,
+    mask: Predicate | None = None,
+    loc: SourceLoc,
+) -> Op:
+    """``dst = op-reduce(data)`` over the free tile axes ``axes`` of ``data`` (never 0) on
+    the VectorE (``negate``: the negated result); ``dst`` has ``data``'s partitions and the
+    kept elements (``keepdims`` only records the front end's shape choice)."""
+    attrs = {
+        "op": op_name(op, "reduce"),
+        "axes": tuple(int(a) for a in axes),
+        "negate": bool(negate),
+        "keepdims": bool(keepdims),
+    }
+    _same_partitions("tensor_reduce", loc, data, dst)
+    return _emit("tensor_reduce", [dst], [data], attrs, mask, loc)
+
+
+def emit_tensor_partition_reduce(
+    dst: Access, data: Access, *, op: object, mask: Predicate | None = None, loc: SourceLoc
+) -> Op:
+    """``dst = op-reduce(data)`` across partitions on the GpSimd: (P, F) -> (1, F)."""
+    attrs = {"op": op_name(op, "reduce")}
+    return _emit("tensor_partition_reduce", [dst], [data], attrs, mask, loc)
+
+
+def emit_tensor_tensor_scan(
+    dst: Access,
+    data0: Access,
+    data1: Access,
+    initial: Scalar,
+    *,
+    op0: object,
+    op1: object,
+    reverse0: bool = False,
+    reverse1: bool = False,
+    mask: Predicate | None = None,
+    loc: SourceLoc,
+) -> Op:
+    """Per-partition scan along the free axis on the VectorE:
+    ``dst[i] = op1(op0(data0[i], dst[i-1]), data1[i])``, ``dst[-1] = initial`` (a scalar
+    operand).  ``reverse0`` / ``reverse1`` swap the operands of ``op0`` / ``op1``: modeled
+    for commutative operators (where they change nothing), ``err_unsupported_api`` else."""
+    ops = {"op0": op_name(op0), "op1": op_name(op1)}
+    for flag, (which, name) in zip((reverse0, reverse1), ops.items()):
+        if flag and name not in _COMMUTATIVE:
+            raise NkiError(
+                "err_unsupported_api",
+                loc,
+                api=f"nisa.tensor_tensor_scan(reverse{which[-1]}=True)",
+                why=f"swapping the operands of {which}={name} is not modeled (only of "
+                "commutative operators, where it changes nothing)",
+            )
+    _elementwise("tensor_tensor_scan", loc, [dst], data0, data1)
+    _same_partitions("tensor_tensor_scan", loc, data0, initial)
+    return _emit("tensor_tensor_scan", [dst], [data0, data1, initial], ops, mask, loc)
+
+
+def emit_reciprocal(
+    dst: Access, data: Access, *, mask: Predicate | None = None, loc: SourceLoc
+) -> Op:
+    """``dst = 1 / data`` on the VectorE."""
+    _elementwise("reciprocal", loc, [dst], data)
+    return _emit("reciprocal", [dst], [data], {}, mask, loc)
+
+
+def emit_select(
+    dst: Access,
+    condition: Access,
+    x: Access | float,
+    y: Access | float,
+    *,
+    mask: Predicate | None = None,
+    loc: SourceLoc,
+) -> Op:
+    """``dst = x where condition != 0 else y`` on the VectorE; ``x`` and ``y`` are tiles of
+    ``condition``'s shape or immediates."""
+    _elementwise("select", loc, [dst], condition, x, y)
+    return _emit("select", [dst], [condition, x, y], {}, mask, loc)
+
+
+def emit_range_select(
+    dst: Access,
+    on_true_tile: Access,
+    bound0: Scalar,
+    bound1: Scalar,
+    *,
+    comp_op0: object,
+    comp_op1: object,
+    reduce_res: Access | None = None,
+    reduce_op: object = None,
+    on_false: float = FP32_MIN,
+    range_start: int = 0,
+    mask: Predicate | None = None,
+    loc: SourceLoc,
+) -> Op:
+    """``dst = on_true_tile`` where the free index ``i`` (from ``range_start``) satisfies
+    ``(i comp_op0 bound0) and (i comp_op1 bound1)``, else ``on_false`` (the ISA's only value:
+    ``nl.fp32.min``); bounds are scalar operands.  With ``reduce_res``, also the row maximum
+    (``reduce_op``: np.max, the only one) into it (VectorE)."""
+    # compared in fp32, where the ISA holds it: -3.4028235e38 written in a kernel is the same
+    if np.float32(on_false) != np.float32(FP32_MIN):
+        raise _invalid(
+            "range_select",
+            loc,
+            f"on_false_value must be nl.fp32.min (a hardware constraint), got {on_false!r}",
+        )
+    attrs = {
+        "comp_op0": op_name(comp_op0),
+        "comp_op1": op_name(comp_op1),
+        "on_false": float(on_false),
+        "range_start": int(range_start),
+        "reduce_op": _max_only("range_select", reduce_op, loc),
+    }
+    _elementwise("range_select", loc, [dst], on_true_tile)
+    _same_partitions("range_select", loc, on_true_tile, bound0, bound1, reduce_res)
+    ins = [on_true_tile, bound0, bound1]
+    return _emit("range_select", [dst, *_opt(reduce_res)], ins, attrs, mask, loc)
+
+
+def emit_select_reduce(
+    dst: Access,
+    predicate: Access,
+    on_true: Access,
+    on_false: Access | float,
+    *,
+    reduce_res: Access | None = None,
+    reduce_op: object = None,
+    reverse: bool = False,
+    mask: Predicate | None = None,
+    loc: SourceLoc,
+) -> Op:
+    """``dst = on_true where predicate != 0 else on_false`` (``reverse``: where it is 0) on
+    the VectorE; ``on_true`` of ``predicate``'s shape, ``on_false`` an immediate or a tile of
+    its partitions ((P, 1), or broadcast to its shape).  With ``reduce_res``, also the row
+    maximum (``reduce_op``: np.max, the only one)."""
+    attrs = {"reverse": bool(reverse), "reduce_op": _max_only("select_reduce", reduce_op, loc)}
+    _elementwise("select_reduce", loc, [dst], predicate, on_true)
+    _same_partitions("select_reduce", loc, predicate, on_false, reduce_res)
+    ins = [predicate, on_true, on_false]
+    return _emit("select_reduce", [dst, *_opt(reduce_res)], ins, attrs, mask, loc)
+
+
+def _per_partition(prim: str) -> Callable[..., Op]:
+    def emit(dst: Access, data: Access, *, mask: Predicate | None = None, loc: SourceLoc) -> Op:
+        _same_partitions(prim, loc, data, dst)
+        return _emit(prim, [dst], [data], {}, mask, loc)
+
+    emit.__name__ = emit.__qualname__ = f"emit_{prim}"
+    return emit
+
+
+emit_bn_stats = _per_partition("bn_stats")
+emit_bn_stats.__doc__ = """``dst`` (P, 6) fp32 = per-partition statistics of ``data`` (count,
+mean, count * variance of the even elements, then of the odd ones) on the VectorE."""
+emit_bn_aggr = _per_partition("bn_aggr")
+emit_bn_aggr.__doc__ = """``dst`` (P, 2) = (mean, variance) per partition, aggregated from the
+``bn_stats`` groups in ``data``, on the VectorE."""
+emit_max8 = _per_partition("max8")
+emit_max8.__doc__ = """``dst`` (P, 8) = the 8 largest values of each partition of ``data``,
+descending, on the VectorE."""
+
+
+def emit_dropout(
+    dst: Access, data: Access, prob: Scalar, *, mask: Predicate | None = None, loc: SourceLoc
+) -> Op:
+    """``dst = data`` with each element zeroed with probability ``prob`` (a scalar operand),
+    on the VectorE; deterministic per simulated call."""
+    _elementwise("dropout", loc, [dst], data)
+    _same_partitions("dropout", loc, data, prob)
+    return _emit("dropout", [dst], [data, prob], {}, mask, loc)
+
+
+def emit_nc_find_index8(
+    dst: Access, data: Access, vals: Access, *, mask: Predicate | None = None, loc: SourceLoc
+) -> Op:
+    """``dst`` (P, 8) uint16/uint32 = per partition, the index in ``data`` of the first
+    occurrence of each of the 8 values of ``vals`` (P, 8), on the VectorE."""
+    _same_partitions("nc_find_index8", loc, data, vals, dst)
+    return _emit("nc_find_index8", [dst], [data, vals], {}, mask, loc)
+
+
+def emit_nc_match_replace8(
+    dst: Access,
+    data: Access,
+    vals: Access,
+    dst_idx: Access | None = None,
+    *,
+    imm: float,
+    mask: Predicate | None = None,
+    loc: SourceLoc,
+) -> Op:
+    """``dst = data`` with the first occurrence of each of the 8 values of ``vals`` in every
+    partition replaced by ``imm``; their indices into ``dst_idx`` (P, 8) when given (VectorE)."""
+    _elementwise("nc_match_replace8", loc, [dst], data)
+    _same_partitions("nc_match_replace8", loc, data, vals, dst_idx)
+    outs = [dst, *_opt(dst_idx)]
+    return _emit("nc_match_replace8", outs, [data, vals], {"imm": float(imm)}, mask, loc)
+
+
+def emit_nc_stream_shuffle(
+    dst: Access,
+    src: Access,
+    *,
+    shuffle_mask: Sequence[int],
+    mask: Predicate | None = None,
+    loc: SourceLoc,
+) -> Op:
+    """Within each 32-partition quadrant, ``dst`` partition ``i`` takes ``src`` partition
+    ``shuffle_mask[i]`` (255 keeps ``dst``'s), on the VectorE; the same elements per
+    partition (partition counts may differ)."""
+    attrs = {"shuffle_mask": tuple(int(x) for x in shuffle_mask)}
+    return _emit("nc_stream_shuffle", [dst], [src], attrs, mask, loc)
+
+
+# ---------------------------------------------------------------------------------------------
+# GpSimd
+
+
+def emit_iota(dst: Access, *, expr: Affine, mask: Predicate | None = None, loc: SourceLoc) -> Op:
+    """``dst[i] = expr(i)``: the value of an affine expression of ``dst``'s tile axes (and
+    loop variables), on the GpSimd (SBUF)."""
+    return _emit("iota", [dst], [], {"expr": expr}, mask, loc)
+
+
+def emit_affine_select(
+    dst: Access,
+    on_true_tile: Access,
+    *,
+    pred: Predicate,
+    on_false: float,
+    mask: Predicate | None = None,
+    loc: SourceLoc,
+) -> Op:
+    """``dst = on_true_tile`` where the affine predicate ``pred`` of the tile axes holds, else
+    ``on_false``, on the GpSimd (SBUF only)."""
+    _elementwise("affine_select", loc, [dst], on_true_tile)
+    attrs = {"pred": pred, "on_false": float(on_false)}
+    return _emit("affine_select", [dst], [on_true_tile], attrs, mask, loc)
+
+
+def emit_local_gather(
+    dst: Access,
+    src_buffer: Access,
+    index: Access,
+    *,
+    num_elem_per_idx: int = 1,
+    num_valid_indices: int | None = None,
+    mask: Predicate | None = None,
+    loc: SourceLoc,
+) -> Op:
+    """GpSimd gather: each group of 16 partitions gathers ``num_elem_per_idx`` elements of
+    its own partitions of ``src_buffer`` per uint16 ``index`` (elements numbered
+    partition-major within the group) into ``dst`` (P, index free size * num_elem_per_idx)."""
+    attrs = {
+        "num_elem_per_idx": int(num_elem_per_idx),
+        "num_valid_indices": None if num_valid_indices is None else int(num_valid_indices),
+    }
+    _same_partitions("local_gather", loc, src_buffer, index, dst)
+    return _emit("local_gather", [dst], [src_buffer, index], attrs, mask, loc)
+
+
+# ---------------------------------------------------------------------------------------------
+# simulation only
+
+
+def emit_device_print(x: Access, *, prefix: str, loc: SourceLoc) -> Op:
+    """Print ``x`` (after ``prefix``) when the kernel is simulated; no engine runs it."""
+    return _emit("device_print", [], [x], {"prefix": str(prefix)}, None, loc)
+
+
+EMITTERS: dict[str, Callable[..., Op]] = {
+    name.removeprefix("emit_"): fn
+    for name, fn in dict(globals()).items()
+    if name.startswith("emit_")
+}
+"""The emit function of every primitive, by primitive name."""
