@@ -1,7 +1,18 @@
-"""``nki.builtin``: the module the NKI Library's simulation harness installs as the Python
-builtin ``builtin``.  AWS does not document its contents; kernels reach the language and ISA
-through it, so it re-exports them."""
+"""``nki.builtin``: the names an NKI kernel may use without importing them.
+
+AWS's simulator package ships this module and the NKI Library's harness installs it as the
+Python builtin ``builtin``.  The NKI compiler resolves ``math`` inside kernels without an
+import, and the NKI Library relies on it (``core/mlp/mlp_parameters.py`` calls ``math.ceil``
+with no ``import math``), so importing this module makes ``math`` a Python builtin when it is
+not one already.  Nothing else is changed.
+"""
+
+import builtins as _builtins
+import math
 
 from . import isa, language  # noqa: F401
 
-__all__ = ["isa", "language"]
+if not hasattr(_builtins, "math"):
+    _builtins.math = math
+
+__all__ = ["isa", "language", "math"]

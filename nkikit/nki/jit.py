@@ -17,7 +17,7 @@ from ..targets import target_scope as _target_scope
 from ..trace.builder import Builder, maybe_current, tracing
 from ..trace.jit import JitKernel, _spec_of
 from ..typing import mutable_tensor
-from .launch import set_program
+from .launch import trace_programs
 from .tensor import NkiTensor, _layout_alias
 
 
@@ -63,13 +63,8 @@ class Kernel0x(JitKernel):
             b.tensors.append(t)
             params.append(t)
             call_args[name] = NkiTensor.whole(t)
-        grid = self.grid
-        programs = _programs(grid)
-        results = []
-        with tracing(b), _target_scope(target):
-            for pid in programs:
-                set_program(b, grid, pid)
-                results.append(self.func(**call_args))
+        with _target_scope(target):
+            results = trace_programs(b, self.grid, lambda: self.func(**call_args))
         outputs: list[Tensor] = []
         written_inputs = {o.tensor.root.uid for op, _ in _ops(b) for o in op.outs}
         for t in params:
@@ -127,14 +122,6 @@ class Kernel0x(JitKernel):
         return Kernel(
             self.func.__name__, params, outputs, b.body, (), loc, b.tensors, structure, "nki-0.x"
         )
-
-
-def _programs(grid: tuple[int, ...]) -> list[tuple[int, ...]]:
-    if not grid:
-        return [()]
-    import itertools
-
-    return list(itertools.product(*(range(g) for g in grid)))
 
 
 def _ops(b: Builder):

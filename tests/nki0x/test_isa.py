@@ -286,7 +286,7 @@ def test_same_ir_in_both_dialects():
             ),
             "does not fit",
         ),
-        (lambda x: nisa.sendrecv(x, x, 1, 1, 0), "err_unsupported_api"),
+        (lambda x: nisa.sendrecv(x, x, 1, 1, 0), "err_unsupported_memory"),
     ],
 )
 def test_bad_instructions_are_named_errors_at_the_user_line(body, name):
@@ -347,3 +347,38 @@ def test_a_psum_tensor_may_span_banks_each_matmul_writes_one():
     a = rng.standard_normal((128, 128)).astype(np.float32)
     b = rng.standard_normal((128, 512)).astype(np.float32)
     np.testing.assert_allclose(k(a, b), np.tile(a.T @ b, (1, 4)), rtol=1e-4, atol=1e-4)
+
+
+def test_sendrecv_and_core_barrier_between_the_two_programs():
+    @nki.jit
+    def k(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        me = nl.program_id(0)
+        mine = _load(x[me * 128 : (me + 1) * 128, :])
+        theirs = nl.ndarray(mine.shape, dtype=mine.dtype, buffer=nl.sbuf)
+        nisa.sendrecv(src=mine, dst=theirs, send_to_rank=1 - me, recv_from_rank=1 - me, pipe_id=0)
+        nisa.dma_copy(dst=out[me * 128 : (me + 1) * 128, :], src=theirs)  # the halves swap
+        nisa.core_barrier(out, (0, 1))
+        # after the barrier each program sees the other's write: copy it back to itself
+        back = _load(out[(1 - me) * 128 : (2 - me) * 128, :])
+        scratch = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=scratch[me * 128 : (me + 1) * 128, :], src=back)
+        return out, scratch
+
+    x = rng.standard_normal((256, 16)).astype(np.float32)
+    out, scratch = nki.cpu_simulate(k)[2](x=x)
+    np.testing.assert_array_equal(out, np.concatenate([x[128:], x[:128]]))
+    np.testing.assert_array_equal(scratch, np.concatenate([x[:128], x[128:]]))
+
+
+def test_a_barrier_only_one_program_reaches_is_an_error():
+    @nki.jit
+    def k(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        if nl.program_id(0) == 0:
+            nisa.core_barrier(out, (0, 1))
+        nisa.dma_copy(dst=out, src=x)
+        return out
+
+    with pytest.raises(NkiError, match="ended while another waits"):
+        nki.cpu_simulate(k)[2](x=np.zeros((4, 4), np.float32))

@@ -2,9 +2,11 @@
 
 Every instruction writes into a caller-allocated ``dst`` given first and returns nothing;
 there is no ``mask=`` and no ``dtype=`` (the destination's dtype is the result's).  Each call
-turns its tensor views into IR accesses and emits the same IR primitive, with the same
-attributes, as the Beta-1 front end (``nkikit.isa``), so both dialects share the verifier,
-both simulators, the compiler and the profiler.
+parses its arguments, turns its tensor views into IR accesses and hands them to the emit
+function of its primitive (``nkikit/trace/instructions.py``), the same one the Beta-1 front end
+(``nkikit.isa``) calls: operator names, engines, the shared checks and the IR attributes are
+decided there, so both dialects trace the same IR and share the verifier, both simulators, the
+compiler and the profiler.
 
 Operands match by partition count and elements per partition; their free shapes may differ
 (``(128, 4, 64)`` against ``(128, 256)``): the accesses are re-expressed in one common shape
@@ -1123,6 +1125,69 @@ def activation_reduce(
     return _done(E.emit_activation(d, a, b, s, op=op, reduce_res=r, reduce_op=reduce_op, loc=loc))
 
 
+# -- LNC=2: the two programs of a launch meet ----------------------------------------------------
+
+
+def sendrecv(
+    src, dst, send_to_rank, recv_from_rank, pipe_id, dma_engine=dma_engine.dma, name=None
+) -> None:
+    """Send ``src`` to program ``send_to_rank``'s ``dst`` and receive program
+    ``recv_from_rank``'s ``src`` into this program's ``dst`` (LNC=2; SBUF tiles of one shape and
+    dtype).  Both programs wait for each other; the transfers are DMAs."""
+    from ..launch import launch, meet
+
+    loc = caller_loc()
+    for what, x in (("src", src), ("dst", dst)):
+        if not isinstance(x, NkiTensor) or x.tensor.buffer != "sbuf":
+            raise NkiError(
+                "err_unsupported_memory",
+                loc,
+                op="nisa.sendrecv",
+                what=what,
+                allowed="SBUF",
+                got=getattr(getattr(x, "tensor", None), "buffer", type(x).__name__),
+            )
+    if src.shape != dst.shape or src.dtype != dst.dtype:
+        raise NkiError(
+            "err_invalid_argument",
+            loc,
+            op="nisa.sendrecv",
+            why=f"src {src.shape} {dtypes.name(src.dtype)} and dst {dst.shape} {dtypes.name(dst.dtype)} must match",
+        )
+    _, pid = launch()
+    me = pid[0] if pid else 0
+
+    def complete(payloads: dict) -> None:
+        for k, (s_k, d_k, to_k, frm_k, l_k) in payloads.items():
+            peer = payloads.get(frm_k)
+            if peer is None or peer[2] != k:
+                raise NkiError(
+                    "err_invalid_argument",
+                    l_k,
+                    op="nisa.sendrecv",
+                    why=f"program {k} receives from {frm_k}, which does not send to it",
+                )
+            d, s_ = _dma_pair(d_k, peer[0], l_k, "sendrecv")
+            _done(E.emit_dma_copy(d, s_, loc=l_k))
+
+    meet("sendrecv", (src, dst, int(send_to_rank), int(recv_from_rank), loc), complete, loc)
+    del me
+
+
+def core_barrier(data, cores, engine=engine.gpsimd, name=None) -> None:  # noqa: A002
+    """Wait until both programs of an LNC=2 launch reach this point (``data``: the shared
+    HBM tensor being synchronized).  No instruction is emitted: the programs' instructions
+    before the barrier come before those after it in the traced order."""
+    from ..launch import meet
+
+    loc = caller_loc()
+    if tuple(int(c) for c in cores) != (0, 1):
+        raise NkiError(
+            "err_invalid_argument", loc, op="nisa.core_barrier", why=f"cores must be (0, 1), got {cores}"
+        )
+    meet("core_barrier", None, lambda payloads: None, loc)
+
+
 # -- not modeled: each a named error at the user's line -------------------------------------------
 
 
@@ -1156,8 +1221,6 @@ _NOT_MODELED = {
     "register_store": "registers are not modeled",
     "scalar_load": "NkiScalar is not modeled",
     "scalar_store": "NkiScalar is not modeled",
-    "sendrecv": "LNC=2 core-to-core transfers are not modeled",
-    "core_barrier": "LNC=2 barriers are not modeled",
 }
 for _n, _why in _NOT_MODELED.items():
     globals()[_n] = _not_modeled(_n, _why)
