@@ -1134,7 +1134,7 @@ def sendrecv(
     """Send ``src`` to program ``send_to_rank``'s ``dst`` and receive program
     ``recv_from_rank``'s ``src`` into this program's ``dst`` (LNC=2; SBUF tiles of one shape and
     dtype).  Both programs wait for each other; the transfers are DMAs."""
-    from ..launch import launch, meet
+    from ..launch import meet
 
     loc = caller_loc()
     for what, x in (("src", src), ("dst", dst)):
@@ -1154,11 +1154,8 @@ def sendrecv(
             op="nisa.sendrecv",
             why=f"src {src.shape} {dtypes.name(src.dtype)} and dst {dst.shape} {dtypes.name(dst.dtype)} must match",
         )
-    _, pid = launch()
-    me = pid[0] if pid else 0
-
     def complete(payloads: dict) -> None:
-        for k, (s_k, d_k, to_k, frm_k, l_k) in payloads.items():
+        for k, (_src, d_k, _to, frm_k, l_k) in payloads.items():
             peer = payloads.get(frm_k)
             if peer is None or peer[2] != k:
                 raise NkiError(
@@ -1171,7 +1168,6 @@ def sendrecv(
             _done(E.emit_dma_copy(d, s_, loc=l_k))
 
     meet("sendrecv", (src, dst, int(send_to_rank), int(recv_from_rank), loc), complete, loc)
-    del me
 
 
 def core_barrier(data, cores, engine=engine.gpsimd, name=None) -> None:  # noqa: A002
