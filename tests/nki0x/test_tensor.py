@@ -142,3 +142,19 @@ def test_reshape_of_non_contiguous_view_is_rejected():
         t[:, ::2].reshape((128, 2, 16))
 
     _fails(body, "not contiguous")
+
+
+def test_dma_between_a_column_and_one_partition_row():
+    @nki.jit
+    def k(x):
+        t = nl.ndarray((4, 32), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.memset(dst=t, value=0.0)
+        nisa.dma_copy(dst=t[0:1, 0:20], src=x)  # (20, 1) HBM into 20 elements of partition 0
+        out = nl.ndarray((4, 32), dtype=x.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    x = np.arange(20, dtype=np.float32).reshape(20, 1)
+    out = k(x)
+    np.testing.assert_array_equal(out[0, :20], x[:, 0])
+    assert (out[0, 20:] == 0).all() and (out[1:] == 0).all()

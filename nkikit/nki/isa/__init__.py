@@ -352,6 +352,11 @@ def _dma_pair(dst: NkiTensor, src: NkiTensor, loc: SourceLoc, op: str) -> tuple[
                     why=f"src {src.shape} and dst {dst.shape} cannot be matched element by element",
                 )
             views = [_refine(v, full, 0) for v in views]
+            chip = dst if dst.on_chip else src if src.on_chip else None
+            if chip is not None and chip.shape[0] == 1:
+                # one partition: keep the on-chip side's partition axis (size 1) in front
+                views = [v._with((1, *v.shape), (0, *v.strides)) for v in views]
+                views[chip is src] = _refine(chip, full, 1)
     return _acc(views[0], loc, f"{op} dst"), _acc(views[1], loc, f"{op} src")
 
 
