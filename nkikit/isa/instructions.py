@@ -1,4 +1,11 @@
-"""``nki.isa``: one call, one NeuronCore instruction (one IR op)."""
+"""``nki.isa``: one call, one NeuronCore instruction (one IR op).
+
+Each function parses its NKI Beta-1 arguments, allocates its result tile (shaped by the
+primitive's output spec where the result is not shaped like an input), broadcasts operands
+along free dimensions and hands IR accesses to the primitive's emit function
+(``nkikit/trace/instructions.py``), which normalizes operator names, picks and checks the
+engine, does the checks both dialects share and builds the IR attributes.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """``nki.language`` operations.  Each call appends IR ops (the ISA instruction(s) the Neuron
-compiler would emit for it) to the kernel being traced and returns a new tile."""
+compiler would emit for it) to the kernel being traced and returns a new tile; every op goes
+through its primitive's emit function (``nkikit/trace/instructions.py``)."""
 
 from __future__ import annotations
 

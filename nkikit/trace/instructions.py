@@ -102,8 +102,17 @@ def _same_partitions(prim: str, loc: SourceLoc, first: Access, *others: Operand 
     for x in others:
         if isinstance(x, Access) and _partitions(x) != p:
             raise NkiError(
-                "err_num_partition_mismatch", loc, op=f"nisa.{prim}", a=p, b=_partitions(x)
+                "err_num_partition_mismatch",
+                loc,
+                op=f"nisa.{prim} ({_name(first)} and {_name(x)})",
+                a=p,
+                b=_partitions(x),
             )
+
+
+def _name(a: Access) -> str:
+    """How an error names an operand: its tensor and tile shape."""
+    return f"{a.tensor.name}{list(a.shape)}"
 
 
 def _elementwise(
@@ -123,7 +132,7 @@ def _elementwise(
                 loc,
                 op=f"nisa.{prim}",
                 why=f"operands have {f} and {_free(x)} elements per partition "
-                f"({first.shape} and {x.shape}); they must match",
+                f"({_name(first)} and {_name(x)}); they must match",
             )
     for x in tiles:
         if x.shape != first.shape:
@@ -156,7 +165,7 @@ def _check_memories(
                 "err_unsupported_memory",
                 loc,
                 op=f"nisa.{prim}",
-                what=role,
+                what=f"{role} {a.tensor.name!r}",
                 allowed=names,
                 got=_MEM.get(a.tensor.buffer, a.tensor.buffer),
             )
@@ -259,7 +268,8 @@ def emit_nc_matmul(
         raise NkiError(
             "err_num_partition_mismatch",
             loc,
-            op="nisa.nc_matmul",
+            op=f"nisa.nc_matmul (the contraction dimension of stationary {_name(stationary)} "
+            f"and moving {_name(moving)})",
             a=_partitions(stationary),
             b=_partitions(moving),
         )
