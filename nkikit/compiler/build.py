@@ -34,18 +34,23 @@ def gc_paused() -> Iterator[None]:
 
 
 def build_program(
-    kernel: Kernel, target: str | Target | None = None, *, max_instructions: int = MAX_INSTRUCTIONS
+    kernel: Kernel,
+    target: str | Target | None = None,
+    *,
+    max_instructions: int = MAX_INSTRUCTIONS,
+    rotation: bool = True,
 ) -> Program:
     """Compile a traced, verified kernel for ``target`` (default: see ``default_target_name``).
 
     Kernels that would execute more than ``max_instructions`` instructions (DMA pieces
     included) are refused before scheduling, with the count; the real compiler refuses such
-    kernels too ("Too many instructions", usually from tiny DMA tiles).
+    kernels too ("Too many instructions", usually from tiny DMA tiles).  ``rotation=False``
+    turns address rotation of unrolled allocations off (see :mod:`.allocate`).
     """
     t0 = time.perf_counter()
     tgt = get_target(target)
     with gc_paused():
-        alloc = allocate(kernel, tgt)
+        alloc = allocate(kernel, tgt, rotation=rotation)
         lk = lower(kernel, tgt, alloc)
         n = count_instructions(lk.steps, tgt)
         if n > max_instructions:
@@ -81,6 +86,7 @@ def build_program(
         # one entry per placement: the tensors of a rotation group share theirs
         "allocation": [p.to_dict() for p in alloc.groups()],
         "allocation_mode": alloc.mode,
+        "address_rotation": alloc.rotation,
         "sbuf_bytes_used": alloc.used.get("sbuf", 0),
         "psum_bytes_used": alloc.used.get("psum", 0),
         "notes": list(lk.notes),

@@ -180,3 +180,57 @@ def hbm_round_trip(a):
     nl.store(out, y)
     _ = flat
     return out
+
+
+@nki.jit
+def unrolled_copies(a):
+    """A Python loop of load -> exp -> store: each step allocates its tiles anew."""
+    out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+    for i in range(a.shape[0] // 128):
+        x = nl.load(a[i * 128 : (i + 1) * 128, :])  # @unrolled-load
+        nl.store(out[i * 128 : (i + 1) * 128, :], nl.exp(x))
+    return out
+
+
+@nki.jit
+def carried_sum(a):
+    """An unrolled running sum: each step's ``acc`` is read by the next step's add, so two
+    tensors of the same line are live at once."""
+    out = nl.ndarray((128, a.shape[1]), a.dtype, buffer=nl.shared_hbm)
+    acc = nl.load(a[0:128, :])
+    for i in range(1, a.shape[0] // 128):
+        x = nl.load(a[i * 128 : (i + 1) * 128, :])
+        acc = nl.add(acc, x)  # @carried-add
+    nl.store(out, acc)
+    return out
+
+
+def _load_store(a, out, i):
+    """One tile through SBUF; called twice, so both tiles come from the same line."""
+    t = nl.load(a[i * 128 : (i + 1) * 128, 0:64])  # @helper-load
+    nl.store(out[i * 128 : (i + 1) * 128, 0:64], t)
+
+
+@nki.jit
+def helper_around_big(a):
+    """The helper's tiles before and after a big tile that needs (nearly) all of SBUF:
+    rotating them (one placement for both, live across the big one) cannot fit in 2 KiB per
+    partition; placing them one by one can."""
+    out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+    _load_store(a, out, 0)
+    big = nl.load(a[128:256, :])  # 512 fp32: 2 KiB per partition
+    nl.store(out[128:256, :], big)
+    _load_store(a, out, 2)
+    return out
+
+
+@nki.jit
+def unrolled_matmuls(a, w):
+    """Unrolled matmuls into PSUM: the results rotate through banks."""
+    out = nl.ndarray(a.shape, nl.float32, buffer=nl.shared_hbm)
+    wt = nl.load(w)
+    for i in range(a.shape[0] // 128):
+        x = nl.load(a[i * 128 : (i + 1) * 128, :])
+        p = nl.matmul(wt, x, transpose_x=True)  # @unrolled-matmul
+        nl.store(out[i * 128 : (i + 1) * 128, :], nl.copy(p, dtype=nl.float32))
+    return out

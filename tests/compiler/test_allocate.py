@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import nkikit.language as nl
@@ -139,3 +140,86 @@ def test_fully_optimized_matmul_fits_with_double_buffers():
     assert pl["b_blk"].buffers == 2 and pl["a_blk"].buffers == 2
     assert pl["acc"].buffers == 4 and pl["acc"].memory == "psum"
     assert max(p.end for p in pl.values() if p.memory == "sbuf") <= 192 * 1024
+
+
+def _first_fit_by_start(items, mode, total_partitions):
+    """The specification of the sweep: items in program order, each at the lowest aligned
+    offset clearing every placed item it conflicts with (live at the same time, or in
+    pipelined mode of the same outermost loop), compared with every placed item."""
+    from nkikit.compiler.allocate import _align, _starts
+
+    order = sorted(range(len(items)), key=lambda k: (items[k].group.lo, -items[k].footprint))
+    placed, result = [], [None] * len(items)
+    for i in order:
+        it, g = items[i], items[i].group
+        best = None
+        for pstart in _starts(it.partitions, total_partitions):
+            rects = sorted(
+                (off, off + fp)
+                for j, (p, ps, off, fp) in placed
+                if (
+                    items[j].group.hi >= g.lo
+                    or (mode == "pipelined" and g.scope != -1 and items[j].group.scope == g.scope)
+                )
+                and p < pstart + it.partitions
+                and pstart < p + ps
+            )
+            off = 0
+            for lo, hi in rects:
+                if off + it.footprint <= lo:
+                    break
+                off = max(off, _align(hi, it.align))
+            if best is None or off < best[1]:
+                best = (pstart, off)
+        placed.append((i, (best[0], it.partitions, best[1], it.footprint)))
+        result[i] = best
+    return result
+
+
+def test_sweep_fit_is_first_fit_in_program_order():
+    import random
+
+    from nkikit.compiler.allocate import _groups, _Info, _Item, _sweep_fit
+    from nkikit.ir.affine import LoopVar
+    from nkikit.ir.core import Tensor
+
+    rng = random.Random(7)
+    loops = [LoopVar(f"i{k}", 4, "affine") for k in range(2)]
+    for _ in range(200):
+        items = []
+        for k in range(rng.randint(1, 30)):
+            # two rolled loops over points [20, 60) and [60, 100); top-level tensors start
+            # outside them and, used inside one, live to its end
+            scope = rng.choice([(), (), (loops[0],), (loops[1],)])
+            if scope:
+                start = 20 + 40 * loops.index(scope[0])
+                lo = rng.randint(start, start + 39)
+                hi, end = rng.randint(lo, start + 39), start + 39
+            else:
+                lo = rng.choice([*range(0, 20), *range(100, 130)])
+                hi = lo + rng.randint(0, 60)
+                hi = next((s + 39 for s in (20, 60) if s <= hi < s + 40), hi)
+                end = hi
+            p = rng.choice([128, 100, 64, 48, 32, 16])
+            t = Tensor(f"t{k}", (p, 8), np.dtype(np.float32), "sbuf", scope=scope)
+            g = _groups([_Info(t, lo, hi, 1, False, end)], False)[0]
+            n = rng.randint(1, 4)
+            items.append(_Item(g, rng.choice([64, 128, 256, 512]), 64, n, p, n))
+        for mode in ("pipelined", "static"):
+            assert _sweep_fit(items, mode, 128)[0] == _first_fit_by_start(items, mode, 128)
+
+
+def test_thousands_of_tiles_without_rotation_stay_apart():
+    # more tiles than the biggest-first pass takes: only the program-order sweep places them
+    from nkikit.compiler.allocate import _VECTOR_FIT_MAX
+
+    steps = _VECTOR_FIT_MAX // 2 + 100
+    ir = K.unrolled_copies.ir(nt.tensor[[steps * 128, 64], F32])
+    alloc = allocate(ir, get_target("trn2"), rotation=False)
+    ps = sorted(alloc.placements.values(), key=lambda p: p.live[0])
+    assert len(ps) == 2 * steps > _VECTOR_FIT_MAX
+    for i, p in enumerate(ps):
+        for q in ps[i + 1 :]:
+            if q.live[0] > p.live[1]:
+                break
+            assert not _overlap(p, q), (p.tensor.name, q.tensor.name)
