@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import dtypes
-from ..errors import NkiError
+from ..errors import NkiError, NkiInternalError
 from ..ir.affine import Axis, LoopVar, ProgramId, axis_env
 from ..ir.core import Access, Alloc, Kernel, Loop, Op, Tensor
 from ..ir.prims import PrimError, mask_ref
@@ -163,6 +163,11 @@ class Interpreter:
             scatter(store, idx, value, valid)
             return
         if basic:
+            if all(isinstance(i, int | np.integer) for i in idx):
+                # one element at a constant index: numpy gives a scalar copy, not a view
+                if valid is None or bool(np.asarray(valid).reshape(-1)[0]):
+                    store[idx] = value.reshape(-1)[0]
+                return
             plan = self._plan(access)
             view = store[idx]
             if plan.reshape:
@@ -196,7 +201,16 @@ class Interpreter:
     def exec_body(self, body, env: dict) -> None:
         for s in body:
             if isinstance(s, Op):
-                self.exec_op(s, env)
+                try:
+                    self.exec_op(s, env)
+                except (NkiError, NkiInternalError):
+                    raise
+                except Exception as e:  # a verified op must not fail in numpy: our bug
+                    raise NkiInternalError(
+                        f"{s.loc}: the simulator failed on {s.prim} "
+                        f"(outs {[getattr(o, 'shape', o) for o in s.outs]}, ins "
+                        f"{[getattr(x, 'shape', x) for x in s.ins]}): {type(e).__name__}: {e}"
+                    ) from e
             elif isinstance(s, Alloc):
                 t = s.tensor
                 self.mem[t.uid] = dtypes.new_buffer(t.shape, t.dtype)

@@ -382,3 +382,16 @@ def test_a_barrier_only_one_program_reaches_is_an_error():
 
     with pytest.raises(NkiError, match="ended while another waits"):
         nki.cpu_simulate(k)[2](x=np.zeros((4, 4), np.float32))
+
+
+def test_keepdims_reduce_into_a_view_without_the_unit_dims():
+    x = rng.standard_normal((128, 4, 3, 5)).astype(np.float32)
+
+    @nki.jit
+    def k(x):
+        t = _load(x)
+        r = nl.ndarray((128, 4, 5), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_reduce(dst=r, op=nl.maximum, data=t.permute((0, 1, 3, 2)), axis=3)
+        return _store(r)
+
+    np.testing.assert_array_equal(k(x), x.max(axis=2))

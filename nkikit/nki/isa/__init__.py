@@ -1134,11 +1134,19 @@ def activation_reduce(
 
 
 def sendrecv(
-    src, dst, send_to_rank, recv_from_rank, pipe_id, dma_engine=dma_engine.dma, name=None
+    src,
+    dst,
+    send_to_rank,
+    recv_from_rank,
+    pipe_id,
+    dma_engine=dma_engine.dma,
+    name=None,
+    use_gpsimd_dma=None,
 ) -> None:
     """Send ``src`` to program ``send_to_rank``'s ``dst`` and receive program
     ``recv_from_rank``'s ``src`` into this program's ``dst`` (LNC=2; SBUF tiles of one shape and
-    dtype).  Both programs wait for each other; the transfers are DMAs."""
+    dtype).  Both programs wait for each other; the transfers are DMAs.  ``use_gpsimd_dma``
+    is NKI 0.2's spelling of ``dma_engine`` (which queue carries the data, not what arrives)."""
     from ..launch import meet
 
     loc = caller_loc()
