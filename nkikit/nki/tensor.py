@@ -25,6 +25,12 @@ from ..ir.core import ON_CHIP, Access, Tensor
 from ..trace.builder import current
 
 
+def identity(n: int, dtype=np.float32) -> np.ndarray:
+    """``nki.tensor.identity(n, dtype)``: an ``n x n`` identity matrix as a host array (for
+    ``nl.shared_constant``)."""
+    return dtypes.cast(np.eye(int(n), dtype=np.float32), dtypes.as_dtype(dtype))
+
+
 def row_major(shape: tuple[int, ...]) -> tuple[int, ...]:
     """Row-major element strides of ``shape``."""
     strides = [1] * len(shape)

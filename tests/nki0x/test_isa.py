@@ -395,3 +395,21 @@ def test_keepdims_reduce_into_a_view_without_the_unit_dims():
         return _store(r)
 
     np.testing.assert_array_equal(k(x), x.max(axis=2))
+
+
+def test_a_column_operand_broadcasts_over_every_free_dimension():
+    x = rng.standard_normal((64, 3, 5)).astype(np.float32)
+    c = rng.standard_normal((64, 1)).astype(np.float32)
+
+    @nki.jit
+    def k(x, c):
+        t, b = _load(x), _load(c)
+        r = nl.ndarray((64, 3, 5), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.activation(dst=r, op=nl.exp, data=t, bias=b, scale=b)
+        r2 = nl.ndarray((64, 3, 5), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_scalar(dst=r2, data=t, op0=nl.subtract, operand0=b)
+        return _store(r), _store(r2)
+
+    r, r2 = k(x, c)
+    np.testing.assert_allclose(r, np.exp(x * c[:, :, None] + c[:, :, None]), rtol=1e-5)
+    np.testing.assert_array_equal(r2, x - c[:, :, None])

@@ -178,8 +178,10 @@ def _tiles(loc: SourceLoc, op: str, *xs: NkiTensor) -> list[Access]:
     return [_acc(v, loc, op) for v in _same_free(list(xs), loc, f"nisa.{op}")]
 
 
-def _scalar_or_vector(x, loc: SourceLoc, what: str) -> Access | float:
-    """A compile-time scalar or a (P, 1) tensor broadcast along the free axis."""
+def _scalar_or_vector(x, loc: SourceLoc, what: str, like: Access | None = None) -> Access | float:
+    """A compile-time scalar or a (P, 1) tensor broadcast along the free axis.  With ``like``
+    (the data access it combines with), the tensor's access gets ``like``'s rank, (P, 1, ...,
+    1), so that it broadcasts along every free dimension of the data."""
     if isinstance(x, bool):
         return float(x)
     if isinstance(x, int | float | np.integer | np.floating):
@@ -193,8 +195,9 @@ def _scalar_or_vector(x, loc: SourceLoc, what: str) -> Access | float:
                 why=f"expected a scalar or a (P, 1) tensor, got shape {x.shape}",
             )
         a = _acc(x, loc, what)
-        if len(a.shape) != 2:
-            a = Access(a.tensor, (a.shape[0], 1), a.index)
+        rank = 2 if like is None else max(len(like.shape), 2)
+        if len(a.shape) != rank:
+            a = Access(a.tensor, (a.shape[0],) + (1,) * (rank - 1), a.index)
         return a
     raise NkiError(
         "err_invalid_argument",
@@ -390,8 +393,11 @@ def dma_copy(
 def dma_compute(
     dst, srcs, reduce_op, scales=None, unique_indices=True, oob_mode=oob_mode.error, name=None
 ) -> NkiInstruction:
-    """``dst = srcs[0] + srcs[1] + ...`` on the DMA compute engine (only ``nl.add``)."""
+    """``dst = srcs[0] + srcs[1] + ...`` on the DMA compute engine (only ``nl.add``).  The
+    NKI 0.2 argument order ``(dst, srcs, scales, reduce_op)`` is recognised too."""
     loc = caller_loc()
+    if isinstance(reduce_op, list | tuple) and (scales is None or callable(scales)):
+        reduce_op, scales = scales, reduce_op  # 0.2's order: scales before reduce_op
     if op_name(reduce_op) != "add":
         raise NkiError(
             "err_invalid_argument", loc, op="nisa.dma_compute", why="reduce_op must be nl.add"
@@ -779,8 +785,8 @@ def tensor_scalar(
     _dst_chip(dst, loc, "tensor_scalar")
     eng = _engine_arg(engine, "tensor_scalar", loc)
     d, a = _tiles(loc, "tensor_scalar", dst, data)
-    s0 = _scalar_or_vector(0.0 if operand0 is None else operand0, loc, "operand0")
-    s1 = None if operand1 is None else _scalar_or_vector(operand1, loc, "operand1")
+    s0 = _scalar_or_vector(0.0 if operand0 is None else operand0, loc, "operand0", a)
+    s1 = None if operand1 is None else _scalar_or_vector(operand1, loc, "operand1", a)
     return _done(
         E.emit_tensor_scalar(
             d,
@@ -820,7 +826,7 @@ def tensor_scalar_reduce(
         raise _unsupported("tensor_scalar_reduce(reduce_res_negate=True)", "not modeled", loc)
     d, a = _tiles(loc, "tensor_scalar_reduce", dst, data)
     r = _scalar_or_vector(reduce_res, loc, "reduce_res")
-    s0 = _scalar_or_vector(0.0 if operand0 is None else operand0, loc, "operand0")
+    s0 = _scalar_or_vector(0.0 if operand0 is None else operand0, loc, "operand0", a)
     return _done(
         E.emit_tensor_scalar(
             d, a, s0, op0=op0, reverse0=reverse0, reduce_res=r, reduce_op=reduce_op, loc=loc
@@ -853,7 +859,7 @@ def scalar_tensor_tensor(
     loc = caller_loc()
     _dst_chip(dst, loc, "scalar_tensor_tensor")
     d, a, t1 = _tiles(loc, "scalar_tensor_tensor", dst, data, operand1)
-    s0 = _scalar_or_vector(operand0, loc, "operand0")
+    s0 = _scalar_or_vector(operand0, loc, "operand0", a)
     return _done(
         E.emit_scalar_tensor_tensor(
             d, a, s0, t1, op0=op0, op1=op1, reverse0=reverse0, reverse1=reverse1, loc=loc
@@ -936,7 +942,7 @@ def tensor_tensor_scan(
     loc = caller_loc()
     _dst_chip(dst, loc, "tensor_tensor_scan")
     d, a, b = _tiles(loc, "tensor_tensor_scan", dst, data0, data1)
-    init = _scalar_or_vector(initial, loc, "initial")
+    init = _scalar_or_vector(initial, loc, "initial", a)
     return _done(
         E.emit_tensor_tensor_scan(
             d, a, b, init, op0=op0, op1=op1, reverse0=reverse0, reverse1=reverse1, loc=loc
@@ -959,7 +965,7 @@ def select_reduce(
     loc = caller_loc()
     _dst_chip(dst, loc, "select_reduce")
     d, p, t = _tiles(loc, "select_reduce", dst, predicate, on_true)
-    f = _scalar_or_vector(on_false, loc, "on_false")
+    f = _scalar_or_vector(on_false, loc, "on_false", t)
     r = None if reduce_res is None else _scalar_or_vector(reduce_res, loc, "reduce_res")
     return _done(
         E.emit_select_reduce(
@@ -992,8 +998,8 @@ def range_select(
         E.emit_range_select(
             d,
             a,
-            _scalar_or_vector(bound0, loc, "bound0"),
-            _scalar_or_vector(bound1, loc, "bound1"),
+            _scalar_or_vector(bound0, loc, "bound0", a),
+            _scalar_or_vector(bound1, loc, "bound1", a),
             comp_op0=comp_op0,
             comp_op1=comp_op1,
             reduce_res=r,
@@ -1080,7 +1086,7 @@ def dropout(dst, data, prob, name=None) -> NkiInstruction:
     loc = caller_loc()
     _dst_chip(dst, loc, "dropout")
     d, a = _tiles(loc, "dropout", dst, data)
-    return _done(E.emit_dropout(d, a, _scalar_or_vector(prob, loc, "prob"), loc=loc))
+    return _done(E.emit_dropout(d, a, _scalar_or_vector(prob, loc, "prob", a), loc=loc))
 
 
 # -- ScalarE -------------------------------------------------------------------------------------
@@ -1102,8 +1108,8 @@ def activation(
     loc = caller_loc()
     _dst_chip(dst, loc, "activation")
     d, a = _tiles(loc, "activation", dst, data)
-    b = 0.0 if bias is None else _scalar_or_vector(bias, loc, "activation bias")
-    s = _scalar_or_vector(scale, loc, "activation scale")
+    b = 0.0 if bias is None else _scalar_or_vector(bias, loc, "activation bias", a)
+    s = _scalar_or_vector(scale, loc, "activation scale", a)
     r = red = None
     if reduce_op is not None or reduce_res is not None:
         _reset_only(reduce_cmd, reduce_res, "activation", loc, globals()["reduce_cmd"].idle)
@@ -1124,8 +1130,8 @@ def activation_reduce(
     loc = caller_loc()
     _dst_chip(dst, loc, "activation_reduce")
     d, a = _tiles(loc, "activation_reduce", dst, data)
-    b = 0.0 if bias is None else _scalar_or_vector(bias, loc, "activation bias")
-    s = _scalar_or_vector(scale, loc, "activation scale")
+    b = 0.0 if bias is None else _scalar_or_vector(bias, loc, "activation bias", a)
+    s = _scalar_or_vector(scale, loc, "activation scale", a)
     r = _scalar_or_vector(reduce_res, loc, "reduce_res")
     return _done(E.emit_activation(d, a, b, s, op=op, reduce_res=r, reduce_op=reduce_op, loc=loc))
 

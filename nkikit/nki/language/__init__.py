@@ -96,7 +96,15 @@ class NKIObject:
     """Base class of kernel-side classes (NKI 0.x).  As in NKI, a subclass is dataclass-like:
     without an ``__init__`` of its own (``@dataclass`` writes one), it is constructed from its
     annotated fields, positionally or by name, defaults taken from the class, and
-    ``__post_init__`` runs afterwards."""
+    ``__post_init__`` runs afterwards.  A field given no value is None: NKI synthesises the
+    constructor, and the NKI Library constructs such classes (even ``@dataclass`` ones) with
+    fields left out, so every annotated field without a default gets the default None."""
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        for name in cls.__dict__.get("__annotations__", {}):
+            if name not in cls.__dict__:
+                setattr(cls, name, None)
 
     def __init__(self, *args, **kwargs) -> None:
         names: list[str] = []
@@ -115,11 +123,8 @@ class NKIObject:
             if k in values:
                 raise TypeError(f"{type(self).__name__}() got multiple values for argument {k!r}")
             values[k] = v
-        for n in names:
-            if n in values:
-                object.__setattr__(self, n, values[n])
-            elif not hasattr(type(self), n):
-                raise TypeError(f"{type(self).__name__}() missing required argument {n!r}")
+        for n, v in values.items():
+            object.__setattr__(self, n, v)
         post = getattr(self, "__post_init__", None)
         if post is not None:
             post()
