@@ -476,7 +476,7 @@ class NkiTensor:
                     api=f".ap({kind}_offset=...)",
                     why="the offset must be an SBUF tensor of integers (registers are not modeled)",
                 )
-            view._indirect = (index, int(indirect_dim), kind)
+            view._indirect = (index, int(indirect_dim), kind, self.shape)
         return view
 
 
@@ -575,14 +575,18 @@ def _term_plan(dims: tuple[int, ...], shape: tuple[int, ...], strides: tuple[int
     terms: list[list] = [[] for _ in dims]
     spans = [0] * len(dims)
     for j, (n, s) in enumerate(zip(shape, strides)):
-        if n == 1 or s == 0:
-            continue
+        if s == 0:
+            continue  # a broadcast axis reads the same element
         if s < 0:
             return None
         for d, sd in enumerate(st):
             if s % sd == 0:
                 c = s // sd
-                terms[d].append((_axis(j), c))
+                if n == 1 and terms[d]:
+                    break  # a unit axis adds nothing where another axis already steps
+                # a unit axis still names its dimension (as a Beta-1 slice does), so a view
+                # of a whole tensor is the whole tensor to every layer
+                terms[d].append((_axis(j), 1 if n == 1 else c))
                 spans[d] += c * (n - 1)
                 break
     return st, tuple(tuple(x) for x in terms), tuple(spans)
@@ -643,23 +647,34 @@ def access_of(x: NkiTensor, loc: SourceLoc, what: str = "operand") -> Access:
 def _indirect_access(x: NkiTensor, loc: SourceLoc, what: str) -> Access:
     """``.ap(vector_offset=idx, indirect_dim=0)``: partition ``p`` of the access reads row
     ``idx[p]`` of the HBM tensor (the IR's indirect DMA access)."""
-    index, dim, kind = x._indirect
+    index, dim, kind, base_shape = x._indirect
     root = x._layout.root
-    if kind != "vector" or dim != 0:
+    if root.buffer in ON_CHIP:
+        raise NkiError(
+            "err_unsupported_api" if kind == "scalar" else "err_unsupported_memory",
+            loc,
+            **(
+                {
+                    "api": ".ap(scalar_offset=...) on an SBUF/PSUM tensor",
+                    "why": "only HBM runtime offsets (DMA) are modeled",
+                }
+                if kind == "scalar"
+                else {
+                    "op": what,
+                    "what": "a vector_offset access",
+                    "allowed": "HBM",
+                    "got": root.buffer,
+                }
+            ),
+        )
+    if kind == "scalar":
+        return _scalar_offset_access(x, index, dim, base_shape, loc, what)
+    if dim != 0:
         raise NkiError(
             "err_unsupported_api",
             loc,
-            api=f".ap({kind}_offset=..., indirect_dim={dim})",
-            why="only vector_offset on dimension 0 (row gather/scatter) is modeled",
-        )
-    if root.buffer in ON_CHIP:
-        raise NkiError(
-            "err_unsupported_memory",
-            loc,
-            op=what,
-            what="a vector_offset access",
-            allowed="HBM",
-            got=root.buffer,
+            api=f".ap(vector_offset=..., indirect_dim={dim})",
+            why="a vector offset indexes rows (indirect_dim=0)",
         )
     # rows of the HBM tensor: the storage as (rows, row size); the pattern's first step is
     # ignored (the row size is the base tensor's) [NKI 0.x access patterns]
@@ -686,3 +701,41 @@ def _indirect_access(x: NkiTensor, loc: SourceLoc, what: str) -> Access:
         )
     idx_acc = Access(idx.tensor, (shape[0],) + (1,) * (len(shape) - 1), idx.index)
     return Access(layout, shape, direct, idx_acc, 0)
+
+
+def _scalar_offset_access(
+    x: NkiTensor, index: NkiTensor, dim: int, base_shape, loc: SourceLoc, what: str
+) -> Access:
+    """``.ap(pattern, offset, scalar_offset=t, indirect_dim=d)`` on HBM: the access starts
+    ``t * prod(base.shape[d + 1:])`` elements later, ``t`` the runtime value of a (1, 1) SBUF
+    tensor and ``base`` the tensor ``.ap`` was called on [NKI 0.x access patterns].  In the IR:
+    the static pattern's index in ``base``'s shape, plus the runtime value along dimension d."""
+    root = x._layout.root
+    if index.size != 1:
+        raise NkiError(
+            "err_invalid_argument",
+            loc,
+            op=f"{what} scalar_offset",
+            why=f"the offset must be a (1, 1) tensor, got {index.shape}",
+        )
+    base_shape = tuple(base_shape)
+    if math.prod(base_shape) != math.prod(root.shape) or not 0 <= dim < len(base_shape):
+        raise NkiError(
+            "err_unsupported_api",
+            loc,
+            api=".ap(scalar_offset=...) on a view",
+            why="call .ap on the whole tensor (or a reshape of it)",
+        )
+    layout = _layout_alias(root, base_shape)
+    direct = _decompose(layout, x.shape, x.strides, x.offset)
+    if direct is None:
+        raise NkiError(
+            "err_invalid_argument",
+            loc,
+            op=what,
+            why=f"the access pattern {x.get_pattern()} does not stay inside {base_shape}",
+        )
+    idx = access_of(index, loc, "scalar_offset")
+    shape = tuple(x.shape)
+    idx_acc = Access(idx.tensor, (1,) * len(shape), idx.index)
+    return Access(layout, shape, direct, idx_acc, dim)

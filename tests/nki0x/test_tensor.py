@@ -158,3 +158,25 @@ def test_dma_between_a_column_and_one_partition_row():
     out = k(x)
     np.testing.assert_array_equal(out[0, :20], x[:, 0])
     assert (out[0, 20:] == 0).all() and (out[1:] == 0).all()
+
+
+def test_scalar_offset_shifts_an_hbm_access_at_run_time():
+    @nki.jit
+    def k(table, which):
+        w = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=w, src=which)
+        t = nl.ndarray((4, 8), dtype=table.dtype, buffer=nl.sbuf)
+        # rows which*4 .. which*4 + 3 of a (3, 4, 8) table: the offset counts whole (4, 8) blocks
+        nisa.dma_copy(
+            dst=t, src=table.ap([[8, 4], [1, 8]], offset=0, scalar_offset=w, indirect_dim=0)
+        )
+        out = nl.ndarray((4, 8), dtype=table.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    table = np.arange(3 * 4 * 8, dtype=np.float32).reshape(3, 4, 8)
+    for which in (0, 2):
+        out = k(table, np.array([[which]], np.int32))
+        np.testing.assert_array_equal(out, table[which])
+    with pytest.raises(NkiError, match="err_tensor_access_out_of_bound"):
+        k(table, np.array([[3]], np.int32))

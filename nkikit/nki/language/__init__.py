@@ -130,6 +130,12 @@ class NKIObject:
             post()
 
 
+def par_dim(n: int) -> int:
+    """Beta-1's partition-dimension marker, kept for old kernels: in NKI 0.x the partition
+    dimension is always dimension 0, so this is just ``n``."""
+    return int(n)
+
+
 # -- tensor creation --------------------------------------------------------------------------
 
 
