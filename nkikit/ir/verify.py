@@ -196,9 +196,10 @@ def rule_indirect(site: Site) -> None:
                 why=f"index tile {ind.tensor.name!r} must hold integers (int32 or uint32; "
                 "e.g. nl.load of an int32 tensor, or nisa.iota(..., dtype=nl.int32))",
             )
-        if all(n == 1 for n in ind.shape):
+        if site.kernel.dialect == "nki-0.x" and all(n == 1 for n in ind.shape):
             # one runtime value for the whole access (NKI 0.x .ap(scalar_offset=)): it shifts
-            # the access along its dimension; no per-partition pairing to check
+            # the access along its dimension; no per-partition pairing to check.  (Beta 1 has
+            # no such form: there an index tile gives each partition its own index.)
             continue
         free = [k for k, n in enumerate(ind.shape) if k > 0 and n > 1]
         if free:
