@@ -16,7 +16,7 @@ from .lower import DMA, ENGINES, count_instructions, lower
 from .program import Deps, EngineNames, InstrInfo, Program
 from .schedule import schedule
 
-MAX_INSTRUCTIONS = 20_000_000
+MAX_INSTRUCTIONS = 20_000_000  # below 2^31: the schedule's columns are 32-bit
 
 
 @contextmanager
@@ -98,11 +98,11 @@ def build_program(
         tgt,
         infos,
         engine,
-        np.frombuffer(tr.sid, np.int64),
+        np.frombuffer(tr.sid, np.int32),
         np.frombuffer(tr.start, np.float64),
         np.frombuffer(tr.end, np.float64),
-        np.frombuffer(tr.parts, np.int64),
+        np.frombuffer(tr.parts, np.int32),
         np.frombuffer(tr.hbm_offset, np.int64),
-        Deps(np.frombuffer(tr.dep_ptr, np.int64), np.frombuffer(tr.dep_ids, np.int64)),
+        Deps(np.frombuffer(tr.dep_ptr, np.int64), np.frombuffer(tr.dep_ids, np.int32)),
         meta,
     )

@@ -94,6 +94,12 @@ class InstrInfo:
     duration_ns: float = 0.0
 
 
+def _ints(x) -> np.ndarray:
+    """``x`` as an integer array, without a copy when it is one already (any width)."""
+    a = np.asarray(x)
+    return a if a.dtype.kind in "iu" else a.astype(np.int64)
+
+
 class EngineNames(Sequence[str]):
     """Per instruction, the name of its engine or DMA queue (``"tensor"``, ``"dma3"``),
     kept as one byte of code each."""
@@ -131,8 +137,8 @@ class Deps(Sequence[tuple[int, ...]]):
     __slots__ = ("ptr", "ids")
 
     def __init__(self, ptr: np.ndarray, ids: np.ndarray) -> None:
-        self.ptr = np.asarray(ptr, dtype=np.int64)
-        self.ids = np.asarray(ids, dtype=np.int64)
+        self.ptr = _ints(ptr)
+        self.ids = _ints(ids)
 
     def __len__(self) -> int:
         return len(self.ptr) - 1
@@ -180,11 +186,11 @@ class Program:
             self.engine = EngineNames.of(list(self.engine))
         if not isinstance(self.deps, Deps):
             self.deps = Deps.of(list(self.deps))
-        self.sid = np.asarray(self.sid, dtype=np.int64)
+        self.sid = _ints(self.sid)
         self.start = np.asarray(self.start, dtype=np.float64)
         self.end = np.asarray(self.end, dtype=np.float64)
-        self.partitions = np.asarray(self.partitions, dtype=np.int64)
-        self.hbm_offset = np.asarray(self.hbm_offset, dtype=np.int64)
+        self.partitions = _ints(self.partitions)
+        self.hbm_offset = _ints(self.hbm_offset)
 
     # -- queries ---------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -398,14 +404,16 @@ class ProgramInstructions(Sequence[Instruction]):
         scale = np.where(
             info_parts[sid] > 0, parts / np.where(info_parts > 0, info_parts, 1)[sid], 1.0
         )
-        ints: dict[str, np.ndarray] = {"id": np.arange(len(sid), dtype=np.int64)}
+        # ids, counts and string codes in 32 bits (millions of instructions, a few hundred
+        # distinct strings); bytes in 64
+        ints: dict[str, np.ndarray] = {"id": np.arange(len(sid), dtype=np.int32)}
         for k in BYTE_FIELDS:
             table = np.array([x.bytes[k] for x in infos], np.float64)
             ints[k] = np.rint(table[sid] * scale).astype(np.int64)
-        ints["partitions"] = parts.astype(np.int64)
-        ints["elements"] = np.array([x.elements for x in infos], np.int64)[sid]
-        ints["hbm_offset"] = p.hbm_offset.astype(np.int64)
-        engine, engines = _first_seen(p.engine.codes.astype(np.int64), list(p.engine.names))
+        ints["partitions"] = parts.astype(np.int32, copy=False)
+        ints["elements"] = np.array([x.elements for x in infos], np.int32)[sid]
+        ints["hbm_offset"] = p.hbm_offset.astype(np.int64, copy=False)
+        engine, engines = _first_seen(p.engine.codes.astype(np.int32), list(p.engine.names))
         opcode, opcodes = _by_sid(sid, [x.opcode for x in infos])
         source, sources = _by_sid(sid, [x.source or UNKNOWN_SOURCE for x in infos])
         # per line, the earliest instruction's non-empty text (as Columns.build keeps it)
@@ -444,7 +452,7 @@ def _first_seen(codes: np.ndarray, names: list[str]) -> tuple[np.ndarray, list[s
         return codes, []
     used, first = np.unique(codes, return_index=True)
     order = used[np.argsort(first, kind="stable")]
-    remap = np.zeros(max(int(codes.max()) + 1, 1), np.int64)
+    remap = np.zeros(max(int(codes.max()) + 1, 1), np.int32)
     remap[order] = np.arange(len(order))
     return remap[codes], [names[c] for c in order.tolist()]
 
@@ -452,8 +460,8 @@ def _first_seen(codes: np.ndarray, names: list[str]) -> tuple[np.ndarray, list[s
 def _by_sid(sid: np.ndarray, per_sid: list[str]) -> tuple[np.ndarray, list[str]]:
     """Per instruction, the code of its static row's string, numbered in first-seen order."""
     table = {v: k for k, v in enumerate(dict.fromkeys(per_sid))}
-    codes = np.array([table[v] for v in per_sid], np.int64)
-    return _first_seen(codes[sid] if len(sid) else np.zeros(0, np.int64), list(table))
+    codes = np.array([table[v] for v in per_sid], np.int32)
+    return _first_seen(codes[sid] if len(sid) else np.zeros(0, np.int32), list(table))
 
 
 def _engine_order(e: str) -> tuple[int, int]:

@@ -57,14 +57,15 @@ class Trace:
     __slots__ = ("engine", "sid", "start", "end", "parts", "hbm_offset", "dep_ptr", "dep_ids")
 
     def __init__(self) -> None:
+        # 32-bit where it suffices: build_program refuses more than 2^31 instructions
         self.engine = array("b")  # 0..4 compute engines, 5 + q for DMA queue q
-        self.sid = array("q")  # instruction kind (static row)
+        self.sid = array("i")  # instruction kind (static row)
         self.start = array("d")
         self.end = array("d")
-        self.parts = array("q")
+        self.parts = array("i")
         self.hbm_offset = array("q")
         self.dep_ptr = array("q", [0])
-        self.dep_ids = array("q")
+        self.dep_ids = array("i")
 
     def __len__(self) -> int:
         return len(self.sid)

@@ -337,6 +337,8 @@ class _Compiler:
         self.ranges: dict[Sym, int] = {}
         self.n_fallback = 0
         self.n_const = 0
+        self.const_names: dict[tuple, str] = {}
+        self.ints: dict[int, int] = {}  # one object per integer in the argument tables
         self.conds: list[str] = []
         self.shadow: set[int] = set()
         self.forwarded: set[int] = set()
@@ -363,9 +365,22 @@ class _Compiler:
 
     # -- small helpers ------------------------------------------------------------------------
     def const(self, value: Any, prefix: str = "C") -> str:
+        # dtypes and scalars get one name each (an unrolled kernel asks for the same few
+        # hundreds of thousands of times); anything else may be mutable: a name per use
+        key = None
+        if isinstance(value, np.dtype):
+            key = (prefix, "dtype", value, value.metadata is None)
+        elif isinstance(value, np.generic | float | int | bool):
+            key = (prefix, type(value), repr(value))
+        if key is not None:
+            name = self.const_names.get(key)
+            if name is not None:
+                return name
         name = f"{prefix}{self.n_const}"
         self.n_const += 1
         self.ns[name] = value
+        if key is not None:
+            self.const_names[key] = name
         return name
 
     def slot(self, t: Tensor) -> str:
@@ -739,11 +754,11 @@ class _Compiler:
             if lines:
                 rows.append(self.template(lines))
         bound = "".join(f"{n}, " for n in self.bound)
-        self.emit(f"for i, a in {self.const(rows, 'TABLE')}:", depth)
-        self.emit(f"T[i](mem, interp, env, V, B, S, {bound}*a)", depth + 1)
+        self.emit(f"for a in {self.const(rows, 'TABLE')}:", depth)
+        self.emit(f"T[a[0]](mem, interp, env, V, B, S, {bound}*a)", depth + 1)
 
-    def template(self, lines: list[str]) -> tuple[int, tuple]:
-        """(template index, arguments) for the code ``lines`` of one statement."""
+    def template(self, lines: list[str]) -> tuple:
+        """(template index, *arguments) for the code ``lines`` of one statement."""
         slots: dict[str, str] = {}
         params: dict[str, str] = {}
         args: list[Any] = []
@@ -758,7 +773,10 @@ class _Compiler:
             name = params.get(tok)
             if name is None:
                 name = params[tok] = f"a{len(params)}"
-                args.append(self.ns[tok] if tok[0].isupper() else int(tok))
+                if tok[0].isupper():
+                    args.append(self.ns[tok])
+                else:
+                    args.append(self.ints.setdefault(int(tok), int(tok)))
             return name
 
         body = [_TEMPLATE_TOKEN.sub(sub, ln) for ln in lines]
@@ -768,11 +786,12 @@ class _Compiler:
             t = self.tensors[uid]
             store = {"b": "B", "s": "S"}.get(tok[0]) or ("V" if t.base is not None else "mem")
             head.append(f"    {name} = {store}[u{len(uids)}]")
-            uids.append(uid)
+            uids.append(self.ints.setdefault(uid, uid))
         sig = ", ".join(
             [
                 "mem, interp, env, V, B, S",
                 *self.bound,
+                "_",  # the row's template index
                 *(f"u{j}" for j in range(len(uids))),
                 *params.values(),
             ]
@@ -782,7 +801,7 @@ class _Compiler:
         if k is None:
             k = self.templates[text] = len(self.chunks)
             self.chunks.append(f"def _t{k}{text}")
-        return k, (*uids, *args)
+        return (k, *uids, *args)
 
     # -- memory -------------------------------------------------------------------------------
     def plan_arena(self, temps: list[Tensor]) -> tuple[dict[int, int], int]:
