@@ -76,7 +76,6 @@ _TABLE_BODY = 256  # bodies with more statements than this are table-driven as w
 # what a template turns into parameters: tensor slots (m5, b5, s5), namespace constants
 # (DT3, OP12, ...) and integer literals (not digits of a name or of a float literal)
 _TEMPLATE_TOKEN = re.compile(r"\b[mbs]\d+\b|\b[A-Z]+\d+\b|(?<![\w.])(?<![eE][-+])\d+(?![\w.])")
-_SLOT = re.compile(r"[mbs]\d+")
 
 # prims whose executor needs more than the op's rule (env-dependent, stateful or printing)
 _ALWAYS_REFERENCE = {"nc_stream_shuffle", "dropout", "device_print", "iota"}
@@ -765,7 +764,7 @@ class _Compiler:
 
         def sub(m: re.Match) -> str:
             tok = m.group(0)
-            if _SLOT.fullmatch(tok):
+            if tok[0] in "mbs":  # a slot; constants start upper case, integers with a digit
                 name = slots.get(tok)
                 if name is None:
                     name = slots[tok] = f"L{len(slots)}"
@@ -779,7 +778,7 @@ class _Compiler:
                     args.append(self.ints.setdefault(int(tok), int(tok)))
             return name
 
-        body = [_TEMPLATE_TOKEN.sub(sub, ln) for ln in lines]
+        body = _TEMPLATE_TOKEN.sub(sub, "\n".join(lines)).split("\n")
         head, uids = [], []
         for tok, name in slots.items():
             uid = int(tok[1:])
