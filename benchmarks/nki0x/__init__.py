@@ -1,0 +1,1 @@
+"""NKI 0.x size benchmark (see run.py)."""

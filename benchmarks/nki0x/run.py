@@ -1,0 +1,187 @@
+"""NKI 0.x size benchmark: how an unrolled NKI 0.x kernel's trace, verify, fast-path code
+generation, first run, compile and profile grow with its size.
+
+NKI 0.7 traces kernels with Python, so every loop unrolls: a kernel at production shapes is
+10^5 - 10^6 instructions.  The kernel here is the step the NKI Library repeats most -- a DMA
+of an input tile into SBUF, a TensorE matmul into PSUM, a PSUM -> SBUF copy, a DMA out -- in a
+Python ``for`` loop (4 IR ops per step), written in the dst-first dialect (``nkikit.nki``).
+
+``python -m benchmarks.nki0x`` runs 10^3, 10^4 and 10^5 IR ops (each size in a subprocess of
+its own, so that its peak memory is its own); ``--million`` adds 10^6; ``--tiny`` is a smoke
+test.  Results: ``benchmarks/nki0x/results.{json,md}`` (or ``--out DIR``).  As in ``@nki.jit``,
+the cyclic garbage collector is paused while a kernel is traced, verified and first run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+
+P, F, BLOCKS = 128, 512, 16
+DEFAULT_SIZES = (1_000, 10_000, 100_000)
+MILLION = 1_000_000
+TINY_SIZES = (100, 400)
+TARGET = "trn2"
+
+
+def make_kernel(steps: int):
+    """The unrolled 0.x kernel of ``steps`` load -> matmul -> copy -> store steps."""
+    import nkikit.nki as nki
+    import nkikit.nki.isa as nisa
+    import nkikit.nki.language as nl
+
+    @nki.jit
+    def unrolled(a, w):
+        out = nl.ndarray((BLOCKS * P, F), dtype=nl.float32, buffer=nl.shared_hbm)
+        ws = nl.ndarray((P, P), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=ws, src=w)
+        for i in range(steps):
+            rows = slice((i % BLOCKS) * P, (i % BLOCKS + 1) * P)
+            t = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=a[rows, :])
+            acc = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.psum)
+            nisa.nc_matmul(dst=acc, stationary=ws, moving=t)
+            res = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.tensor_copy(dst=res, src=acc)
+            nisa.dma_copy(dst=out[rows, :], src=res)
+        return out
+
+    return unrolled
+
+
+def _peak_mb() -> float:
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 2**20 if sys.platform == "darwin" else peak / 2**10
+
+
+def measure(ops: int) -> dict[str, Any]:
+    """Every stage once on the kernel of about ``ops`` IR ops, in this process."""
+    from nkikit.compiler.build import build_program
+    from nkikit.ir.verify import verify
+    from nkikit.sim import fast
+
+    steps = max(1, (ops - 1) // 4)
+    kernel = make_kernel(steps)
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((BLOCKS * P, F), dtype=np.float32)
+    w = rng.standard_normal((P, P), dtype=np.float32)
+    times: dict[str, float] = {}
+
+    def stage(name, fn):
+        t0 = time.perf_counter()
+        out = fn()
+        times[name] = time.perf_counter() - t0
+        return out
+
+    gc.disable()
+    try:
+        ir = stage("trace", lambda: kernel._trace(kernel.bind((a, w), {}), TARGET))
+        stage("verify", lambda: verify(ir, TARGET))
+        prog = stage("codegen", lambda: fast.compile_kernel(ir))
+        outs = stage("first_run", lambda: prog.run([a, w]))
+        program = stage("compile", lambda: build_program(ir, TARGET))
+        summary = stage("profile", lambda: program.profile().summary)
+    finally:
+        gc.enable()
+    n_ops = sum(1 for _ in ir.ops())
+    visited = min(steps, BLOCKS) * P
+    expect = (w.T @ a.reshape(BLOCKS, P, F)).reshape(BLOCKS * P, F)[:visited]
+    return {
+        "steps": steps,
+        "ir_ops": n_ops,
+        **{f"{k}_s": v for k, v in times.items()},
+        "total_s": sum(times.values()),
+        "us_per_op": 1e6 * sum(times.values()) / n_ops,
+        "trace_verify_us_per_op": 1e6 * (times["trace"] + times["verify"]) / n_ops,
+        "instructions": len(program),
+        "modeled_us": summary["total_us"],
+        "peak_rss_mb": _peak_mb(),
+        "matches_numpy": bool(np.allclose(outs[0][:visited], expect, rtol=1e-4, atol=1e-3)),
+    }
+
+
+def _child(ops: int) -> dict[str, Any]:
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    r = subprocess.run(
+        [sys.executable, "-m", "benchmarks.nki0x.run", "--one", str(ops)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if r.returncode != 0:
+        raise RuntimeError(f"size {ops} failed:\n{r.stderr[-2000:]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def _markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
+    head = (
+        "| IR ops | trace s | verify s | codegen s | first run s | compile s | profile s "
+        "| µs/op (all) | µs/op (trace+verify) | peak MB | matches numpy |\n"
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---:|\n"
+    )
+    lines = [
+        f"| {r['ir_ops']:,} | {r['trace_s']:.2f} | {r['verify_s']:.2f} | {r['codegen_s']:.2f} "
+        f"| {r['first_run_s']:.2f} | {r['compile_s']:.2f} | {r['profile_s']:.2f} "
+        f"| {r['us_per_op']:.0f} | {r['trace_verify_us_per_op']:.0f} | {r['peak_rss_mb']:.0f} "
+        f"| {'yes' if r['matches_numpy'] else 'NO'} |"
+        for r in rows
+    ]
+    return (
+        "# NKI 0.x size benchmark\n\n"
+        f"`python -m benchmarks.nki0x` on {meta['machine']} ({meta['cpus']} CPUs), "
+        f"{meta['date']}. One subprocess per size; an unrolled load -> matmul -> copy -> store "
+        "loop written dst-first (`nkikit.nki`).\n\n" + head + "\n".join(lines) + "\n"
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.nki0x", description=__doc__)
+    ap.add_argument("--million", action="store_true", help="add the 10^6-op row")
+    ap.add_argument("--tiny", action="store_true", help="two small sizes (a smoke test)")
+    ap.add_argument("--out", type=Path, default=HERE, help="folder for results.{json,md}")
+    ap.add_argument("--one", type=int, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.one:
+        print(json.dumps(measure(args.one)))
+        return
+    sizes = TINY_SIZES if args.tiny else DEFAULT_SIZES + ((MILLION,) if args.million else ())
+    rows = []
+    for ops in sizes:
+        row = _child(ops)
+        rows.append(row)
+        print(
+            f"{row['ir_ops']:>9,} ops  {row['total_s']:7.2f} s  {row['us_per_op']:6.0f} µs/op  "
+            f"peak {row['peak_rss_mb']:6.0f} MB",
+            flush=True,
+        )
+    meta = {
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+        "date": time.strftime("%Y-%m-%d"),
+        "python": platform.python_version(),
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "results.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    (args.out / "results.md").write_text(_markdown(rows, meta))
+
+
+if __name__ == "__main__":
+    main()
