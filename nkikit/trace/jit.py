@@ -21,7 +21,7 @@ from ..errors import NkiError, SourceLoc, hide_internal_frames, raised_in_user_c
 from ..ir.core import Kernel, Tensor
 from ..targets import target_scope
 from ..typing import TensorSpec, mutable_tensor
-from .builder import Builder, tracing
+from .builder import Builder, maybe_current, tracing
 from .tile import Tile
 
 
@@ -212,6 +212,10 @@ class JitKernel:
     # -- execution ------------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
         __tracebackhide__ = True
+        if maybe_current() is not None:
+            # called from inside another kernel: a sub-kernel, traced inline into the caller
+            # (the NKI rotary tutorial calls one @nki.jit kernel from another)
+            return self.func(*args, **kwargs)
         try:
             kernel, bound = self.specialize(*args, **kwargs)
             with gc_paused():  # the first run generates the kernel's simulator program
