@@ -474,17 +474,14 @@ def dma_transpose(
 
 
 def tensor_copy(dst, src, engine=engine.unknown, name=None, dtype=None) -> NkiInstruction:  # noqa: A002
-    """Copy (and convert) an on-chip tensor on the Vector, Scalar or GpSimd engine.  ``dtype``
-    (a pre-0.2 argument some kernels still pass) must be ``dst``'s dtype: dst decides."""
+    """Copy (and convert) an on-chip tensor on the Vector, Scalar or GpSimd engine into
+    ``dst``'s dtype.  ``dtype`` is a pre-0.2 argument the NKI tutorials still pass (e.g.
+    ``dtype=result.dtype`` into an fp32 tile); NKI accepts it and the destination's dtype
+    decides the result, so it must name a dtype and changes nothing."""
     loc = caller_loc()
     _dst_chip(dst, loc, "tensor_copy")
-    if dtype is not None and dtypes.as_dtype(dtype) != dst.dtype:
-        raise NkiError(
-            "err_invalid_argument",
-            loc,
-            op="nisa.tensor_copy",
-            why=f"dtype={dtypes.name(dtypes.as_dtype(dtype))} differs from dst's {dtypes.name(dst.dtype)}; the destination's dtype is the result's",
-        )
+    if dtype is not None:
+        dtypes.as_dtype(dtype)  # a dtype, or the usual error
     eng = _engine_arg(engine, "tensor_copy", loc)
     d, s = _tiles(loc, "tensor_copy", dst, src)
     return _done(E.emit_tensor_copy(d, s, engine=eng, loc=loc))
