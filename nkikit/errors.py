@@ -415,6 +415,16 @@ class ErrSpmdOutputDependencies(NkiError):
     )
 
 
+class ErrKernelTooLargeToSimulate(NkiError):
+    # not an NKI name: the hardware has no such limit; the simulator on this machine does
+    name = "err_kernel_too_large_to_simulate"
+    template = (
+        "tracing stopped after {ops} instructions with {used_mb} MiB in use, over the "
+        "simulator's memory limit of {limit_mb} MiB (NKIKIT_MEMORY_LIMIT_MB; default 40% of "
+        "this machine's memory); simulate a smaller shape, or raise the limit"
+    )
+
+
 CATALOGUE: dict[str, str] = {name: cls.template for name, cls in _CLASSES.items()}
 """NKI error name -> message template, for every entry above."""
 

@@ -408,8 +408,10 @@ class NkiTensor:
 
     def flatten_dims(self, start_dim: int, end_dim: int) -> NkiTensor:
         end_dim = end_dim + self.ndim if end_dim < 0 else end_dim
-        for d in range(start_dim, end_dim):
-            if self.strides[d] != self.strides[d + 1] * self.shape[d + 1]:
+        # size-1 dimensions have no stride that matters; the others must nest exactly
+        dims = [d for d in range(start_dim, end_dim + 1) if self.shape[d] != 1]
+        for d, e in zip(dims, dims[1:]):
+            if self.strides[d] != self.strides[e] * self.shape[e]:
                 raise NkiError(
                     "err_invalid_argument",
                     caller_loc(),
@@ -417,12 +419,9 @@ class NkiTensor:
                     why=f"dimensions {start_dim}..{end_dim} of {self.get_pattern()} are not contiguous",
                 )
         n = math.prod(self.shape[start_dim : end_dim + 1])
+        inner = self.strides[dims[-1]] if dims else 1
         shape = list(self.shape[:start_dim]) + [n] + list(self.shape[end_dim + 1 :])
-        strides = (
-            list(self.strides[:start_dim])
-            + [self.strides[end_dim]]
-            + list(self.strides[end_dim + 1 :])
-        )
+        strides = list(self.strides[:start_dim]) + [inner] + list(self.strides[end_dim + 1 :])
         return self._with(shape, strides)
 
     def ap(

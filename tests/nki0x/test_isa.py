@@ -413,3 +413,21 @@ def test_a_column_operand_broadcasts_over_every_free_dimension():
     r, r2 = k(x, c)
     np.testing.assert_allclose(r, np.exp(x * c[:, :, None] + c[:, :, None]), rtol=1e-5)
     np.testing.assert_array_equal(r2, x - c[:, :, None])
+
+
+def test_a_kernel_too_large_for_memory_stops_with_a_named_error(monkeypatch):
+    import nkikit.nki.isa as isa_mod
+
+    monkeypatch.setenv("NKIKIT_MEMORY_LIMIT_MB", "1")  # any real process is over 1 MiB
+    monkeypatch.setattr(isa_mod, "_GUARD_EVERY", 8)
+
+    @nki.jit
+    def k(x):
+        t = _load(x)
+        for _ in range(20):
+            nisa.tensor_scalar(dst=t, data=t, op0=nl.add, operand0=1.0)
+        return _store(t)
+
+    with pytest.raises(NkiError, match="err_kernel_too_large_to_simulate") as e:
+        k(X)
+    assert "test_isa.py" in str(e.value)

@@ -180,3 +180,10 @@ def test_scalar_offset_shifts_an_hbm_access_at_run_time():
         np.testing.assert_array_equal(out, table[which])
     with pytest.raises(NkiError, match="err_tensor_access_out_of_bound"):
         k(table, np.array([[3]], np.int32))
+
+
+def test_flatten_dims_ignores_unit_dimensions():
+    x, out = _roundtrip(
+        lambda t: t.reshape((128, 4, 8)).expand_dim(2).flatten_dims(1, 3), (128, 32), (128, 32)
+    )
+    np.testing.assert_array_equal(out, x)

@@ -222,7 +222,50 @@ def _done(op) -> NkiInstruction:
     after recording which PSUM elements it wrote (a matmul's write makes the next matmul to
     them accumulate; any other write resets them)."""
     _psum_written(op.outs, op.prim == "nc_matmul")
+    _memory_guard(op)
     return NkiInstruction(op)
+
+
+_GUARD_EVERY = 1 << 14  # instructions between two looks at the process's memory
+
+
+def _memory_guard(op) -> None:
+    """Unrolled kernels at production shapes trace to millions of instructions; stop with a
+    named error at the user's line before the process runs out of memory (an OOM kill loses
+    everything, including a test runner's other results)."""
+    b = current()
+    n = b.__dict__.get("_nki_ops", 0) + 1
+    b._nki_ops = n  # type: ignore[attr-defined]
+    if n % _GUARD_EVERY:
+        return
+    used = _rss_mb()
+    limit = _memory_limit_mb()
+    if used > limit:
+        raise NkiError(
+            "err_kernel_too_large_to_simulate",
+            op.loc,
+            ops=n,
+            used_mb=int(used),
+            limit_mb=int(limit),
+        )
+
+
+def _rss_mb() -> float:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except (OSError, ValueError):
+        return 0.0
+
+
+def _memory_limit_mb() -> float:
+    env = os.environ.get("NKIKIT_MEMORY_LIMIT_MB")
+    if env:
+        return float(env)
+    try:
+        return 0.4 * os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**20
+    except (OSError, ValueError):
+        return float("inf")
 
 
 def _engine_arg(e, op: str, loc: SourceLoc) -> str | None:
@@ -1170,6 +1213,7 @@ def sendrecv(
             op="nisa.sendrecv",
             why=f"src {src.shape} {dtypes.name(src.dtype)} and dst {dst.shape} {dtypes.name(dst.dtype)} must match",
         )
+
     def complete(payloads: dict) -> None:
         for k, (_src, d_k, _to, frm_k, l_k) in payloads.items():
             peer = payloads.get(frm_k)
@@ -1195,7 +1239,10 @@ def core_barrier(data, cores, engine=engine.gpsimd, name=None) -> None:  # noqa:
     loc = caller_loc()
     if tuple(int(c) for c in cores) != (0, 1):
         raise NkiError(
-            "err_invalid_argument", loc, op="nisa.core_barrier", why=f"cores must be (0, 1), got {cores}"
+            "err_invalid_argument",
+            loc,
+            op="nisa.core_barrier",
+            why=f"cores must be (0, 1), got {cores}",
         )
     meet("core_barrier", None, lambda payloads: None, loc)
 
