@@ -30,8 +30,15 @@ Contract of :func:`allocate`:
   to it, and tiles of a bank or more start on a bank boundary [A2, MIG].
 * Partition starts follow the hardware rule: 0 when P > 64, 0 or 64 when P > 32, a multiple
   of 32 otherwise [A2].
+* **Spilling.**  If SBUF does not fit even with one buffer per tensor and plain static
+  liveness, tensors that are live but idle at the fullest point are spilled, as the Neuron
+  compiler spills to the next memory tier [PM, MEM]: saved to HBM after one use and
+  reloaded before the next, so that their SBUF lifetime splits there (biggest first, one at
+  a time, until it fits).  :attr:`Allocation.spills` lists them; the segments of a spilled
+  tensor have a placement each (:attr:`Allocation.segments`).  PSUM is never spilled.
 * If nothing fits, :class:`~nkikit.errors.NkiError` ``err_sbuf_capacity_exceeded`` or
-  ``err_psum_total_capacity_exceeded`` names the live tensors with sizes and lines.
+  ``err_psum_total_capacity_exceeded`` names the live tensors with sizes and lines (for
+  SBUF: what is still live at the fullest point once everything spillable is spilled).
 
 Cost: O(n log n + n * w) for n placement groups of which at most w are live at once (first
 fit against the live set, swept in program order); kernels with at most
@@ -42,7 +49,7 @@ per group against all placed ones.
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from math import prod
 
 import numpy as np
@@ -107,6 +114,19 @@ class Placement:
         return d
 
 
+@dataclass(frozen=True, slots=True)
+class Spill:
+    """One spill of an SBUF tensor: saved to HBM after the statement of its body that ends
+    at program point ``save_after`` (a use) and reloaded before the statement that starts
+    at ``reload_before`` (its next use).  ``depth`` is the number of rolled loops around
+    that body (the spill runs once per execution of it)."""
+
+    tensor: Tensor
+    save_after: int
+    reload_before: int
+    depth: int
+
+
 @dataclass(slots=True)
 class Allocation:
     """The placements of a kernel.
@@ -123,6 +143,10 @@ class Allocation:
     mode: str
     leader: dict[int, int]
     rotation: bool = True  # False when the groups did not fit and were placed one by one
+    spills: list[Spill] = field(default_factory=list)
+    # spilled tensors: one placement per SBUF lifetime segment, in program order (the
+    # first is also in ``placements``)
+    segments: dict[int, list[Placement]] = field(default_factory=dict)
 
     def __getitem__(self, t: Tensor) -> Placement:
         return self.placements[t.uid]
@@ -442,6 +466,8 @@ def allocate(kernel: Kernel, target: Target, *, rotation: bool = True) -> Alloca
     leader: dict[int, int] = {}
     used: dict[str, int] = {}
     modes: list[str] = []
+    spills: list[Spill] = []
+    segments: dict[int, list[Placement]] = {}
     rotated = True
     for memory, mem_infos in infos.items():
         for rotate in (True, False) if rotation else (False,):
@@ -452,6 +478,10 @@ def allocate(kernel: Kernel, target: Target, *, rotation: bool = True) -> Alloca
             if not any(len(it.group.members) > 1 for it in its):
                 break  # nothing rotates: placing one by one is what was just tried
         rotated = rotated and rotation and rotate
+        if placed is None and memory == "sbuf":
+            its, placed, high, spilled = _plan_spills(kernel, mem_infos, target, capacity[memory])
+            mode = "static"
+            spills.extend(spilled)
         if placed is None:
             _fail(memory, its, high, capacity[memory])
         used[memory] = high
@@ -461,7 +491,7 @@ def allocate(kernel: Kernel, target: Target, *, rotation: bool = True) -> Alloca
             n = len(g.members)
             head = g.members[0].tensor.uid
             for k, m in enumerate(g.members):
-                placements[m.tensor.uid] = Placement(
+                place = Placement(
                     m.tensor,
                     memory,
                     p,
@@ -474,10 +504,19 @@ def allocate(kernel: Kernel, target: Target, *, rotation: bool = True) -> Alloca
                     n,
                     k % g.live_at_once,
                 )
+                uid = m.tensor.uid
+                if uid in placements:  # a later SBUF segment of a spilled tensor
+                    segments.setdefault(uid, [placements[uid]]).append(place)
+                    continue
+                placements[uid] = place
                 if n > 1:
-                    leader[m.tensor.uid] = head
+                    leader[uid] = head
+    for segs in segments.values():
+        segs.sort(key=lambda q: q.live[0])
+    for uid, segs in segments.items():
+        placements[uid] = segs[0]
     mode = "static" if "static" in modes else "pipelined"
-    return Allocation(placements, used, mode, leader, rotated)
+    return Allocation(placements, used, mode, leader, rotated, spills, segments)
 
 
 def _items(groups: list[_Group], target: Target) -> list[_Item]:
@@ -542,6 +581,120 @@ def _fit(items: list[_Item], capacity: int, partitions: int):
                     step = max(1, (it.buffers - it.floor) // 8)
                 it.buffers = max(it.floor, it.buffers - step)
     return None, high, "static"
+
+
+# ---------------------------------------------------------------------------------------------
+# spilling
+
+
+def _use_intervals(kernel: Kernel, wanted: set[int]) -> dict[int, list[tuple[int, int]]]:
+    """Per tensor, the statements of its own body that use it, as program-point intervals
+    (an op is one point; a loop that uses it inside is all its points), in program order.
+    Points are numbered as :func:`_liveness` numbers them."""
+    uses: dict[int, list[tuple[int, int]]] = {u: [] for u in wanted}
+    point = 0
+    starts: dict[int, int] = {}
+    spans: dict[int, int] = {}
+
+    def walk(body: list, loops: tuple[Loop, ...]) -> None:
+        nonlocal point
+        for s in body:
+            point += 1
+            if isinstance(s, Op):
+                for a in (*s.outs, *s.ins):
+                    if isinstance(a, Access) and a.tensor.uid in wanted:
+                        depth = len(a.tensor.scope)
+                        if len(loops) > depth:
+                            lp = loops[depth]
+                            iv = (starts[id(lp)], spans[id(lp)])
+                        else:
+                            iv = (point, point)
+                        got = uses[a.tensor.uid]
+                        if not got or got[-1] != iv:
+                            got.append(iv)
+            elif isinstance(s, Loop):
+                starts[id(s)] = point
+                spans[id(s)] = point + _count(s.body)
+                walk(s.body, loops + (s,))
+
+    walk(kernel.body, ())
+    return uses
+
+
+def _plan_spills(
+    kernel: Kernel, infos: list[_Info], target: Target, capacity: int
+) -> tuple[list[_Item], list[tuple[int, int]] | None, int, list[Spill]]:
+    """Split the SBUF lifetimes of idle tensors until everything fits with one buffer each
+    under static liveness: (items, their placements, bytes used, spills).  The placements
+    are None when some point stays over capacity with nothing left to spill there (the
+    items are then what is left to report).  Each round spills, at the fullest point, a live tensor that is
+    not used there (between two of its uses) -- the one idle longest, then the biggest --
+    and places everything again."""
+    uses = _use_intervals(kernel, {i.tensor.uid for i in infos})
+    # per tensor: its segments (lo, hi, first use index, last use index)
+    segs: dict[int, list[tuple[int, int, int, int]]] = {}
+    by_uid = {i.tensor.uid: i for i in infos}
+    for i in infos:
+        n = len(uses[i.tensor.uid])
+        segs[i.tensor.uid] = [(i.lo, i.hi, 0, n - 1)]
+    spills: list[Spill] = []
+    while True:
+        items, where = [], []
+        for uid, lst in segs.items():
+            info = by_uid[uid]
+            for k, (lo, hi, _, _) in enumerate(lst):
+                seg = _Info(info.tensor, lo, hi, info.execs, info.pipelined, hi)
+                items.extend(_items(_groups([seg], False), target))
+                where.append((uid, k))
+        for it in items:
+            it.buffers = it.want = it.floor = 1
+        placed, high = _sweep_fit(items, "static", target.partitions)
+        if high <= capacity:
+            return items, placed, high, spills
+        pt = _fullest_point(items)
+        best = None
+        for it, (uid, k) in zip(items, where):
+            g = it.group
+            if not g.lo <= pt <= g.hi:
+                continue
+            lo, hi, u0, u1 = segs[uid][k]
+            iv = uses[uid]
+            # the uses of this segment around pt: spillable if pt falls between two
+            j = next((j for j in range(u0, u1) if iv[j][1] < pt < iv[j + 1][0]), None)
+            # the longest idle stretch first (the next use furthest away, as Belady's rule
+            # evicts), then the biggest tile
+            score = (iv[j + 1][0] - iv[j][1], it.size) if j is not None else None
+            if score is not None and (best is None or score > best[0]):
+                best = (score, uid, k, j)
+        if best is None:
+            return items, None, high, spills
+        _, uid, k, j = best
+        lo, hi, u0, u1 = segs[uid][k]
+        iv = uses[uid]
+        segs[uid][k : k + 1] = [(lo, iv[j][1], u0, j), (iv[j + 1][0], hi, j + 1, u1)]
+        t = by_uid[uid].tensor
+        spills.append(Spill(t, iv[j][1], iv[j + 1][0], len(t.scope)))
+
+
+def _fullest_point(items: list[_Item]) -> int:
+    """The program point where the live items' bytes (one buffer each) add up most."""
+    order = sorted(range(len(items)), key=lambda k: items[k].group.lo)
+    ending: list[tuple[int, int]] = []
+    total = best = 0
+    best_pt = items[order[0]].group.lo if items else 0
+    k = 0
+    while k < len(order):
+        pt = items[order[k]].group.lo
+        while k < len(order) and items[order[k]].group.lo == pt:
+            it = items[order[k]]
+            total += it.footprint
+            heapq.heappush(ending, (it.group.hi, it.footprint))
+            k += 1
+        while ending and ending[0][0] < pt:
+            total -= heapq.heappop(ending)[1]
+        if total > best:
+            best, best_pt = total, pt
+    return best_pt
 
 
 def _fail(memory: str, items: list[_Item], high: int, capacity: int) -> None:

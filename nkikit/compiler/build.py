@@ -87,6 +87,10 @@ def build_program(
         "allocation": [p.to_dict() for p in alloc.groups()],
         "allocation_mode": alloc.mode,
         "address_rotation": alloc.rotation,
+        "spills": [
+            {"tensor": sp.tensor.name, "after": sp.save_after, "before": sp.reload_before}
+            for sp in alloc.spills
+        ],
         "sbuf_bytes_used": alloc.used.get("sbuf", 0),
         "psum_bytes_used": alloc.used.get("psum", 0),
         "notes": list(lk.notes),

@@ -12,6 +12,12 @@ over the loop iterations and programs the mask depends on, see :func:`mask_fract
 (ops, allocations, rolled loops) mirroring the IR, where each op step holds a
 :class:`StaticInstr` whose cost, bytes, FLOPs and operand regions are computed once.  The
 scheduler replays the tree per loop iteration with integer arithmetic only.
+
+Ops lowered alike (same line, primitive, attributes, operand tiles -- the steps of unrolled
+code) share one :class:`InstrKind`; a :class:`StaticInstr` adds only its operand regions.
+A spilled SBUF tensor (see :mod:`.allocate`) has a tracked buffer per SBUF segment; its
+saves and reloads are DMA steps (opcodes ``..._SPILL_SAVE`` / ``..._SPILL_RELOAD``, through
+an HBM area of the tensor's shape) after and before the uses they separate.
 """
 
 from __future__ import annotations
@@ -24,11 +30,12 @@ from math import prod
 import numpy as np
 
 from .. import dtypes
+from ..errors import UNKNOWN_LOC
 from ..ir import prims
 from ..ir.affine import Affine, Axis, LoopVar, ProgramId, Sym
 from ..ir.core import Access, Alloc, Kernel, Loop, Op, Tensor
 from ..targets import Target
-from .allocate import Allocation
+from .allocate import Allocation, Spill
 from .costs import (
     OpView,
     c_bn_aggr,
@@ -268,6 +275,14 @@ class _Lowerer:
         self.kind_of: dict[tuple, InstrKind] = {}
         self.names: dict[int, str] = {}  # tensor uid -> name it is described by
         self.dtype_names: dict[object, str] = {}
+        # spills, by (loop depth, program point) of the statement they follow / precede
+        self.point = 0
+        self.saves: dict[tuple[int, int], list[Spill]] = {}
+        self.reloads: dict[tuple[int, int], list[Spill]] = {}
+        for sp in alloc.spills:
+            self.saves.setdefault((sp.depth, sp.save_after), []).append(sp)
+            self.reloads.setdefault((sp.depth, sp.reload_before), []).append(sp)
+        self.spill_areas: dict[int, Tensor] = {}
         self.notes: list[str] = []
         self.folded = _folded_memsets(kernel)
         self.flat_roots = {t.root.uid for t in kernel.tensors if t.base is not None}
@@ -277,6 +292,9 @@ class _Lowerer:
         root = t.root
         # the tensors of a rotation group are one buffer set, like one tensor of a loop
         key = self.alloc.leader.get(root.uid, root.uid)
+        segs = self.alloc.segments.get(root.uid)
+        if segs is not None:  # spilled: each SBUF segment is a buffer of its own
+            return self._segment(root, segs)
         tr = self.tracked.get(key)
         if tr is not None:
             return tr
@@ -302,6 +320,60 @@ class _Lowerer:
             )
         self.tracked[key] = tr
         return tr
+
+    def _segment(self, t: Tensor, segs: list) -> Tracked:
+        """The tracked buffer of the SBUF segment of spilled ``t`` live at this point."""
+        k = next((k for k, q in enumerate(segs) if q.live[0] <= self.point <= q.live[1]), None)
+        if k is None:
+            k = max([0, *(k for k, q in enumerate(segs) if q.live[0] <= self.point)])
+        key = ("segment", t.uid, k)
+        tr = self.tracked.get(key)
+        if tr is None:
+            place = segs[k]
+            rows = t.shape[t.par_axis] if t.shape else 1
+            tr = Tracked(
+                len(self.tracked),
+                t,
+                place.buffers,
+                rows,
+                max(t.bytes_per_partition, 1),
+                placement=place,
+            )
+            self.tracked[key] = tr
+        return tr
+
+    def _spill_ops(self, spill: Spill, save: bool) -> list:
+        """The steps of one spill: the save (a DMA to the tensor's HBM spill area) or the
+        allocation of its next SBUF segment and the reload into it."""
+        t = spill.tensor
+        hbm = self.spill_areas.get(t.uid)
+        if hbm is None:
+            hbm = self.spill_areas[t.uid] = Tensor(
+                f"{t.name}.spill", t.shape, t.dtype, "shared_hbm", kind="hbm", loc=t.loc
+            )
+        tile, area = Access.whole(t), Access.whole(hbm)
+        loc = t.loc or UNKNOWN_LOC
+        op = (
+            Op("dma_copy", [area], [tile], {}, loc)
+            if save
+            else Op("dma_copy", [tile], [area], {}, loc)
+        )
+        steps: list = []
+        if not save:
+            tr = self.track(t)
+            steps.append((ALLOC, tr, 0))
+        key = ("spill", save, self._access_key(tile), self._access_key(area), loc)
+        kind = self.kind_of.get(key)
+        if kind is None:
+            kind = self.kind_of[key] = self._dma_kind(op)
+            kind.opcode += "_SPILL_SAVE" if save else "_SPILL_RELOAD"
+            kind.tensor_name = ""  # not the kernel's data: no input-reload analysis
+        reads, writes = self._regions(op)
+        hconst, hterms = self._hbm_offset(op)
+        si = StaticInstr.of(kind, op, reads, writes, hconst, hterms)
+        self.instrs.append(si)
+        steps.append((OP, si))
+        return steps
 
     def region(self, a: Access) -> Region | None:
         tr = self.track(a.tensor)
@@ -570,9 +642,12 @@ class _Lowerer:
         return f"{name}[{shape}] {self._dtype_name(t.dtype)} @{t.buffer}"
 
     # -- the tree ----------------------------------------------------------------------------
-    def body(self, stmts: list) -> list:
+    def body(self, stmts: list, depth: int = 0) -> list:
         steps: list = []
         for s in stmts:
+            self.point += 1  # numbered as the allocator numbers them
+            for spill in self.reloads.get((depth, self.point), ()):
+                steps.extend(self._spill_ops(spill, save=False))
             if isinstance(s, Op):
                 seen = len(self.tracked)
                 si = self.lower_op(s)
@@ -592,9 +667,11 @@ class _Lowerer:
                         steps.append((ALLOC, tr, self._lane(s.tensor, tr)))
             elif isinstance(s, Loop):
                 slot = self.env[s.var] = len(self.env)
-                inner = self.body(s.body)
+                inner = self.body(s.body, depth + 1)
                 if inner:
                     steps.append((LOOP, slot, s.trip, inner))
+            for spill in self.saves.get((depth, self.point), ()):
+                steps.extend(self._spill_ops(spill, save=True))
         return steps
 
 

@@ -264,8 +264,24 @@ class Program:
             kernel=self.kernel,
             target=self.target.target_info(),
             instructions=ProgramInstructions(self),
+            spill_bytes=self.spill_bytes(),
             meta=meta,
         )
+
+    def spill_bytes(self) -> int:
+        """HBM bytes the spill saves and reloads move (Neuron's spill_save_bytes +
+        spill_reload_bytes): every execution of an instruction whose opcode says SPILL."""
+        spill = np.array(["SPILL" in x.opcode for x in self.infos], bool)
+        if not spill.any():
+            return 0
+        per_part = np.array(
+            [
+                (x.bytes["hbm_read_bytes"] + x.bytes["hbm_write_bytes"]) / max(x.partitions, 1)
+                for x in self.infos
+            ]
+        )
+        mine = spill[self.sid]
+        return int(round(float((per_part[self.sid[mine]] * self.partitions[mine]).sum())))
 
     # -- serialization ---------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:

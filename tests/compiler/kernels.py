@@ -234,3 +234,17 @@ def unrolled_matmuls(a, w):
         p = nl.matmul(wt, x, transpose_x=True)  # @unrolled-matmul
         nl.store(out[i * 128 : (i + 1) * 128, :], nl.copy(p, dtype=nl.float32))
     return out
+
+
+@nki.jit
+def spill_candidate(a):
+    """``keep`` is used before and after a loop of big tiles: with room for the loop's tiles
+    but not for ``keep`` too, it is saved to HBM before the loop and reloaded after."""
+    out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+    keep = nl.load(a[0:128, 0:256])  # @spill-keep
+    nl.store(out[0:128, 0:256], keep)
+    for i in nl.affine_range(4):
+        big = nl.load(a[128 + i * 128 : 256 + i * 128, :])
+        nl.store(out[128 + i * 128 : 256 + i * 128, :], nl.exp(big))
+    nl.store(out[640:768, 0:256], nl.exp(keep))  # @spill-reuse
+    return out
