@@ -332,19 +332,53 @@ def _row_major(shape):
     return out
 
 
-def _psum_state(t) -> np.ndarray:
+def _region(x: Access) -> tuple:
+    """(layout uid, index, shape, per-dimension bounding box, access) of a PSUM access."""
+    ranges = {Axis(k): n for k, n in enumerate(x.shape)}
+    box = tuple(a.bounds(ranges) for a in x.index)
+    return (x.tensor.uid, x.index, x.shape, box, x)
+
+
+def _may_overlap(r: tuple, q: tuple) -> bool:
+    if r[0] != q[0]:
+        return True  # views in different layouts: compare element by element
+    return all(lo1 <= hi2 and lo2 <= hi1 for (lo1, hi1), (lo2, hi2) in zip(r[3], q[3]))
+
+
+def _psum_writes(t) -> list:
+    """The writes into PSUM tensor ``t`` so far, latest last: (region, by_matmul).  Regions,
+    not element masks: an unrolled kernel allocates a PSUM tile per step, and a mask per tile
+    would keep every one of them alive."""
     b = current()
-    states = b.__dict__.setdefault("_nki_psum", {})
-    st = states.get(t.uid)
-    if st is None:
-        st = states[t.uid] = np.zeros(math.prod(t.shape), dtype=bool)
-    return st
+    return b.__dict__.setdefault("_nki_psum", {}).setdefault(t.uid, [])
+
+
+def _matmul_written(d: Access):
+    """Whether each element of ``d`` was last written by a matmul: True or False when all
+    elements agree, else the per-element mask."""
+    q = _region(d)
+    writes = [(r, m) for r, m in _psum_writes(d.tensor.root) if _may_overlap(r, q)]
+    if not writes:
+        return False
+    if all(r[:3] == q[:3] for r, _ in writes):
+        return writes[-1][1]  # the same region written before: its last writer decides
+    mine = _elements(d)
+    pos = {int(e): i for i, e in enumerate(mine)}
+    state = np.zeros(mine.shape, dtype=bool)
+    for r, m in writes:
+        hit = [pos[int(e)] for e in _elements(r[4]) if int(e) in pos]
+        state[hit] = m
+    return True if state.all() else False if not state.any() else state
 
 
 def _psum_written(outs, by_matmul: bool) -> None:
     for o in outs:
         if isinstance(o, Access) and o.tensor.root.buffer == "psum" and o.indirect is None:
-            _psum_state(o.tensor.root)[_elements(o)] = by_matmul
+            writes = _psum_writes(o.tensor.root)
+            q = _region(o)
+            # a write of the same region supersedes the earlier one
+            writes[:] = [(r, m) for r, m in writes if r[:3] != q[:3]]
+            writes.append((q, by_matmul))
 
 
 # -- DMA -----------------------------------------------------------------------------------------
@@ -723,10 +757,10 @@ def nc_matmul(
         dview = dst.flatten_dims(1, dst.ndim - 1) if dst.ndim > 2 else dst
     d = _acc(dview, loc, "nc_matmul dst")
     if accumulate is None:
-        written = _psum_state(d.tensor.root)[_elements(d)]
-        if written.all():
+        written = _matmul_written(d)
+        if written is True:
             acc = True
-        elif not written.any():
+        elif written is False:
             acc = False
         else:
             raise _unsupported(
