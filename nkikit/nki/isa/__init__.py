@@ -107,12 +107,13 @@ def _chain(shapes: list[tuple[int, ...]]) -> tuple[int, ...] | None:
     return tuple(reversed(dims))
 
 
-def _refine(view: NkiTensor, refined: tuple[int, ...], start: int) -> NkiTensor:
-    """``view`` with dims ``start:`` split into ``refined`` (same elements, same order)."""
-    shape = list(view.shape[:start])
-    strides = list(view.strides[:start])
+def _split_dims(dims, refined: tuple[int, ...]) -> list[tuple[int, int]]:
+    """``dims`` (``(count, stride)`` pairs, outermost first) split into the consecutive sizes
+    of ``refined`` that make up each count: ``(size, stride)`` per refined dimension, the
+    stride of a part being its dimension's stride times the extent of the parts inside it."""
+    out: list[tuple[int, int]] = []
     r = list(refined)
-    for n, s in zip(view.shape[start:], view.strides[start:]):
+    for n, s in dims:
         if n == 1:
             continue
         parts = []
@@ -125,9 +126,15 @@ def _refine(view: NkiTensor, refined: tuple[int, ...], start: int) -> NkiTensor:
         for p in reversed(parts):
             sub.append((p, s * inner))
             inner *= p
-        for p, st in reversed(sub):
-            shape.append(p)
-            strides.append(st)
+        out.extend(reversed(sub))
+    return out
+
+
+def _refine(view: NkiTensor, refined: tuple[int, ...], start: int) -> NkiTensor:
+    """``view`` with dims ``start:`` split into ``refined`` (same elements, same order)."""
+    parts = _split_dims(zip(view.shape[start:], view.strides[start:]), refined)
+    shape = list(view.shape[:start]) + [p for p, _ in parts]
+    strides = list(view.strides[:start]) + [st for _, st in parts]
     if len(shape) == start:
         shape.append(1)
         strides.append(1)
@@ -623,22 +630,7 @@ def _pattern_views(views: list[NkiTensor], pattern, offset, channel_multiplier, 
         )
     # coefficient of each refined axis: the step of the pattern dim it belongs to, times the
     # extent of the finer refined axes inside that pattern dim
-    coefs = []
-    r = list(refined)
-    for step, n in pairs:
-        if n == 1:
-            continue
-        parts = []
-        acc = 1
-        while acc < n:
-            parts.append(r.pop(0))
-            acc *= parts[-1]
-        inner = 1
-        sub = []
-        for p in reversed(parts):
-            sub.append(step * inner)
-            inner *= p
-        coefs.extend(reversed(sub))
+    coefs = [st for _, st in _split_dims([(n, step) for step, n in pairs], refined)]
     expr = Affine.of(int(offset)) + Affine.of(Axis(0)) * int(channel_multiplier)
     for k, c in enumerate(coefs):
         expr = expr + Affine.of(Axis(k + 1)) * c

@@ -17,7 +17,7 @@ import numpy as np
 
 from ... import dtypes as _dt
 from ...errors import NkiError, SourceLoc, caller_loc
-from ...ir.core import HBM_BUFFERS, Tensor
+from ...ir.core import HBM_BUFFERS
 from ...language.creation import Buffer, hbm, private_hbm, psum, sbuf, shared_hbm
 from ...trace.builder import current
 from ..tensor import NkiTensor
@@ -208,28 +208,11 @@ def empty_like(x: NkiTensor, dtype=None, buffer=None, name: str = "") -> NkiTens
 
 def shared_constant(constant, dtype=None) -> NkiTensor:
     """A constant HBM tensor embedded in the kernel (a numpy array or a ``.npy`` path)."""
-    loc = caller_loc()
-    b = current("nl.shared_constant")
+    from ...language.creation import shared_constant as beta1_constant
+
     value = np.load(constant) if isinstance(constant, str) else np.asarray(constant)
-    if dtype is not None:
-        dt = _dt.as_dtype(dtype)
-    else:
-        dt = _dt.as_dtype(
-            {np.dtype(np.float64): np.float32, np.dtype(np.int64): np.int32}.get(
-                value.dtype, value.dtype
-            )
-        )
-    t = Tensor(
-        b.name_for(loc, "const"),
-        value.shape,
-        dt,
-        "shared_hbm",
-        kind="const",
-        loc=loc,
-        const_value=_dt.cast(value.astype(np.float32) if _dt.is_float(dt) else value, dt),
-    )
-    b.tensors.append(t)
-    return NkiTensor.whole(t)
+    # one constant builder for both dialects (dtype defaults, rounding, naming)
+    return NkiTensor.whole(beta1_constant(value, dtype).tensor)
 
 
 def shared_identity_matrix(n: int, dtype=uint8, dst=None) -> NkiTensor:
