@@ -121,7 +121,10 @@ class NkiTensor:
         )
 
     def __bool__(self) -> bool:
-        raise NkiError("err_ambiguous_tensor_truth_value", caller_loc())
+        # a tensor is an object at trace time: `if params.index:` asks whether one was given
+        # (NKI 0.x tensors have no elementwise comparison operators that could make this
+        # read a value; the NKI Library relies on it)
+        return True
 
     def __iter__(self):
         raise NkiError(

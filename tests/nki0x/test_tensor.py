@@ -187,3 +187,17 @@ def test_flatten_dims_ignores_unit_dimensions():
         lambda t: t.reshape((128, 4, 8)).expand_dim(2).flatten_dims(1, 3), (128, 32), (128, 32)
     )
     np.testing.assert_array_equal(out, x)
+
+
+def test_a_tensor_is_truthy_as_an_object():
+    seen = []
+
+    @nki.jit
+    def k(x):
+        seen.append(bool(x) and x is not None)  # `if params.index:` in the NKI Library
+        out = nl.ndarray((1, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=x)
+        return out
+
+    k(np.zeros((1, 1), np.float32))
+    assert seen == [True]
