@@ -68,10 +68,9 @@ def get_nc_version() -> nc_version:
     NKI Library's harness sets it), else the ``NEURON_PLATFORM_TARGET_OVERRIDE`` target."""
     env = os.environ.get("NKI_NC_VERSION")
     if env:
-        try:
-            return nc_version[env]
-        except KeyError:
-            pass
+        if env not in nc_version.__members__:
+            raise ValueError(f"NKI_NC_VERSION={env!r}: expected one of gen2, gen3, gen4")
+        return nc_version[env]
     from ...targets import default_target
 
     return nc_version(default_target().nc_version)
@@ -459,14 +458,9 @@ def dma_copy(
     """``dst = src`` on the DMA engines (HBM/SBUF both ways; no PSUM source).  The element
     counts must match; differing dtypes convert through fp32."""
     loc = caller_loc()
-    if oob_mode != globals()["oob_mode"].error and not (
-        isinstance(dst, NkiTensor)
-        and dst.is_indirect()
-        or isinstance(src, NkiTensor)
-        and src.is_indirect()
-    ):
-        pass  # no runtime index, nothing can be out of bounds: skip changes nothing
-    elif oob_mode != globals()["oob_mode"].error:
+    indirect = any(isinstance(x, NkiTensor) and x.is_indirect() for x in (dst, src))
+    if oob_mode != globals()["oob_mode"].error and indirect:
+        # without a runtime index nothing can be out of bounds, so skip changes nothing there
         raise _unsupported(
             "dma_copy(oob_mode=skip)", "skipping out-of-bounds rows is not modeled", loc
         )
