@@ -431,3 +431,25 @@ def test_a_kernel_too_large_for_memory_stops_with_a_named_error(monkeypatch):
     with pytest.raises(NkiError, match="err_kernel_too_large_to_simulate") as e:
         k(X)
     assert "test_isa.py" in str(e.value)
+
+
+def test_reduce_res_with_more_partitions_receives_the_data_partitions():
+    @nki.jit
+    def k(x):
+        t = _load(x[0:64, :])
+        r = nl.ndarray((64, F), dtype=nl.float32, buffer=nl.sbuf)
+        s = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.memset(dst=s, value=-1.0)
+        nisa.activation(
+            dst=r,
+            op=nl.copy,
+            data=t,
+            reduce_op=nl.add,
+            reduce_res=s,
+            reduce_cmd=nisa.reduce_cmd.reset_reduce,
+        )
+        return _store(s)
+
+    s = k(X)
+    np.testing.assert_allclose(s[:64, 0], X[:64].sum(axis=1), rtol=1e-5)
+    assert (s[64:] == -1.0).all()

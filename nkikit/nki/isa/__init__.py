@@ -213,6 +213,16 @@ def _scalar_or_vector(x, loc: SourceLoc, what: str, like: Access | None = None) 
     )
 
 
+def _reduce_res(x, data: Access, loc: SourceLoc) -> Access:
+    """The (P, 1) tensor a reduction is read out into.  A ``reduce_res`` view with more
+    partitions than the data receives the data's partitions (its first P; the engine has no
+    accumulator values for lanes the instruction did not use, and the NKI Library passes such
+    views), the rest of it is left as it was."""
+    if isinstance(x, NkiTensor) and x.shape[0] > data.shape[0]:
+        x = x[0 : data.shape[0]]
+    return _scalar_or_vector(x, loc, "reduce_res")
+
+
 _ENGINE_NAMES = {
     engine.tensor: "tensor",
     engine.vector: "vector",
@@ -885,7 +895,7 @@ def tensor_scalar_reduce(
     if reduce_res_negate:
         raise _unsupported("tensor_scalar_reduce(reduce_res_negate=True)", "not modeled", loc)
     d, a = _tiles(loc, "tensor_scalar_reduce", dst, data)
-    r = _scalar_or_vector(reduce_res, loc, "reduce_res")
+    r = _reduce_res(reduce_res, a, loc)
     s0 = _scalar_or_vector(0.0 if operand0 is None else operand0, loc, "operand0", a)
     return _done(
         E.emit_tensor_scalar(
@@ -1026,7 +1036,7 @@ def select_reduce(
     _dst_chip(dst, loc, "select_reduce")
     d, p, t = _tiles(loc, "select_reduce", dst, predicate, on_true)
     f = _scalar_or_vector(on_false, loc, "on_false", t)
-    r = None if reduce_res is None else _scalar_or_vector(reduce_res, loc, "reduce_res")
+    r = None if reduce_res is None else _reduce_res(reduce_res, p, loc)
     return _done(
         E.emit_select_reduce(
             d, p, t, f, reduce_res=r, reduce_op=reduce_op, reverse=reverse_pred, loc=loc
@@ -1053,7 +1063,7 @@ def range_select(
     loc = caller_loc()
     _dst_chip(dst, loc, "range_select")
     d, a = _tiles(loc, "range_select", dst, on_true_tile)
-    r = None if reduce_res is None else _scalar_or_vector(reduce_res, loc, "reduce_res")
+    r = None if reduce_res is None else _reduce_res(reduce_res, a, loc)
     return _done(
         E.emit_range_select(
             d,
@@ -1173,7 +1183,7 @@ def activation(
     r = red = None
     if reduce_op is not None or reduce_res is not None:
         _reset_only(reduce_cmd, reduce_res, "activation", loc, globals()["reduce_cmd"].idle)
-        r, red = _scalar_or_vector(reduce_res, loc, "reduce_res"), reduce_op or "add"
+        r, red = _reduce_res(reduce_res, a, loc), reduce_op or "add"
     elif reduce_cmd not in (globals()["reduce_cmd"].idle, None):
         raise _unsupported(
             f"nisa.activation(reduce_cmd={getattr(reduce_cmd, 'name', reduce_cmd)})",
@@ -1192,7 +1202,7 @@ def activation_reduce(
     d, a = _tiles(loc, "activation_reduce", dst, data)
     b = 0.0 if bias is None else _scalar_or_vector(bias, loc, "activation bias", a)
     s = _scalar_or_vector(scale, loc, "activation scale", a)
-    r = _scalar_or_vector(reduce_res, loc, "reduce_res")
+    r = _reduce_res(reduce_res, a, loc)
     return _done(E.emit_activation(d, a, b, s, op=op, reduce_res=r, reduce_op=reduce_op, loc=loc))
 
 
