@@ -15,8 +15,7 @@ from ..errors import NkiError, SourceLoc
 from ..ir.core import Kernel, Tensor
 from ..targets import target_scope as _target_scope
 from ..trace.builder import Builder, maybe_current, tracing
-from ..trace.jit import JitKernel, _spec_of
-from ..typing import mutable_tensor
+from ..trace.jit import JitKernel
 from .launch import trace_programs
 from .tensor import NkiTensor, _layout_alias
 
@@ -47,22 +46,7 @@ class Kernel0x(JitKernel):
         code = self.func.__code__
         loc = SourceLoc(code.co_filename, code.co_firstlineno, self.func.__name__)
         b = Builder(self.func.__name__, ())
-        call_args = {}
-        params: list[Tensor] = []
-        for name, v in bound.arguments.items():
-            spec = _spec_of(v)
-            if spec is None:
-                call_args[name] = v
-                continue
-            ann = self.signature.parameters[name].annotation
-            mutable = ann is mutable_tensor or getattr(ann, "mutable", False) is True
-            t = Tensor(
-                name, spec[0], spec[1], "shared_hbm", kind="input", loc=loc, mutable=bool(mutable)
-            )
-            b.names[name] = 1
-            b.tensors.append(t)
-            params.append(t)
-            call_args[name] = NkiTensor.whole(t)
+        call_args, params = self._parameters(b, bound, loc, NkiTensor.whole)
         with _target_scope(target):
             results = trace_programs(b, self.grid, lambda: self.func(**call_args))
         outputs: list[Tensor] = []

@@ -143,11 +143,10 @@ class JitKernel:
             entry = self._cache[key] = kernel
         return entry, bound
 
-    def _trace(self, bound: inspect.BoundArguments, target: str) -> Kernel:
-        code = self.func.__code__
-        loc = SourceLoc(code.co_filename, code.co_firstlineno, self.func.__name__)
-        b = Builder(self.func.__name__, self.grid)
-        call_args = {}
+    def _parameters(self, b: Builder, bound: inspect.BoundArguments, loc: SourceLoc, proxy):
+        """The kernel's arguments as the traced function sees them: an HBM input tensor (seen
+        through ``proxy``, the dialect's tensor type) per array argument, the rest as given."""
+        call_args: dict[str, Any] = {}
         params: list[Tensor] = []
         for name, v in bound.arguments.items():
             spec = _spec_of(v)
@@ -167,7 +166,14 @@ class JitKernel:
             b.names[name] = 1
             b.tensors.append(t)
             params.append(t)
-            call_args[name] = Tile.of(t)
+            call_args[name] = proxy(t)
+        return call_args, params
+
+    def _trace(self, bound: inspect.BoundArguments, target: str) -> Kernel:
+        code = self.func.__code__
+        loc = SourceLoc(code.co_filename, code.co_firstlineno, self.func.__name__)
+        b = Builder(self.func.__name__, self.grid)
+        call_args, params = self._parameters(b, bound, loc, Tile.of)
         with tracing(b), target_scope(target):
             result = self.func(**call_args)
         outputs: list[Tensor] = []
