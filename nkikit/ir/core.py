@@ -38,8 +38,6 @@ class Tensor:
     base: Tensor | None = None  # a reshape of another HBM tensor
     mutable: bool = False
     const_value: np.ndarray | None = None
-    # After ``t[...] = op(...)`` retargets op's result into t, the temporary forwards here.
-    alias: Access | None = None
     uid: int = field(default_factory=lambda: next(_tensor_ids))
 
     def __hash__(self) -> int:

@@ -30,6 +30,9 @@ class Builder:
         self.names: dict[str, int] = {}
         self.last_op: Op | None = None
         self.fresh: set[int] = set()  # uids of temporaries no one has read yet
+        # after ``t[...] = op(...)`` retargets op's result into t, the temporary's data lives
+        # there: proxies of the temporary read through this map (see ``resolve``)
+        self.aliases: dict[Tensor, Access] = {}
 
     # -- naming ---------------------------------------------------------------------------
     def unique(self, base: str) -> str:
@@ -147,7 +150,7 @@ class Builder:
         op = self.last_op
         if op is None or temp.uid not in self.fresh or not op.outs or op.outs[0].tensor is not temp:
             return False
-        if temp.alias is not None or not op.outs[0].is_whole:
+        if temp in self.aliases or not op.outs[0].is_whole:
             return False
         if dst.tensor.buffer != temp.buffer and not _writes_psum_too(op, temp, dst):
             # e.g. a TensorE result (PSUM) assigned into SBUF, or a load assigned into PSUM:
@@ -157,7 +160,7 @@ class Builder:
         if target is None:
             return False
         op.outs[0] = target
-        temp.alias = target
+        self.aliases[temp] = target
         body = self.bodies[-1]
         for i in range(len(body) - 1, -1, -1):
             s = body[i]
@@ -194,9 +197,13 @@ def reshape_access(access: Access, shape: tuple[int, ...]) -> Access | None:
 
 
 def resolve(access: Access) -> Access:
-    """Follow retargeted temporaries to where their data really lives."""
-    while access.tensor.alias is not None:
-        target = access.tensor.alias
+    """Follow retargeted temporaries of the kernel being traced to where their data really
+    lives (outside a trace, ``access`` itself)."""
+    b = getattr(_state, "builder", None)
+    if b is None or not b.aliases:
+        return access
+    aliases = b.aliases
+    while (target := aliases.get(access.tensor)) is not None:
         mapping = {Axis(k): a for k, a in enumerate(access.index)}
         access = target.remap(access.shape, mapping)
     return access
