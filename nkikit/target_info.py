@@ -1,10 +1,9 @@
 """The hardware numbers a Profile carries: the engines with their own instruction stream, and
 :class:`TargetInfo`, what the profiler's summary metrics divide by.
 
-A leaf module (it imports nothing from nkikit at import time) so that both the target tables
-(``nkikit.targets``, which builds a TargetInfo from its full :class:`~nkikit.targets.Target`)
-and the profiler (which only reads one) can use it without the lower layer importing the
-higher one.
+A leaf module (it imports nothing from nkikit): the target tables (``nkikit.targets``) build a
+TargetInfo from a full :class:`~nkikit.targets.Target` (``get_target(name).target_info()``), and
+the profiler only reads one, so a Profile does not need the tables to exist.
 """
 
 from __future__ import annotations
@@ -29,15 +28,6 @@ class TargetInfo:
     hbm_bytes_per_s: float
     engine_clock_hz: dict[str, float]
     dma_queues: int = 16
-
-    @classmethod
-    def preset(cls, name: str) -> TargetInfo:
-        """The numbers of target ``name`` (``"trn1"``, ``"trn2"``, ``"trn3"`` or an NKI alias
-        such as ``"gen3"``), read from ``nkikit.targets`` — the same table the compiler uses.
-        Raises ``nkikit.targets.UnknownTargetError`` (a ValueError) for another name."""
-        from .targets import get_target  # on use: nkikit.targets imports this module
-
-        return get_target(name).target_info()
 
     def peak_flops(self, dtype_class: str) -> float:
         """Peak TensorE FLOP/s for a dtype class, falling back to bf16 when unknown."""

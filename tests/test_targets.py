@@ -133,7 +133,7 @@ def test_the_verifier_default_follows_the_environment_override(monkeypatch):
         verify(kernel)
 
 
-# -- one table: what kernels read while traced, the profiler's presets, the layering ---------------
+# -- one table: what a kernel reads while traced is the target it specializes for ------------------
 
 _GENERATIONS = [
     # override, canonical, nc_version, SBUF bytes/partition, moving fmax, PSUM tile fmax
@@ -231,29 +231,3 @@ def test_target_scope_nests_and_restores(monkeypatch):
             assert nisa.get_nc_version() is nisa.nc_version.gen4
         assert default_target().name == "trn1"
     assert default_target().name == "trn2"
-
-
-def test_profiler_presets_are_the_target_table():
-    from nkikit.profiler import TargetInfo
-
-    for name, t in TARGETS.items():
-        assert TargetInfo.preset(name) == t.target_info()
-    assert TargetInfo.preset("gen3") == TARGETS["trn2"].target_info()
-    with pytest.raises(UnknownTargetError, match="unknown target 'trn9'"):
-        TargetInfo.preset("trn9")
-
-
-def test_no_lower_layer_imports_a_higher_one():
-    """targets.py and its leaf module import nothing above them (profiler, compiler, trace)."""
-    import ast
-    from pathlib import Path
-
-    root = Path(nki.__file__).parent
-    for module in ("targets.py", "target_info.py"):
-        tree = ast.parse((root / module).read_text(encoding="utf-8"))
-        imported = {
-            node.module or ""
-            for node in ast.walk(tree)
-            if isinstance(node, ast.ImportFrom) and node.level > 0
-        }
-        assert imported <= {"target_info", "targets"}, (module, imported)

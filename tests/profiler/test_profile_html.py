@@ -12,6 +12,7 @@ import pytest
 from nkikit.profiler import Instruction, Profile, TargetInfo
 from nkikit.profiler.html import render_html
 from nkikit.profiler.timeline import build_timeline, busy_per_bin
+from nkikit.targets import get_target
 
 
 def big_profile(iterations: int) -> Profile:
@@ -103,7 +104,7 @@ def big_profile(iterations: int) -> Profile:
             )
         )
         t += 1100.0
-    return Profile("big_matmul", TargetInfo.preset("trn2"), ins)
+    return Profile("big_matmul", get_target("trn2").target_info(), ins)
 
 
 def test_html_contains_the_numbers(paper_profile: Profile, tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ import pytest
 
 from nkikit.profiler import Profile, TargetInfo, dtype_class
 from nkikit.profiler.columns import merge_intervals, union_ns
+from nkikit.targets import get_target
 
 
 def test_total_time(paper_profile: Profile) -> None:
@@ -250,15 +251,15 @@ def test_interval_union() -> None:
 
 
 def test_target_presets() -> None:
-    t2 = TargetInfo.preset("trn2")
+    t2 = get_target("trn2").target_info()
     bf16 = 128 * 128 * 2 * 2.4e9
     assert t2.tensor_peak_flops == pytest.approx({"bf16": bf16, "fp8": 2 * bf16, "fp32": bf16 / 4})
     assert t2.engine_clock_hz["vector"] == 0.96e9
     assert t2.dma_queues == 16
-    t1 = TargetInfo.preset("trn1")
+    t1 = get_target("trn1").target_info()
     assert t1.tensor_peak_flops["bf16"] == pytest.approx(91.75e12, rel=1e-3)
     assert t1.tensor_peak_flops["fp8"] == t1.tensor_peak_flops["bf16"]
-    t3 = TargetInfo.preset("trn3")
+    t3 = get_target("trn3").target_info()
     assert t3.tensor_peak_flops["fp8"] == pytest.approx(4 * t3.tensor_peak_flops["bf16"])
     # Per-core share of chip HBM: 820 GB/s over 2 cores, 2.9 TB/s and 4.9 TB/s over 8.
     assert (t1.hbm_bytes_per_s, t2.hbm_bytes_per_s, t3.hbm_bytes_per_s) == pytest.approx(
@@ -266,4 +267,4 @@ def test_target_presets() -> None:
     )
     assert t2.peak_flops("int4") == t2.tensor_peak_flops["bf16"]
     with pytest.raises(ValueError, match="unknown target"):
-        TargetInfo.preset("trn9")
+        get_target("trn9").target_info()

@@ -15,6 +15,7 @@ from nkikit.profiler import (
     engine_sort_key,
     is_dma_engine,
 )
+from nkikit.targets import get_target
 
 
 def test_instruction_properties() -> None:
@@ -90,7 +91,7 @@ def test_from_dict_rejects_other_formats(paper_profile: Profile) -> None:
 
 
 def test_target_round_trip() -> None:
-    t = TargetInfo.preset("trn3")
+    t = get_target("trn3").target_info()
     assert TargetInfo.from_dict(json.loads(json.dumps(t.to_dict()))) == t
 
 
