@@ -8,7 +8,8 @@ from . import isa, language, typing  # noqa: F401
 from .compiler.api import benchmark, compile, profile, profile_kernel
 from .compiler.program import Program
 from .errors import NkiError
-from .trace.jit import JitKernel, jit
+from .language.jit import jit
+from .trace.jit import JitKernel
 from .typing import TensorSpec
 
 __version__ = "0.1.0"

@@ -6,23 +6,10 @@ profiling without data); ``nt.mutable_tensor`` marks a parameter the kernel may 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-import numpy as np
-
 from . import dtypes
+from .arrays import TensorSpec
 
-
-@dataclass(frozen=True)
-class TensorSpec:
-    """An abstract kernel argument: a shape and a dtype, no data."""
-
-    shape: tuple[int, ...]
-    dtype: np.dtype
-
-    @property
-    def ndim(self) -> int:
-        return len(self.shape)
+__all__ = ["TensorSpec", "mutable_tensor", "scalar", "tensor"]
 
 
 class _TensorType:

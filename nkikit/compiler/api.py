@@ -20,9 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import NkiError, hide_internal_frames
+from ..language.jit import jit
 from ..profiler.model import Profile
 from ..targets import Target, get_target
-from ..trace.jit import JitKernel, jit, run
+from ..trace.jit import JitKernel, run
 from ..typing import TensorSpec
 from .build import build_program
 from .program import Program

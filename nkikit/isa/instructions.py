@@ -19,9 +19,7 @@ from ..ir.affine import Affine, Axis
 from ..ir.core import Access
 from ..ir.opnames import op_name
 from ..ir.prims import out_specs
-from ..targets import default_target as _default_target
-from ..trace import instructions as E
-from ..trace.emit import (
+from ..language.operands import (
     Scalar,
     access_of,
     as_tile_access,
@@ -31,8 +29,10 @@ from ..trace.emit import (
     operand,
     result_dtype,
 )
+from ..language.tile import Tile
+from ..targets import default_target as _default_target
+from ..trace import instructions as E
 from ..trace.index import Index, Pred
-from ..trace.tile import Tile
 
 
 class engine(enum.IntEnum):  # noqa: N801 - NKI's names

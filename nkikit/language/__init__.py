@@ -1,4 +1,8 @@
-"""``nkikit.language`` — NKI Beta-1's ``nki.language`` (``import nkikit.language as nl``)."""
+"""``nkikit.language`` — NKI Beta-1's ``nki.language`` (``import nkikit.language as nl``).
+
+The package is also the home of the Beta-1 dialect's machinery under ``nl`` and ``nisa``: the
+proxy tensor (``tile``), argument parsing shared with ``nisa`` (``operands``) and the
+``@nki.jit`` kernel class (``jit``)."""
 
 from types import SimpleNamespace
 

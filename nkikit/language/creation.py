@@ -11,9 +11,9 @@ from ..errors import NkiError, SourceLoc, caller_loc
 from ..ir.affine import LoopVar
 from ..ir.core import Tensor
 from ..trace.builder import current, maybe_current
-from ..trace.emit import ParDim
 from ..trace.index import Index, loop_index, program_index
-from ..trace.tile import Tile
+from .operands import ParDim
+from .tile import Tile
 
 
 class Buffer:

@@ -13,7 +13,7 @@ from ..ir.core import Access
 from ..ir.opnames import op_name
 from ..trace import instructions as E
 from ..trace.builder import current
-from ..trace.emit import (
+from .operands import (
     Scalar,
     access_of,
     as_tile_access,
@@ -24,7 +24,7 @@ from ..trace.emit import (
     operand,
     result_dtype,
 )
-from ..trace.tile import Tile
+from .tile import Tile
 
 # ---------------------------------------------------------------------------------------------
 # memory

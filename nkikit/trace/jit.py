@@ -1,8 +1,14 @@
-"""``@nki.jit``: specialize a kernel on its arguments, trace it to IR once, and run it.
+"""The jit machinery both dialects share: specialize a kernel on its arguments, trace it to IR
+once per specialization, verify and cache it, and run it on the simulator.
 
 A call with numpy arrays (or CPU torch tensors) traces the kernel for those shapes, dtypes,
-non-array arguments and launch grid, verifies the IR, caches it, and runs it on the
-simulator.  Results come back as the same kind of array the caller passed.
+non-array arguments, launch grid and target, verifies the IR, caches it, and runs it on the
+simulator.  Results come back as the same kind of array the caller passed (``nkikit.arrays``).
+
+:class:`JitKernel` knows no dialect: a dialect's kernel class (``nkikit.language.jit`` for
+NKI Beta 1, ``nkikit.nki.jit`` for NKI 0.x) says what the traced function receives for an array
+argument (:meth:`JitKernel.proxy`) and which HBM tensor a returned value stands for
+(:meth:`JitKernel.returned`), or replaces :meth:`JitKernel._trace` whole.
 """
 
 from __future__ import annotations
@@ -16,49 +22,11 @@ from typing import Any
 
 import numpy as np
 
-from .. import dtypes
+from ..arrays import TensorSpec, as_kind_of, as_numpy, is_torch, spec_of
 from ..errors import NkiError, SourceLoc, hide_internal_frames, raised_in_user_code
 from ..ir.core import Kernel, Tensor
 from ..targets import target_scope
-from ..typing import TensorSpec, mutable_tensor
 from .builder import Builder, maybe_current, tracing
-from .tile import Tile
-
-
-def _is_torch(x: object) -> bool:
-    return type(x).__module__.startswith("torch") and hasattr(x, "detach")
-
-
-def _spec_of(x: object) -> tuple[tuple[int, ...], np.dtype] | None:
-    if isinstance(x, TensorSpec):
-        return x.shape, x.dtype
-    if isinstance(x, np.ndarray):
-        return tuple(x.shape), dtypes.as_dtype(x.dtype)
-    if _is_torch(x):
-        return tuple(x.shape), dtypes.as_dtype(x.dtype)
-    return None
-
-
-def to_numpy(x: object, dtype: np.dtype) -> np.ndarray:
-    """A C-contiguous numpy array of ``dtype`` with the values of ``x`` (no copy if possible).
-    Torch tensors cross through ``nkikit.torch.convert`` (imported only when one is passed)."""
-    if _is_torch(x):
-        from ..torch.convert import to_numpy as torch_to_numpy
-
-        return torch_to_numpy(x)  # type: ignore[arg-type]
-    a = np.asarray(x)
-    if a.dtype != dtypes.storage_dtype(dtype):
-        a = a.astype(dtypes.storage_dtype(dtype))
-    return np.ascontiguousarray(a)
-
-
-def from_numpy(a: np.ndarray, like: object) -> object:
-    """``a`` as the kind of array ``like`` is: a torch tensor for a torch argument."""
-    if _is_torch(like):
-        from ..torch.convert import from_numpy as torch_from_numpy
-
-        return torch_from_numpy(a)
-    return a
 
 
 def _const_key(v: object) -> object:
@@ -70,8 +38,14 @@ def _const_key(v: object) -> object:
 
 
 class JitKernel:
-    """A kernel decorated with ``@nki.jit``.  Call it to simulate; index it with a grid
-    (``kernel[g0, g1](...)``) for an SPMD launch; ``.ir(*args)`` returns the traced IR."""
+    """A jitted kernel of some dialect.  Call it to simulate; index it with a grid
+    (``kernel[g0, g1](...)``) for an SPMD launch; ``.ir(*args)`` returns the traced IR.
+
+    A dialect subclasses it and defines :meth:`proxy` and :meth:`returned` (or overrides
+    :meth:`_trace`); this class is not a kernel by itself."""
+
+    dialect = ""
+    """The front end's name, recorded in the IR (``Kernel.dialect``)."""
 
     def __init__(
         self, func: Callable, grid: tuple[int, ...] = (), options: dict | None = None, cache=None
@@ -90,7 +64,7 @@ class JitKernel:
     def __getitem__(self, grid) -> JitKernel:
         if not isinstance(grid, tuple):
             grid = (grid,)
-        return JitKernel(self.func, tuple(int(g) for g in grid), self.options, self._cache)
+        return type(self)(self.func, tuple(int(g) for g in grid), self.options, self._cache)
 
     def __repr__(self) -> str:
         return f"<nki.jit kernel {self.func.__name__}{list(self.grid) if self.grid else ''}>"
@@ -114,7 +88,7 @@ class JitKernel:
             if isinstance(v, np.ndarray | TensorSpec):
                 dt = v.dtype
                 parts.append((v.shape, dt.num, dt.metadata is not None))
-            elif _is_torch(v):
+            elif is_torch(v):
                 parts.append((tuple(v.shape), v.dtype))
             else:
                 parts.append(_const_key(v))
@@ -149,7 +123,7 @@ class JitKernel:
         call_args: dict[str, Any] = {}
         params: list[Tensor] = []
         for name, v in bound.arguments.items():
-            spec = _spec_of(v)
+            spec = spec_of(v)
             if spec is None:
                 call_args[name] = v
                 continue
@@ -159,7 +133,8 @@ class JitKernel:
                     ann = eval(ann, self.func.__globals__)  # the user's own annotation text
                 except Exception:
                     ann = None
-            mutable = ann is mutable_tensor or getattr(ann, "mutable", False) is True
+            # ``nt.mutable_tensor`` (either dialect's) says so with a class attribute
+            mutable = getattr(ann, "mutable", False) is True
             t = Tensor(
                 name, spec[0], spec[1], "shared_hbm", kind="input", loc=loc, mutable=bool(mutable)
             )
@@ -169,39 +144,58 @@ class JitKernel:
             call_args[name] = proxy(t)
         return call_args, params
 
+    # -- the dialect's part -----------------------------------------------------------------
+    def proxy(self, tensor: Tensor) -> object:
+        """What the traced function receives for the array argument ``tensor`` (an HBM input
+        tensor of the IR): the dialect's tensor type viewing all of it."""
+        raise NotImplementedError(f"{type(self).__name__} defines no argument proxy")
+
+    def returned(self, value: object, loc: SourceLoc) -> Tensor | None:
+        """The HBM tensor that ``value``, returned by the traced function, stands for; None
+        if ``value`` is not one of the dialect's tensors.  Raises ``NkiError`` (at ``loc``,
+        the kernel's ``def`` line) for one of its tensors that cannot be returned."""
+        raise NotImplementedError(f"{type(self).__name__} defines no return values")
+
     def _trace(self, bound: inspect.BoundArguments, target: str) -> Kernel:
+        """Run the function once on proxies (:meth:`proxy`) inside the target's scope and
+        build the kernel: its parameters, body and outputs (:meth:`returned`, in the nesting
+        of tuples and lists the function returned them in)."""
         code = self.func.__code__
         loc = SourceLoc(code.co_filename, code.co_firstlineno, self.func.__name__)
         b = Builder(self.func.__name__, self.grid)
-        call_args, params = self._parameters(b, bound, loc, Tile.of)
-        with tracing(b), target_scope(target):
-            result = self.func(**call_args)
+        call_args, params = self._parameters(b, bound, loc, self.proxy)
         outputs: list[Tensor] = []
 
         def collect(r):
             if r is None:
                 return None
-            if isinstance(r, Tile):
-                t = r.access.tensor
-                if not t.is_hbm or t.kind not in ("hbm", "output"):
-                    raise NkiError(
-                        "err_invalid_argument",
-                        loc,
-                        op="return",
-                        why=f"the kernel returns {t.name!r} ({t.buffer}); return HBM tensors created with nl.ndarray(..., buffer=nl.shared_hbm)",
-                    )
-                t.kind = "output"
-                outputs.append(t)
-                return len(outputs) - 1
             if isinstance(r, tuple | list):
                 return type(r)(collect(x) for x in r)
-            raise NkiError(
-                "err_invalid_argument", loc, op="return", why=f"cannot return a {type(r).__name__}"
-            )
+            t = self.returned(r, loc)
+            if t is None:
+                raise NkiError(
+                    "err_invalid_argument",
+                    loc,
+                    op="return",
+                    why=f"cannot return a {type(r).__name__}",
+                )
+            t.kind = "output"
+            outputs.append(t)
+            return len(outputs) - 1
 
-        structure = collect(result)
+        # returned proxies are read inside the trace: they may view retargeted temporaries
+        with tracing(b), target_scope(target):
+            structure = collect(self.func(**call_args))
         return Kernel(
-            self.func.__name__, params, outputs, b.body, self.grid, loc, b.tensors, structure
+            self.func.__name__,
+            params,
+            outputs,
+            b.body,
+            self.grid,
+            loc,
+            b.tensors,
+            structure,
+            self.dialect,
         )
 
     def ir(self, *args, **kwargs) -> Kernel:
@@ -262,19 +256,19 @@ def run(kernel: Kernel, bound: inspect.BoundArguments):
                 f"argument {t.name!r} is abstract (nt.tensor[...]); pass an array to simulate"
             )
         # no defensive copy: the verifier rejects writes to parameters not marked mutable
-        arrays.append(to_numpy(v, t.dtype))
+        arrays.append(as_numpy(v, t.dtype))
         like = like if like is not None else v
     outs = simulate(kernel, arrays)
     for t, a in zip(kernel.params, arrays):
         # numpy arguments were written in place; a torch argument's array is a view of it
         # unless the tensor was not contiguous, so copy back (a no-op copy for a view)
         v = bound.arguments[t.name]
-        if t.mutable and _is_torch(v):
+        if t.mutable and is_torch(v):
             import torch
 
             with torch.no_grad():
-                v.copy_(from_numpy(a, v))
-    results = [from_numpy(o, like) for o in outs]
+                v.copy_(as_kind_of(a, v))
+    results = [as_kind_of(o, like) for o in outs]
 
     def build(s):
         if s is None:
@@ -284,12 +278,3 @@ def run(kernel: Kernel, bound: inspect.BoundArguments):
         return type(s)(build(x) for x in s)
 
     return build(kernel.return_structure)
-
-
-def jit(func: Callable | None = None, **options) -> JitKernel | Callable[[Callable], JitKernel]:
-    """Decorate an NKI kernel: ``@nki.jit`` or ``@nki.jit(mode=...)``."""
-    if func is None:
-        return lambda f: JitKernel(f, options=options)
-    if isinstance(func, JitKernel):
-        return func
-    return JitKernel(func, options=options)

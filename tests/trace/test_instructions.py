@@ -21,8 +21,8 @@ from nkikit.errors import NkiError, caller_loc
 from nkikit.ir.affine import Affine, Axis, Predicate
 from nkikit.ir.core import Access
 from nkikit.ir.prims import PRIMS, PrimError
+from nkikit.language.operands import new_tile
 from nkikit.trace import instructions as E
-from nkikit.trace.emit import new_tile
 
 PKG = os.path.dirname(os.path.abspath(nki1.__file__))
 P, F = 128, 64

@@ -1,4 +1,8 @@
-"""The proxy tensor a kernel sees while it is traced: a view (Access) of an IR tensor."""
+"""The Beta-1 proxy tensor a kernel sees while it is traced: a view (Access) of an IR tensor.
+
+Its operators and assignments are NKI Beta 1 semantics (``t[...] = x`` is a copy or a retarget,
+``a + b`` is ``nl.add``), so it lives with the Beta-1 dialect; the tracer underneath knows
+only accesses (``nkikit.trace``)."""
 
 from __future__ import annotations
 
@@ -7,8 +11,8 @@ import numpy as np
 from .. import dtypes
 from ..errors import NkiError, caller_loc
 from ..ir.core import Access, Tensor
-from .builder import current, reshape_access, resolve
-from .index import RuntimeIndex, index_access
+from ..trace.builder import current, reshape_access, resolve
+from ..trace.index import RuntimeIndex, index_access
 
 
 class Tile:
@@ -93,7 +97,7 @@ class Tile:
         return Tile(index_access(self.access, _runtime_key(key)))
 
     def __setitem__(self, key, value) -> None:
-        from ..language import ops as L
+        from . import ops as L
 
         dst = index_access(self.access, _runtime_key(key))
         b = current()
@@ -116,7 +120,7 @@ class Tile:
             )
 
     def _accumulate(self, other, op: str) -> Tile:
-        from ..language import ops as L
+        from . import ops as L
 
         return L.accumulate(self, other, op, loc=caller_loc())
 
@@ -170,7 +174,7 @@ class Tile:
         return Tile.of(t)
 
     def broadcast_to(self, shape) -> Tile:
-        from ..language import ops as L
+        from . import ops as L
 
         return L.broadcast_to(self, shape)
 
@@ -179,13 +183,13 @@ class Tile:
         return None if a is None else Tile(a)
 
     def astype(self, dtype) -> Tile:
-        from ..language import ops as L
+        from . import ops as L
 
         return L.copy(self, dtype=dtype)
 
     # -- arithmetic ---------------------------------------------------------------------------
     def _bin(self, other, name: str, reverse: bool = False):
-        from ..language import ops as L
+        from . import ops as L
 
         fn = getattr(L, name)
         return fn(other, self) if reverse else fn(self, other)
@@ -257,17 +261,17 @@ class Tile:
         return self._bin(o, "not_equal")
 
     def __neg__(self):
-        from ..language import ops as L
+        from . import ops as L
 
         return L.negative(self)
 
     def __abs__(self):
-        from ..language import ops as L
+        from . import ops as L
 
         return L.abs(self)
 
     def __invert__(self):
-        from ..language import ops as L
+        from . import ops as L
 
         return L.invert(self)
 

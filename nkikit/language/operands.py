@@ -1,4 +1,5 @@
-"""Helpers shared by ``nl`` and ``nisa``: turn user arguments into IR operands and new tiles."""
+"""Helpers shared by ``nl`` and ``nisa`` (Beta 1): turn user arguments into IR operands and
+new tiles."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ from .. import dtypes
 from ..errors import NkiError, SourceLoc
 from ..ir.affine import Affine, Axis, Predicate
 from ..ir.core import Access
-from .builder import current
-from .index import Index, Pred
+from ..trace.builder import current
+from ..trace.index import Index, Pred
 from .tile import Tile
 
 Scalar = (int, float, np.integer, np.floating, bool)
@@ -47,7 +48,7 @@ def as_tile_access(x: Access) -> Access:
     shape = canon(x.shape)
     if shape == x.shape:
         return x
-    from .builder import reshape_access
+    from ..trace.builder import reshape_access
 
     r = reshape_access(x, shape)
     assert r is not None
@@ -60,7 +61,7 @@ def broadcast_access(a: Access, shape: tuple[int, ...], loc: SourceLoc, op: str)
     if a.shape == shape:
         return a
     if len(a.shape) != len(shape):
-        from .builder import reshape_access
+        from ..trace.builder import reshape_access
 
         r = reshape_access(a, shape)
         if r is not None:
