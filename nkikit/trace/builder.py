@@ -32,7 +32,7 @@ class Builder:
         self.fresh: set[int] = set()  # uids of temporaries no one has read yet
         # after ``t[...] = op(...)`` retargets op's result into t, the temporary's data lives
         # there: proxies of the temporary read through this map (see ``resolve``)
-        self.aliases: dict[Tensor, Access] = {}
+        self.aliases: dict[int, Access] = {}  # by the temporary's uid
 
     # -- naming ---------------------------------------------------------------------------
     def unique(self, base: str) -> str:
@@ -150,7 +150,7 @@ class Builder:
         op = self.last_op
         if op is None or temp.uid not in self.fresh or not op.outs or op.outs[0].tensor is not temp:
             return False
-        if temp in self.aliases or not op.outs[0].is_whole:
+        if temp.uid in self.aliases or not op.outs[0].is_whole:
             return False
         if dst.tensor.buffer != temp.buffer and not _writes_psum_too(op, temp, dst):
             # e.g. a TensorE result (PSUM) assigned into SBUF, or a load assigned into PSUM:
@@ -160,7 +160,7 @@ class Builder:
         if target is None:
             return False
         op.outs[0] = target
-        self.aliases[temp] = target
+        self.aliases[temp.uid] = target
         body = self.bodies[-1]
         for i in range(len(body) - 1, -1, -1):
             s = body[i]
@@ -203,7 +203,7 @@ def resolve(access: Access) -> Access:
     if b is None or not b.aliases:
         return access
     aliases = b.aliases
-    while (target := aliases.get(access.tensor)) is not None:
+    while (target := aliases.get(access.tensor.uid)) is not None:
         mapping = {Axis(k): a for k, a in enumerate(access.index)}
         access = target.remap(access.shape, mapping)
     return access
