@@ -83,6 +83,7 @@ class Accesses:
         self.const_names: dict[tuple, str] = {}
         self.conds: list[str] = []
         self.shadow: set[int] = set()
+        self._access_memo: dict[tuple, tuple[AccessCode | None, list[str]]] = {}
         grid = kernel.grid or (1,)
         for i, g in enumerate(grid):
             self.names[ProgramId(i)] = f"p{i}"
@@ -161,39 +162,70 @@ class Accesses:
         cannot be proved for every iteration become runtime conditions (appended to
         ``self.conds``; when one fails, the reference runs the op and reports the error),
         unless ``dynamic`` is False."""
+        # each access is asked for several times (dead-code, forwarding and poison checks,
+        # then the op's code): remembered until the shadows, which change reads, are planned
+        # (a static access is the dynamic one when that needs no condition)
+        key = (id(acc), write, raw_consumer or write)
+        hit = self._access_memo.get(key)
+        if hit is None:
+            hit = self._access_memo[key] = self._access(acc, write, raw_consumer)
+        if hit[1]:
+            if not dynamic:
+                return None
+            self.conds.extend(hit[1])
+        return hit[0]
+
+    def _access(
+        self, acc: Access, write: bool, raw_consumer: bool
+    ) -> tuple[AccessCode | None, list[str]]:
+        """``access``'s code and the conditions it adds."""
         if acc.indirect is not None:
-            return None  # a gather/scatter: only the gather/scatter executor compiles those
+            return None, []  # a gather/scatter: only the gather/scatter executor compiles those
         t = acc.tensor
         tshape = t.shape
+        names, ranges = self.names, self.ranges
         dims: list[tuple[int, int] | None] = []
         axes_seen: list[int] = []
+        # per dimension: its tile axis, and the range and code of its loop-dependent part
+        # (``sym_range`` and ``aff`` in one pass over the terms)
+        spans: list[tuple[int, int, str]] = []
         for a in acc.index:
-            ax = [(s.k, c) for s, c in a.terms if isinstance(s, Axis)]
-            if len(ax) > 1 or (ax and ax[0][1] <= 0):
-                return None
-            if ax:
-                axes_seen.append(ax[0][0])
-            dims.append(ax[0] if ax else None)
+            ax = None
+            lo = hi = a.const
+            parts = []
+            for s, c in a.terms:
+                if isinstance(s, Axis):
+                    if ax is not None or c <= 0:
+                        return None, []
+                    ax = (s.k, c)
+                    continue
+                top = c * (ranges[s] - 1)
+                if top < 0:
+                    lo += top
+                else:
+                    hi += top
+                n = names[s]
+                parts.append(n if c == 1 else f"{c}*{n}")
+            if a.const or not parts:
+                parts.append(str(a.const))
+            if ax is not None:
+                axes_seen.append(ax[0])
+            dims.append(ax)
+            spans.append((lo, hi, "+".join(parts).replace("+-", "-")))
         if len(set(axes_seen)) != len(axes_seen):
-            return None
+            return None, []
         shape = acc.shape
         idx = []
         conds: list[str] = []
-        for d, (a, ax) in enumerate(zip(acc.index, dims)):
-            lo, hi = self.sym_range(a)
-            base = self.aff(a)
+        for d, (ax, (lo, hi, base)) in enumerate(zip(dims, spans)):
             if ax is None:
                 if lo < 0 or hi >= tshape[d]:
-                    if not dynamic:
-                        return None
                     conds.append(f"0 <= {base} < {tshape[d]}")
                 idx.append(base)
             else:
                 k, c = ax
                 span = c * (shape[k] - 1)
                 if lo < 0 or hi + span >= tshape[d]:
-                    if not dynamic:
-                        return None
                     conds.append(f"0 <= {base} < {tshape[d] - span}")
                 if base.isdigit():
                     b = int(base)
@@ -204,20 +236,19 @@ class Accesses:
         if len(idx) == 1:
             ix += ","
         expr = f"{self.slot(t)}[{ix}]"
-        self.conds.extend(conds)
         bshape = tuple(s if k in axes_seen else 1 for k, s in enumerate(shape))
         bcast = bshape != tuple(shape)
         kept = tuple(shape[k] for k in axes_seen)
         basic = axes_seen == sorted(axes_seen)
         if write:
             if bcast:
-                return None
+                return None, conds
             if basic:
                 if kept != bshape:
                     expr += f".reshape({shape!r})"
-                return AccessCode(expr, True, region=f"[{ix}]")
+                return AccessCode(expr, True, region=f"[{ix}]"), conds
             perm = tuple(int(i) for i in np.argsort(axes_seen))
-            return AccessCode(f"{expr}.transpose({perm!r})", False)
+            return AccessCode(f"{expr}.transpose({perm!r})", False), conds
         if basic:
             wide = None
             if t.uid in self.shadow and not bcast and _contiguous(tshape, acc, dims):
@@ -226,7 +257,7 @@ class Accesses:
                 expr += f".reshape({bshape!r})"
             if bcast:
                 expr = f"_bt({expr}, {shape!r})"
-            return AccessCode(expr, True, wide=wide)
+            return AccessCode(expr, True, wide=wide), conds
         # axes out of order: the reference fancy-indexes a fresh C-ordered array
         perm = tuple(int(i) for i in np.argsort(axes_seen))
         expr = f"{expr}.transpose({perm!r})"
@@ -235,8 +266,8 @@ class Accesses:
         if bcast:
             expr = f"_bt({expr}, {shape!r})"
         if raw_consumer:
-            return AccessCode(expr, False)
-        return AccessCode(f"np.ascontiguousarray({expr})", True)
+            return AccessCode(expr, False), conds
+        return AccessCode(f"np.ascontiguousarray({expr})", True), conds
 
     def static_access(self, acc: Access, write: bool) -> AccessCode | None:
         """``access`` when the access must be in bounds in every iteration (no runtime

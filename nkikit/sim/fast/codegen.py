@@ -62,6 +62,7 @@ class Compiler(Planner, TableMode):
         self.templates = {}
         self.chunks = []
         self.bound = []
+        self._signatures = {}
         self.emit("def _kernel(mem, interp):", 0)
         self.emit("env = {}", 1)
         # storage: parameters, HBM tensors and constants come from mem; temporaries are

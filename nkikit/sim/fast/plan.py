@@ -139,6 +139,8 @@ class Planner(Accesses):
                 continue
             if reads or not clean:
                 return True
+            if any(w.is_whole for _, w in writes):
+                return False  # what _mark would find without enumerating
             if cov is None:
                 if math.prod(t.shape) > _COVER_MAX_ELEMS:
                     return True
@@ -365,6 +367,8 @@ class Planner(Accesses):
             w = sum(execs[id(op)] for op in self.writes.get(t.uid, []))
             if r > 2 * w:
                 self.shadow.add(t.uid)
+        if self.shadow:
+            self._access_memo.clear()  # reads of these tiles now come from the shadows
 
     def dead(self, t: Tensor) -> bool:
         """A temporary no instruction ever reads."""
