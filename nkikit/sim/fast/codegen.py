@@ -205,7 +205,8 @@ class Compiler(Planner, TableMode):
 
     def op(self, op: Op, depth: int) -> None:
         """An op, with the forwarding plan applied and dead results dropped."""
-        self.emit(f"# {op.prim} {op.loc}", depth)
+        if not self.chunked:  # templates are shared by many ops: they carry no comment
+            self.emit(f"# {op.prim} {op.loc}", depth)
         t = self.load_fwd.get(id(op))
         if t is not None:
             src = self.static_access(op.ins[0], False)

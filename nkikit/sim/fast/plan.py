@@ -55,6 +55,14 @@ class Planner(Accesses):
     def __init__(self, kernel: Kernel) -> None:
         super().__init__(kernel)
         self.forwarded: set[int] = set()
+        self._whole: dict[int, bool] = {}
+
+    def whole(self, acc: Access) -> bool:
+        """``acc.is_whole``, remembered (the plans ask for most accesses more than once)."""
+        w = self._whole.get(id(acc))
+        if w is None:
+            w = self._whole[id(acc)] = acc.is_whole
+        return w
 
     # -- poisoning ------------------------------------------------------------------------------
     def _cover(self, t: Tensor, writes: list[Access], free: set[Sym]) -> bool:
@@ -139,7 +147,7 @@ class Planner(Accesses):
                 continue
             if reads or not clean:
                 return True
-            if any(w.is_whole for _, w in writes):
+            if any(self.whole(w) for _, w in writes):
                 return False  # what _mark would find without enumerating
             if cov is None:
                 if math.prod(t.shape) > _COVER_MAX_ELEMS:
@@ -284,7 +292,7 @@ class Planner(Accesses):
             if pos is None or any(self._touches([x], t)[0] for x in stmts[i + 1 : pos]):
                 continue
             out = w.outs[0] if len(w.outs) == 1 else None
-            if self._plain_copy(w) and out is not None and out.tensor is t and out.is_whole:
+            if self._plain_copy(w) and out is not None and out.tensor is t and self.whole(out):
                 src = w.ins[0]
                 root = src.tensor.root
                 if (
@@ -300,7 +308,7 @@ class Planner(Accesses):
                         self.forwarded.add(t.uid)
                         continue
             # store forwarding: t written whole by w, then read only by one plain store
-            if len(rs) != 1 or not any(o.tensor is t and o.is_whole for o in w.outs):
+            if len(rs) != 1 or not any(o.tensor is t and self.whole(o) for o in w.outs):
                 continue
             st_op = rs[0]
             spos = next((j for j in range(pos + 1, len(stmts)) if stmts[j] is st_op), None)
@@ -309,7 +317,7 @@ class Planner(Accesses):
             src, dst = st_op.ins[0], st_op.outs[0]
             droot = dst.tensor.root
             if (
-                not src.is_whole
+                not self.whole(src)
                 or not droot.is_hbm
                 or dst.shape != t.shape
                 or dst.tensor.dtype != t.dtype
@@ -327,7 +335,7 @@ class Planner(Accesses):
             ):
                 continue
             between = stmts[pos + 1 : spos]
-            if any(self._touches([x], droot)[0] or self._touches([x], droot)[1] for x in between):
+            if any(any(self._touches([x], droot)[:2]) for x in between):
                 continue
             code = self.static_access(dst, True)
             if code is None or not code.layout_exact:

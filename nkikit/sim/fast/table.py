@@ -45,7 +45,6 @@ class TableMode:
             saved, self.lines = self.lines, []
             self.statements(stmts, i, i + 1, 1)
             lines, self.lines = self.lines, saved
-            lines = [ln for ln in lines if not ln.lstrip().startswith("#")]
             if lines:
                 rows.append(self.template(lines))
         bound = "".join(f"{n}, " for n in self.bound)
