@@ -19,8 +19,8 @@ from .. import dtypes
 from ..errors import NkiError, NkiInternalError
 from ..ir.affine import Axis, LoopVar, ProgramId, axis_env
 from ..ir.core import Access, Alloc, Kernel, Loop, Op, Tensor
-from ..ir.prims import PrimError, mask_ref
-from .rules import RAW, RULES
+from ..ir.prims import PRIMS, PrimError, mask_ref
+from .rules import RULES
 
 
 class _Plan:
@@ -237,7 +237,7 @@ class Interpreter:
 
     def exec_op(self, op: Op, env: dict) -> None:
         valid = self._mask(op, env)
-        raw = op.prim in RAW
+        raw = PRIMS[op.prim].raw
         ins = []
         for x in op.ins:
             if isinstance(x, Access):
@@ -273,7 +273,7 @@ class OpContext:
 
     def dst(self, i: int) -> np.ndarray:
         v = self.interp.read(self.op.outs[i], self.env, self.op)
-        return v if self.op.prim in RAW else dtypes.to_f32(v)
+        return v if PRIMS[self.op.prim].raw else dtypes.to_f32(v)
 
     def rmw(self, i: int, op: str, value: np.ndarray) -> np.ndarray | None:
         from .alu import alu

@@ -1,13 +1,13 @@
 """Simulation rules: one numpy implementation per IR primitive, in ``RULES``.
 
 A rule gets the op, its inputs (fp32 arrays for tiles, Python floats for immediates; arrays
-in their storage dtype for the primitives whose record says they move raw bits, ``RAW``)
+in their storage dtype for the primitives whose record says they move raw bits, ``raw``)
 and a :class:`Ctx`, and returns one array per output (None: that output is not written by
 the interpreter).  Everything a rule needs beyond its inputs comes through the context:
 the op's mask, the loop and program values, the call's seed, the destination's old value
 (PSUM accumulation, a shuffle that keeps partitions) and atomic read-modify-write.  So the
 interpreter's loop never asks which primitive it runs; rounding to the output dtype and
-masking the write are its job.  The fast simulator (``fast.py``) calls the same rules.
+masking the write are its job.  The fast simulator (``fast/``) calls the same rules.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from typing import Protocol
 
 import numpy as np
 
-from ..ir import prims
 from ..ir.affine import Sym, axis_env
 from ..ir.core import Op
 from .activations import activate
@@ -37,7 +36,7 @@ class Ctx(Protocol):
 
     def dst(self, i: int) -> np.ndarray:
         """The old value of output ``i``, read as an input would be (fp32; storage dtype
-        for ``RAW`` primitives), unmasked."""
+        for ``raw`` primitives), unmasked."""
         ...
 
     def rmw(self, i: int, op: str, value: np.ndarray) -> np.ndarray | None:
@@ -49,7 +48,6 @@ class Ctx(Protocol):
 
 Rule = Callable[[Op, list, Ctx], list]
 RULES: dict[str, Rule] = {}
-RAW = prims.RAW  # primitives that move bits rather than compute
 
 
 def rule(name: str):

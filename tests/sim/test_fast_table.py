@@ -17,6 +17,7 @@ pytest.importorskip("ml_dtypes")
 
 import nkikit.sim.interp as interp  # noqa: E402
 from nkikit.sim import fast, same_bits  # noqa: E402
+from nkikit.sim.fast import table as fast_table  # noqa: E402
 
 DIFFERENTIAL = Path(__file__).with_name("test_differential.py")
 
@@ -36,8 +37,8 @@ D = _load_differential()
 def table_mode(monkeypatch):
     """Every kernel and every loop body table-driven; programs compiled before are dropped
     (the cache is keyed by kernel, and the JIT caches kernels)."""
-    monkeypatch.setattr(fast, "_TABLE_ABOVE", -1)
-    monkeypatch.setattr(fast, "_TABLE_BODY", 1)
+    monkeypatch.setattr(fast_table, "TABLE_ABOVE", -1)
+    monkeypatch.setattr(fast_table, "TABLE_BODY", 1)
     fast._CACHE.clear()
     yield
     fast._CACHE.clear()
@@ -78,7 +79,7 @@ def test_forced_mode_is_table_driven(table_mode):
 def test_unrolled_kernel_is_table_driven_and_identical():
     from benchmarks.scale.kernels import make_unrolled
 
-    steps = fast._TABLE_ABOVE // 7 + 10  # 7 statements per step (3 allocs, 4 ops)
+    steps = fast_table.TABLE_ABOVE // 7 + 10  # 7 statements per step (3 allocs, 4 ops)
     k = make_unrolled(steps, 4)
     rng = np.random.default_rng(0)
     a = rng.standard_normal((4 * 128, 128), dtype=np.float32)

@@ -1,0 +1,84 @@
+"""The fast simulator: the reference interpreter's semantics, compiled once per kernel.
+
+``simulate(kernel, args)`` returns exactly (bit for bit, NaN for NaN) what
+``nkikit.sim.interp.simulate`` returns, and raises the same errors, but does most of the work
+once per specialized kernel instead of once per executed instruction:
+
+* **One straight-line Python program per kernel.**  The IR is translated to Python source
+  (loops stay ``for`` loops over ``range``) and compiled with ``compile()``.  Every access
+  becomes an inline numpy slice whose start is an integer expression of the loop variables;
+  nothing is looked up or re-derived while the kernel runs.
+* **Bounds and masks are decided at compile time.**  Affine indices have known ranges, so an
+  access that provably stays in bounds needs no check, and a mask clause that provably holds
+  is dropped.  A mask that may cut a ragged tile is tested with one integer comparison per
+  iteration; only when it really masks something does that instruction go to the reference
+  interpreter, which shares this program's memory.
+* **Buffers are allocated once per call and reused.**  Poisoning (NaN fill) is kept only
+  where a read could observe it: a buffer whose first touch is a write of every element
+  (proved by enumerating the writes' tiles) is not filled.
+* **No per-instruction temporaries where numpy can write in place.**  Copies, memsets and
+  elementwise ALU/activation instructions with an fp32 destination compute straight into
+  the destination's memory (``out=``), which gives the same bits as computing and copying.
+
+Everything else -- the order of rounding, which numpy call computes each value, the layout of
+every array handed to BLAS or to a reduction -- is kept identical to the reference, because
+bit-identical results depend on it (e.g. ``np.matmul`` takes another code path for a
+non-BLAS-able layout, and a reduction's summation order follows the memory layout).
+Instructions this package has no compiled form for run through the reference interpreter's
+``exec_op``; that is always correct, only slower.
+
+The modules, in the order a kernel goes through them: ``access`` (symbols, bounds, masks:
+how code reaches memory), ``plan`` (poisoning, arena, forwarding, shadows), ``executors``
+(the per-primitive table: generic, special code or the reference), ``codegen`` (the
+program's source), ``table`` (its table-driven form for large unrolled kernels) and
+``runtime`` (what the program calls, and :class:`Program`).
+
+``explain(kernel)`` returns the generated source, for debugging and for the curious.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+
+import numpy as np
+
+from ...ir.core import Kernel
+from .codegen import Compiler
+from .runtime import Program
+
+__all__ = ["simulate", "explain", "compile_kernel", "Program"]
+
+# Compiled programs, keyed by id(kernel); the kernel is kept alive by its entry so the id
+# cannot be reused while cached.  Bounded, because property tests trace thousands of kernels.
+_CACHE: OrderedDict[int, tuple[Kernel, Program]] = OrderedDict()
+_CACHE_SIZE = 256
+_LOCK = threading.Lock()
+
+
+def simulate(kernel: Kernel, args: list[np.ndarray], *, seed: int = 0) -> list[np.ndarray]:
+    """Run ``kernel`` on ``args`` (numpy arrays in the kernel's parameter dtypes) and return
+    the output arrays; same contract and results as ``nkikit.sim.interp.simulate``."""
+    return compile_kernel(kernel).run(args, seed)
+
+
+def compile_kernel(kernel: Kernel) -> Program:
+    """The compiled program for ``kernel`` (built on first use, then cached).  Programs are
+    re-entrant (each run has its own memory), so threads may share them."""
+    key = id(kernel)
+    with _LOCK:
+        hit = _CACHE.get(key)
+        if hit is not None and hit[0] is kernel:
+            _CACHE.move_to_end(key)
+            return hit[1]
+    prog = Compiler(kernel).build()
+    with _LOCK:
+        _CACHE[key] = (kernel, prog)
+        if len(_CACHE) > _CACHE_SIZE:
+            _CACHE.popitem(last=False)
+    return prog
+
+
+def explain(kernel: Kernel) -> str:
+    """The Python source the fast path runs for ``kernel``."""
+    return compile_kernel(kernel).source

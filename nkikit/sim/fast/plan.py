@@ -1,0 +1,383 @@
+"""Compile-time plans over the whole kernel: poisoning, memory, forwarding and shadows.
+
+* **Poisoning.**  A buffer whose first touch is a write of every element (proved by
+  enumerating the writes' tiles) is not NaN-filled; every other buffer is, as in the
+  reference.
+* **Memory.**  Temporaries share one arena wherever their lifetimes do not overlap.
+* **Forwarding.**  A tile that is only a copy of HBM data becomes a view of it, and a tile
+  computed only to be stored is computed straight into its destination.
+* **Shadows.**  A narrow float tile read much more often than written keeps an fp32 copy.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+from collections.abc import Iterable
+
+import numpy as np
+
+from ... import dtypes
+from ...ir.affine import Axis, Sym
+from ...ir.core import Access, Alloc, Kernel, Loop, Op, Tensor
+from ...ir.prims import PRIMS, reads_dst
+from .access import Accesses
+from .executors import executor
+
+# Largest buffer (elements) and number of loop iterations the coverage proof enumerates;
+# beyond them the buffer is simply poisoned, as the reference does.
+_COVER_MAX_ELEMS = 1 << 26
+_COVER_MAX_ITERS = 1 << 16
+
+
+def writes_all(op: Op) -> bool:
+    """Whether ``op``'s rule returns one whole array per output (its record declares
+    outputs and no partial write), so an unmasked ``op`` writes every element of each."""
+    p = PRIMS[op.prim]
+    return bool(p.outs) and not p.partial_write
+
+
+def _loops_in(s: Loop):
+    """(loop, depth) for ``s`` and every loop nested in it."""
+    out = [(s, 0)]
+    for x in s.body:
+        if isinstance(x, Loop):
+            out.extend(_loops_in(x))
+    return out
+
+
+class Planner(Accesses):
+    """The kernel-wide plans (see the module docstring); ``plan_forwarding`` and
+    ``plan_shadows`` fill ``forwarded``, ``load_fwd``, ``store_fwd``, ``store_skip`` and
+    ``shadow``, which code generation follows."""
+
+    def __init__(self, kernel: Kernel) -> None:
+        super().__init__(kernel)
+        self.forwarded: set[int] = set()
+        self._whole: dict[int, bool] = {}
+
+    def whole(self, acc: Access) -> bool:
+        """``acc.is_whole``, remembered (the plans ask for most accesses more than once)."""
+        w = self._whole.get(id(acc))
+        if w is None:
+            w = self._whole[id(acc)] = acc.is_whole
+        return w
+
+    # -- poisoning ------------------------------------------------------------------------------
+    def _cover(self, t: Tensor, writes: list[Access], free: set[Sym]) -> bool:
+        """Do ``writes`` (unmasked, in bounds), over every value of the symbols in ``free``,
+        write every element of ``t``?"""
+        n = int(np.prod(t.shape)) if t.shape else 1
+        if n > _COVER_MAX_ELEMS:
+            return False
+        cov = np.zeros(t.shape, dtype=bool)
+        return self._mark(cov, t, writes, free) and bool(cov.all())
+
+    def _mark(self, cov: np.ndarray, t: Tensor, writes: list[Access], free: set[Sym]) -> bool:
+        """Set ``cov`` where ``writes`` write; False when that cannot be enumerated."""
+        for acc in writes:
+            syms = [s for s in acc.syms if not isinstance(s, Axis)]
+            if any(s not in free for s in syms):
+                return False
+            trips = [self.ranges[s] for s in syms]
+            if math.prod(trips) > _COVER_MAX_ITERS:
+                return False
+            target = cov
+            if acc.tensor is not t:
+                target = cov.reshape(acc.tensor.shape)
+            for vals in itertools.product(*(range(x) for x in trips)):
+                env = dict(zip(syms, vals))
+                idx = []
+                for a in acc.index:
+                    ax = [(s.k, c) for s, c in a.terms if isinstance(s, Axis)]
+                    base = a.const + sum(c * env[s] for s, c in a.terms if not isinstance(s, Axis))
+                    if ax:
+                        k, c = ax[0]
+                        idx.append(slice(base, base + c * (acc.shape[k] - 1) + 1, c))
+                    else:
+                        idx.append(base)
+                target[tuple(idx)] = True
+        return True
+
+    def _touches(self, stmts: list, t_root: Tensor) -> tuple[bool, list[tuple[Op, Access]], bool]:
+        """(reads, writes, all writes compilable-unmasked) of tensor ``t_root`` in ``stmts``.
+        An op that reads its destination (accumulation, atomic read-modify-write) counts as
+        a read, which already rules out skipping the poison."""
+        reads = False
+        writes: list[tuple[Op, Access]] = []
+        clean = True
+        stack = list(stmts)
+        while stack:
+            s = stack.pop()
+            if isinstance(s, Loop):
+                stack.extend(s.body)
+                continue
+            if not isinstance(s, Op):
+                continue
+            for x in s.ins:
+                if isinstance(x, Access) and x.tensor.root is t_root:
+                    reads = True
+            for o in s.outs:
+                if o.tensor.root is t_root:
+                    if reads_dst(s):
+                        reads = True
+                    mp = self.mask_plan(s)
+                    if mp is None or mp[0] == "dynamic":
+                        clean = False
+                    if not writes_all(s) or self.access(o, True, True, dynamic=False) is None:
+                        clean = False
+                    writes.append((s, o))
+        return reads, writes, clean
+
+    def needs_poison_hbm(self, t: Tensor) -> bool:
+        reads, writes, clean = self._touches(self.k.body, t)
+        if reads or not clean or not writes:
+            return True
+        free = set(self.ranges)
+        return not self._cover(t, [w for _, w in writes], free)
+
+    def needs_poison_temp(self, t: Tensor, rest: Iterable) -> bool:
+        """``rest``: the statements after the Alloc in its body.  Poison is needed unless
+        the write-only statements before the first read write every element."""
+        cov = None
+        for s in rest:
+            reads, writes, clean = self._touches([s], t)
+            if not reads and not writes:
+                continue
+            if reads or not clean:
+                return True
+            if any(self.whole(w) for _, w in writes):
+                return False  # what _mark would find without enumerating
+            if cov is None:
+                if math.prod(t.shape) > _COVER_MAX_ELEMS:
+                    return True
+                cov = np.zeros(t.shape, dtype=bool)
+            free = {x.var for x, _ in _loops_in(s)} if isinstance(s, Loop) else set()
+            if not self._mark(cov, t, [w for _, w in writes], free):
+                return True
+            if cov.all():
+                return False
+        return cov is not None and not cov.all()
+
+    # -- memory -------------------------------------------------------------------------------
+    def plan_arena(self, temps: list[Tensor]) -> tuple[dict[int, int], int]:
+        """Byte offsets of the temporaries in one arena, sharing memory between tiles whose
+        lifetimes do not overlap (the reference allocates a fresh buffer at every Alloc and
+        lets the last one die; a fixed buffer per tile would hold every unrolled tile's
+        memory at once).
+
+        A tile lives from its Alloc to its last use; a use inside a loop that does not
+        contain the Alloc keeps it alive to the end of that loop (the next iteration comes
+        back to it).  Tiles never share while both live, so no tile sees another's data
+        except where the reference would see poison -- and poison is filled explicitly.
+        """
+        uids = {t.uid for t in temps}
+        start: dict[int, int] = {}
+        depth: dict[int, int] = {}
+        uses: dict[int, list[tuple[int, Loop | None]]] = {}
+        loop_end: dict[int, int] = {}
+        pos = 0
+
+        def walk(stmts: list, loops: list[Loop]) -> None:
+            nonlocal pos
+            for st in stmts:
+                p = pos
+                pos += 1
+                if isinstance(st, Alloc):
+                    if st.tensor.uid in uids:
+                        start[st.tensor.uid] = p
+                        depth[st.tensor.uid] = len(loops)
+                elif isinstance(st, Loop):
+                    walk(st.body, loops + [st])
+                    loop_end[id(st)] = pos - 1
+                elif isinstance(st, Op):
+                    accs = list(st.outs) + [x for x in st.ins if isinstance(x, Access)]
+                    for a in accs:
+                        uid = a.tensor.root.uid
+                        if uid in uids:
+                            d = depth.get(uid, 0)
+                            uses.setdefault(uid, []).append(
+                                (p, loops[d] if len(loops) > d else None)
+                            )
+
+        walk(self.k.body, [])
+        live: list[tuple[int, int, int, int, int]] = []  # (start, end, offset, size, uid)
+        for t in temps:
+            b = start.get(t.uid, 0)
+            e = b
+            for p, lp in uses.get(t.uid, []):
+                e = max(e, loop_end[id(lp)] if lp is not None else p)
+            size = -(-math.prod(t.shape) * dtypes.storage_dtype(t.dtype).itemsize // 64) * 64
+            live.append((b, e, 0, max(size, 64), t.uid))
+        live.sort()
+        # first fit against the tiles still live when each one starts (tiles are taken in
+        # order of their start, so those are the placed ones that end at or after it): a
+        # heap by end keeps the live set, and unrolled code with a tile per step stays
+        # linear instead of comparing every tile with every placed one
+        active: list[tuple[int, int, int]] = []  # (end, offset, size)
+        offsets: dict[int, int] = {}
+        total = 0
+        for b, e, _, size, uid in live:
+            while active and active[0][0] < b:
+                heapq.heappop(active)
+            off = 0
+            for lo, hi in sorted((o, o + sz) for _, o, sz in active):
+                if off + size <= lo:
+                    break
+                off = max(off, hi)
+            heapq.heappush(active, (e, off, size))
+            offsets[uid] = off
+            total = max(total, off + size)
+        return offsets, total
+
+    # -- forwarding ---------------------------------------------------------------------------
+    def plan_forwarding(self) -> None:
+        """Find tiles that can live in HBM memory instead of their own buffer.
+
+        *Load forwarding*: a tile whose only write is a same-dtype copy of a whole region of
+        an HBM tensor that nothing in the kernel writes becomes a view of that region.
+        *Store forwarding*: a tile written once and then only stored (whole, same dtype) to
+        HBM is computed straight into the destination.  Either way the data and (checked at
+        run time: C-contiguous) the layout are those of the reference's own buffer; the
+        copy is what disappears.  Dead writes (temporaries nobody reads) are dropped too.
+        """
+        reads: dict[int, list[Op]] = {}
+        writes: dict[int, list[Op]] = {}
+        for s, _ in self.k.walk():
+            if not isinstance(s, Op):
+                continue
+            for x in s.ins:
+                if isinstance(x, Access):
+                    reads.setdefault(x.tensor.root.uid, []).append(s)
+            for o in s.outs:
+                writes.setdefault(o.tensor.root.uid, []).append(s)
+                if reads_dst(s):
+                    reads.setdefault(o.tensor.root.uid, []).append(s)
+        self.reads, self.writes = reads, writes
+        # tensors viewed through a reshape (NKI 0.x views of on-chip tiles): their accesses
+        # name the reshape, so forwarding and shadow copies, which follow the tile's own
+        # accesses, do not apply
+        self.aliased = {t.root.uid for t in self.tensors.values() if t.base is not None}
+        self.forwarded: set[int] = set()
+        self.load_fwd: dict[int, Tensor] = {}  # id(op) -> tile
+        self.store_fwd: dict[int, tuple[Tensor, Op]] = {}  # id(writer op) -> (tile, store op)
+        self.store_skip: dict[int, Tensor] = {}  # id(store op) -> tile
+        self._scan_forwarding(self.k.body)
+
+    def _plain_copy(self, op: Op) -> bool:
+        """A copy of one tile (not a read-modify-write) whose mask, if any, always holds."""
+        if not executor(op.prim).copy or reads_dst(op) or len(op.outs) != 1:
+            return False
+        mp = self.mask_plan(op)
+        return mp is not None and mp[0] in ("none", "static") and isinstance(op.ins[0], Access)
+
+    def _scan_forwarding(self, stmts: list) -> None:
+        for i, s in enumerate(stmts):
+            if isinstance(s, Loop):
+                self._scan_forwarding(s.body)
+            if not isinstance(s, Alloc):
+                continue
+            t = s.tensor
+            ws = self.writes.get(t.uid, [])
+            rs = self.reads.get(t.uid, [])
+            if len(ws) != 1 or dtypes.is_tf32(t.dtype) or t.base is not None:
+                continue
+            if t.uid in self.aliased:  # read or written through a reshape: keep its buffer
+                continue
+            w = ws[0]
+            # the writer must be a plain statement of this body, after the Alloc, with no
+            # read of t in between (that read would see the poison)
+            pos = next((j for j in range(i + 1, len(stmts)) if stmts[j] is w), None)
+            if pos is None or any(self._touches([x], t)[0] for x in stmts[i + 1 : pos]):
+                continue
+            out = w.outs[0] if len(w.outs) == 1 else None
+            if self._plain_copy(w) and out is not None and out.tensor is t and self.whole(out):
+                src = w.ins[0]
+                root = src.tensor.root
+                if (
+                    root.is_hbm
+                    and root.uid not in self.writes
+                    and src.shape == t.shape
+                    and src.tensor.dtype == t.dtype
+                    and t not in [x.tensor for x in w.ins[1:]]
+                ):
+                    code = self.static_access(src, False)
+                    if code is not None and code.layout_exact and "_bt(" not in code.expr:
+                        self.load_fwd[id(w)] = t
+                        self.forwarded.add(t.uid)
+                        continue
+            # store forwarding: t written whole by w, then read only by one plain store
+            if len(rs) != 1 or not any(o.tensor is t and self.whole(o) for o in w.outs):
+                continue
+            st_op = rs[0]
+            spos = next((j for j in range(pos + 1, len(stmts)) if stmts[j] is st_op), None)
+            if spos is None or not self._plain_copy(st_op) or st_op.ins[0].tensor is not t:
+                continue
+            src, dst = st_op.ins[0], st_op.outs[0]
+            droot = dst.tensor.root
+            if (
+                not self.whole(src)
+                or not droot.is_hbm
+                or dst.shape != t.shape
+                or dst.tensor.dtype != t.dtype
+                or any(isinstance(x, Access) and x.tensor.root is droot for x in w.ins)
+            ):
+                continue
+            # the writer must write every element of t unconditionally (else the reference
+            # would leave poison where this would leave the destination's old data)
+            if (
+                not writes_all(w)
+                or self.mask_plan(w) not in (("none", None), ("static", None))
+                or any(self.static_access(x, False) is None for x in w.ins if isinstance(x, Access))
+                or any(self.static_access(o, True) is None for o in w.outs)
+                or executor(w.prim).reference
+            ):
+                continue
+            between = stmts[pos + 1 : spos]
+            if any(any(self._touches([x], droot)[:2]) for x in between):
+                continue
+            code = self.static_access(dst, True)
+            if code is None or not code.layout_exact:
+                continue
+            self.store_fwd[id(w)] = (t, st_op)
+            self.store_skip[id(st_op)] = t
+            self.forwarded.add(t.uid)
+
+    # -- shadows ------------------------------------------------------------------------------
+    def plan_shadows(self) -> None:
+        """Choose the bf16/fp16/fp8 tiles that keep an fp32 copy of themselves.
+
+        The reference widens a narrow tile to fp32 every time an instruction reads it.  A
+        tile read (much) more often than it is written -- a matmul operand block reused for
+        every row block, K^T in attention -- keeps a widened shadow instead, refreshed after
+        each write over the written region, and read wherever the reference's widened copy
+        would have the same (C-contiguous) layout.
+        """
+        self.shadow: set[int] = set()
+        execs: dict[int, int] = {}
+        grid = math.prod(self.k.grid or (1,))
+        for st, loops in self.k.walk():
+            if isinstance(st, Op):
+                execs[id(st)] = grid * math.prod(lp.trip for lp in loops)
+        for t in self.tensors.values():
+            if (
+                t.kind != "temp"
+                or t.base is not None
+                or t.uid in self.forwarded
+                or t.uid in self.aliased
+                or dtypes.is_tf32(t.dtype)
+                or not dtypes.is_float(t.dtype)
+                or dtypes.storage_dtype(t.dtype) == np.float32
+            ):
+                continue
+            r = sum(execs[id(op)] for op in self.reads.get(t.uid, []) if not PRIMS[op.prim].raw)
+            w = sum(execs[id(op)] for op in self.writes.get(t.uid, []))
+            if r > 2 * w:
+                self.shadow.add(t.uid)
+        if self.shadow:
+            self._access_memo.clear()  # reads of these tiles now come from the shadows
+
+    def dead(self, t: Tensor) -> bool:
+        """A temporary no instruction ever reads."""
+        return t.kind == "temp" and t.base is None and t.uid not in self.reads
