@@ -10,6 +10,8 @@ import inspect
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import nkikit as nki
 import nkikit.isa as nisa
@@ -150,3 +152,71 @@ def test_psum_is_never_spilled():
     assert e.value.name == "err_psum_total_capacity_exceeded"
     src, start = inspect.getsourcelines(psum_over_capacity.func)
     assert e.value.loc.line == start + next(i for i, t in enumerate(src) if "@psum-nine" in t)
+
+
+# ---------------------------------------------------------------------------------------------
+# the verifier accepts exactly what the allocator can place
+
+
+@nki.jit
+def tile_program(a, program):
+    """Straight-line tiles from ``program``: ("load", width), ("exp", i), ("add", i, j) make
+    a tile from tiles ``i``, ``j`` made before; ("loop", i) reads tile ``i`` in a loop."""
+    out = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+    tiles = []
+    for step in program:
+        if step[0] == "load":
+            tiles.append(nl.load(a[0:128, 0 : step[1]]))
+        elif step[0] == "exp":
+            tiles.append(nl.exp(tiles[step[1]]))
+        elif step[0] == "add":
+            x, y = tiles[step[1]], tiles[step[2]]
+            w = min(x.shape[1], y.shape[1])
+            tiles.append(nl.add(x[0:128, 0:w], y[0:128, 0:w]))
+        else:
+            for _ in nl.sequential_range(2):
+                nl.store(out[0:128, 0:8], nl.exp(tiles[step[1]])[0:128, 0:8])
+    acc = tiles[0][0:128, 0:64]
+    for t in tiles[1:]:
+        acc = nl.add(acc, t[0:128, 0:64])
+    nl.store(out, acc)
+    return out
+
+
+@st.composite
+def programs(draw) -> tuple:
+    widths = st.sampled_from([64, 128, 256, 512, 1024])
+    steps = [("load", draw(widths))]
+    made = 1
+    for _ in range(draw(st.integers(1, 10))):
+        kind = draw(st.sampled_from(["load", "exp", "add", "loop"]))
+        pick = st.integers(0, made - 1)
+        if kind == "load":
+            steps.append(("load", draw(widths)))
+        elif kind == "exp":
+            steps.append(("exp", draw(pick)))
+        elif kind == "add":
+            steps.append(("add", draw(pick), draw(pick)))
+        else:
+            steps.append(("loop", draw(pick)))
+            continue
+        made += 1
+    return tuple(steps)
+
+
+@settings(max_examples=40, deadline=None)
+@given(programs(), st.sampled_from([4096, 6144, 8192, 12288]))
+def test_verifier_accepts_exactly_what_the_allocator_places(program, sbuf_bytes):
+    ir = tile_program.ir(np.zeros((128, 1024), np.float32), program)
+    target = _small(sbuf_bytes)
+    try:
+        verify(ir, target)
+    except NkiError as e:
+        assert e.name == "err_sbuf_capacity_exceeded"
+        with pytest.raises(NkiError) as again:
+            allocate(ir, target)
+        assert str(again.value) == str(e)
+    else:
+        alloc = allocate(ir, target)
+        placed = [*alloc.placements.values(), *(q for s in alloc.segments.values() for q in s)]
+        assert all(p.end <= sbuf_bytes for p in placed if p.memory == "sbuf")
