@@ -58,7 +58,7 @@ import numpy as np
 
 from ..errors import UNKNOWN_LOC, NkiError
 from ..ir.core import Kernel, Tensor
-from ..ir.residency import Lifetime, Timeline, resident_overflow, timeline
+from ..ir.residency import Lifetime, resident_overflow, timeline
 from ..targets import Target
 
 # Up to this many placement groups per memory, biggest-first placement is tried too (one
@@ -181,7 +181,8 @@ class Allocation:
 # liveness
 
 
-# one record per tensor (or SBUF segment of a spilled one): the shared lifetime walk's
+# a tensor's lifetime (or that of one SBUF segment of a spilled tensor), from the walk the
+# verifier's capacity rule shares
 _Info = Lifetime
 
 
@@ -436,7 +437,7 @@ def allocate(kernel: Kernel, target: Target, *, rotation: bool = True) -> Alloca
                 break  # nothing rotates: placing one by one is what was just tried
         rotated = rotated and rotation and rotate
         if placed is None and memory == "sbuf":
-            its, placed, high, spilled = _plan_spills(tl, mem_infos, target, capacity[memory])
+            its, placed, high, spilled = _plan_spills(mem_infos, target, capacity[memory])
             mode = "static"
             spills.extend(spilled)
             if placed is None:
@@ -549,7 +550,7 @@ def _fit(items: list[_Item], capacity: int, partitions: int):
 
 
 def _plan_spills(
-    tl: Timeline, infos: list[_Info], target: Target, capacity: int
+    infos: list[_Info], target: Target, capacity: int
 ) -> tuple[list[_Item], list[tuple[int, int]] | None, int, list[Spill]]:
     """Split the SBUF lifetimes of idle tensors until everything fits with one buffer each
     under static liveness: (items, their placements, bytes used, spills).
