@@ -13,10 +13,11 @@ What is timed, per kernel, size and dtype, all on the same input arrays:
 * ``ref``: a warm call on the reference interpreter (``nkikit.sim.interp``).
 * ``numpy``: the same math in plain numpy (``benchmarks.sim.kernels.numpy_*``).
 * ``torch``: the same math in torch eager on CPU, if torch is installed.
-* ``triton``: the same algorithm as Triton kernels (``benchmarks.peers``) under
-  ``TRITON_INTERPRET=1``, if triton is installed.  It is slow, so it gets a time budget:
-  a probe at the quick size predicts the full-size time; above the budget the probe's time
-  is scaled by the work ratio and marked as extrapolated.
+* ``triton``: the same algorithm as Triton kernels (``benchmarks.peers``) with the NKI
+  kernel's tile sizes, under ``TRITON_INTERPRET=1``, if triton is installed.  Each of its
+  ``--triton-repeats`` runs follows a warm nkikit call, and the Triton ratio is taken from
+  those pairs.  With ``--triton-budget S``, a probe at a smaller size predicts the full-size
+  time, and a run predicted over S seconds is extrapolated from the probe instead (marked).
 
 Times are medians over ``--repeats`` runs; the candidates take turns within each repeat so
 a change of machine load hits them alike.  Peak memory is tracemalloc's peak during one warm
@@ -179,6 +180,26 @@ def make_case(name: str, size: dict[str, int]) -> Case:
             "run_matmul",
             float(n) ** 3,
         )
+    if name == "libmatmul":
+        from kernels.matmul import kernel as lib
+
+        n = size["n"]
+
+        def make_lib(rng, dt):
+            a, b = (rng.standard_normal((n, n), dtype=np.float32).astype(dt) for _ in range(2))
+            return a, b, "float32" if dt == np.float32 else "bfloat16"
+
+        return Case(
+            name,
+            size,
+            f"{n}^3",
+            make_lib,
+            lib.matmul_kernel,
+            lambda a, b, _dt: K.numpy_matmul(a, b),
+            lambda a, b, _dt: _torch_matmul(a, b),
+            "run_matmul",
+            float(n) ** 3,
+        )
     if name == "attention":
         h, s, d = size["heads"], size["seq"], size["dim"]
 
@@ -213,6 +234,7 @@ FULL = {
     "softmax": [{"rows": 4096, "cols": 4096}],
     "layernorm": [{"rows": 4096, "cols": 4096}],
     "matmul": [{"n": 1024}, {"n": 2048}],
+    "libmatmul": [{"n": 2048}],
     "attention": [{"heads": 8, "seq": 2048, "dim": 128}],
 }
 QUICK = {
@@ -220,6 +242,7 @@ QUICK = {
     "softmax": [{"rows": 512, "cols": 1024}],
     "layernorm": [{"rows": 512, "cols": 1024}],
     "matmul": [{"n": 256}, {"n": 512}],
+    "libmatmul": [{"n": 512}],
     "attention": [{"heads": 2, "seq": 512, "dim": 128}],
 }
 # Triton's probe sizes: its interpreter's time grows with the number of programs (rows for
@@ -229,6 +252,7 @@ PROBE = {
     "softmax": {"rows": 256, "cols": 4096},
     "layernorm": {"rows": 256, "cols": 4096},
     "matmul": {"n": 512},
+    "libmatmul": {"n": 512},
     "attention": {"heads": 1, "seq": 1024, "dim": 128},
 }
 TINY = {
@@ -236,6 +260,7 @@ TINY = {
     "softmax": [{"rows": 128, "cols": 256}],
     "layernorm": [{"rows": 128, "cols": 512}],
     "matmul": [{"n": 512}],
+    "libmatmul": [{"n": 512}],
     "attention": [{"heads": 1, "seq": 512, "dim": 64}],
 }
 
@@ -356,6 +381,7 @@ def bench_case(
     use_torch: bool,
     use_triton: bool,
     log: Callable[[str], None],
+    triton_repeats: int = 1,
 ) -> dict:
     dt = DTYPES[dt_name]
     rng = np.random.default_rng(0)
@@ -415,22 +441,21 @@ def bench_case(
         with simulator("fast"):
             _clear(jk)
             times["cold"].append(_timeit(lambda: jk(*args)))
+            jk(*args)  # untimed: the first cached call still warms numpy's allocator
             times["warm"].append(_timeit(lambda: jk(*args)))
+        times["numpy"].append(_timeit(lambda: case.numpy(*args)))
         times["sim"].append(_timeit(lambda: _fast.simulate(kern, sim_arrays)))
         with simulator("reference"):
             jk(*args) if not jk._cache else None
             times["ref"].append(_timeit(lambda: jk(*args)))
-        times["numpy"].append(_timeit(lambda: case.numpy(*args)))
         if use_torch:
             times["torch"].append(_timeit(lambda: case.torch(*targs)))
     for key, ts in times.items():
         row[f"{key}_s"] = statistics.median(ts) if ts else None
-    # a second warm measurement after the loop, so the first warm call (allocator warm-up)
-    # counts less
-    with simulator("fast"):
-        jk(*args)
-        warm2 = [_timeit(lambda: jk(*args)) for _ in range(max(1, repeats // 2))]
-    row["warm_s"] = statistics.median(times["warm"] + warm2)
+    # warm and numpy ran back to back in every repeat (A, B, A, B ...): their medians form the
+    # ratio, and the spread of the per-repeat ratios shows what the machine's load did to it
+    pairs = [w / n for w, n in zip(times["warm"], times["numpy"])]
+    row["warm_numpy_pairs"] = {"n": len(pairs), "min": min(pairs), "max": max(pairs)}
 
     io_bytes = _nbytes(args) + _nbytes(np_out)
     row["io_bytes"] = io_bytes
@@ -442,7 +467,12 @@ def bench_case(
     row["peak_numpy_bytes"] = _peak(lambda: case.numpy(*args))
 
     if use_triton:
-        row.update(_bench_triton(case, args, dt, triton_budget, log, np_out))
+
+        def warm() -> None:
+            with simulator("fast"):
+                jk(*args)
+
+        row.update(_bench_triton(case, args, dt, triton_budget, log, np_out, triton_repeats, warm))
     else:
         row["triton_s"] = None
         row["triton_note"] = triton_available() or "skipped"
@@ -450,14 +480,63 @@ def bench_case(
     return row
 
 
-def _bench_triton(case: Case, args: tuple, dt: np.dtype, budget: float, log, np_out) -> dict:
+def triton_runner(case: Case) -> Callable[..., Any]:
+    """The Triton version of ``case`` with the NKI kernel's tile sizes: matmul tiles of
+    128 (M) x 512 (N) x 128 (K) as ``nc_matmul`` takes them, and attention blocks of 128
+    queries x 128 keys as the NKI kernel's.  The norms run one program per row over the whole
+    row (the NKI kernels hold 128 whole rows per tile)."""
     tk = _triton_module()
-    fn = getattr(tk, case.triton)
+    if case.name in ("matmul", "libmatmul"):
+
+        def run_matmul(lhsT, rhs, *_):  # noqa: N803
+            k, m = lhsT.shape
+            n = rhs.shape[1]
+            out = _torch_empty((m, n), lhsT.dtype)
+            grid = (m // 128, n // 512)
+            tk._matmul[grid](lhsT, rhs, out, m, n, k, BM=128, BN=512, BK=128)
+            return out
+
+        return run_matmul
+    if case.name == "attention":
+
+        def run_attention(q, k, v):
+            h, seq, d = q.shape
+            out = _torch_empty(tuple(q.shape), q.dtype)
+            scale = 1.0 / math.sqrt(d)
+            tk._attention[(seq // 128, h)](q, k, v, out, seq, scale, D=d, BM=128, BN=128)
+            return out
+
+        return run_attention
+    return getattr(tk, case.triton)
+
+
+def _torch_empty(shape: tuple, dtype):
+    import torch
+
+    return torch.empty(shape, dtype=dtype)
+
+
+def _bench_triton(
+    case: Case,
+    args: tuple,
+    dt: np.dtype,
+    budget: float,
+    log,
+    np_out,
+    repeats: int,
+    warm: Callable[[], Any],
+) -> dict:
+    """Triton's interpreter timed in pairs with the warm nkikit call (warm, triton, warm,
+    triton ...): the ratio is the median of one side over the median of the other, both from
+    this run.  With a ``budget`` (seconds), a probe predicts the time first, and if one run
+    would exceed it the probe's time scaled by the work ratio is reported instead, marked as
+    extrapolated."""
+    fn = triton_runner(case)
     out: dict[str, Any] = {}
     probe = case.probe
-    if probe is not None and probe.size != case.size:
+    if budget and probe is not None and probe.size != case.size:
         pargs = [_to_torch(a) for a in probe.make(np.random.default_rng(0), dt)]
-        fn(*pargs)  # first call compiles nothing but warms the interpreter's caches
+        fn(*pargs)  # the first call fills the interpreter's caches
         t_probe = statistics.median(_timeit(lambda: fn(*pargs)) for _ in range(2))
         predicted = t_probe * case.work / probe.work
         out["triton_probe"] = {"size": probe.label, "s": t_probe}
@@ -471,15 +550,19 @@ def _bench_triton(case: Case, args: tuple, dt: np.dtype, budget: float, log, np_
             out["triton_extrapolated"] = True
             return out
     targs = [_to_torch(a) for a in args]
-    t = _timeit(lambda: fn(*targs))
-    res = _from_torch(fn(*targs)) if probe is None or probe.size == case.size else None
-    if res is None:
-        res = _from_torch(fn(*targs)) if t < budget / 4 else None
-    out["triton_s"] = t
-    out["triton_note"] = "measured, 1 run"
+    got: list = []
+    tri, nki_warm = [], []
+    for _ in range(repeats):
+        nki_warm.append(_timeit(warm))
+        tri.append(_timeit(lambda: got.append(fn(*targs))))
+    res = _from_torch(got[0])  # checked against numpy below
+    out["triton_s"] = statistics.median(tri)
+    out["triton_warm_s"] = statistics.median(nki_warm)
+    ratios = [t / w for t, w in zip(tri, nki_warm)]
+    out["triton_pairs"] = {"n": len(ratios), "min": min(ratios), "max": max(ratios)}
+    out["triton_note"] = f"measured, {repeats} run(s) paired with warm nkikit calls"
     out["triton_extrapolated"] = False
-    if res is not None:
-        out["triton_max_abs_diff_vs_numpy"] = _close(res, np_out, dt)
+    out["triton_max_abs_diff_vs_numpy"] = _close(res, np_out, dt)
     return out
 
 
@@ -670,9 +753,9 @@ def goal_lines(results: dict) -> list[str]:
     c, where = worst(lambda r: ratio(r["cold_s"], r["numpy_s"]))
     out.append(f"- cold within 3× of numpy: {verdict(c <= 3)} (worst {c:.2f}×, {where})")
     tri = [
-        (ratio(r.get("triton_s"), r["warm_s"]), f"{r['kernel']} {r['size']} {r['dtype']}")
+        (triton_ratio(r), f"{r['kernel']} {r['size']} {r['dtype']}")
         for r in rows
-        if r.get("triton_s")
+        if triton_ratio(r) is not None
     ]
     if tri:
         t, where = min(tri)
@@ -710,13 +793,24 @@ def goal_lines(results: dict) -> list[str]:
         "- fast path bit-identical to the reference on every row: "
         f"{verdict(all(r['fast_equals_reference'] for r in rows))}"
     )
-    if any("earlier run" in (r.get("triton_note") or "") for r in rows):
-        out += [
-            "",
-            "The Triton column comes from an earlier full run of this benchmark (`--reuse-triton`); "
-            "the Triton kernels did not change in between.",
-        ]
     return out
+
+
+def triton_ratio(r: dict) -> float | None:
+    """Triton's time over nkikit's warm time, both from this row's paired runs (the warm
+    time of the pairs when they were measured, else the row's warm time)."""
+    t, w = r.get("triton_s"), r.get("triton_warm_s") or r.get("warm_s")
+    return t / w if t and w else None
+
+
+def _range(pairs: dict | None) -> str:
+    if not pairs or pairs.get("n", 0) < 2:
+        return ""
+    return (
+        f" ({pairs['min']:.2f}–{pairs['max']:.2f})"
+        if pairs["max"] < 100
+        else (f" ({pairs['min']:.0f}–{pairs['max']:.0f})")
+    )
 
 
 def render_markdown(results: dict) -> str:
@@ -732,11 +826,19 @@ def render_markdown(results: dict) -> str:
         "",
         "*cold*: first call (trace + verify + compile + run); *warm*: cached call; *sim only*: the cached "
         "fast program alone, without the call's argument conversion and input copies; *ref*: warm call on the "
-        "reference interpreter; *triton*: Triton's interpreter (`TRITON_INTERPRET=1`) on the same algorithm; "
-        "*peak*: tracemalloc peak of a warm fast-path call over input + output bytes.",
+        "reference interpreter; *np peak*: tracemalloc peak of the numpy baseline over input + output bytes "
+        "(what its temporaries cost); *triton*: Triton's interpreter (`TRITON_INTERPRET=1`) on the same "
+        "algorithm with the NKI kernel's tile sizes; *peak*: tracemalloc peak of a warm fast-path call over "
+        "input + output bytes.",
         "",
-        "| kernel | size | dtype | cold | warm | sim only | ref | numpy | torch | triton | warm/numpy | cold/numpy | ref/numpy | triton/warm | peak | bit-identical |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "Pairing: within each repeat the candidates run back to back (cold, warm, numpy, sim only, ref, torch), "
+        f"and Triton's {meta.get('triton_repeats', 1)} run(s) per row alternate with a warm nkikit call "
+        "(warm, triton, warm, triton ...), so a change of the shared machine's load hits both sides of a "
+        "ratio alike. Every ratio is the median of one side over the median of the other, both from this "
+        "run; the range in parentheses is the lowest and highest ratio of a single pair.",
+        "",
+        "| kernel | size | dtype | cold | warm | sim only | ref | numpy | np peak | torch | triton | warm/numpy | cold/numpy | ref/numpy | triton/warm | peak | bit-identical |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in results["rows"]:
         tri = _fmt_s(r.get("triton_s"))
@@ -745,14 +847,26 @@ def render_markdown(results: dict) -> str:
         elif r.get("triton_s") is None:
             tri = r.get("triton_note", "—")
         peak = r["peak_fast_bytes"] / r["io_bytes"] if r.get("io_bytes") else None
+        np_peak = r["peak_numpy_bytes"] / r["io_bytes"] if r.get("peak_numpy_bytes") else None
+        t_ratio = triton_ratio(r)
+        t_cell = (
+            "—" if t_ratio is None else (f"{t_ratio:.1f}×" if t_ratio < 100 else f"{t_ratio:.0f}×")
+        )
         lines.append(
             f"| {r['kernel']} | {r['size']} | {r['dtype']} | {_fmt_s(r['cold_s'])} | {_fmt_s(r['warm_s'])} | "
-            f"{_fmt_s(r.get('sim_s'))} | {_fmt_s(r['ref_s'])} | {_fmt_s(r['numpy_s'])} | {_fmt_s(r.get('torch_s'))} | {tri} | "
-            f"{_ratio(r['warm_s'], r['numpy_s'])} | {_ratio(r['cold_s'], r['numpy_s'])} | "
-            f"{_ratio(r['ref_s'], r['numpy_s'])} | {_ratio(r.get('triton_s'), r['warm_s'])} | "
+            f"{_fmt_s(r.get('sim_s'))} | {_fmt_s(r['ref_s'])} | {_fmt_s(r['numpy_s'])} | "
+            f"{'—' if np_peak is None else f'{np_peak:.2f}×'} | {_fmt_s(r.get('torch_s'))} | {tri} | "
+            f"{_ratio(r['warm_s'], r['numpy_s'])}{_range(r.get('warm_numpy_pairs'))} | "
+            f"{_ratio(r['cold_s'], r['numpy_s'])} | "
+            f"{_ratio(r['ref_s'], r['numpy_s'])} | {t_cell}{_range(r.get('triton_pairs'))} | "
             f"{'—' if peak is None else f'{peak:.2f}×'} | {'yes' if r['fast_equals_reference'] else '**NO**'} |"
         )
-    lines += ["", *goal_lines(results)]
+    lines += [
+        "",
+        *goal_lines(results),
+        "",
+        "Where a goal is missed, `README.md` in this folder says why (section *Rows that miss*).",
+    ]
     ov = results.get("call_overhead")
     lines += [
         "",
@@ -832,25 +946,27 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument(
         "--repeats", type=int, default=None, help="runs per measurement (default 5, quick 2)"
     )
-    ap.add_argument("--kernels", default="rmsnorm,softmax,layernorm,matmul,attention")
+    ap.add_argument("--kernels", default="rmsnorm,softmax,layernorm,matmul,libmatmul,attention")
     ap.add_argument("--dtypes", default="fp32,bf16")
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--no-triton", action="store_true")
     ap.add_argument(
         "--triton-budget",
         type=float,
-        default=120.0,
-        help="seconds one Triton run may take before it is extrapolated instead",
+        default=0.0,
+        help="if set, a probe at a smaller size predicts each Triton run, and one predicted to "
+        "take longer than this many seconds is extrapolated from the probe instead (marked); "
+        "default 0: every Triton run is measured at full size",
     )
     ap.add_argument("--out", default=str(HERE), help="folder for results.json and results.md")
     ap.add_argument(
         "--no-overhead", action="store_true", help="skip the cached-call overhead measurement"
     )
     ap.add_argument(
-        "--reuse-triton",
+        "--triton-repeats",
+        type=int,
         default=None,
-        metavar="JSON",
-        help="take the Triton columns from an earlier results.json instead of rerunning them",
+        help="Triton runs per row, each paired with a warm nkikit call (default 3, quick 1)",
     )
     ap.add_argument(
         "--threads",
@@ -906,37 +1022,30 @@ def _main(opts) -> dict:
     def log(msg: str) -> None:
         print(msg, flush=True)
 
-    reuse: dict[tuple, dict] = {}
-    if opts.reuse_triton:
-        for r in json.loads(Path(opts.reuse_triton).read_text())["rows"]:
-            if r.get("triton_s") is not None:
-                reuse[(r["kernel"], r["size"], r["dtype"])] = {
-                    k: v for k, v in r.items() if k.startswith("triton")
-                }
+    triton_repeats = opts.triton_repeats or (1 if mode != "full" else 3)
     rows = []
     for name in opts.kernels.split(","):
         for size in sizes[name]:
             case = make_case(name, size)
             case.probe = make_case(name, PROBE[name]) if mode == "full" else None
             for dt_name in opts.dtypes.split(","):
-                old = reuse.get((case.name, case.label, dt_name))
-                row = bench_case(
-                    case,
-                    dt_name,
-                    repeats,
-                    opts.triton_budget,
-                    use_torch,
-                    use_triton and old is None,
-                    log,
+                rows.append(
+                    bench_case(
+                        case,
+                        dt_name,
+                        repeats,
+                        opts.triton_budget,
+                        use_torch,
+                        use_triton,
+                        log,
+                        triton_repeats,
+                    )
                 )
-                if old is not None:
-                    row.update(old)
-                    row["triton_note"] = row.get("triton_note", "") + " (from an earlier run)"
-                rows.append(row)
     results = {
         "meta": {
             "mode": mode,
             "repeats": repeats,
+            "triton_repeats": triton_repeats,
             "threads": opts.threads,
             "machine": machine,
             "loadavg_end": os.getloadavg(),
