@@ -87,7 +87,18 @@ class Target:
     # -- cost-model constants (engine cycles), shared by all generations unless overridden
     min_ii: int = 64
     access_overhead_cycles: int = 60
+    # fitted: [PG] observes a 264-cycle II for dependent 1-element ScalarE instructions
+    # = MIN_II 64 + access 60 + 140 (ScalarE and GpSimd)
     dependent_overhead_cycles: int = 140
+    # fitted: VectorE streams dependent instructions back to back: the fused-Mamba v2 kernel
+    # [T-MAMBA] is a chain of dependent VectorE instructions and runs VectorE 99.63% active
+    # (rows mamba v2 seq 512-6144 and v3 seq 512-6144 of benchmarks/calibration)
+    vector_dependent_overhead_cycles: int = 0
+    # fitted: VectorE cycles per element of an fp32 instruction streaming two SBUF inputs
+    # (tensor_tensor, tensor_tensor_scan); [LISA] says 2N, the fused-Mamba tutorial
+    # [T-MAMBA] (VectorE-bound, 5 such instructions per step) implies ~1.4.  Fitted on the
+    # mamba v2 / v3 rows of benchmarks/calibration (seq 512-6144), not on any single row.
+    vector_two_input_cycles: float = 1.43
     gpsimd_start_cycles: int = 150
     semaphore_cycles: int = 100
     dma_row_overhead_bytes: int = 64
@@ -125,6 +136,12 @@ class Target:
         verifier checks (Beta-1 ``nl.tile_size.psum_fmax``): a bank up to NC-v3, the whole
         PSUM on NC-v4."""
         return self.psum_tile_bytes // 4
+
+    def dependent_cycles(self, engine: str) -> int:
+        """Cycles an instruction waits when it reads its own engine's previous result."""
+        if engine == "vector":
+            return self.vector_dependent_overhead_cycles
+        return self.dependent_overhead_cycles if engine in ("scalar", "gpsimd") else 0
 
     def clock(self, engine: str) -> float:
         return self.clock_hz[engine]
@@ -189,10 +206,12 @@ TRN1 = Target(
     dma_partitions_per_queue=8,  # [DMA] each engine ~8 partitions of a 128-partition transfer
     dma_queue_bytes_per_ns=17.0,  # [DMA, DMABW] 17 B/ns per engine on Trn1
     dma_fixed_ns=1300.0,  # [DMABW] descriptor + sync + semaphore-to-start ~1300 ns
-    # fitted: the four matmul tutorial kernels on Trn1 [T-MM] all move 100-106 GB/s of HBM
-    # traffic (bytes / published time): ~0.4 of 16 queues x 17 B/ns.  0.41 minimizes the
-    # largest time error of the three DMA-bound steps (scan: benchmarks/calibration/README.md).
-    dma_efficiency=0.41,
+    # fitted jointly with dma_row_overhead_bytes on the DMA-bound rows of
+    # benchmarks/calibration: matmul tiled / hoisted / blocked (256 B - 1 KiB per partition,
+    # 100-106 GB/s [T-MM]), LayerNorm v2 (32 KiB per partition, ~136 GB/s [T-LN]) and fused
+    # Mamba v1 (2 KiB per partition [T-MAMBA]).
+    dma_efficiency=0.55,
+    dma_row_overhead_bytes=352,
     dma_transpose_factor=0.125,  # guess: legacy load_transpose2d has "much lower DMA BW" [LNL, PG]
     hbm_bytes_per_ns=410.0,  # derived: 820 GB/s per chip [TRN1, A2] / 2 NeuronCores (even split unconfirmed)
     notes={"hbm": "per-core share of chip HBM bandwidth is unconfirmed [nki.md 4.2]"},

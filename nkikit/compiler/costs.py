@@ -26,6 +26,7 @@ class OpView:
     n: int  # elements per partition of the main input (or of the output)
     p: int  # partitions of the main operand
     accesses: list[Access]  # every tensor operand, ins then outs
+    psum_resident: frozenset[int] = frozenset()  # SBUF tensors the compiler keeps in PSUM
 
     @property
     def min_ii(self) -> int:
@@ -41,11 +42,14 @@ class OpView:
         sb = [a.tensor.dtype for a in self.accesses if a.tensor.buffer == "sbuf"]
         return bool(sb) and all(d.itemsize == 2 and dtypes.is_float(d) for d in sb)
 
+    def in_psum(self, a: Access) -> bool:
+        return a.tensor.buffer == "psum" or a.tensor.root.uid in self.psum_resident
+
     def any_psum(self) -> bool:
-        return any(a.tensor.buffer == "psum" for a in self.accesses)
+        return any(self.in_psum(a) for a in self.accesses)
 
     def ins_psum(self) -> bool:
-        return any(isinstance(a, Access) and a.tensor.buffer == "psum" for a in self.op.ins)
+        return any(isinstance(a, Access) and self.in_psum(a) for a in self.op.ins)
 
 
 def _vector_perf(v: OpView, kind: str) -> float:
@@ -83,12 +87,14 @@ def c_tensor_tensor(v: OpView) -> float:
         all(a.tensor.dtype == dtypes.bfloat16 for a in v.accesses)
         and v.op.attrs.get("op") in ("add", "multiply", "subtract")
     )
-    return max(v.min_ii, v.n if fast else 2 * v.n) / _vector_perf(v, "tt")
+    per = 1.0 if fast else v.target.vector_two_input_cycles
+    return max(v.min_ii, per * v.n) / _vector_perf(v, "tt")
 
 
 def c_two_pass(v: OpView) -> float:
-    """``max(MIN_II, 2N)``: ops that stream two inputs (scan, select) [LISA, A2]."""
-    return max(v.min_ii, 2 * v.n)
+    """Ops that stream two SBUF inputs (scan): ``max(MIN_II, 2N)`` in [LISA], charged
+    ``Target.vector_two_input_cycles`` per element like tensor_tensor."""
+    return max(v.min_ii, v.target.vector_two_input_cycles * v.n)
 
 
 def c_select(v: OpView) -> float:

@@ -285,6 +285,7 @@ class _Lowerer:
         self.spill_areas: dict[int, Tensor] = {}
         self.notes: list[str] = []
         self.folded = _folded_memsets(kernel)
+        self.psum_resident = _psum_broadcasts(kernel, target)
         self.flat_roots = {t.root.uid for t in kernel.tensors if t.base is not None}
 
     # -- tracked buffers -------------------------------------------------------------------
@@ -479,7 +480,16 @@ class _Lowerer:
         accesses = [a for a in op.ins if isinstance(a, Access)] + list(op.outs)
         main = next((a for a in op.ins if isinstance(a, Access)), op.outs[0] if op.outs else None)
         p, n = tile_pf(main) if main is not None else (1, 1)
-        view = OpView(op, self.target, engine, n, p, accesses)
+        if (
+            op.prim == "partition_broadcast"
+            and op.outs[0].tensor.root.uid not in self.psum_resident
+        ):
+            # wider than a PSUM bank: TensorE broadcasts bank by bank into PSUM and each bank
+            # is evacuated to SBUF by a VectorE copy; the copies are the critical path (the
+            # TensorE part overlaps them), so the op is modeled as that copy
+            engine, rule = "vector", Lowering("BROADCAST_EVACUATE", c_elementwise)
+            p, n = tile_pf(op.outs[0])
+        view = OpView(op, self.target, engine, n, p, accesses, self.psum_resident)
         cycles = float(rule.cost(view))
         if engine != "tensor":
             cycles += self.target.access_overhead_cycles  # per-instruction access request [A2]
@@ -507,9 +517,7 @@ class _Lowerer:
             model,
             dtype,
             cycles=cycles,
-            same_engine_raw_ns=t.cycles_ns(engine, t.dependent_overhead_cycles)
-            if engine in ("vector", "scalar", "gpsimd")
-            else 0.0,
+            same_engine_raw_ns=t.cycles_ns(engine, t.dependent_cycles(engine)),
             wait_ns=t.cycles_ns(engine, t.semaphore_cycles),
         )
 
@@ -791,6 +799,28 @@ def _bytes(op: Op, kept: float = 1.0) -> dict[str, int]:
         if prims.reads_dst(op):  # the destination's old value is read too
             out[f"{mem(a.tensor)}_read_bytes"] += n
     return out
+
+
+def _psum_broadcasts(kernel: Kernel, target: Target) -> frozenset[int]:
+    """Tensors that stay in PSUM where the TensorE wrote them: the results of partition
+    broadcasts (TensorE writes only PSUM [A2]) that fit one PSUM bank per partition.  Their
+    readers read PSUM (the cheaper VectorE rates of [LISA]); a wider broadcast is evacuated
+    to SBUF (see ``_Lowerer._kind``)."""
+    out: set[int] = set()
+
+    def walk(stmts: list) -> None:
+        for s in stmts:
+            if isinstance(s, Loop):
+                walk(s.body)
+            elif isinstance(s, Op) and s.prim == "partition_broadcast":
+                t = s.outs[0].tensor
+                if t.buffer == "sbuf" and tile_pf(Access.whole(t))[1] * t.dtype.itemsize <= (
+                    target.psum_bank_bytes
+                ):
+                    out.add(t.root.uid)
+
+    walk(kernel.body)
+    return frozenset(out)
 
 
 def _folded_memsets(kernel: Kernel) -> set[int]:
