@@ -1,14 +1,17 @@
-"""Reproduce the NKI matmul tutorial's published numbers with nkikit's cost model.
+"""Reproduce published NKI results with nkikit's cost model.
 
 ``python -m benchmarks.calibration`` (or ``python benchmarks/calibration/run.py``) compiles
-the four tutorial steps (``matmul_kernels.py``) for [4096, 8192] @ [8192, 8192] bf16 on trn1,
-compares time and HFU with the published Trn1 measurements [T-MM], checks the trn2
-profiling walkthrough's engine activity qualitatively [T-OPT], and writes ``results.json``
-and ``results.md`` next to this file.  The exit status is 0 when the order of the four
-kernels is reproduced and every time and HFU is within 25%.
+the four matmul tutorial steps (``matmul_kernels.py``) for [4096, 8192] @ [8192, 8192] bf16 on
+trn1, compares time and HFU with the published Trn1 measurements [T-MM], checks the trn2
+profiling walkthrough's engine activity qualitatively [T-OPT], and adds the tutorial rows:
+fused Mamba v1-v3 [T-MAMBA], LayerNorm v1/v2 [T-LN] and the small-head SD attention CI limit
+(published / modeled / error / source).  It writes ``results.json`` and ``results.md`` next to
+this file.  The exit status is 0 when the order of the four matmul kernels is reproduced and
+every matmul time and HFU is within 25%; the tutorial checks (orders, 15%) are reported.
 
-``--scan-dma-efficiency 0.36,0.40,0.44`` shows how the one fitted DMA constant moves the
-three DMA-bound kernels (the fit behind ``TRN1.dma_efficiency``).
+``--tutorials-only`` runs only the tutorial rows.  ``--scan-dma-efficiency 0.36,0.40,0.44``
+shows how the fitted DMA constant moves the three DMA-bound matmul kernels (the fit behind
+``TRN1.dma_efficiency``).
 """
 
 from __future__ import annotations
@@ -185,7 +188,9 @@ def run_tutorials() -> list[dict]:
             ms,
             "ms",
             MAMBA_SRC,
-            lambda k=k, seq=seq: build_program(k.specialize(*_mamba_args(seq))[0], target),
+            lambda k=k, seq=seq: build_program(
+                k.specialize_for("trn1", *_mamba_args(seq))[0], target
+            ),
         )
         rows.append(r)
         _print(r)
@@ -198,7 +203,7 @@ def run_tutorials() -> list[dict]:
             us,
             "us",
             LN_SRC,
-            lambda k=k: build_program(k.specialize(x, g, g)[0], target),
+            lambda k=k: build_program(k.specialize_for("trn1", x, g, g)[0], target),
         )
         rows.append(r)
         _print(r)
@@ -210,7 +215,8 @@ def run_tutorials() -> list[dict]:
         "us",
         ATT_SRC,
         lambda: build_program(
-            k[1].specialize(
+            k[1].specialize_for(
+                "trn1",
                 nt.tensor[[1, 128, 4096], bf],
                 nt.tensor[[1, 4096, 128], bf],
                 nt.tensor[[1, 4096, 128], bf],

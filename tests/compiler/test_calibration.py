@@ -62,7 +62,7 @@ def test_trn2_walkthrough_shape():
 
 
 def _mamba_ms(version: str, seq: int) -> float:
-    ir, _ = mamba_kernels.KERNELS[version].specialize(*calibration._mamba_args(seq))
+    ir, _ = mamba_kernels.KERNELS[version].specialize_for("trn1", *calibration._mamba_args(seq))
     return build_program(ir, "trn1").total_us / 1000
 
 
@@ -80,7 +80,7 @@ def test_mamba_tutorial_steps_and_order():
 
 def test_mamba_v2_keeps_vector_engine_busy():
     # the tutorial's profile shows VectorE 99.63% active for v2 at seq 512
-    ir, _ = mamba_kernels.KERNELS["v2"].specialize(*calibration._mamba_args(512))
+    ir, _ = mamba_kernels.KERNELS["v2"].specialize_for("trn1", *calibration._mamba_args(512))
     active = build_program(ir, "trn1").profile().summary["engine_active_percent"]
     assert active["vector"] > 95
 
@@ -88,7 +88,7 @@ def test_mamba_v2_keeps_vector_engine_busy():
 def test_layernorm_tutorial_order():
     x, g = nt.tensor[[4096, 8192], nl.float32], nt.tensor[[8192], nl.float32]
     us = {
-        v: build_program(k.specialize(x, g, g)[0], "trn1").total_us
+        v: build_program(k.specialize_for("trn1", x, g, g)[0], "trn1").total_us
         for v, k in layernorm_kernels.KERNELS.items()
     }
     assert us["v2"] < us["v1"]  # [T-LN]: 1969 us vs 2311 us
