@@ -33,12 +33,14 @@ Contract of :func:`allocate`:
 * **Spilling.**  If SBUF does not fit even with one buffer per tensor and plain static
   liveness, tensors that are live but idle at the fullest point are spilled, as the Neuron
   compiler spills to the next memory tier [PM, MEM]: saved to HBM after one use and
-  reloaded before the next, so that their SBUF lifetime splits there (biggest first, one at
-  a time, until it fits).  :attr:`Allocation.spills` lists them; the segments of a spilled
-  tensor have a placement each (:attr:`Allocation.segments`).  PSUM is never spilled.
-* If nothing fits, :class:`~nkikit.errors.NkiError` ``err_sbuf_capacity_exceeded`` or
-  ``err_psum_total_capacity_exceeded`` names the live tensors with sizes and lines (for
-  SBUF: what is still live at the fullest point once everything spillable is spilled).
+  reloaded before the next, so that their SBUF lifetime splits there (one at a time, until
+  it fits; see :func:`_plan_spills`).  :attr:`Allocation.spills` lists them; the segments of
+  a spilled tensor have a placement each (:attr:`Allocation.segments`).  PSUM is never
+  spilled.  Lifetimes and uses come from :mod:`nkikit.ir.residency`, which the verifier's
+  capacity rule shares: a kernel it accepts fits once every idle stretch is spilled.
+* If nothing fits, :class:`~nkikit.errors.NkiError` ``err_sbuf_capacity_exceeded`` (at the
+  first statement whose tensors in use exceed SBUF, as the verifier reports it) or
+  ``err_psum_total_capacity_exceeded`` names the live tensors with sizes and lines.
 
 Cost: O(n log n + n * w) for n placement groups of which at most w are live at once (first
 fit against the live set, swept in program order); kernels with at most
@@ -55,7 +57,8 @@ from math import prod
 import numpy as np
 
 from ..errors import UNKNOWN_LOC, NkiError
-from ..ir.core import ON_CHIP, Access, Alloc, Kernel, Loop, Op, Tensor
+from ..ir.core import Kernel, Tensor
+from ..ir.residency import Lifetime, resident_overflow, timeline
 from ..targets import Target
 
 # Up to this many placement groups per memory, biggest-first placement is tried too (one
@@ -178,62 +181,9 @@ class Allocation:
 # liveness
 
 
-@dataclass(slots=True)
-class _Info:
-    tensor: Tensor
-    lo: int
-    hi: int
-    execs: int  # how many times the Alloc runs per kernel instance
-    pipelined: bool  # innermost enclosing loop is an affine_range
-    outer_end: int  # last point of the outermost enclosing loop (hi at top level)
-
-
-def _liveness(kernel: Kernel) -> dict[int, _Info]:
-    infos: dict[int, _Info] = {}
-    point = 0
-
-    def touch(t: Tensor, loops: tuple[Loop, ...], spans: dict[int, int]) -> None:
-        if t.buffer not in ON_CHIP:
-            return
-        info = infos.get(t.uid)
-        if info is None:  # used without an Alloc statement: live from first use
-            end = spans[id(loops[0])] if loops else point
-            info = infos[t.uid] = _Info(t, point, point, 1, False, end)
-        depth = len(t.scope)
-        hi = spans[id(loops[depth])] if len(loops) > depth else point
-        info.hi = max(info.hi, hi)
-        info.outer_end = max(info.outer_end, info.hi)
-
-    def walk(body: list, loops: tuple[Loop, ...], spans: dict[int, int]) -> None:
-        nonlocal point
-        for s in body:
-            point += 1
-            if isinstance(s, Alloc):
-                t = s.tensor
-                if t.buffer in ON_CHIP:
-                    execs = prod(lp.trip for lp in loops)
-                    pipelined = bool(loops) and loops[-1].kind == "affine"
-                    end = spans[id(loops[0])] if loops else point
-                    infos[t.uid] = _Info(t, point, point, execs, pipelined, end)
-            elif isinstance(s, Op):
-                for a in (*s.outs, *s.ins):
-                    if isinstance(a, Access):
-                        touch(a.tensor, loops, spans)
-            elif isinstance(s, Loop):
-                spans[id(s)] = point + _count(s.body)
-                walk(s.body, loops + (s,), spans)
-
-    walk(kernel.body, (), {})
-    return infos
-
-
-def _count(body: list) -> int:
-    n = 0
-    for s in body:
-        n += 1
-        if isinstance(s, Loop):
-            n += _count(s.body)
-    return n
+# a tensor's lifetime (or that of one SBUF segment of a spilled tensor), from the walk the
+# verifier's capacity rule shares
+_Info = Lifetime
 
 
 # ---------------------------------------------------------------------------------------------
@@ -411,13 +361,20 @@ def _vector_fit(
 
 
 def _sweep_fit(
-    items: list[_Item], mode: str, total_partitions: int
+    items: list[_Item], mode: str, total_partitions: int, *, nested: bool = False
 ) -> tuple[list[tuple[int, int]], int]:
     """Program order: place every item at the lowest offset that clears the placed items
     still live when it starts.  Those are kept in a heap by the last point they block
     (their last use, or in pipelined mode the end of their outermost loop, since the
-    iterations of a pipelined loop may overlap), so each item meets only the live ones."""
-    order = sorted(range(len(items)), key=lambda k: (items[k].group.lo, -items[k].footprint))
+    iterations of a pipelined loop may overlap), so each item meets only the live ones.
+    Items that start together go biggest first, or with ``nested`` longest first: then the
+    items live when one starts all contain it, and if the lifetimes nest (each two disjoint
+    or one inside the other) no item ends above the bytes live at once at its points."""
+    if nested:
+        key = lambda k: (items[k].group.lo, -items[k].group.hi, -items[k].footprint)  # noqa: E731
+    else:
+        key = lambda k: (items[k].group.lo, -items[k].footprint)  # noqa: E731
+    order = sorted(range(len(items)), key=key)
     pipelined = mode == "pipelined"
     active: list[tuple[int, int]] = []  # (last blocked point, item index)
     where: list[tuple[int, int, int, int]] = [(0, 0, 0, 0)] * len(items)  # part, parts, lo, hi
@@ -457,8 +414,9 @@ def allocate(kernel: Kernel, target: Target, *, rotation: bool = True) -> Alloca
 
     ``rotation=False`` places every tensor on its own (no address rotation of unrolled
     allocations), like NKI 0.7's ``CompileConfig(address_rotation=...)`` turned off."""
+    tl = timeline(kernel)
     infos: dict[str, list[_Info]] = {"sbuf": [], "psum": []}
-    for info in _liveness(kernel).values():
+    for info in tl.lifetimes.values():
         infos[info.tensor.buffer].append(info)
     capacity = {"sbuf": target.sbuf_bytes, "psum": target.psum_bytes}
 
@@ -479,9 +437,13 @@ def allocate(kernel: Kernel, target: Target, *, rotation: bool = True) -> Alloca
                 break  # nothing rotates: placing one by one is what was just tried
         rotated = rotated and rotation and rotate
         if placed is None and memory == "sbuf":
-            its, placed, high, spilled = _plan_spills(kernel, mem_infos, target, capacity[memory])
+            its, placed, high, spilled = _plan_spills(mem_infos, target, capacity[memory])
             mode = "static"
             spills.extend(spilled)
+            if placed is None:
+                over = resident_overflow(tl, target, capacity[memory])
+                if over is not None:  # what the verifier rejects (with another target's limits)
+                    raise over.error()
         if placed is None:
             _fail(memory, its, high, capacity[memory])
         used[memory] = high
@@ -587,57 +549,32 @@ def _fit(items: list[_Item], capacity: int, partitions: int):
 # spilling
 
 
-def _use_intervals(kernel: Kernel, wanted: set[int]) -> dict[int, list[tuple[int, int]]]:
-    """Per tensor, the statements of its own body that use it, as program-point intervals
-    (an op is one point; a loop that uses it inside is all its points), in program order.
-    Points are numbered as :func:`_liveness` numbers them."""
-    uses: dict[int, list[tuple[int, int]]] = {u: [] for u in wanted}
-    point = 0
-    starts: dict[int, int] = {}
-    spans: dict[int, int] = {}
-
-    def walk(body: list, loops: tuple[Loop, ...]) -> None:
-        nonlocal point
-        for s in body:
-            point += 1
-            if isinstance(s, Op):
-                for a in (*s.outs, *s.ins):
-                    if isinstance(a, Access) and a.tensor.uid in wanted:
-                        depth = len(a.tensor.scope)
-                        if len(loops) > depth:
-                            lp = loops[depth]
-                            iv = (starts[id(lp)], spans[id(lp)])
-                        else:
-                            iv = (point, point)
-                        got = uses[a.tensor.uid]
-                        if not got or got[-1] != iv:
-                            got.append(iv)
-            elif isinstance(s, Loop):
-                starts[id(s)] = point
-                spans[id(s)] = point + _count(s.body)
-                walk(s.body, loops + (s,))
-
-    walk(kernel.body, ())
-    return uses
-
-
 def _plan_spills(
-    kernel: Kernel, infos: list[_Info], target: Target, capacity: int
+    infos: list[_Info], target: Target, capacity: int
 ) -> tuple[list[_Item], list[tuple[int, int]] | None, int, list[Spill]]:
     """Split the SBUF lifetimes of idle tensors until everything fits with one buffer each
-    under static liveness: (items, their placements, bytes used, spills).  The placements
-    are None when some point stays over capacity with nothing left to spill there (the
-    items are then what is left to report).  Each round spills, at the fullest point, a live tensor that is
-    not used there (between two of its uses) -- the one idle longest, then the biggest --
-    and places everything again."""
-    uses = _use_intervals(kernel, {i.tensor.uid for i in infos})
+    under static liveness: (items, their placements, bytes used, spills).
+
+    A tensor's SBUF lifetime runs from its first use (not its ``Alloc``: nothing is stored
+    before it) to its last, and may split between two uses with a statement between them
+    (:meth:`Lifetime.gaps`).  Each round places everything (in program order, longer
+    lifetimes first among those that start together) and, if that does not fit, spills one
+    live tensor not used at the fullest point -- the one idle longest, then the biggest
+    (Belady's rule) -- or, when every tensor there is in use, one idle where the placement
+    overflowed.  When no tensor is idle anywhere it overflows, every remaining gap is spilled:
+    the segments then nest like the loops (a use is one op or one whole loop), so placing them
+    in that order needs no more than the bytes resident at the fullest statement
+    (:func:`~nkikit.ir.residency.resident_overflow`, which the verifier checks).  The
+    placements are None if even that does not fit."""
     # per tensor: its segments (lo, hi, first use index, last use index)
     segs: dict[int, list[tuple[int, int, int, int]]] = {}
     by_uid = {i.tensor.uid: i for i in infos}
     for i in infos:
-        n = len(uses[i.tensor.uid])
-        segs[i.tensor.uid] = [(i.lo, i.hi, 0, n - 1)]
+        n = len(i.uses)
+        lo = i.uses[0][0] if n else i.lo
+        segs[i.tensor.uid] = [(lo, i.hi, 0, n - 1)]
     spills: list[Spill] = []
+    everything = False  # every gap spilled
     while True:
         items, where = [], []
         for uid, lst in segs.items():
@@ -648,32 +585,70 @@ def _plan_spills(
                 where.append((uid, k))
         for it in items:
             it.buffers = it.want = it.floor = 1
-        placed, high = _sweep_fit(items, "static", target.partitions)
+        placed, high = _sweep_fit(items, "static", target.partitions, nested=True)
         if high <= capacity:
             return items, placed, high, spills
-        pt = _fullest_point(items)
-        best = None
-        for it, (uid, k) in zip(items, where):
-            g = it.group
-            if not g.lo <= pt <= g.hi:
-                continue
-            lo, hi, u0, u1 = segs[uid][k]
-            iv = uses[uid]
-            # the uses of this segment around pt: spillable if pt falls between two
-            j = next((j for j in range(u0, u1) if iv[j][1] < pt < iv[j + 1][0]), None)
-            # the longest idle stretch first (the next use furthest away, as Belady's rule
-            # evicts), then the biggest tile
-            score = (iv[j + 1][0] - iv[j][1], it.size) if j is not None else None
-            if score is not None and (best is None or score > best[0]):
-                best = (score, uid, k, j)
-        if best is None:
+        if everything:
+            if len(items) <= _VECTOR_FIT_MAX:
+                placed, high = _vector_fit(items, "static", target.partitions)
+                if high <= capacity:
+                    return items, placed, high, spills
             return items, None, high, spills
+        hot = [_fullest_point(items)]
+        hot += sorted(
+            {it.group.lo for it, (_, off) in zip(items, placed) if off + it.size > capacity}
+        )
+        best = None
+        for pt in hot:
+            best = _idlest(items, where, segs, by_uid, pt)
+            if best is not None:
+                break
+        if best is None:  # nothing idle where it overflows: spill every gap left
+            everything = True
+            for uid, lst in segs.items():
+                info = by_uid[uid]
+                for k in range(len(lst) - 1, -1, -1):
+                    for j in reversed(_gaps_in(info, lst[k])):
+                        _split(segs, info, k, j, spills)
+            continue
         _, uid, k, j = best
-        lo, hi, u0, u1 = segs[uid][k]
-        iv = uses[uid]
-        segs[uid][k : k + 1] = [(lo, iv[j][1], u0, j), (iv[j + 1][0], hi, j + 1, u1)]
-        t = by_uid[uid].tensor
-        spills.append(Spill(t, iv[j][1], iv[j + 1][0], len(t.scope)))
+        _split(segs, by_uid[uid], k, j, spills)
+
+
+def _gaps_in(info: _Info, seg: tuple[int, int, int, int]) -> list[int]:
+    """The gaps (:meth:`Lifetime.gaps`) of ``info`` inside one of its segments."""
+    _, _, u0, u1 = seg
+    iv = info.uses
+    return [j for j in range(u0, u1) if iv[j][1] + 1 < iv[j + 1][0]]
+
+
+def _idlest(items, where, segs, by_uid, pt: int):
+    """The best spill at point ``pt``: ((idle points, size), uid, segment, gap) of the live
+    tensor idle there the longest (then the biggest), or None if every one is in use."""
+    best = None
+    for it, (uid, k) in zip(items, where):
+        g = it.group
+        if not g.lo <= pt <= g.hi:
+            continue
+        _, _, u0, u1 = segs[uid][k]
+        iv = by_uid[uid].uses
+        j = next((j for j in range(u0, u1) if iv[j][1] < pt < iv[j + 1][0]), None)
+        if j is None:
+            continue
+        score = (iv[j + 1][0] - iv[j][1], it.size)
+        if best is None or score > best[0]:
+            best = (score, uid, k, j)
+    return best
+
+
+def _split(segs, info: _Info, k: int, j: int, spills: list[Spill]) -> None:
+    """Spill ``info``'s tensor between its uses ``j`` and ``j + 1`` (in its segment ``k``)."""
+    uid = info.tensor.uid
+    lo, hi, u0, u1 = segs[uid][k]
+    iv = info.uses
+    segs[uid][k : k + 1] = [(lo, iv[j][1], u0, j), (iv[j + 1][0], hi, j + 1, u1)]
+    t = info.tensor
+    spills.append(Spill(t, iv[j][1], iv[j + 1][0], len(t.scope)))
 
 
 def _fullest_point(items: list[_Item]) -> int:
