@@ -102,6 +102,8 @@ class Target:
     gpsimd_start_cycles: int = 150
     semaphore_cycles: int = 100
     dma_row_overhead_bytes: int = 64
+    # efficiency of a store (on-chip -> HBM); None: ``dma_efficiency`` (see trn1)
+    dma_store_efficiency: float | None = None
     max_buffers: int = 4
     sequential_buffers: int = 2
     sbuf_align: int = 64
@@ -210,6 +212,14 @@ TRN1 = Target(
     # traffic (bytes / published time): ~0.4 of 16 queues x 17 B/ns.  0.41 minimizes the
     # largest time error of the three DMA-bound steps (scan: benchmarks/calibration/README.md).
     dma_efficiency=0.41,
+    # fitted: the matmul rows and the fused-Mamba v1 row are loads at ~0.41 whatever their
+    # row size (256 B - 2 KiB) or transfer size (2 - 16 KiB per queue), so no size curve
+    # lets large transfers run faster; the LayerNorm rows [T-LN] (half of their 268 MB are
+    # stores) need >= 136 GB/s.  A store writes HBM and does not wait on the read round trip
+    # that limits a load's in-order queue [DMA: one queue per trigger engine, in order].
+    # Fitted on rows layernorm_v1 / v2 4096x8192, bounded by row fully_optimized (its
+    # output stores: above 0.6 it models more than 5% fast); scan in benchmarks/calibration.
+    dma_store_efficiency=0.6,
     dma_transpose_factor=0.125,  # guess: legacy load_transpose2d has "much lower DMA BW" [LNL, PG]
     hbm_bytes_per_ns=410.0,  # derived: 820 GB/s per chip [TRN1, A2] / 2 NeuronCores (even split unconfirmed)
     notes={"hbm": "per-core share of chip HBM bandwidth is unconfirmed [nki.md 4.2]"},

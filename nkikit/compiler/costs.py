@@ -230,7 +230,8 @@ def dma_ns_per_partition(
     """Transfer time of one partition's bytes on one DMA queue, in ns.
 
     rate = queue bandwidth (capped at an even share of the core's HBM bandwidth when HBM is
-    involved) x ``dma_efficiency`` x a row efficiency ``b / (b + dma_row_overhead_bytes)``
+    involved) x ``dma_efficiency`` (``dma_store_efficiency`` for an on-chip -> HBM store,
+    when the target sets one) x a row efficiency ``b / (b + dma_row_overhead_bytes)``
     for ``b`` bytes per partition (small rows are overhead-bound [DMABW, PG]); DMA
     transposes run at ``dma_transpose_factor`` of that (at most half SBUF -> SBUF [A3]).
     An ``indirect`` DMA's rows each also carry a runtime-generated descriptor
@@ -244,7 +245,11 @@ def dma_ns_per_partition(
     b = bytes_per_partition
     overhead = t.dma_row_overhead_bytes + (t.dma_indirect_descriptor_bytes if indirect else 0)
     row_eff = b / (b + overhead) if b > 0 else 1.0
-    rate = bw * t.dma_efficiency * row_eff
+    # a store (on-chip -> HBM) writes HBM: it is not held back by the HBM read round trip
+    # that limits a load's queue, so it has its own efficiency (see Target)
+    store = hbm and not from_hbm
+    eff = t.dma_store_efficiency if store and t.dma_store_efficiency is not None else None
+    rate = bw * (t.dma_efficiency if eff is None else eff) * row_eff
     if transpose:
         rate *= t.dma_transpose_factor if from_hbm else min(t.dma_transpose_factor, 0.5)
     return b / rate if rate > 0 else 0.0
