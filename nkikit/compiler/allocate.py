@@ -9,7 +9,8 @@ Contract of :func:`allocate`:
   (one per in-flight iteration), so that iteration ``i + 1`` can load while iteration ``i``
   computes, as the Neuron compiler pipelines affine loops.  ``sequential_range`` bodies and
   top-level tensors get one buffer.  When memory is short the biggest multi-buffered
-  tensors lose buffers first.
+  tensors lose buffers first, tiles computed on chip before tiles a DMA loads (a load is
+  the long-latency producer that buffering overlaps with compute).
 * **Address rotation.**  Unrolled code (``range`` / ``nl.static_range``) allocates a new
   tensor at the same source line in every step.  Such tensors -- same line, same variable,
   shape, dtype, memory and enclosing rolled loops -- form one *rotation group*: they share
@@ -34,7 +35,9 @@ Contract of :func:`allocate`:
   liveness, tensors that are live but idle at the fullest point are spilled, as the Neuron
   compiler spills to the next memory tier [PM, MEM]: saved to HBM after one use and
   reloaded before the next, so that their SBUF lifetime splits there (one at a time, until
-  it fits; see :func:`_plan_spills`).  :attr:`Allocation.spills` lists them; the segments of
+  it fits, packing biggest-first before spilling more so that fragmentation alone never
+  causes a spill; a saved segment keeps its memory through the next instruction when that
+  fits, so the save overlaps it; see :func:`_plan_spills`).  :attr:`Allocation.spills` lists them; the segments of
   a spilled tensor have a placement each (:attr:`Allocation.segments`).  PSUM is never
   spilled.  Lifetimes and uses come from :mod:`nkikit.ir.residency`, which the verifier's
   capacity rule shares: a kernel it accepts fits once every idle stretch is spilled.
