@@ -87,10 +87,23 @@ class Target:
     # -- cost-model constants (engine cycles), shared by all generations unless overridden
     min_ii: int = 64
     access_overhead_cycles: int = 60
+    # fitted: [PG] observes a 264-cycle II for dependent 1-element ScalarE instructions
+    # = MIN_II 64 + access 60 + 140 (ScalarE and GpSimd)
     dependent_overhead_cycles: int = 140
+    # fitted: VectorE streams dependent instructions back to back: the fused-Mamba v2 kernel
+    # [T-MAMBA] is a chain of dependent VectorE instructions and runs VectorE 99.63% active
+    # (rows mamba v2 seq 512-6144 and v3 seq 512-6144 of benchmarks/calibration)
+    vector_dependent_overhead_cycles: int = 0
+    # fitted: VectorE cycles per element of an fp32 instruction streaming two SBUF inputs
+    # (tensor_tensor, tensor_tensor_scan); [LISA] says 2N, the fused-Mamba tutorial
+    # [T-MAMBA] (VectorE-bound, 5 such instructions per step) implies ~1.4.  Fitted on the
+    # mamba v2 / v3 rows of benchmarks/calibration (seq 512-6144), not on any single row.
+    vector_two_input_cycles: float = 1.43
     gpsimd_start_cycles: int = 150
     semaphore_cycles: int = 100
     dma_row_overhead_bytes: int = 64
+    # efficiency of a store (on-chip -> HBM); None: ``dma_efficiency`` (see trn1)
+    dma_store_efficiency: float | None = None
     max_buffers: int = 4
     sequential_buffers: int = 2
     sbuf_align: int = 64
@@ -125,6 +138,12 @@ class Target:
         verifier checks (Beta-1 ``nl.tile_size.psum_fmax``): a bank up to NC-v3, the whole
         PSUM on NC-v4."""
         return self.psum_tile_bytes // 4
+
+    def dependent_cycles(self, engine: str) -> int:
+        """Cycles an instruction waits when it reads its own engine's previous result."""
+        if engine == "vector":
+            return self.vector_dependent_overhead_cycles
+        return self.dependent_overhead_cycles if engine in ("scalar", "gpsimd") else 0
 
     def clock(self, engine: str) -> float:
         return self.clock_hz[engine]
@@ -193,6 +212,14 @@ TRN1 = Target(
     # traffic (bytes / published time): ~0.4 of 16 queues x 17 B/ns.  0.41 minimizes the
     # largest time error of the three DMA-bound steps (scan: benchmarks/calibration/README.md).
     dma_efficiency=0.41,
+    # fitted: the matmul rows and the fused-Mamba v1 row are loads at ~0.41 whatever their
+    # row size (256 B - 2 KiB) or transfer size (2 - 16 KiB per queue), so no size curve
+    # lets large transfers run faster; the LayerNorm rows [T-LN] (half of their 268 MB are
+    # stores) need >= 136 GB/s.  A store writes HBM and does not wait on the read round trip
+    # that limits a load's in-order queue [DMA: one queue per trigger engine, in order].
+    # Fitted on rows layernorm_v1 / v2 4096x8192, bounded by row fully_optimized (its
+    # output stores: above 0.6 it models more than 5% fast); scan in benchmarks/calibration.
+    dma_store_efficiency=0.6,
     dma_transpose_factor=0.125,  # guess: legacy load_transpose2d has "much lower DMA BW" [LNL, PG]
     hbm_bytes_per_ns=410.0,  # derived: 820 GB/s per chip [TRN1, A2] / 2 NeuronCores (even split unconfirmed)
     notes={"hbm": "per-core share of chip HBM bandwidth is unconfirmed [nki.md 4.2]"},

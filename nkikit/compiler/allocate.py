@@ -9,7 +9,8 @@ Contract of :func:`allocate`:
   (one per in-flight iteration), so that iteration ``i + 1`` can load while iteration ``i``
   computes, as the Neuron compiler pipelines affine loops.  ``sequential_range`` bodies and
   top-level tensors get one buffer.  When memory is short the biggest multi-buffered
-  tensors lose buffers first.
+  tensors lose buffers first, tiles computed on chip before tiles a DMA loads (a load is
+  the long-latency producer that buffering overlaps with compute).
 * **Address rotation.**  Unrolled code (``range`` / ``nl.static_range``) allocates a new
   tensor at the same source line in every step.  Such tensors -- same line, same variable,
   shape, dtype, memory and enclosing rolled loops -- form one *rotation group*: they share
@@ -34,7 +35,9 @@ Contract of :func:`allocate`:
   liveness, tensors that are live but idle at the fullest point are spilled, as the Neuron
   compiler spills to the next memory tier [PM, MEM]: saved to HBM after one use and
   reloaded before the next, so that their SBUF lifetime splits there (one at a time, until
-  it fits; see :func:`_plan_spills`).  :attr:`Allocation.spills` lists them; the segments of
+  it fits, packing biggest-first before spilling more so that fragmentation alone never
+  causes a spill; a saved segment keeps its memory through the next instruction when that
+  fits, so the save overlaps it; see :func:`_plan_spills`).  :attr:`Allocation.spills` lists them; the segments of
   a spilled tensor have a placement each (:attr:`Allocation.segments`).  PSUM is never
   spilled.  Lifetimes and uses come from :mod:`nkikit.ir.residency`, which the verifier's
   capacity rule shares: a kernel it accepts fits once every idle stretch is spilled.
@@ -57,7 +60,8 @@ from math import prod
 import numpy as np
 
 from ..errors import UNKNOWN_LOC, NkiError
-from ..ir.core import Kernel, Tensor
+from ..ir.core import Kernel, Op, Tensor
+from ..ir.prims import engine_of
 from ..ir.residency import Lifetime, resident_overflow, timeline
 from ..targets import Target
 
@@ -303,6 +307,7 @@ class _Item:
     want: int = 1
     floor: int = 1  # fewest buffers it may have
     unit: int = 1  # buffers of one copy of what it holds (a group: all its members)
+    loaded: bool = False  # first written by a DMA: keeps its buffers longest when shedding
 
     @property
     def footprint(self) -> int:
@@ -415,6 +420,7 @@ def allocate(kernel: Kernel, target: Target, *, rotation: bool = True) -> Alloca
     ``rotation=False`` places every tensor on its own (no address rotation of unrolled
     allocations), like NKI 0.7's ``CompileConfig(address_rotation=...)`` turned off."""
     tl = timeline(kernel)
+    loaded = _dma_fed(tl)
     infos: dict[str, list[_Info]] = {"sbuf": [], "psum": []}
     for info in tl.lifetimes.values():
         infos[info.tensor.buffer].append(info)
@@ -429,7 +435,7 @@ def allocate(kernel: Kernel, target: Target, *, rotation: bool = True) -> Alloca
     rotated = True
     for memory, mem_infos in infos.items():
         for rotate in (True, False) if rotation else (False,):
-            its = _items(_groups(mem_infos, rotate), target)
+            its = _items(_groups(mem_infos, rotate), target, loaded)
             placed, high, mode = _fit(its, capacity[memory], target.partitions)
             if placed is not None:
                 break
@@ -437,7 +443,9 @@ def allocate(kernel: Kernel, target: Target, *, rotation: bool = True) -> Alloca
                 break  # nothing rotates: placing one by one is what was just tried
         rotated = rotated and rotation and rotate
         if placed is None and memory == "sbuf":
-            its, placed, high, spilled = _plan_spills(mem_infos, target, capacity[memory])
+            its, placed, high, spilled = _plan_spills(
+                mem_infos, target, capacity[memory], _next_ops(tl)
+            )
             mode = "static"
             spills.extend(spilled)
             if placed is None:
@@ -481,7 +489,23 @@ def allocate(kernel: Kernel, target: Target, *, rotation: bool = True) -> Alloca
     return Allocation(placements, used, mode, leader, rotated, spills, segments)
 
 
-def _items(groups: list[_Group], target: Target) -> list[_Item]:
+def _dma_fed(tl) -> frozenset[int]:
+    """Uids of the on-chip tensors whose first use is a DMA writing them (loads)."""
+    out = set()
+    for uid, info in tl.lifetimes.items():
+        if not info.uses:
+            continue
+        first = info.uses[0]
+        st = tl.stmts[first[0]] if first[0] == first[1] else None
+        if isinstance(st, Op) and engine_of(st) == "dma":
+            if any(a.tensor.uid == uid for a in st.outs):
+                out.add(uid)
+    return frozenset(out)
+
+
+def _items(
+    groups: list[_Group], target: Target, loaded: frozenset[int] = frozenset()
+) -> list[_Item]:
     """Buffers wanted per group.  A tensor of a loop wants one buffer per iteration in flight
     (``max_buffers`` in an ``affine_range``, ``sequential_buffers`` in a
     ``sequential_range``); a rotation group inside a loop wants that for each of its
@@ -504,7 +528,9 @@ def _items(groups: list[_Group], target: Target) -> list[_Item]:
         if t.buffer == "psum":
             want = min(want, unit * target.psum_banks)
         want = max(want, g.live_at_once, 1)
-        items.append(_Item(g, size, align, want, t.partitions, want, g.live_at_once, unit))
+        items.append(
+            _Item(g, size, align, want, t.partitions, want, g.live_at_once, unit, t.uid in loaded)
+        )
     return items
 
 
@@ -529,12 +555,15 @@ def _fit(items: list[_Item], capacity: int, partitions: int):
             if not multi:
                 break
             # keep double buffering as long as possible: shed the third and fourth buffers
-            # of every tensor before any tensor drops to a single buffer; the biggest first,
-            # an eighth of them per round so that kernels with thousands of tiles converge.
-            # A rotation group sheds one buffer per member at a time, then an eighth of the
-            # rest per round, down to the members it holds live at once.
+            # of every tensor before any tensor drops to a single buffer; tiles computed
+            # on chip before tiles loaded by DMA (a load is the long-latency producer that
+            # buffering overlaps with compute, as the Neuron compiler pipelines loads); the
+            # biggest first, an eighth of them per round so that kernels with thousands of
+            # tiles converge.  A rotation group sheds one buffer per member at a time, then
+            # an eighth of the rest per round, down to the members it holds live at once.
             multi.sort(
-                key=lambda it: (it.buffers > 2 * it.unit, it.footprint, it.size), reverse=True
+                key=lambda it: (it.buffers > 2 * it.unit, not it.loaded, it.footprint, it.size),
+                reverse=True,
             )
             for it in multi[: max(1, len(multi) // 8)]:
                 if it.buffers > it.unit:
@@ -549,8 +578,20 @@ def _fit(items: list[_Item], capacity: int, partitions: int):
 # spilling
 
 
+def _next_ops(tl) -> list[int]:
+    """For every program point, the point of the next instruction (``Op``) after it."""
+    n = len(tl.stmts)
+    out = [n] * (n + 1)
+    nxt = n
+    for p in range(n - 1, -1, -1):
+        out[p] = nxt
+        if isinstance(tl.stmts[p], Op):
+            nxt = p
+    return out
+
+
 def _plan_spills(
-    infos: list[_Info], target: Target, capacity: int
+    infos: list[_Info], target: Target, capacity: int, next_op: list[int] | None = None
 ) -> tuple[list[_Item], list[tuple[int, int]] | None, int, list[Spill]]:
     """Split the SBUF lifetimes of idle tensors until everything fits with one buffer each
     under static liveness: (items, their placements, bytes used, spills).
@@ -575,24 +616,44 @@ def _plan_spills(
         segs[i.tensor.uid] = [(lo, i.hi, 0, n - 1)]
     spills: list[Spill] = []
     everything = False  # every gap spilled
-    while True:
-        items, where = [], []
+
+    def plan(hold: bool) -> tuple[list[_Item], list[tuple[int, int]], int]:
+        # ``hold``: a segment that ends in a save keeps its memory through the next instruction
+        items.clear()
+        where.clear()
         for uid, lst in segs.items():
             info = by_uid[uid]
             for k, (lo, hi, _, _) in enumerate(lst):
-                seg = _Info(info.tensor, lo, hi, info.execs, info.pipelined, hi)
+                end = hi
+                if hold and next_op is not None and k + 1 < len(lst) and hi < len(next_op):
+                    end = min(next_op[hi], info.hi)
+                seg = _Info(info.tensor, lo, end, info.execs, info.pipelined, end)
                 items.extend(_items(_groups([seg], False), target))
                 where.append((uid, k))
         for it in items:
             it.buffers = it.want = it.floor = 1
         placed, high = _sweep_fit(items, "static", target.partitions, nested=True)
+        if high > capacity and len(items) <= _VECTOR_FIT_MAX:
+            # biggest first packs small tiles into the gaps the program-order sweep leaves;
+            # a spill costs DMA traffic, fragmentation alone must not cause one
+            by_size, high_by_size = _vector_fit(items, "static", target.partitions)
+            if high_by_size <= capacity:
+                return items, by_size, high_by_size
+        return items, placed, high
+
+    items: list[_Item] = []
+    where: list[tuple[int, int]] = []
+    while True:
+        if spills:
+            # the save of a segment reads it after its last use: keep the next statement
+            # out of its memory if that fits, so the save overlaps it instead of delaying it
+            held = plan(True)
+            if held[2] <= capacity:
+                return *held, spills
+        items, placed, high = plan(False)
         if high <= capacity:
             return items, placed, high, spills
         if everything:
-            if len(items) <= _VECTOR_FIT_MAX:
-                placed, high = _vector_fit(items, "static", target.partitions)
-                if high <= capacity:
-                    return items, placed, high, spills
             return items, None, high, spills
         hot = [_fullest_point(items)]
         hot += sorted(

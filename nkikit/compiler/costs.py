@@ -26,6 +26,7 @@ class OpView:
     n: int  # elements per partition of the main input (or of the output)
     p: int  # partitions of the main operand
     accesses: list[Access]  # every tensor operand, ins then outs
+    psum_resident: frozenset[int] = frozenset()  # SBUF tensors the compiler keeps in PSUM
 
     @property
     def min_ii(self) -> int:
@@ -41,11 +42,14 @@ class OpView:
         sb = [a.tensor.dtype for a in self.accesses if a.tensor.buffer == "sbuf"]
         return bool(sb) and all(d.itemsize == 2 and dtypes.is_float(d) for d in sb)
 
+    def in_psum(self, a: Access) -> bool:
+        return a.tensor.buffer == "psum" or a.tensor.root.uid in self.psum_resident
+
     def any_psum(self) -> bool:
-        return any(a.tensor.buffer == "psum" for a in self.accesses)
+        return any(self.in_psum(a) for a in self.accesses)
 
     def ins_psum(self) -> bool:
-        return any(isinstance(a, Access) and a.tensor.buffer == "psum" for a in self.op.ins)
+        return any(isinstance(a, Access) and self.in_psum(a) for a in self.op.ins)
 
 
 def _vector_perf(v: OpView, kind: str) -> float:
@@ -83,12 +87,14 @@ def c_tensor_tensor(v: OpView) -> float:
         all(a.tensor.dtype == dtypes.bfloat16 for a in v.accesses)
         and v.op.attrs.get("op") in ("add", "multiply", "subtract")
     )
-    return max(v.min_ii, v.n if fast else 2 * v.n) / _vector_perf(v, "tt")
+    per = 1.0 if fast else v.target.vector_two_input_cycles
+    return max(v.min_ii, per * v.n) / _vector_perf(v, "tt")
 
 
 def c_two_pass(v: OpView) -> float:
-    """``max(MIN_II, 2N)``: ops that stream two inputs (scan, select) [LISA, A2]."""
-    return max(v.min_ii, 2 * v.n)
+    """Ops that stream two SBUF inputs (scan): ``max(MIN_II, 2N)`` in [LISA], charged
+    ``Target.vector_two_input_cycles`` per element like tensor_tensor."""
+    return max(v.min_ii, v.target.vector_two_input_cycles * v.n)
 
 
 def c_select(v: OpView) -> float:
@@ -224,7 +230,8 @@ def dma_ns_per_partition(
     """Transfer time of one partition's bytes on one DMA queue, in ns.
 
     rate = queue bandwidth (capped at an even share of the core's HBM bandwidth when HBM is
-    involved) x ``dma_efficiency`` x a row efficiency ``b / (b + dma_row_overhead_bytes)``
+    involved) x ``dma_efficiency`` (``dma_store_efficiency`` for an on-chip -> HBM store,
+    when the target sets one) x a row efficiency ``b / (b + dma_row_overhead_bytes)``
     for ``b`` bytes per partition (small rows are overhead-bound [DMABW, PG]); DMA
     transposes run at ``dma_transpose_factor`` of that (at most half SBUF -> SBUF [A3]).
     An ``indirect`` DMA's rows each also carry a runtime-generated descriptor
@@ -238,7 +245,11 @@ def dma_ns_per_partition(
     b = bytes_per_partition
     overhead = t.dma_row_overhead_bytes + (t.dma_indirect_descriptor_bytes if indirect else 0)
     row_eff = b / (b + overhead) if b > 0 else 1.0
-    rate = bw * t.dma_efficiency * row_eff
+    # a store (on-chip -> HBM) writes HBM: it is not held back by the HBM read round trip
+    # that limits a load's queue, so it has its own efficiency (see Target)
+    store = hbm and not from_hbm
+    eff = t.dma_store_efficiency if store and t.dma_store_efficiency is not None else None
+    rate = bw * (t.dma_efficiency if eff is None else eff) * row_eff
     if transpose:
         rate *= t.dma_transpose_factor if from_hbm else min(t.dma_transpose_factor, 0.5)
     return b / rate if rate > 0 else 0.0

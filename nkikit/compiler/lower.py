@@ -285,7 +285,11 @@ class _Lowerer:
         self.spill_areas: dict[int, Tensor] = {}
         self.notes: list[str] = []
         self.folded = _folded_memsets(kernel)
+        self.psum_resident = _psum_broadcasts(kernel, target)
         self.flat_roots = {t.root.uid for t in kernel.tensors if t.base is not None}
+        # the engine of every op whose engine the kernel left to the compiler, by id(op)
+        self.placed: dict[int, str] = {}
+        self.placed = _balance(self, kernel)
 
     # -- tracked buffers -------------------------------------------------------------------
     def track(self, t: Tensor) -> Tracked | None:
@@ -450,7 +454,7 @@ class _Lowerer:
         """What the kind of ``op`` depends on: everything but where its operands are (the
         constant parts of their indices, which only move regions and HBM offsets).  None
         when something in it cannot be hashed (then the op gets a kind of its own)."""
-        parts: list = [op.prim, op.loc, op.mask]
+        parts: list = [op.prim, op.loc, op.mask, self.placed.get(id(op))]
         for x in (*op.outs, None, *op.ins):
             if isinstance(x, Access):
                 parts.append(self._access_key(x))
@@ -472,20 +476,14 @@ class _Lowerer:
         return (who, a.shape, axes, ind, a.indirect_dim)
 
     def _kind(self, op: Op) -> InstrKind:
-        engine = prims.engine_of(op)  # the one answer the verifier and the cost model share
+        # the one answer the verifier and the cost model share (for an unassigned op, one
+        # of the engines the verifier checked it on, picked by _balance)
+        engine = self.placed.get(id(op)) or prims.engine_of(op)
         if engine == "dma":
             return self._dma_kind(op)
-        rule = PRIMS[op.prim]
-        accesses = [a for a in op.ins if isinstance(a, Access)] + list(op.outs)
-        main = next((a for a in op.ins if isinstance(a, Access)), op.outs[0] if op.outs else None)
-        p, n = tile_pf(main) if main is not None else (1, 1)
-        view = OpView(op, self.target, engine, n, p, accesses)
-        cycles = float(rule.cost(view))
-        if engine != "tensor":
-            cycles += self.target.access_overhead_cycles  # per-instruction access request [A2]
-            if any(inner_stride_bytes(a) > 16 for a in accesses if not a.tensor.is_hbm):
-                cycles *= 1.5  # innermost stride > 16 B halves SBUF/PSUM bandwidth [A2]
+        engine, rule, view, p, n, cycles = self._cost(op, engine)
         flops, model = rule.flops(view) if rule.flops else (0.0, 0.0)
+        main = next((a for a in op.ins if isinstance(a, Access)), op.outs[0] if op.outs else None)
         out_p = tile_pf(op.outs[0])[0] if op.outs else p
         byts = _bytes(op, mask_fraction(op, self.kernel.grid))
         dtype = (
@@ -507,11 +505,37 @@ class _Lowerer:
             model,
             dtype,
             cycles=cycles,
-            same_engine_raw_ns=t.cycles_ns(engine, t.dependent_overhead_cycles)
-            if engine in ("vector", "scalar", "gpsimd")
-            else 0.0,
+            same_engine_raw_ns=t.cycles_ns(engine, t.dependent_cycles(engine)),
             wait_ns=t.cycles_ns(engine, t.semaphore_cycles),
         )
+
+    def _cost(self, op: Op, engine: str) -> tuple:
+        """(engine, rule, view, p, n, cycles) of compute op ``op`` placed on ``engine``."""
+        rule = PRIMS[op.prim]
+        accesses = [a for a in op.ins if isinstance(a, Access)] + list(op.outs)
+        main = next((a for a in op.ins if isinstance(a, Access)), op.outs[0] if op.outs else None)
+        p, n = tile_pf(main) if main is not None else (1, 1)
+        if (
+            op.prim == "partition_broadcast"
+            and op.outs[0].tensor.root.uid not in self.psum_resident
+        ):
+            # wider than a PSUM bank: TensorE broadcasts bank by bank into PSUM and each bank
+            # is evacuated to SBUF by a VectorE copy; the copies are the critical path (the
+            # TensorE part overlaps them), so the op is modeled as that copy
+            engine, rule = "vector", Lowering("BROADCAST_EVACUATE", c_elementwise)
+            p, n = tile_pf(op.outs[0])
+        view = OpView(op, self.target, engine, n, p, accesses, self.psum_resident)
+        cycles = float(rule.cost(view))
+        if engine != "tensor":
+            cycles += self.target.access_overhead_cycles  # per-instruction access request [A2]
+            if any(inner_stride_bytes(a) > 16 for a in accesses if not a.tensor.is_hbm):
+                cycles *= 1.5  # innermost stride > 16 B halves SBUF/PSUM bandwidth [A2]
+        return engine, rule, view, p, n, cycles
+
+    def engine_ns(self, op: Op, engine: str) -> tuple[str, float]:
+        """(the engine that runs it, its time in ns) for a compute op placed on ``engine``."""
+        engine, _, _, _, _, cycles = self._cost(op, engine)
+        return engine, self.target.cycles_ns(engine, cycles)
 
     def _dma_kind(self, op: Op) -> InstrKind:
         t = self.target
@@ -675,6 +699,53 @@ class _Lowerer:
         return steps
 
 
+def _balance(lw: _Lowerer, kernel: Kernel) -> dict[int, str]:
+    """The engine of every op whose engine the kernel left to the compiler (an unassigned
+    copy, :func:`~nkikit.ir.prims.engines_of`), by ``id(op)``.
+
+    The Neuron compiler places such instructions to balance the engines' load.  The model:
+    the work of the assigned ops is summed per engine (time x executions per kernel
+    instance); the unassigned ones are then placed biggest first, each on the candidate
+    engine that ends up least loaded with it (longest-processing-time-first list
+    scheduling).  Ops sharing a source line and shape (unrolled steps) cost alike, so the
+    time of each distinct op is computed once."""
+    grid = prod(kernel.grid) if kernel.grid else 1
+    load: dict[str, float] = {}
+    free: list[tuple[float, int, Op, dict[str, float]]] = []
+    cache: dict[tuple, tuple[str, float]] = {}
+
+    def cost(op: Op, eng: str) -> tuple[str, float]:
+        key = lw._key(op)
+        if key is None:
+            return lw.engine_ns(op, eng)
+        key = (key, eng)
+        hit = cache.get(key)
+        if hit is None:
+            hit = cache[key] = lw.engine_ns(op, eng)
+        return hit
+
+    stmts = [(s, loops) for s, loops in kernel.walk() if isinstance(s, Op)]
+    if not any(len(prims.engines_of(s)) > 1 for s, _ in stmts):
+        return {}
+    for k, (stmt, loops) in enumerate(stmts):
+        choices = prims.engines_of(stmt)
+        if not choices or choices == ("dma",):
+            continue
+        runs = grid * prod(lp.trip for lp in loops)
+        if len(choices) == 1:
+            eng, ns = cost(stmt, choices[0])
+            load[eng] = load.get(eng, 0.0) + ns * runs
+            continue
+        times = {e: cost(stmt, e)[1] * runs for e in choices}
+        free.append((-max(times.values()), k, stmt, times))
+    placed: dict[int, str] = {}
+    for _, _, op, times in sorted(free, key=lambda f: (f[0], f[1])):
+        best = min(times, key=lambda e: (load.get(e, 0.0) + times[e], e != next(iter(times))))
+        load[best] = load.get(best, 0.0) + times[best]
+        placed[id(op)] = best
+    return placed
+
+
 def _scale(terms: Terms, k: int) -> Terms:
     return tuple((e, c * k) for e, c in terms)
 
@@ -791,6 +862,28 @@ def _bytes(op: Op, kept: float = 1.0) -> dict[str, int]:
         if prims.reads_dst(op):  # the destination's old value is read too
             out[f"{mem(a.tensor)}_read_bytes"] += n
     return out
+
+
+def _psum_broadcasts(kernel: Kernel, target: Target) -> frozenset[int]:
+    """Tensors that stay in PSUM where the TensorE wrote them: the results of partition
+    broadcasts (TensorE writes only PSUM [A2]) that fit one PSUM bank per partition.  Their
+    readers read PSUM (the cheaper VectorE rates of [LISA]); a wider broadcast is evacuated
+    to SBUF (see ``_Lowerer._kind``)."""
+    out: set[int] = set()
+
+    def walk(stmts: list) -> None:
+        for s in stmts:
+            if isinstance(s, Loop):
+                walk(s.body)
+            elif isinstance(s, Op) and s.prim == "partition_broadcast":
+                t = s.outs[0].tensor
+                if t.buffer == "sbuf" and tile_pf(Access.whole(t))[1] * t.dtype.itemsize <= (
+                    target.psum_bank_bytes
+                ):
+                    out.add(t.root.uid)
+
+    walk(kernel.body)
+    return frozenset(out)
 
 
 def _folded_memsets(kernel: Kernel) -> set[int]:

@@ -21,6 +21,9 @@ The model (all of it; the constants live in the Target):
   FIFO).  A piece is shown busy from when its fixed cost could begin on an idle queue to
   the end of its transfer (so pieces of one queue may overlap in the profile, as the
   profiler allows).  Dependents of a DMA wait for its last piece.
+* On NeuronCore-v2 (trn1) VectorE and ScalarE cannot access PSUM at the same time (the
+  compiler serializes them; TensorE may write PSUM alongside either) [A2]; NC-v3 lifts
+  this [A3].  Their PSUM-touching instructions there take one shared PSUM port in turn.
 * Two tensors sharing memory (disjoint lifetimes) are ordered: the first use of the later
   one waits for the last use of the earlier one.  On-chip memory is cut into cells (partition
   quadrant x byte range between placement boundaries); an allocation takes its buffer's
@@ -38,7 +41,7 @@ from array import array
 from bisect import bisect_right
 from collections.abc import Sequence
 
-from .lower import DMA, LOOP, OP, LoweredKernel, StaticInstr
+from .lower import DMA, ENGINES, LOOP, OP, LoweredKernel, StaticInstr
 from .regions import Region, Tracked
 
 _MAX_DEPS = 6
@@ -105,6 +108,16 @@ class Scheduler:
         self.count = [0] * n  # allocations so far
         self._tenancy(lk)
         self.dma_fixed = t.dma_fixed_ns
+        # kinds that take the shared Vector/Scalar PSUM port (NC-v2 only), and when it frees
+        shared = (ENGINES.index("vector"), ENGINES.index("scalar"))
+        self.psum_port_kinds = frozenset(
+            k.index
+            for k in lk.kinds
+            if t.nc_version <= 2
+            and k.engine in shared
+            and (k.bytes.get("psum_read_bytes", 0) or k.bytes.get("psum_write_bytes", 0))
+        )
+        self.psum_port = 0.0
 
     def _tenancy(self, lk: LoweredKernel) -> None:
         """Cells of on-chip memory and the tables that order their tenants.  A tenant is
@@ -329,8 +342,13 @@ class Scheduler:
         ready, deps, cells = self._ready(si, eng)
         free = self.free[eng]
         start = ready if ready > free else free
+        port = si.index in self.psum_port_kinds
+        if port and self.psum_port > start:
+            start = self.psum_port
         end = start + si.duration_ns
         self.free[eng] = end
+        if port:
+            self.psum_port = end
         tr = self.trace
         iid = len(tr.sid)
         tr.engine.append(eng)

@@ -38,6 +38,8 @@ from .core import Access, Op, Operand
 
 # Engines that run instructions ("dma" is the DMA queues).
 ENGINES: tuple[str, ...] = ("tensor", "vector", "scalar", "gpsimd", "dma")
+# The ``engine`` value of an op whose engine the kernel left to the compiler (see Prim.balance).
+ANY_ENGINE = "any"
 
 
 class PrimError(NkiInternalError, AssertionError):
@@ -100,7 +102,11 @@ class Prim:
 
     ``engines``: the engines it may run on, the default first; empty for a primitive that
     runs on none (simulation only, e.g. ``device_print``).  With more than one, the
-    ``engine`` attribute picks.  ``engine_rules``: ``(attr, value, engine)`` -- an op whose
+    ``engine`` attribute picks.  ``balance``: the engines the compiler chooses among when the
+    kernel leaves the engine unassigned (the ``engine`` attribute is :data:`ANY_ENGINE`, its
+    default then): the Neuron compiler places such instructions to balance the engines'
+    load, so the verifier checks the op on every one of them and the lowering picks one
+    (:func:`engines_of`).  ``engine_rules``: ``(attr, value, engine)`` -- an op whose
     ``attrs[attr] == value`` runs on ``engine`` whatever its ``engine`` attribute says.
     ``reads_dst``: True, or the name of the attribute that makes the op read its
     destination's old value (an input that is not among ``ins``).  ``accumulate_attr``: the
@@ -123,6 +129,7 @@ class Prim:
     reads_dst: bool | str = False
     accumulate_attr: str | None = None
     mask_on_input: bool = False  # the mask (and iteration space) is the first input's tile
+    balance: tuple[str, ...] = ()  # engines an unassigned op may be placed on (see above)
     raw: bool = False  # moves bits: inputs reach the rule in their storage dtype
     partial_write: bool = False  # leaves some destination elements as they were
     partition_free: bool = False  # operands may differ in partition count
@@ -133,8 +140,10 @@ class Prim:
 
     def __post_init__(self) -> None:
         if len(self.engines) > 1 and all(a.name != "engine" for a in self.attrs):
-            # the engine choice is an attribute whose default is the default engine
-            object.__setattr__(self, "attrs", (*self.attrs, Attr("engine", _STR, self.engines[0])))
+            # the engine choice is an attribute whose default is the default engine, or
+            # "unassigned" when the compiler balances the op
+            default = ANY_ENGINE if self.balance else self.engines[0]
+            object.__setattr__(self, "attrs", (*self.attrs, Attr("engine", _STR, default)))
         object.__setattr__(self, "attr_index", {a.name: a for a in self.attrs})
         object.__setattr__(self, "engine_attr", "engine" if len(self.engines) > 1 else None)
 
@@ -352,6 +361,10 @@ _RECORDS = (
         out_spec=_outs(_like(0)),
         engines=("vector", "scalar", "gpsimd"),
         raw=True,
+        # [A2, PM]: a copy the kernel does not assign (nl.copy, the PSUM evacuation of a
+        # store or an assignment) is placed by the compiler on VectorE or ScalarE, both of
+        # which read PSUM; GpSimd does not, so it is not a candidate
+        balance=("vector", "scalar"),
     ),
     Prim(
         "memset",
@@ -605,21 +618,46 @@ def prim(name: str) -> Prim:
 
 
 def engine_choices(name: str) -> tuple[str, ...]:
-    """The engines primitive ``name`` may run on, the default first."""
-    return prim(name).engines
+    """The values the ``engine`` of primitive ``name`` may take, the default first: its
+    engines, preceded by :data:`ANY_ENGINE` when the compiler balances it."""
+    p = prim(name)
+    return (ANY_ENGINE, *p.engines) if p.balance else p.engines
+
+
+def _ruled(p: Prim, attrs: Mapping[str, Any]) -> str | None:
+    for attr, value, eng in p.engine_rules:
+        if attrs.get(attr) == value:
+            return eng
+    return None
 
 
 def resolve_engine(name: str, attrs: Mapping[str, Any]) -> str | None:
     """The engine an op of primitive ``name`` with ``attrs`` runs on: an engine rule that
     matches, else the ``engine`` attribute (when there is a choice), else the default.
+    An unassigned engine (:data:`ANY_ENGINE`) resolves to the first engine of ``balance``,
+    the nominal engine of layers that need one; the lowering picks among all of them.
     None for a primitive no engine runs (simulation only)."""
     p = prim(name)
-    for attr, value, eng in p.engine_rules:
-        if attrs.get(attr) == value:
-            return eng
+    ruled = _ruled(p, attrs)
+    if ruled is not None:
+        return ruled
     if p.engine_attr is not None:
-        return attrs.get(p.engine_attr) or p.default_engine
+        eng = attrs.get(p.engine_attr)
+        if eng == ANY_ENGINE:
+            return p.balance[0]
+        return eng or p.default_engine
     return p.default_engine
+
+
+def engines_of(op: Op) -> tuple[str, ...]:
+    """Every engine ``op`` may run on: the compiler's candidates (``balance``) for an op
+    whose engine the kernel left unassigned, else the one engine of :func:`engine_of` (empty
+    for an op no engine runs).  The verifier checks the op on each of them."""
+    p = PRIMS[op.prim]
+    if p.balance and op.attrs.get("engine") == ANY_ENGINE and _ruled(p, op.attrs) is None:
+        return p.balance
+    eng = engine_of(op)
+    return () if eng is None else (eng,)
 
 
 def engine_of(op: Op) -> str | None:
@@ -720,7 +758,9 @@ def check_op(
                 raise PrimError(f"{name}: missing attribute {a.name!r}")
             full[a.name] = a.default
     if p.engine_attr is not None:
-        if full[p.engine_attr] not in p.engines:
-            raise EngineChoiceError(name, full[p.engine_attr], p.engines)
-        full[p.engine_attr] = resolve_engine(name, full)
+        eng = full[p.engine_attr]
+        if eng not in p.engines and not (p.balance and eng == ANY_ENGINE):
+            raise EngineChoiceError(name, eng, p.engines)
+        if eng != ANY_ENGINE or _ruled(p, full) is not None:
+            full[p.engine_attr] = resolve_engine(name, full)  # an unassigned engine stays so
     return full

@@ -36,7 +36,7 @@ from ..errors import UNKNOWN_LOC, NkiError, SourceLoc
 from ..targets import Target, get_target
 from .affine import Affine, Axis, LoopVar, Predicate, ProgramId, Sym
 from .core import ON_CHIP, Access, Alloc, Kernel, Loop, Op, Tensor
-from .prims import PRIMS, accumulates, engine_of, mask_ref
+from .prims import PRIMS, accumulates, engine_of, engines_of, mask_ref
 from .residency import resident_overflow, timeline
 
 # ---------------------------------------------------------------------------------------------
@@ -144,14 +144,13 @@ _MEMORY_OVERRIDES = {n: dict(p.memories) for n, p in PRIMS.items() if p.memories
 
 
 def rule_memory(site: Site) -> None:
-    """Each engine reads and writes only the memories wired to it."""
-    eng = engine_of(site.op)
-    if eng is None:  # no engine runs it (device_print)
-        return
-    reads, writes = _ENGINE_MEMORIES[eng]
+    """Each engine reads and writes only the memories wired to it.  An op the compiler may
+    place on any of several engines (an unassigned copy) must be legal on every one."""
     override = _MEMORY_OVERRIDES.get(site.op.prim, {})
-    for role, a, write in site.operands:
-        _require(site, role, a, override.get(role) or (writes if write else reads))
+    for eng in engines_of(site.op):  # none for an op no engine runs (device_print)
+        reads, writes = _ENGINE_MEMORIES[eng]
+        for role, a, write in site.operands:
+            _require(site, role, a, override.get(role) or (writes if write else reads))
 
 
 # ---------------------------------------------------------------------------------------------

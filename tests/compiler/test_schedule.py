@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+import nkikit as nki
+import nkikit.isa as nisa
 import nkikit.language as nl
 import nkikit.typing as nt
 from nkikit.compiler import compile
@@ -108,7 +110,9 @@ def test_raw_across_engines():
     assert p.start[mm[0]] == pytest.approx(last_piece_end + sem_tensor)
     assert {d for d in p.deps[mm[0]]} <= set(loads)
     # the PSUM -> SBUF copy waits for the accumulation chain
-    assert p.start[cp] == pytest.approx(p.end[mm[-1]] + 100 / 1.12)
+    # (an unassigned copy: the compiler puts it on VectorE or ScalarE; the wait is on its clock)
+    ghz = {"vector": 1.12, "scalar": 1.4}[p.engine[cp]]
+    assert p.start[cp] == pytest.approx(p.end[mm[-1]] + 100 / ghz)
     assert mm[-1] in p.deps[cp]
     # the accumulation chain stays on TensorE in order without semaphores
     assert p.start[mm[1]] >= p.end[mm[0]]
@@ -198,3 +202,30 @@ def test_read_after_write_through_hbm():
     assert min(p.end[i] - transfer for i in load) == pytest.approx(
         max(p.end[i] for i in store) + 1300
     )
+
+
+@nki.jit
+def _two_evacuations(a, b):
+    out = nl.ndarray((128, 1024), dtype=nl.float32, buffer=nl.shared_hbm)
+    x, y = nl.load(a), nl.load(b)
+    p = nisa.nc_matmul(x, y[:, 0:512])
+    q = nisa.nc_matmul(x, y[:, 512:1024])
+    r = nl.ndarray((128, 1024), dtype=nl.float32, buffer=nl.sbuf)
+    r[:, 0:512] = nisa.tensor_copy(p, engine=nisa.engine.vector)
+    r[:, 512:1024] = nisa.tensor_copy(q, engine=nisa.engine.scalar)
+    nl.store(out, r)
+    return out
+
+
+def test_vector_and_scalar_take_turns_on_psum_on_nc_v2():
+    # [A2]: on NC-v2 VectorE and ScalarE cannot access PSUM in parallel; NC-v3 lifts it [A3]
+    spans = {}
+    for name in ("trn1", "trn2"):
+        p = compile(
+            _two_evacuations, nt.tensor[[128, 128], F32], nt.tensor[[128, 1024], F32], target=name
+        )
+        spans[name] = sorted((p.start[i], p.end[i]) for i in _ops(p, "TENSOR_COPY"))
+    (s0, e0), (s1, e1) = spans["trn1"]
+    assert s1 >= e0  # one after the other
+    (s0, e0), (s1, e1) = spans["trn2"]
+    assert s1 < e0  # side by side
