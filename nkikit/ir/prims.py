@@ -25,6 +25,7 @@ by the primitive's name as JAX keys its rules by primitive: the simulation rule
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -221,7 +222,7 @@ def _no_outs(ins: Sequence[Operand], attrs: Mapping[str, Any]) -> tuple[OutSpec,
 def _dma_out(ins: Sequence[Operand], attrs: Mapping[str, Any]) -> tuple[OutSpec, ...]:
     # element counts of src and dst must match; shapes may differ [ISA dma_copy]
     a = _tile(ins[0])
-    return (OutSpec(elements=int(np.prod(a.shape)), dtype=a.dtype),)
+    return (OutSpec(elements=math.prod(a.shape), dtype=a.dtype),)
 
 
 def _matmul_out(ins: Sequence[Operand], attrs: Mapping[str, Any]) -> tuple[OutSpec, ...]:
