@@ -738,32 +738,42 @@ def rule_bounds(site: Site) -> None:
     the simulator, which checks the elements the mask keeps.)"""
     if site.op.mask is not None:
         return
-    ranges = site.ranges
     for _, a, _ in site.operands:
-        tshape = a.tensor.shape
-        shape = a.shape
-        if 0 in shape:
-            continue
-        for d, x in enumerate(a.index[: len(tshape)]):
-            if a.indirect is not None and d == a.indirect_dim:
-                continue  # a runtime index: checked when it runs (simulator / hardware)
-            # Affine.bounds, inlined: each term sweeps [0, n) of its symbol
-            lo = hi = x.const
-            for sym, c in x.terms:
-                n = shape[sym.k] if isinstance(sym, Axis) else ranges.get(sym, 1)
-                top = c * (n - 1)
-                if top < 0:
-                    lo += top
-                else:
-                    hi += top
-            if lo < 0 or hi >= tshape[d]:
-                raise site.fail(
-                    "err_tensor_access_out_of_bound",
-                    tensor=a.tensor.name,
-                    dim=d,
-                    index=f"{lo if lo < 0 else hi} (index range [{lo}, {hi}])",
-                    size=tshape[d],
-                )
+        bad = _out_of_bounds(a, site.ranges)
+        if bad is not None:
+            d, lo, hi = bad
+            raise site.fail(
+                "err_tensor_access_out_of_bound",
+                tensor=a.tensor.name,
+                dim=d,
+                index=f"{lo if lo < 0 else hi} (index range [{lo}, {hi}])",
+                size=a.tensor.shape[d],
+            )
+
+
+def _out_of_bounds(a: Access, ranges: dict[Sym, int]) -> tuple[int, int, int] | None:
+    """``(dimension, lo, hi)`` of the first dimension whose index range ``[lo, hi]`` leaves
+    ``a``'s tensor, or None."""
+    tshape = a.tensor.shape
+    shape = a.shape
+    if 0 in shape:
+        return None
+    indirect = a.indirect is not None
+    for d, x in enumerate(a.index[: len(tshape)]):
+        if indirect and d == a.indirect_dim:
+            continue  # a runtime index: checked when it runs (simulator / hardware)
+        # Affine.bounds, inlined: each term sweeps [0, n) of its symbol
+        lo = hi = x.const
+        for sym, c in x.terms:
+            n = shape[sym.k] if type(sym) is Axis else ranges.get(sym, 1)
+            top = c * (n - 1)
+            if top < 0:
+                lo += top
+            else:
+                hi += top
+        if lo < 0 or hi >= tshape[d]:
+            return d, lo, hi
+    return None
 
 
 OP_RULES: list[Rule] = [
@@ -837,7 +847,13 @@ TENSOR_RULES: list[Callable[[Tensor, Target, Kernel], None]] = [tensor_partition
 
 def kernel_outputs_written(kernel: Kernel, target: Target) -> None:
     """Every returned tensor is written by some instruction."""
-    written = {a.tensor.root.uid for op, _ in kernel.ops() for a in op.outs}
+    want = {t.root.uid for t in kernel.outputs}
+    written: set[int] = set()
+    for op, _ in kernel.ops():
+        for a in op.outs:
+            written.add(a.tensor.root.uid)
+        if want <= written:
+            break  # every output is written: the rest of the walk cannot change that
     for t in kernel.outputs:
         if t.root.uid not in written:  # a returned reshape is written through its base
             raise NkiError(
@@ -956,6 +972,12 @@ class _Walk:
     kernel: Kernel
     target: Target
     checked: set[int] = field(default_factory=set)
+    # signatures of ops that passed every rule but the bounds (see ``_signature``)
+    passed: set[tuple] = field(default_factory=set)
+    # id of an Access -> its part of a signature (accesses outlive the walk: the kernel
+    # holds them, so their ids stay theirs)
+    access_sigs: dict[int, int] = field(default_factory=dict)
+    sig_ids: dict[tuple, int] = field(default_factory=dict)
 
     def tensor(self, t: Tensor) -> None:
         if t.uid in self.checked:
@@ -975,8 +997,25 @@ class _Walk:
             rule(k, self.target)
 
     def body(self, stmts: list, loops: tuple[Loop, ...], ranges: dict[Sym, int]) -> None:
+        passed = self.passed
         for s in stmts:
             if isinstance(s, Op):
+                sig = self.signature(s, loops)
+                try:
+                    hit = sig is not None and sig in passed
+                except TypeError:  # an unhashable attribute: check in full
+                    hit, sig = False, None
+                if hit:
+                    # the same op up to its index constants passed before: only the bounds
+                    # depend on the constants
+                    accesses = [*s.outs, *(a for a in s.ins if type(a) is Access)]
+                    for a in accesses:
+                        self.tensor(a.tensor)
+                    if s.mask is None:
+                        for a in accesses:
+                            if _out_of_bounds(a, ranges) is not None:
+                                rule_bounds(Site(s, loops, ranges, self.target, self.kernel))
+                    continue
                 site = Site(s, loops, ranges, self.target, self.kernel)
                 for rule in OP_RULES:
                     rule(site)
@@ -984,10 +1023,63 @@ class _Walk:
                     self.tensor(a.tensor)
                 for rule in OP_SHAPE_RULES:
                     rule(site)
+                if sig is not None:
+                    passed.add(sig)
             elif isinstance(s, Loop):
                 inner = dict(ranges)
                 inner[s.var] = s.trip
                 self.body(s.body, loops + (s,), inner)
+
+    def signature(self, op: Op, loops: tuple[Loop, ...]) -> tuple | None:
+        """Everything the op rules other than ``rule_bounds`` read, the index constants
+        left out: two ops of one signature pass or fail the same rules (an unrolled loop
+        repeats a few signatures thousands of times).  None (always check in full) for an
+        op with a runtime index tile or an unhashable attribute."""
+        sigs = self.access_sigs
+        parts: list = [op.prim, loops, op.mask]
+        for a in op.outs:
+            sig = sigs.get(id(a))
+            if sig is None:
+                if a.indirect is not None:
+                    return None
+                sig = sigs[id(a)] = self.intern(_access_sig(a))
+            parts.append(sig)
+        parts.append(-1)
+        for a in op.ins:
+            if type(a) is Access:
+                sig = sigs.get(id(a))
+                if sig is None:
+                    if a.indirect is not None:
+                        return None
+                    sig = sigs[id(a)] = self.intern(_access_sig(a))
+                parts.append(sig)
+            else:
+                parts.append((type(a), a))
+        parts.extend(op.attrs.items())
+        return tuple(parts)
+
+    def intern(self, sig: tuple) -> int:
+        """A small int standing for an access signature, so that op signatures hash fast."""
+        return self.sig_ids.setdefault(sig, len(self.sig_ids))
+
+
+def _access_sig(a: Access) -> tuple:
+    """The facts about ``a`` the op rules read, but its index constants (see
+    ``_Walk.signature``)."""
+    t = a.tensor
+    root = t.root
+    return (
+        t.buffer,
+        t.shape,
+        t.par_axis,
+        dtypes.name(t.dtype),
+        a.shape,
+        tuple(x.terms for x in a.index),
+        root.kind,
+        root.mutable,
+        root.buffer,
+        root.scope,
+    )
 
 
 def verify(kernel: Kernel, target: str | Target | None = None) -> None:
