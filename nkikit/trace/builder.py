@@ -30,6 +30,7 @@ class Builder:
         self.names: dict[str, int] = {}
         self.last_op: Op | None = None
         self.fresh: set[int] = set()  # uids of temporaries no one has read yet
+        self.line_names: dict[tuple[str, int], str | None] = {}  # name_for's reading of a line
 
     # -- naming ---------------------------------------------------------------------------
     def unique(self, base: str) -> str:
@@ -38,8 +39,13 @@ class Builder:
         return base if n == 0 else f"{base}.{n}"
 
     def name_for(self, loc: SourceLoc, fallback: str) -> str:
-        m = _ASSIGN.match(loc.text) if loc.line else None
-        return self.unique(m.group(1) if m else fallback)
+        key = (loc.file, loc.line)
+        try:
+            got = self.line_names[key]
+        except KeyError:  # read each line once per trace (an unrolled loop comes back to it)
+            m = _ASSIGN.match(loc.text) if loc.line else None
+            got = self.line_names[key] = m.group(1) if m else None
+        return self.unique(got or fallback)
 
     # -- tensors --------------------------------------------------------------------------
     def new_tensor(
@@ -58,7 +64,7 @@ class Builder:
         tname = self.unique(name) if name else self.name_for(loc, fallback)
         t = Tensor(
             tname,
-            tuple(int(s) for s in shape),
+            tuple(map(int, shape)),
             dtype,
             buffer,
             kind=kind,
@@ -113,14 +119,23 @@ class Builder:
         # an indirect access reads its index tile: list it as an input, so that every pass
         # that follows reads (liveness, dependencies, the simulators' memory plans) sees it
         ins = list(ins)
-        ins.extend(x for x in indirect_index_tiles([*outs, *ins]) if x not in ins)
-        for a in list(outs) + list(ins):
+        outs = list(outs)
+        if any(type(a) is Access and a.indirect is not None for a in (*outs, *ins)):
+            ins.extend(x for x in indirect_index_tiles([*outs, *ins]) if x not in ins)
+        loops = self.loops
+        for a in (*outs, *ins):
             if isinstance(a, Access):
-                self.check_scope(a.tensor, loc)
+                root = a.tensor.root
+                # check_scope, inlined for the common cases (a kernel-level tensor, or no loop)
+                if root.kind == "temp" and root.scope and loops:
+                    self.check_scope(root, loc)
+                elif root.kind == "temp" and root.scope:
+                    raise NkiError("err_local_variable_used_out_of_scope", loc, tensor=root.name)
+        fresh = self.fresh
         for a in ins:  # a temporary stays fresh (retargetable) until something reads it
             if isinstance(a, Access):
-                self.fresh.discard(a.tensor.uid)
-        op = Op(prim, list(outs), ins, full, loc, mask)
+                fresh.discard(a.tensor.uid)
+        op = Op(prim, outs, ins, full, loc, mask)
         self.bodies[-1].append(op)
         self.last_op = op
         return op
