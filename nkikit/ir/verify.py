@@ -977,7 +977,13 @@ class _Walk:
     # id of an Access -> its part of a signature (accesses outlive the walk: the kernel
     # holds them, so their ids stay theirs)
     access_sigs: dict[int, int] = field(default_factory=dict)
-    sig_ids: dict[tuple, int] = field(default_factory=dict)
+    sig_ids: dict[object, int] = field(default_factory=dict)
+    tensor_sigs: dict[int, int] = field(default_factory=dict)
+    term_ids: dict[int, int] = field(default_factory=dict)
+    # (id of an index tuple, tensor shape, tile shape, id of the ranges) found in bounds
+    bounds_ok: set[tuple] = field(default_factory=set)
+    # objects whose ids the walk's tables use, held so that no other object takes their id
+    kept: list = field(default_factory=list)
 
     def tensor(self, t: Tensor) -> None:
         if t.uid in self.checked:
@@ -1013,7 +1019,7 @@ class _Walk:
                         self.tensor(a.tensor)
                     if s.mask is None:
                         for a in accesses:
-                            if _out_of_bounds(a, ranges) is not None:
+                            if not self.in_bounds(a, ranges):
                                 rule_bounds(Site(s, loops, ranges, self.target, self.kernel))
                     continue
                 site = Site(s, loops, ranges, self.target, self.kernel)
@@ -1028,13 +1034,14 @@ class _Walk:
             elif isinstance(s, Loop):
                 inner = dict(ranges)
                 inner[s.var] = s.trip
+                self.kept.append(inner)  # ``in_bounds`` keys on its id
                 self.body(s.body, loops + (s,), inner)
 
     def signature(self, op: Op, loops: tuple[Loop, ...]) -> tuple | None:
         """Everything the op rules other than ``rule_bounds`` read, the index constants
         left out: two ops of one signature pass or fail the same rules (an unrolled loop
         repeats a few signatures thousands of times).  None (always check in full) for an
-        op with a runtime index tile or an unhashable attribute."""
+        op with a runtime index tile."""
         sigs = self.access_sigs
         parts: list = [op.prim, loops, op.mask]
         for a in op.outs:
@@ -1042,7 +1049,7 @@ class _Walk:
             if sig is None:
                 if a.indirect is not None:
                     return None
-                sig = sigs[id(a)] = self.intern(_access_sig(a))
+                sig = sigs[id(a)] = self.access_sig(a)
             parts.append(sig)
         parts.append(-1)
         for a in op.ins:
@@ -1051,30 +1058,59 @@ class _Walk:
                 if sig is None:
                     if a.indirect is not None:
                         return None
-                    sig = sigs[id(a)] = self.intern(_access_sig(a))
+                    sig = sigs[id(a)] = self.access_sig(a)
                 parts.append(sig)
             else:
                 parts.append((type(a), a))
         parts.extend(op.attrs.items())
         return tuple(parts)
 
+    def access_sig(self, a: Access) -> int:
+        """A small int standing for the facts about ``a`` the op rules read, but its index
+        constants: its tensor's (``_tensor_sig``), its tile shape and its index terms."""
+        t = a.tensor
+        tsig = self.tensor_sigs.get(t.uid)
+        if tsig is None:
+            tsig = self.tensor_sigs[t.uid] = self.intern(_tensor_sig(t))
+        parts = [tsig, a.shape]
+        ids = self.term_ids
+        for x in a.index:
+            # index terms are often shared tuples (a front end's cached decompositions): look
+            # them up by identity before hashing their symbols
+            terms = x.terms
+            tid = ids.get(id(terms))
+            if tid is None:
+                tid = ids[id(terms)] = self.intern(terms)
+                self.kept.append(terms)  # keeps id(terms) its own
+            parts.append(tid)
+        return self.intern(tuple(parts))
+
     def intern(self, sig: tuple) -> int:
-        """A small int standing for an access signature, so that op signatures hash fast."""
+        """A small int standing for a signature part, so that op signatures hash fast."""
         return self.sig_ids.setdefault(sig, len(self.sig_ids))
 
+    def in_bounds(self, a: Access, ranges: dict[Sym, int]) -> bool:
+        """``_out_of_bounds(a, ranges) is None``, remembered per index tuple (a front end may
+        share one among accesses) for ``ranges`` (kept alive for the walk by ``body``)."""
+        key = (id(a.index), a.tensor.shape, a.shape, id(ranges))
+        if key in self.bounds_ok:
+            return True
+        if _out_of_bounds(a, ranges) is not None:
+            return False
+        if a.indirect is None:
+            self.bounds_ok.add(key)
+            self.kept.append(a.index)
+        return True
 
-def _access_sig(a: Access) -> tuple:
-    """The facts about ``a`` the op rules read, but its index constants (see
-    ``_Walk.signature``)."""
-    t = a.tensor
+
+def _tensor_sig(t: Tensor) -> tuple:
+    """The facts about tensor ``t`` the op rules read (see ``_Walk.signature``)."""
     root = t.root
     return (
         t.buffer,
         t.shape,
         t.par_axis,
         dtypes.name(t.dtype),
-        a.shape,
-        tuple(x.terms for x in a.index),
         root.kind,
         root.mutable,
         root.buffer,
