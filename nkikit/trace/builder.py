@@ -120,20 +120,24 @@ class Builder:
         # that follows reads (liveness, dependencies, the simulators' memory plans) sees it
         ins = list(ins)
         outs = list(outs)
-        if any(type(a) is Access and a.indirect is not None for a in (*outs, *ins)):
-            ins.extend(x for x in indirect_index_tiles([*outs, *ins]) if x not in ins)
-        loops = self.loops
-        for a in (*outs, *ins):
-            if isinstance(a, Access):
-                root = a.tensor.root
-                # check_scope, inlined for the common cases (a kernel-level tensor, or no loop)
-                if root.kind == "temp" and root.scope and loops:
+        tiles = [a for a in (*outs, *ins) if isinstance(a, Access)]
+        for a in tiles:
+            if a.indirect is not None:
+                ins.extend(x for x in indirect_index_tiles(tiles) if x not in ins)
+                tiles = [a for a in (*outs, *ins) if isinstance(a, Access)]
+                break
+        in_loop = bool(self.loops)
+        for a in tiles:
+            root = a.tensor.root
+            # check_scope, inlined for the common case (a kernel-level tensor)
+            if root.scope and root.kind == "temp":
+                if in_loop:
                     self.check_scope(root, loc)
-                elif root.kind == "temp" and root.scope:
+                else:
                     raise NkiError("err_local_variable_used_out_of_scope", loc, tensor=root.name)
         fresh = self.fresh
-        for a in ins:  # a temporary stays fresh (retargetable) until something reads it
-            if isinstance(a, Access):
+        if fresh:
+            for a in tiles[len(outs) :]:  # a temporary stays fresh (retargetable) until read
                 fresh.discard(a.tensor.uid)
         op = Op(prim, outs, ins, full, loc, mask)
         self.bodies[-1].append(op)

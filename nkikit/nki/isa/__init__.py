@@ -158,9 +158,9 @@ def _same_free(views: list[NkiTensor], loc: SourceLoc, op: str) -> list[NkiTenso
                     f"partition ({views[0].shape} and {v.shape}); they must match"
                 ),
             )
-    shapes = [tuple(n for n in v.shape[1:] if n != 1) for v in views]
-    if all(s == shapes[0] for s in shapes) and all(v.shape == views[0].shape for v in views):
+    if all(v.shape == views[0].shape for v in views):
         return views
+    shapes = [tuple(n for n in v.shape[1:] if n != 1) for v in views]
     refined = _chain(shapes)
     if refined is None:
         raise NkiError(
