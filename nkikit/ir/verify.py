@@ -24,6 +24,12 @@ counts, SPMD grid sizes and tile axis sizes, never by enumerating elements, so v
 kernel costs time proportional to its IR, not to its data (well under a millisecond per op).
 The one index no rule can bound is a runtime index (indirect DMA): the simulator checks it
 when it runs, as the hardware does.
+
+An unrolled kernel (NKI 0.x traces every loop) repeats a few kinds of op thousands of times,
+differing only in the constants of their indices.  The walk remembers the *signature* of
+every op that passed (its primitive, attributes, mask, enclosing loops, and per operand the
+tensor facts, tile shape and index terms the rules read): an op with a signature seen before
+is checked for bounds only, the one rule that reads index constants.
 """
 
 from __future__ import annotations
@@ -776,6 +782,9 @@ def _out_of_bounds(a: Access, ranges: dict[Sym, int]) -> tuple[int, int, int] | 
     return None
 
 
+# A rule here or in OP_SHAPE_RULES / PRIM_RULES may read only what ``_Walk.signature`` holds
+# (rule_bounds aside): a rule that reads more (index constants, tensor identity, another op)
+# must add it to the signature, or an op like one that passed would skip it.
 OP_RULES: list[Rule] = [
     rule_loop_scope,
     rule_mask,
@@ -972,7 +981,7 @@ class _Walk:
     kernel: Kernel
     target: Target
     checked: set[int] = field(default_factory=set)
-    # signatures of ops that passed every rule but the bounds (see ``_signature``)
+    # signatures of ops that passed every rule but the bounds (see ``signature``)
     passed: set[tuple] = field(default_factory=set)
     # id of an Access -> its part of a signature (accesses outlive the walk: the kernel
     # holds them, so their ids stay theirs)
