@@ -205,18 +205,28 @@ class NkiTensor:
                 why=f"{len(key)} indices for a tensor of {ndim} dimensions {self.shape}",
             )
         on_chip = self._layout.root.buffer in ON_CHIP
+        if len(key) < ndim:
+            key = key + (_ALL,) * (ndim - len(key))
         shape: list[int] = []
         strides: list[int] = []
         offset = self.offset
-        for d, (n, s) in enumerate(zip(self.shape, self.strides)):
-            k = key[d] if d < len(key) else _ALL
+        for d, (k, n, s) in enumerate(zip(key, self.shape, self.strides)):
             tk = type(k)
             if tk is slice:
                 start, stop, step = k.start, k.stop, k.step
+                if start is None and stop is None and step is None:  # ``:``
+                    shape.append(n)
+                    strides.append(s)
+                    continue
             elif tk is int:
                 start = None
             else:
-                k = _as_slice_or_int(k, None)
+                if _DynSlice is None:
+                    _load_dynslice()
+                if tk is _DynSlice:
+                    k = slice(k.start, k.start + k.size)
+                else:
+                    k = _as_slice_or_int(k, None)
                 if type(k) is int:
                     start = None
                 else:
@@ -524,6 +534,14 @@ class NkiTensor:
 
 
 _ALL = slice(None)
+_DynSlice = None  # nl.ds's class, imported on first use (nkikit.nki.language imports this)
+
+
+def _load_dynslice() -> None:
+    global _DynSlice
+    from .language import DynSlice
+
+    _DynSlice = DynSlice
 
 
 def _as_slice_or_int(k, loc: SourceLoc | None):
