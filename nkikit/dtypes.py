@@ -43,6 +43,7 @@ _NAMES = {
 }
 _BY_NAME = {name: dt for dt, name in _NAMES.items()} | {"tfloat32": tfloat32, "bool_": bool_}
 SUPPORTED = tuple(_NAMES) + (tfloat32,)
+_SUPPORTED_IDS = frozenset(id(dt) for dt in SUPPORTED)
 
 
 def is_tf32(dt: np.dtype) -> bool:
@@ -51,6 +52,8 @@ def is_tf32(dt: np.dtype) -> bool:
 
 def as_dtype(x: object) -> np.dtype:
     """Normalize a dtype given as numpy/ml_dtypes type, string or torch dtype."""
+    if id(x) in _SUPPORTED_IDS:  # one of the dtype objects above (nl.float32, ...): as is
+        return x  # type: ignore[return-value]
     if isinstance(x, np.dtype):
         dt = x
     elif isinstance(x, str):
@@ -75,7 +78,11 @@ def as_dtype(x: object) -> np.dtype:
 
 
 def name(dt: np.dtype) -> str:
-    return "tfloat32" if is_tf32(dt) else _NAMES.get(dt, str(dt))
+    if dt.metadata is not None and is_tf32(dt):
+        return "tfloat32"
+    # not ``_NAMES.get(dt, str(dt))``: str() of a dtype costs microseconds, paid per op
+    n = _NAMES.get(dt)
+    return str(dt) if n is None else n
 
 
 def is_float(dt: np.dtype) -> bool:

@@ -63,7 +63,15 @@ def caller_loc() -> SourceLoc:
         frame = frame.f_back
     if frame is None:
         return UNKNOWN_LOC
-    return SourceLoc(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name)
+    code = frame.f_code
+    key = (code.co_filename, frame.f_lineno, code.co_name)
+    loc = _LOCS.get(key)
+    if loc is None:  # one object per source line: an unrolled loop's ops share theirs
+        loc = _LOCS[key] = SourceLoc(*key)
+    return loc
+
+
+_LOCS: dict[tuple[str, int, str], SourceLoc] = {}
 
 
 class NkiInternalError(RuntimeError):

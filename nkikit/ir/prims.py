@@ -25,6 +25,7 @@ by the primitive's name as JAX keys its rules by primitive: the simulation rule
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -230,7 +231,7 @@ def _no_outs(ins: Sequence[Operand], attrs: Mapping[str, Any]) -> tuple[OutSpec,
 def _dma_out(ins: Sequence[Operand], attrs: Mapping[str, Any]) -> tuple[OutSpec, ...]:
     # element counts of src and dst must match; shapes may differ [ISA dma_copy]
     a = _tile(ins[0])
-    return (OutSpec(elements=int(np.prod(a.shape)), dtype=a.dtype),)
+    return (OutSpec(elements=math.prod(a.shape), dtype=a.dtype),)
 
 
 def _matmul_out(ins: Sequence[Operand], attrs: Mapping[str, Any]) -> tuple[OutSpec, ...]:
@@ -729,6 +730,45 @@ def check_op(
     required one or a value of the wrong type, and ``EngineChoiceError`` for an engine the
     primitive does not run on."""
     p = PRIMS.get(name) or prim(name)
+    # an unrolled kernel checks the same few kinds of op again and again: the record checks
+    # read only the operand types and the attribute names and types
+    key = (
+        name,
+        *[type(o) for o in outs],
+        None,
+        *[type(x) for x in ins],
+        *[(k, type(v)) for k, v in attrs.items()],
+    )
+    if key not in _CHECKED:
+        _check_record(p, outs, ins, attrs)
+        _CHECKED.add(key)
+    full: dict[str, Any] = {}
+    for k, value in attrs.items():
+        a = p.attr_index[k]
+        full[k] = (
+            a.default if value is None and (a.default is None or k == p.engine_attr) else value
+        )
+    for a in p.attrs:
+        if a.name not in full:
+            full[a.name] = a.default
+    if p.engine_attr is not None:
+        eng = full[p.engine_attr]
+        if eng not in p.engines and not (p.balance and eng == ANY_ENGINE):
+            raise EngineChoiceError(name, eng, p.engines)
+        if eng != ANY_ENGINE or _ruled(p, full) is not None:
+            full[p.engine_attr] = resolve_engine(name, full)  # an unassigned engine stays so
+    return full
+
+
+# (primitive, output types, None, input types, (attribute, type) ...) that passed _check_record
+_CHECKED: set[tuple] = set()
+
+
+def _check_record(
+    p: Prim, outs: Sequence[Any], ins: Sequence[Any], attrs: Mapping[str, Any]
+) -> None:
+    """``check_op``'s checks of the operands and attribute types (``PrimError``)."""
+    name = p.name
     lo_in = len(p.ins) if p.min_ins is None else p.min_ins
     lo_out = len(p.outs) if p.min_outs is None else p.min_outs
     if not lo_in <= len(ins) <= len(p.ins):
@@ -741,26 +781,14 @@ def check_op(
     for i, o in enumerate(outs):
         if not isinstance(o, Access):
             raise PrimError(f"{name}: output {p.out_role(i)} must be a tile, got {o!r}")
-    full = {}
     for key, value in attrs.items():
         a = p.attr_index.get(key)
         if a is None:
             raise PrimError(f"{name}: unknown attribute {key!r} (schema: {list(p.attr_index)})")
         if value is None and (a.default is None or key == p.engine_attr):
-            full[key] = a.default  # None: the default
-            continue
+            continue  # None: the default
         if not isinstance(value, a.types):
             raise PrimError(f"{name}: attribute {key}={value!r} is not of type {a.types}")
-        full[key] = value
     for a in p.attrs:
-        if a.name not in full:
-            if a.required:
-                raise PrimError(f"{name}: missing attribute {a.name!r}")
-            full[a.name] = a.default
-    if p.engine_attr is not None:
-        eng = full[p.engine_attr]
-        if eng not in p.engines and not (p.balance and eng == ANY_ENGINE):
-            raise EngineChoiceError(name, eng, p.engines)
-        if eng != ANY_ENGINE or _ruled(p, full) is not None:
-            full[p.engine_attr] = resolve_engine(name, full)  # an unassigned engine stays so
-    return full
+        if a.name not in attrs and a.required:
+            raise PrimError(f"{name}: missing attribute {a.name!r}")

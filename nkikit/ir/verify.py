@@ -24,6 +24,12 @@ counts, SPMD grid sizes and tile axis sizes, never by enumerating elements, so v
 kernel costs time proportional to its IR, not to its data (well under a millisecond per op).
 The one index no rule can bound is a runtime index (indirect DMA): the simulator checks it
 when it runs, as the hardware does.
+
+An unrolled kernel (NKI 0.x traces every loop) repeats a few kinds of op thousands of times,
+differing only in the constants of their indices.  The walk remembers the *signature* of
+every op that passed (its primitive, attributes, mask, enclosing loops, and per operand the
+tensor facts, tile shape and index terms the rules read): an op with a signature seen before
+is checked for bounds only, the one rule that reads index constants.
 """
 
 from __future__ import annotations
@@ -738,34 +744,47 @@ def rule_bounds(site: Site) -> None:
     the simulator, which checks the elements the mask keeps.)"""
     if site.op.mask is not None:
         return
-    ranges = site.ranges
     for _, a, _ in site.operands:
-        tshape = a.tensor.shape
-        shape = a.shape
-        if 0 in shape:
-            continue
-        for d, x in enumerate(a.index[: len(tshape)]):
-            if a.indirect is not None and d == a.indirect_dim:
-                continue  # a runtime index: checked when it runs (simulator / hardware)
-            # Affine.bounds, inlined: each term sweeps [0, n) of its symbol
-            lo = hi = x.const
-            for sym, c in x.terms:
-                n = shape[sym.k] if isinstance(sym, Axis) else ranges.get(sym, 1)
-                top = c * (n - 1)
-                if top < 0:
-                    lo += top
-                else:
-                    hi += top
-            if lo < 0 or hi >= tshape[d]:
-                raise site.fail(
-                    "err_tensor_access_out_of_bound",
-                    tensor=a.tensor.name,
-                    dim=d,
-                    index=f"{lo if lo < 0 else hi} (index range [{lo}, {hi}])",
-                    size=tshape[d],
-                )
+        bad = _out_of_bounds(a, site.ranges)
+        if bad is not None:
+            d, lo, hi = bad
+            raise site.fail(
+                "err_tensor_access_out_of_bound",
+                tensor=a.tensor.name,
+                dim=d,
+                index=f"{lo if lo < 0 else hi} (index range [{lo}, {hi}])",
+                size=a.tensor.shape[d],
+            )
 
 
+def _out_of_bounds(a: Access, ranges: dict[Sym, int]) -> tuple[int, int, int] | None:
+    """``(dimension, lo, hi)`` of the first dimension whose index range ``[lo, hi]`` leaves
+    ``a``'s tensor, or None."""
+    tshape = a.tensor.shape
+    shape = a.shape
+    if 0 in shape:
+        return None
+    indirect = a.indirect is not None
+    for d, x in enumerate(a.index[: len(tshape)]):
+        if indirect and d == a.indirect_dim:
+            continue  # a runtime index: checked when it runs (simulator / hardware)
+        # Affine.bounds, inlined: each term sweeps [0, n) of its symbol
+        lo = hi = x.const
+        for sym, c in x.terms:
+            n = shape[sym.k] if type(sym) is Axis else ranges.get(sym, 1)
+            top = c * (n - 1)
+            if top < 0:
+                lo += top
+            else:
+                hi += top
+        if lo < 0 or hi >= tshape[d]:
+            return d, lo, hi
+    return None
+
+
+# A rule here or in OP_SHAPE_RULES / PRIM_RULES may read only what ``_Walk.signature`` holds
+# (rule_bounds aside): a rule that reads more (index constants, tensor identity, another op)
+# must add it to the signature, or an op like one that passed would skip it.
 OP_RULES: list[Rule] = [
     rule_loop_scope,
     rule_mask,
@@ -837,7 +856,13 @@ TENSOR_RULES: list[Callable[[Tensor, Target, Kernel], None]] = [tensor_partition
 
 def kernel_outputs_written(kernel: Kernel, target: Target) -> None:
     """Every returned tensor is written by some instruction."""
-    written = {a.tensor.root.uid for op, _ in kernel.ops() for a in op.outs}
+    want = {t.root.uid for t in kernel.outputs}
+    written: set[int] = set()
+    for op, _ in kernel.ops():
+        for a in op.outs:
+            written.add(a.tensor.root.uid)
+        if want <= written:
+            break  # every output is written: the rest of the walk cannot change that
     for t in kernel.outputs:
         if t.root.uid not in written:  # a returned reshape is written through its base
             raise NkiError(
@@ -954,6 +979,18 @@ class _Walk:
     kernel: Kernel
     target: Target
     checked: set[int] = field(default_factory=set)
+    # signatures of ops that passed every rule but the bounds (see ``signature``)
+    passed: set[tuple] = field(default_factory=set)
+    # id of an Access -> its part of a signature (accesses outlive the walk: the kernel
+    # holds them, so their ids stay theirs)
+    access_sigs: dict[int, int] = field(default_factory=dict)
+    sig_ids: dict[object, int] = field(default_factory=dict)
+    tensor_sigs: dict[int, int] = field(default_factory=dict)
+    term_ids: dict[int, int] = field(default_factory=dict)
+    # (id of an index tuple, tensor shape, tile shape, id of the ranges) found in bounds
+    bounds_ok: set[tuple] = field(default_factory=set)
+    # objects whose ids the walk's tables use, held so that no other object takes their id
+    kept: list = field(default_factory=list)
 
     def tensor(self, t: Tensor) -> None:
         if t.uid in self.checked:
@@ -973,8 +1010,25 @@ class _Walk:
             rule(k, self.target)
 
     def body(self, stmts: list, loops: tuple[Loop, ...], ranges: dict[Sym, int]) -> None:
+        passed = self.passed
         for s in stmts:
             if isinstance(s, Op):
+                sig = self.signature(s, loops)
+                try:
+                    hit = sig is not None and sig in passed
+                except TypeError:  # an unhashable attribute: check in full
+                    hit, sig = False, None
+                if hit:
+                    # the same op up to its index constants passed before: only the bounds
+                    # depend on the constants
+                    accesses = [*s.outs, *(a for a in s.ins if type(a) is Access)]
+                    for a in accesses:
+                        self.tensor(a.tensor)
+                    if s.mask is None:
+                        for a in accesses:
+                            if not self.in_bounds(a, ranges):
+                                rule_bounds(Site(s, loops, ranges, self.target, self.kernel))
+                    continue
                 site = Site(s, loops, ranges, self.target, self.kernel)
                 for rule in OP_RULES:
                     rule(site)
@@ -982,10 +1036,93 @@ class _Walk:
                     self.tensor(a.tensor)
                 for rule in OP_SHAPE_RULES:
                     rule(site)
+                if sig is not None:
+                    passed.add(sig)
             elif isinstance(s, Loop):
                 inner = dict(ranges)
                 inner[s.var] = s.trip
+                self.kept.append(inner)  # ``in_bounds`` keys on its id
                 self.body(s.body, loops + (s,), inner)
+
+    def signature(self, op: Op, loops: tuple[Loop, ...]) -> tuple | None:
+        """Everything the op rules other than ``rule_bounds`` read, the index constants
+        left out: two ops of one signature pass or fail the same rules (an unrolled loop
+        repeats a few signatures thousands of times).  None (always check in full) for an
+        op with a runtime index tile."""
+        sigs = self.access_sigs
+        parts: list = [op.prim, loops, op.mask]
+        for a in op.outs:
+            sig = sigs.get(id(a))
+            if sig is None:
+                if a.indirect is not None:
+                    return None
+                sig = sigs[id(a)] = self.access_sig(a)
+            parts.append(sig)
+        parts.append(-1)
+        for a in op.ins:
+            if type(a) is Access:
+                sig = sigs.get(id(a))
+                if sig is None:
+                    if a.indirect is not None:
+                        return None
+                    sig = sigs[id(a)] = self.access_sig(a)
+                parts.append(sig)
+            else:
+                parts.append((type(a), a))
+        parts.extend(op.attrs.items())
+        return tuple(parts)
+
+    def access_sig(self, a: Access) -> int:
+        """A small int standing for the facts about ``a`` the op rules read, but its index
+        constants: its tensor's (``_tensor_sig``), its tile shape and its index terms."""
+        t = a.tensor
+        tsig = self.tensor_sigs.get(t.uid)
+        if tsig is None:
+            tsig = self.tensor_sigs[t.uid] = self.intern(_tensor_sig(t))
+        parts = [tsig, a.shape]
+        ids = self.term_ids
+        for x in a.index:
+            # index terms are often shared tuples (a front end's cached decompositions): look
+            # them up by identity before hashing their symbols
+            terms = x.terms
+            tid = ids.get(id(terms))
+            if tid is None:
+                tid = ids[id(terms)] = self.intern(terms)
+                self.kept.append(terms)  # keeps id(terms) its own
+            parts.append(tid)
+        return self.intern(tuple(parts))
+
+    def intern(self, sig: tuple) -> int:
+        """A small int standing for a signature part, so that op signatures hash fast."""
+        return self.sig_ids.setdefault(sig, len(self.sig_ids))
+
+    def in_bounds(self, a: Access, ranges: dict[Sym, int]) -> bool:
+        """``_out_of_bounds(a, ranges) is None``, remembered per index tuple (a front end may
+        share one among accesses) for ``ranges`` (kept alive for the walk by ``body``)."""
+        key = (id(a.index), a.tensor.shape, a.shape, id(ranges))
+        if key in self.bounds_ok:
+            return True
+        if _out_of_bounds(a, ranges) is not None:
+            return False
+        if a.indirect is None:
+            self.bounds_ok.add(key)
+            self.kept.append(a.index)
+        return True
+
+
+def _tensor_sig(t: Tensor) -> tuple:
+    """The facts about tensor ``t`` the op rules read (see ``_Walk.signature``)."""
+    root = t.root
+    return (
+        t.buffer,
+        t.shape,
+        t.par_axis,
+        dtypes.name(t.dtype),
+        root.kind,
+        root.mutable,
+        root.buffer,
+        root.scope,
+    )
 
 
 def verify(kernel: Kernel, target: str | Target | None = None) -> None:

@@ -39,6 +39,14 @@ def row_major(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(strides)
 
 
+@functools.lru_cache(maxsize=4096)
+def _row_major_cached(shape: tuple[int, ...]) -> tuple[int, ...]:
+    return row_major(shape)
+
+
+_new = object.__new__
+
+
 class NkiTensor:
     """A tensor inside a traced NKI 0.x kernel (``nl.ndarray`` and every view of one).
 
@@ -48,7 +56,7 @@ class NkiTensor:
     size, and no view may step over partitions.
     """
 
-    __slots__ = ("_layout", "shape", "strides", "offset", "_indirect")
+    __slots__ = ("_layout", "shape", "strides", "offset", "_indirect", "_access")
     __array_priority__ = 1000
 
     def __init__(
@@ -67,10 +75,27 @@ class NkiTensor:
         self.offset = int(offset)
         # (index NkiTensor, dimension) of a runtime vector/scalar offset (``.ap(vector_offset=)``)
         self._indirect = indirect
+        # the IR access of this view, made by the first instruction that uses it (a view is
+        # not changed once an instruction has used it)
+        self._access: Access | None = None
+
+    @staticmethod
+    def _view(layout: Tensor, shape: tuple, strides: tuple, offset: int, indirect) -> NkiTensor:
+        """``NkiTensor(...)`` for arguments that are already tuples of Python ints (the view
+        methods' own results): an unrolled kernel makes a view per instruction operand."""
+        v = _new(NkiTensor)
+        v._layout = layout
+        v.shape = shape
+        v.strides = strides
+        v.offset = offset
+        v._indirect = indirect
+        v._access = None
+        return v
 
     @staticmethod
     def whole(t: Tensor) -> NkiTensor:
-        return NkiTensor(t, t.shape, row_major(t.shape), 0)
+        shape = t.shape
+        return NkiTensor._view(t, shape, _row_major_cached(shape), 0, None)
 
     # -- attributes ------------------------------------------------------------------------
     @property
@@ -143,11 +168,11 @@ class NkiTensor:
         )
 
     def _with(self, shape, strides, offset=None) -> NkiTensor:
-        return NkiTensor(
+        return NkiTensor._view(
             self._layout,
-            tuple(shape),
-            tuple(strides),
-            self.offset if offset is None else offset,
+            tuple(int(n) for n in shape),
+            tuple(int(n) for n in strides),
+            self.offset if offset is None else int(offset),
             self._indirect,
         )
 
@@ -161,85 +186,111 @@ class NkiTensor:
 
     # -- indexing ----------------------------------------------------------------------------
     def __getitem__(self, key) -> NkiTensor:
-        loc = caller_loc()
-        if not isinstance(key, tuple):
+        # the user's line is looked up only for an error (an unrolled kernel indexes per
+        # instruction): caller_loc() finds the same frame from any depth inside nkikit
+        if type(key) is not tuple:
             key = (key,)
-        if any(k is Ellipsis for k in key):
-            pos = next(i for i, k in enumerate(key) if k is Ellipsis)
-            fill = self.ndim - (len(key) - 1)
-            key = key[:pos] + (slice(None),) * fill + key[pos + 1 :]
-        if len(key) > self.ndim:
+        ndim = len(self.shape)
+        for k in key:
+            if k is Ellipsis:
+                pos = next(i for i, k in enumerate(key) if k is Ellipsis)
+                fill = ndim - (len(key) - 1)
+                key = key[:pos] + (slice(None),) * fill + key[pos + 1 :]
+                break
+        if len(key) > ndim:
             raise NkiError(
                 "err_invalid_argument",
-                loc,
+                caller_loc(),
                 op="indexing",
-                why=f"{len(key)} indices for a tensor of {self.ndim} dimensions {self.shape}",
+                why=f"{len(key)} indices for a tensor of {ndim} dimensions {self.shape}",
             )
-        key = key + (slice(None),) * (self.ndim - len(key))
+        on_chip = self._layout.root.buffer in ON_CHIP
+        if len(key) < ndim:
+            key = key + (_ALL,) * (ndim - len(key))
         shape: list[int] = []
         strides: list[int] = []
         offset = self.offset
-        dropped_free: list[int] = []  # kept-size-1 candidates for on-chip rank >= 2
         for d, (k, n, s) in enumerate(zip(key, self.shape, self.strides)):
-            k = _as_slice_or_int(k, loc)
-            if isinstance(k, int):
+            tk = type(k)
+            if tk is slice:
+                start, stop, step = k.start, k.stop, k.step
+                if start is None and stop is None and step is None:  # ``:``
+                    shape.append(n)
+                    strides.append(s)
+                    continue
+            elif tk is int:
+                start = None
+            else:
+                if _DynSlice is None:
+                    _load_dynslice()
+                if tk is _DynSlice:
+                    k = slice(k.start, k.start + k.size)
+                else:
+                    k = _as_slice_or_int(k, None)
+                if type(k) is int:
+                    start = None
+                else:
+                    start, stop, step = k.start, k.stop, k.step
+            if type(k) is int:
                 i = k + n if k < 0 else k
                 if not 0 <= i < n:
                     raise NkiError(
                         "err_tensor_access_out_of_bound",
-                        loc,
+                        caller_loc(),
                         tensor=self.name,
                         dim=d,
                         index=k,
                         size=n,
                     )
                 offset += i * s
-                if self.on_chip and d == 0:
+                if on_chip and d == 0:
                     shape.append(1)  # on-chip tensors keep the partition dimension
                     strides.append(s)
-                else:
-                    dropped_free.append(len(shape))
                 continue
-            start, stop, step = k.start, k.stop, k.step
             step = 1 if step is None else int(step)
             if step <= 0:
                 raise NkiError(
                     "err_invalid_argument",
-                    loc,
+                    caller_loc(),
                     op="indexing",
                     why=f"slice step must be positive, got {step}",
                 )
             start = 0 if start is None else int(start)
             stop = n if stop is None else int(stop)
-            start = start + n if start < 0 else start
-            stop = stop + n if stop < 0 else stop
+            if start < 0:
+                start += n
+            if stop < 0:
+                stop += n
             if start < 0 or stop > n or start > stop:
                 raise NkiError(
                     "err_tensor_access_out_of_bound",
-                    loc,
+                    caller_loc(),
                     tensor=self.name,
                     dim=d,
                     index=max(stop - 1, start),
                     size=n,
                 )
-            if self.on_chip and d == 0 and step != 1:
-                raise NkiError(
-                    "err_invalid_argument",
-                    loc,
-                    op="indexing",
-                    why="the partition dimension cannot be stepped; partitions are contiguous",
-                )
-            count = max(0, -(-(stop - start) // step))
+            if step == 1:
+                shape.append(stop - start)
+                strides.append(s)
+            else:
+                if on_chip and d == 0:
+                    raise NkiError(
+                        "err_invalid_argument",
+                        caller_loc(),
+                        op="indexing",
+                        why="the partition dimension cannot be stepped; partitions are contiguous",
+                    )
+                shape.append(max(0, -(-(stop - start) // step)))
+                strides.append(s * step)
             offset += start * s
-            shape.append(count)
-            strides.append(s * step)
-        if self.on_chip and len(shape) < 2:
+        if on_chip and len(shape) < 2:
             # an on-chip view keeps at least one free dimension (the last one, size 1)
             shape.append(1)
             strides.append(1)
         if not shape:
             shape, strides = [1], [1]
-        return self._with(shape, strides, offset)
+        return NkiTensor._view(self._layout, tuple(shape), tuple(strides), offset, self._indirect)
 
     def __setitem__(self, key, value) -> None:
         from .isa import _copy_into
@@ -482,7 +533,19 @@ class NkiTensor:
         return view
 
 
-def _as_slice_or_int(k, loc: SourceLoc):
+_ALL = slice(None)
+_DynSlice = None  # nl.ds's class, imported on first use (nkikit.nki.language imports this)
+
+
+def _load_dynslice() -> None:
+    global _DynSlice
+    from .language import DynSlice
+
+    _DynSlice = DynSlice
+
+
+def _as_slice_or_int(k, loc: SourceLoc | None):
+    """``k`` as a slice or a Python int (``loc``: the user's line, None to look it up)."""
     from .language import DynSlice
 
     if isinstance(k, slice):
@@ -490,12 +553,17 @@ def _as_slice_or_int(k, loc: SourceLoc):
     if isinstance(k, DynSlice):
         return slice(k.start, k.start + k.size)
     if isinstance(k, bool):
-        raise NkiError("err_invalid_argument", loc, op="indexing", why="cannot index with a bool")
+        raise NkiError(
+            "err_invalid_argument",
+            loc or caller_loc(),
+            op="indexing",
+            why="cannot index with a bool",
+        )
     if isinstance(k, int | np.integer):
         return int(k)
     raise NkiError(
         "err_invalid_argument",
-        loc,
+        loc or caller_loc(),
         op="indexing",
         why=f"cannot index with {type(k).__name__} {k!r}; use ints, slices or nl.ds",
     )
@@ -553,7 +621,13 @@ def _flat_layout(root: Tensor) -> Tensor:
 def _decompose(t: Tensor, shape, strides, offset) -> tuple[Affine, ...] | None:
     """Per-dimension affine indices of the strided view in ``t``'s row-major shape, or None
     when the view does not stay inside one dimension of ``t`` per term."""
-    dims = t.shape
+    return _decompose_dims(t.shape, tuple(shape), tuple(strides), offset)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _decompose_dims(dims, shape, strides, offset) -> tuple[Affine, ...] | None:
+    # cached: an unrolled loop makes the same views again and again (the Affines are
+    # immutable, so accesses may share them)
     plan = _term_plan(dims, tuple(shape), tuple(strides))
     if plan is None:
         return None
@@ -603,34 +677,40 @@ _AXES = tuple(Axis(k) for k in range(16))
 
 def access_of(x: NkiTensor, loc: SourceLoc, what: str = "operand") -> Access:
     """The IR access of a view (see the module docstring)."""
-    if not isinstance(x, NkiTensor):
+    if type(x) is not NkiTensor and not isinstance(x, NkiTensor):
         raise NkiError(
             "err_invalid_argument",
             loc,
             op=what,
             why=f"expected a tensor (nl.ndarray or a view of one), got {type(x).__name__}",
         )
+    got = x._access
+    if got is not None:
+        return got
     if x._indirect is not None:
         return _indirect_access(x, loc, what)
-    root = x._layout.root
-    span_hi = x.offset + sum(s * (n - 1) for n, s in zip(x.shape, x.strides))
-    if x.offset < 0 or span_hi >= math.prod(root.shape) or min(x.strides, default=0) < 0:
-        raise NkiError(
-            "err_tensor_access_out_of_bound",
-            loc,
-            tensor=root.name,
-            dim=0,
-            index=span_hi,
-            size=math.prod(root.shape),
-        )
     layout = x._layout
-    index = _decompose(layout, x.shape, x.strides, x.offset)
+    root = layout.root
+    shape, strides, offset = x.shape, x.strides, x.offset
+    index = _decompose(layout, shape, strides, offset)
+    if index is None or offset < 0:
+        size = math.prod(root.shape)
+        span_hi = offset + sum(s * (n - 1) for n, s in zip(shape, strides))
+        if offset < 0 or span_hi >= size or min(strides, default=0) < 0:
+            raise NkiError(
+                "err_tensor_access_out_of_bound",
+                loc,
+                tensor=root.name,
+                dim=0,
+                index=span_hi,
+                size=size,
+            )
     if index is None and layout is not root:
         layout = root
-        index = _decompose(layout, x.shape, x.strides, x.offset)
+        index = _decompose(layout, shape, strides, offset)
     if index is None:
         layout = _flat_layout(root)
-        index = _decompose(layout, x.shape, x.strides, x.offset)
+        index = _decompose(layout, shape, strides, offset)
     if index is None:
         # on-chip: a view that steps across partitions cannot be expressed
         raise NkiError(
@@ -640,10 +720,10 @@ def access_of(x: NkiTensor, loc: SourceLoc, what: str = "operand") -> Access:
             why=f"the access pattern {x.get_pattern()} (offset {x.offset}) of {root.name} "
             "does not keep partitions contiguous",
         )
-    shape = x.shape
-    if root.buffer in ON_CHIP and len(shape) < 2:
+    if len(shape) < 2 and root.buffer in ON_CHIP:
         shape = (shape[0], 1)  # a size-1 trailing axis adds no index term
-    return Access(layout, tuple(shape), index)
+    x._access = acc = Access(layout, shape, index)
+    return acc
 
 
 def _indirect_access(x: NkiTensor, loc: SourceLoc, what: str) -> Access:

@@ -33,6 +33,7 @@ class Builder:
         # after ``t[...] = op(...)`` retargets op's result into t, the temporary's data lives
         # there: proxies of the temporary read through this map (see ``resolve``)
         self.aliases: dict[int, Access] = {}  # by the temporary's uid
+        self.line_names: dict[tuple[str, int], str | None] = {}  # name_for's reading of a line
 
     # -- naming ---------------------------------------------------------------------------
     def unique(self, base: str) -> str:
@@ -41,8 +42,13 @@ class Builder:
         return base if n == 0 else f"{base}.{n}"
 
     def name_for(self, loc: SourceLoc, fallback: str) -> str:
-        m = _ASSIGN.match(loc.text) if loc.line else None
-        return self.unique(m.group(1) if m else fallback)
+        key = (loc.file, loc.line)
+        try:
+            got = self.line_names[key]
+        except KeyError:  # read each line once per trace (an unrolled loop comes back to it)
+            m = _ASSIGN.match(loc.text) if loc.line else None
+            got = self.line_names[key] = m.group(1) if m else None
+        return self.unique(got or fallback)
 
     # -- tensors --------------------------------------------------------------------------
     def new_tensor(
@@ -61,7 +67,7 @@ class Builder:
         tname = self.unique(name) if name else self.name_for(loc, fallback)
         t = Tensor(
             tname,
-            tuple(int(s) for s in shape),
+            tuple(map(int, shape)),
             dtype,
             buffer,
             kind=kind,
@@ -116,14 +122,27 @@ class Builder:
         # an indirect access reads its index tile: list it as an input, so that every pass
         # that follows reads (liveness, dependencies, the simulators' memory plans) sees it
         ins = list(ins)
-        ins.extend(x for x in indirect_index_tiles([*outs, *ins]) if x not in ins)
-        for a in list(outs) + list(ins):
-            if isinstance(a, Access):
-                self.check_scope(a.tensor, loc)
-        for a in ins:  # a temporary stays fresh (retargetable) until something reads it
-            if isinstance(a, Access):
-                self.fresh.discard(a.tensor.uid)
-        op = Op(prim, list(outs), ins, full, loc, mask)
+        outs = list(outs)
+        tiles = [a for a in (*outs, *ins) if isinstance(a, Access)]
+        for a in tiles:
+            if a.indirect is not None:
+                ins.extend(x for x in indirect_index_tiles(tiles) if x not in ins)
+                tiles = [a for a in (*outs, *ins) if isinstance(a, Access)]
+                break
+        in_loop = bool(self.loops)
+        for a in tiles:
+            root = a.tensor.root
+            # check_scope, inlined for the common case (a kernel-level tensor)
+            if root.scope and root.kind == "temp":
+                if in_loop:
+                    self.check_scope(root, loc)
+                else:
+                    raise NkiError("err_local_variable_used_out_of_scope", loc, tensor=root.name)
+        fresh = self.fresh
+        if fresh:
+            for a in tiles[len(outs) :]:  # a temporary stays fresh (retargetable) until read
+                fresh.discard(a.tensor.uid)
+        op = Op(prim, outs, ins, full, loc, mask)
         self.bodies[-1].append(op)
         self.last_op = op
         return op

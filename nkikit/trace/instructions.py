@@ -48,7 +48,7 @@ from ..ir.prims import PRIMS, PrimError, engine_choices, memories, resolve_engin
 # the engine wiring and memory names of the verifier's memory rule, so that a trace-time
 # check and the verifier can never disagree about where an engine reads and writes
 from ..ir.verify import _ENGINE_MEMORIES, _MEM
-from .builder import current
+from .builder import current, maybe_current
 
 Scalar = Access | float
 """A scalar operand: an immediate or a (P, 1) tile (one value per partition)."""
@@ -150,6 +150,15 @@ def _check_memories(
     ``err_unsupported_memory`` naming the operand's role."""
     if engine is None:
         return
+    key = (
+        prim,
+        engine,
+        *[a.tensor.buffer for a in outs],
+        None,
+        *[a.tensor.buffer if isinstance(a, Access) else None for a in ins],
+    )
+    if key in _MEMORIES_OK:  # the answer depends on nothing else
+        return
     p = PRIMS[prim]
     reads, writes = _ENGINE_MEMORIES[engine]
     override = memories(prim)
@@ -169,6 +178,12 @@ def _check_memories(
                 allowed=names,
                 got=_MEM.get(a.tensor.buffer, a.tensor.buffer),
             )
+    _MEMORIES_OK.add(key)
+
+
+# (prim, engine, memories of the outputs, None, memories of the inputs) that _check_memories
+# found legal
+_MEMORIES_OK: set[tuple] = set()
 
 
 def _emit(
@@ -181,7 +196,8 @@ def _emit(
 ) -> Op:
     """Check memories for the engine the op will run on, then append it."""
     _check_memories(prim, resolve_engine(prim, attrs), outs, ins, loc)
-    return current(f"nisa.{prim}").emit(prim, outs, ins, attrs, mask=mask, loc=loc)
+    b = maybe_current() or current(f"nisa.{prim}")
+    return b.emit(prim, outs, ins, attrs, mask=mask, loc=loc)
 
 
 def _invalid(prim: str, loc: SourceLoc, why: str) -> NkiError:

@@ -158,9 +158,9 @@ def _same_free(views: list[NkiTensor], loc: SourceLoc, op: str) -> list[NkiTenso
                     f"partition ({views[0].shape} and {v.shape}); they must match"
                 ),
             )
-    shapes = [tuple(n for n in v.shape[1:] if n != 1) for v in views]
-    if all(s == shapes[0] for s in shapes) and all(v.shape == views[0].shape for v in views):
+    if all(v.shape == views[0].shape for v in views):
         return views
+    shapes = [tuple(n for n in v.shape[1:] if n != 1) for v in views]
     refined = _chain(shapes)
     if refined is None:
         raise NkiError(
@@ -350,9 +350,22 @@ def _row_major(shape):
 
 def _region(x: Access) -> tuple:
     """(layout uid, index, shape, per-dimension bounding box, access) of a PSUM access."""
-    ranges = {Axis(k): n for k, n in enumerate(x.shape)}
-    box = tuple(a.bounds(ranges) for a in x.index)
-    return (x.tensor.uid, x.index, x.shape, box, x)
+    shape = x.shape
+    box = []
+    for a in x.index:
+        # Affine.bounds over the tile axes, inlined (an unrolled kernel asks per instruction)
+        lo = hi = a.const
+        for s, c in a.terms:
+            top = c * (shape[s.k] - 1) if type(s) is Axis else None
+            if top is None:
+                ranges = {Axis(k): n for k, n in enumerate(shape)}
+                return (x.tensor.uid, x.index, shape, tuple(a.bounds(ranges) for a in x.index), x)
+            if top < 0:
+                lo += top
+            else:
+                hi += top
+        box.append((lo, hi))
+    return (x.tensor.uid, x.index, shape, tuple(box), x)
 
 
 def _may_overlap(r: tuple, q: tuple) -> bool:
@@ -468,7 +481,9 @@ def dma_copy(
     """``dst = src`` on the DMA engines (HBM/SBUF both ways; no PSUM source).  The element
     counts must match; differing dtypes convert through fp32."""
     loc = caller_loc()
-    indirect = any(isinstance(x, NkiTensor) and x.is_indirect() for x in (dst, src))
+    indirect = (isinstance(dst, NkiTensor) and dst._indirect is not None) or (
+        isinstance(src, NkiTensor) and src._indirect is not None
+    )
     if oob_mode != globals()["oob_mode"].error and indirect:
         # without a runtime index nothing can be out of bounds, so skip changes nothing there
         raise _unsupported(

@@ -154,16 +154,16 @@ def ndarray(shape, dtype, buffer=sbuf, name: str = "", address=None) -> NkiTenso
             op="nl.ndarray",
             why=f"shape must be a tuple, got {shape!r}",
         )
-    dims = tuple(int(s) for s in shape)
-    if any(d <= 0 for d in dims):
+    dims = tuple(map(int, shape))
+    if dims and builtins.min(dims) <= 0:
         raise NkiError(
             "err_invalid_argument", loc, op="nl.ndarray", why=f"shape {dims} has a dimension <= 0"
         )
-    buf = _buffer_name(buffer, loc)
+    buf = buffer.name if type(buffer) is Buffer else _buffer_name(buffer, loc)
     dt = _dt.as_dtype(dtype)
-    from ..launch import allocate_hbm
-
     if buf in HBM_BUFFERS:
+        from ..launch import allocate_hbm
+
         return NkiTensor.whole(allocate_hbm(b, dims, dt, buf, name, loc))
     if len(dims) < 2:
         raise NkiError(
