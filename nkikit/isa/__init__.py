@@ -38,6 +38,13 @@ from .instructions import (  # noqa: F401
     tensor_tensor_scan,
 )
 
+# NKI Beta-1's engine constants (later releases: ``engine.<name>``)
+tensor_engine = engine.tensor
+vector_engine = engine.vector
+scalar_engine = engine.scalar
+gpsimd_engine = engine.gpsimd
+unknown_engine = engine.unknown
+
 
 def get_nc_version() -> nc_version:
     """The NeuronCore generation of the target the kernel is traced for

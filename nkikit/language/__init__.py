@@ -143,6 +143,22 @@ class _TileSize:
 tile_size = _TileSize()
 
 
+def static_cast(ndarray, dtype) -> np.ndarray:
+    """Host-side cast of a numpy array to an NKI dtype (``nl.bfloat16`` etc.), rounding to
+    nearest even as the hardware does; for preparing kernel inputs, not inside a kernel."""
+    from ..errors import NkiError, caller_loc
+    from ..trace.builder import maybe_current
+
+    if maybe_current() is not None:
+        raise NkiError(
+            "err_unsupported_api",
+            caller_loc(),
+            api="nl.static_cast inside a kernel",
+            why="cast tiles with nisa.tensor_copy(x, dtype=...) or an op's dtype=",
+        )
+    return np.asarray(ndarray).astype(_dt.as_dtype(dtype))
+
+
 def loop_reduce(x, op, loop_indices, *, dtype=None, mask=None):
     """Not supported (``err_unsupported_api``): write the accumulation across iterations as
     ``acc[...] += x``."""
