@@ -77,6 +77,15 @@ def copy_tutorials(src: Path, dst: Path) -> None:
 _modules: dict[Path, Any] = {}
 
 
+def forget_modules() -> None:
+    """Drop the tutorial modules imported so far: the next case imports its file anew, as a
+    test process of its own would, so module-level state (the attention tutorial's SBUF bump
+    allocator) starts from zero in every case."""
+    for path in _modules:
+        sys.modules.pop(path.stem, None)
+    _modules.clear()
+
+
 def load(root: Path, relpath: str) -> Any:
     """Import ``root/relpath`` as a module (its folder on ``sys.path`` for sibling imports)."""
     path = root / relpath
@@ -433,6 +442,7 @@ def main(argv: list[str] | None = None) -> int:
         results = []
         for case in cases:
             r = run_case(case, tmp, not args.no_profile)
+            forget_modules()
             results.append(r)
             us = f"{r['us']:10.1f} us" if r["us"] is not None else " " * 13
             status = "pass" if r["ok"] else "FAIL"
@@ -444,9 +454,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if passed == len(results) else 1
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-        for path in _modules:
-            sys.modules.pop(path.stem, None)
-        _modules.clear()
+        forget_modules()
 
 
 if __name__ == "__main__":

@@ -143,7 +143,7 @@ class _TileSize:
 tile_size = _TileSize()
 
 
-def static_cast(ndarray, dtype) -> np.ndarray:
+def static_cast(ndarray, dtype) -> np.ndarray:  # noqa: F811 - NKI names the argument so
     """Host-side cast of a numpy array to an NKI dtype (``nl.bfloat16`` etc.), rounding to
     nearest even as the hardware does; for preparing kernel inputs, not inside a kernel."""
     from ..errors import NkiError, caller_loc
@@ -156,7 +156,7 @@ def static_cast(ndarray, dtype) -> np.ndarray:
             api="nl.static_cast inside a kernel",
             why="cast tiles with nisa.tensor_copy(x, dtype=...) or an op's dtype=",
         )
-    return np.asarray(ndarray).astype(_dt.as_dtype(dtype))
+    return np.asarray(ndarray).astype(_dt.as_dtype(dtype))  # the argument, not nl.ndarray
 
 
 def loop_reduce(x, op, loop_indices, *, dtype=None, mask=None):

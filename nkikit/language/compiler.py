@@ -85,26 +85,39 @@ class _MemorySpace(Buffer):
 class _Sbuf(_MemorySpace):
     __slots__ = ()
 
-    def mod_alloc(self, *, base_addr: int, base_partition: int = 0, num_par_tiles=(),
-                  num_free_tiles=()) -> Allocation:
+    def mod_alloc(
+        self, *, base_addr: int, base_partition: int = 0, num_par_tiles=(), num_free_tiles=()
+    ) -> Allocation:
         """Modulo allocation from byte ``base_addr`` of each partition: block ``i`` of a
         dimension with ``n`` physical tiles lives in tile ``i % n``."""
         if base_partition or num_par_tiles:
-            _unsupported("nki.compiler.sbuf.mod_alloc(base_partition=, num_par_tiles=)",
-                         "blocks start at partition 0 and tile the free dimension")
+            _unsupported(
+                "nki.compiler.sbuf.mod_alloc(base_partition=, num_par_tiles=)",
+                "blocks start at partition 0 and tile the free dimension",
+            )
         return Allocation("sbuf", "mod", int(base_addr), _tiles(num_free_tiles))
 
 
 class _Psum(_MemorySpace):
     __slots__ = ()
 
-    def mod_alloc(self, *, base_bank: int, base_addr: int = 0, base_partition: int = 0,
-                  num_bank_tiles=(), num_par_tiles=(), num_free_tiles=()) -> Allocation:
+    def mod_alloc(
+        self,
+        *,
+        base_bank: int,
+        base_addr: int = 0,
+        base_partition: int = 0,
+        num_bank_tiles=(),
+        num_par_tiles=(),
+        num_free_tiles=(),
+    ) -> Allocation:
         """Modulo allocation from PSUM bank ``base_bank``: block ``i`` of a dimension with ``n``
         bank tiles lives in bank ``base_bank + i % n``."""
         if base_addr or base_partition or num_par_tiles or num_free_tiles:
-            _unsupported("nki.compiler.psum.mod_alloc(base_addr=, base_partition=, ...)",
-                         "give base_bank and num_bank_tiles (one block per bank)")
+            _unsupported(
+                "nki.compiler.psum.mod_alloc(base_addr=, base_partition=, ...)",
+                "give base_bank and num_bank_tiles (one block per bank)",
+            )
         return Allocation("psum", "mod", int(base_bank), _tiles(num_bank_tiles))
 
 
@@ -122,29 +135,36 @@ sbuf = _Sbuf("sbuf")
 psum = _Psum("psum")
 
 
-def check_allocation(alloc: Allocation, shape: tuple[int, ...], par_axis: int, itemsize: int,
-                     loc: SourceLoc) -> None:
+def check_allocation(
+    alloc: Allocation, shape: tuple[int, ...], par_axis: int, itemsize: int, loc: SourceLoc
+) -> None:
     """Raise ``err_allocation_out_of_bounds`` unless every block of a tensor of this shape fits
     the target's memory under ``alloc``.  Dimensions before the partition axis are the blocks;
     those after it make one block's bytes per partition."""
     tgt = default_target()
     blocks = shape[:par_axis]
-    block_bytes = int(np.prod(shape[par_axis + 1:], dtype=np.int64)) * itemsize
+    block_bytes = int(np.prod(shape[par_axis + 1 :], dtype=np.int64)) * itemsize
     if alloc.kind == "func":
         return _check_func(alloc, blocks, shape[par_axis], block_bytes, loc, tgt)
-    tiles = alloc.tiles or (1,) * len(blocks)
-    if len(tiles) > max(len(blocks), 1):
-        _oob(loc, f"{len(tiles)} tile counts for a tensor with {len(blocks)} block dimensions")
-    n_phys = int(np.prod(tiles, dtype=np.int64)) if tiles else 1
+    # a block dimension with n physical tiles occupies min(n, blocks) of them; tile counts for
+    # dimensions the tensor does not have change nothing (the shape already holds the buffers)
+    n_phys = 1
+    for i, nblk in enumerate(blocks):
+        n_phys *= min(alloc.tiles[i], nblk) if i < len(alloc.tiles) else 1
     if alloc.memory == "sbuf":
         end = alloc.base + n_phys * block_bytes
         if alloc.base < 0 or end > tgt.sbuf_bytes:
-            _oob(loc, f"bytes [{alloc.base}, {end}) of each SBUF partition, which has "
-                 f"{tgt.sbuf_bytes}")
+            _oob(
+                loc,
+                f"bytes [{alloc.base}, {end}) of each SBUF partition, which has {tgt.sbuf_bytes}",
+            )
     else:
         if block_bytes > tgt.psum_bank_bytes:
-            _oob(loc, f"a PSUM block of {block_bytes} bytes per partition; a bank holds "
-                 f"{tgt.psum_bank_bytes}")
+            _oob(
+                loc,
+                f"a PSUM block of {block_bytes} bytes per partition; a bank holds "
+                f"{tgt.psum_bank_bytes}",
+            )
         if alloc.base < 0 or alloc.base + n_phys > tgt.psum_banks:
             _oob(loc, f"PSUM banks [{alloc.base}, {alloc.base + n_phys}) of {tgt.psum_banks}")
 
@@ -155,8 +175,11 @@ def _check_func(alloc, blocks, partitions, block_bytes, loc, tgt) -> None:
         where = tuple(int(w) for w in where)
         if alloc.memory == "sbuf":
             part, addr = where[-2], where[-1]
-            if part < 0 or part + partitions > tgt.pmax or addr < 0 or (
-                addr + block_bytes > tgt.sbuf_bytes
+            if (
+                part < 0
+                or part + partitions > tgt.pmax
+                or addr < 0
+                or (addr + block_bytes > tgt.sbuf_bytes)
             ):
                 _oob(loc, f"block {idx} at partition {part}, byte {addr}")
         else:
@@ -244,6 +267,7 @@ def check_directives(directives: object) -> tuple[Directive, ...]:
     items = directives if isinstance(directives, Sequence) else (directives,)
     for d in items:
         if not isinstance(d, Directive):
-            raise TypeError(f"directives= takes nki.compiler.no_reorder() or multi_buffer(), "
-                            f"got {d!r}")
+            raise TypeError(
+                f"directives= takes nki.compiler.no_reorder() or multi_buffer(), got {d!r}"
+            )
     return tuple(items)
