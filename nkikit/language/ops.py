@@ -477,7 +477,8 @@ def matmul(x, y, *, transpose_x: bool = False, mask=None) -> Tile:
     """``x @ y`` into a PSUM fp32 tile.  With ``transpose_x=True`` x is given as [K, M]
     (contraction on the partition axis); otherwise x is [M, K] and is transposed on the TensorE.
     Operands in PSUM (earlier ``nl.matmul`` / ``nl.transpose`` results) are copied to SBUF
-    first, as the compiler places them."""
+    first, as the compiler places them; a 16-bit operand beside a float32 one is promoted to
+    float32."""
     from ..isa import instructions as I
 
     loc = caller_loc()
@@ -485,6 +486,15 @@ def matmul(x, y, *, transpose_x: bool = False, mask=None) -> Tile:
     if not transpose_x:
         xt = I.nc_transpose_at(x, loc)
         x = copy_at(xt, loc)
+    # the TensorE multiplies fp32 only with fp32: a narrower operand beside an fp32 one is
+    # promoted (NKI's type promotion: bf16 with fp32 gives fp32), as the compiler converts it
+    wide = {"float32", "tfloat32"}
+    xd, yd = (dtypes.name(access_of(t, loc, "nl.matmul").dtype) for t in (x, y))
+    if (xd in wide) != (yd in wide):
+        if xd in wide:
+            y = copy_at(y, loc, dtype=dtypes.float32)
+        else:
+            x = copy_at(x, loc, dtype=dtypes.float32)
     return I.nc_matmul_at(x, y, loc, mask=mask)
 
 

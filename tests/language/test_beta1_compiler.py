@@ -239,3 +239,17 @@ def test_static_cast_rounds_on_the_host():
     got = nl.static_cast(x, nl.bfloat16)
     assert got.dtype == nl.bfloat16
     np.testing.assert_array_equal(got.astype(np.float32), x.astype(nl.bfloat16).astype(np.float32))
+
+
+@nki.jit
+def mixed_precision_matmul(x, y):
+    out = nl.ndarray((x.shape[1], y.shape[1]), dtype=nl.float32, buffer=nl.shared_hbm)
+    nl.store(out, value=nl.matmul(nl.load(x), nl.load(y), transpose_x=True))
+    return out
+
+
+def test_a_16_bit_operand_beside_a_float32_one_is_promoted():
+    x, y = f32(128, 64), f32(128, 96).astype(nl.bfloat16)
+    want = x.T @ y.astype(np.float32)
+    np.testing.assert_allclose(mixed_precision_matmul(x, y), want, rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(mixed_precision_matmul(y, x), want.T, rtol=1e-4, atol=1e-3)
