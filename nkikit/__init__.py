@@ -4,11 +4,12 @@ the NeuronCore, and share them on the Hugging Face Hub.
 ``import nkikit as nki`` is source-compatible with NKI Beta-1's ``neuronxcc.nki``.
 """
 
-from . import isa, language, typing  # noqa: F401
+from . import compiler, isa, language, typing  # noqa: F401
 from .compiler.api import benchmark, compile, profile, profile_kernel
 from .compiler.program import Program
 from .errors import NkiError
 from .language.jit import jit
+from .language.tile import Tile as tensor  # NKI Beta-1's ``nki.tensor``: a kernel's tensors
 from .trace.jit import JitKernel
 from .typing import TensorSpec
 
@@ -41,6 +42,8 @@ __all__ = [
     "profile",
     "profile_kernel",
     "simulate_kernel",
+    "tensor",
+    "compiler",
     "isa",
     "language",
     "typing",

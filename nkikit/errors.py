@@ -345,6 +345,11 @@ class ErrUnsupportedApi(NkiError):
     template = "{api} is not supported by nkikit yet: {why}"
 
 
+class ErrAllocationOutOfBounds(NkiError):
+    name = "err_allocation_out_of_bounds"
+    template = "direct allocation out of bounds: {what}"
+
+
 class ErrReadUninitialized(NkiError):
     name = "err_read_uninitialized"
     template = "{op} reads {tensor} before it was written"

@@ -1,5 +1,6 @@
 """``nkikit.isa`` — NKI's ``nki.isa``: one function per NeuronCore instruction."""
 
+from ..language.unsupported import NotSupported as _NotSupported
 from ..targets import default_target as _default_target
 from .instructions import (  # noqa: F401
     activation,
@@ -37,6 +38,26 @@ from .instructions import (  # noqa: F401
     tensor_tensor,
     tensor_tensor_scan,
 )
+
+tensor_copy_dynamic_src = _NotSupported(
+    "nisa.tensor_copy_dynamic_src", "copy with a static index, or gather with nisa.local_gather"
+)
+tensor_copy_dynamic_dst = _NotSupported(
+    "nisa.tensor_copy_dynamic_dst", "copy with a static index into the destination"
+)
+tensor_copy_predicated = _NotSupported(
+    "nisa.tensor_copy_predicated", "select with nl.where(predicate, src, dst) and copy"
+)
+dma_transpose = _NotSupported(
+    "nisa.dma_transpose", "transpose on the TensorE with nisa.nc_transpose or nl.load_transpose2d"
+)
+
+# NKI Beta-1's engine constants (later releases: ``engine.<name>``)
+tensor_engine = engine.tensor
+vector_engine = engine.vector
+scalar_engine = engine.scalar
+gpsimd_engine = engine.gpsimd
+unknown_engine = engine.unknown
 
 
 def get_nc_version() -> nc_version:

@@ -203,32 +203,26 @@ def nc_matmul(
     [stationary free size, moving free size].  Contraction is over the partition axis.
 
     ``is_stationary_onezero`` / ``is_moving_onezero`` are performance hints with no effect on
-    the result; NKI documents them as mattering only for float32 operands, and there the 2x
-    speedup is not modeled, so a float32 operand with the hint is ``err_unsupported_api``.
-    ``is_transpose=True`` (the TensorE transpose mode) and PE tiling (``tile_position``,
-    ``tile_size``) are not modeled either: ``err_unsupported_api`` unless left at their
-    defaults.  ``perf_mode`` (``nisa.matmul_perf_mode``; an NKI 2.22+ argument) is modeled by
+    the result (NKI: they matter only for float32 operands, which the hint lets the TensorE
+    stream at twice the float32 rate); they are accepted and the cost model times the matmul as
+    a plain one of the operands' dtypes -- an upper bound for a hinted float32 matmul.
+    ``is_transpose=True`` (the TensorE transpose mode: ``moving`` is an identity matrix, so the
+    result is ``stationary.T``) computes the same ``stationary.T @ moving`` and is timed as the
+    matmul it is on the PE array.  PE tiling (``tile_position``, ``tile_size``) is not
+    modeled: ``err_unsupported_api`` unless left at its defaults.  ``perf_mode`` (``nisa.matmul_perf_mode``; an NKI 2.22+ argument) is modeled by
     the cost model."""
     loc = caller_loc()
-    s = _tile(stationary, loc, "nc_matmul stationary")
-    m = _tile(moving, loc, "nc_matmul moving")
-    for hint, flag, operand_ in (
-        ("is_stationary_onezero", is_stationary_onezero, s),
-        ("is_moving_onezero", is_moving_onezero, m),
+    for hint, flag in (
+        ("is_stationary_onezero", is_stationary_onezero),
+        ("is_moving_onezero", is_moving_onezero),
     ):
-        if flag and operand_.dtype == dtypes.float32:
-            raise _unsupported(
-                loc,
-                f"nc_matmul({hint}=True)",
-                "the 2x float32 one/zero fast path is not modeled by the cost model; drop "
-                "the hint (the result is the same)",
+        if not isinstance(flag, bool | np.bool_):
+            raise NkiError(
+                "err_invalid_argument", loc, op="nisa.nc_matmul", why=f"{hint} must be a bool"
             )
-    if is_transpose:
-        raise _unsupported(
-            loc,
-            "nc_matmul(is_transpose=True)",
-            "the TensorE transpose mode is not modeled; transpose with "
-            "nisa.nc_transpose(x) (or multiply by an identity matrix without the flag)",
+    if not isinstance(is_transpose, bool | np.bool_):
+        raise NkiError(
+            "err_invalid_argument", loc, op="nisa.nc_matmul", why="is_transpose must be a bool"
         )
     if tuple(tile_position) or tuple(tile_size):
         raise _unsupported(

@@ -4,7 +4,7 @@ The package is also the home of the Beta-1 dialect's machinery under ``nl`` and 
 proxy tensor (``tile``), argument parsing shared with ``nisa`` (``operands``) and the
 ``@nki.jit`` kernel class (``jit``)."""
 
-from types import SimpleNamespace
+from types import SimpleNamespace as _SimpleNamespace
 
 import numpy as np
 
@@ -70,8 +70,8 @@ uint8, uint16, uint32 = _dt.uint8, _dt.uint16, _dt.uint32
 float16, float32, bfloat16, tfloat32 = _dt.float16, _dt.float32, _dt.bfloat16, _dt.tfloat32
 float8_e4m3, float8_e4m3fn, float8_e5m2 = _dt.float8_e4m3, _dt.float8_e4m3fn, _dt.float8_e5m2
 
-fp32 = SimpleNamespace(min=float(np.finfo(np.float32).min), max=float(np.finfo(np.float32).max))
-bf16 = SimpleNamespace(min=-3.3895313892515355e38, max=3.3895313892515355e38)
+fp32 = _SimpleNamespace(min=float(np.finfo(np.float32).min), max=float(np.finfo(np.float32).max))
+bf16 = _SimpleNamespace(min=-3.3895313892515355e38, max=3.3895313892515355e38)
 
 
 class _TileSize:
@@ -143,14 +143,37 @@ class _TileSize:
 tile_size = _TileSize()
 
 
-def loop_reduce(x, op, loop_indices, *, dtype=None, mask=None):
-    """Not supported (``err_unsupported_api``): write the accumulation across iterations as
-    ``acc[...] += x``."""
+def static_cast(ndarray, dtype) -> np.ndarray:  # noqa: F811 - NKI names the argument so
+    """Host-side cast of a numpy array to an NKI dtype (``nl.bfloat16`` etc.), rounding to
+    nearest even as the hardware does; for preparing kernel inputs, not inside a kernel."""
     from ..errors import NkiError, caller_loc
+    from ..trace.builder import maybe_current
 
-    raise NkiError(
-        "err_unsupported_api",
-        caller_loc(),
-        api="nl.loop_reduce",
-        why="write `acc[...] += x` instead",
-    )
+    if maybe_current() is not None:
+        raise NkiError(
+            "err_unsupported_api",
+            caller_loc(),
+            api="nl.static_cast inside a kernel",
+            why="cast tiles with nisa.tensor_copy(x, dtype=...) or an op's dtype=",
+        )
+    return np.asarray(ndarray).astype(_dt.as_dtype(dtype))  # the argument, not nl.ndarray
+
+
+from .unsupported import NotSupported as _NotSupported  # noqa: E402
+
+rand = _NotSupported(
+    "nl.rand", "random tensors are not simulated bit-exactly; pass random inputs to the kernel"
+)
+random_seed = _NotSupported("nl.random_seed", "the hardware RNG is not simulated")
+dropout = _NotSupported(
+    "nl.dropout", "the hardware RNG is not simulated; use nisa.dropout with an explicit rate"
+)
+gather_flattened = _NotSupported(
+    "nl.gather_flattened", "gather with nisa.local_gather or an indirect nl.load"
+)
+all_reduce = _NotSupported(
+    "nl.all_reduce", "collectives across NeuronCores are not simulated in the Beta-1 dialect"
+)
+
+
+loop_reduce = _NotSupported("nl.loop_reduce", "write `acc[...] += x` instead")

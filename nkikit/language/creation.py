@@ -50,6 +50,10 @@ def _buffer_name(buffer: object, loc: SourceLoc) -> str:
         return buffer.name
     if isinstance(buffer, str) and buffer in ("sbuf", "psum", "hbm", "shared_hbm", "private_hbm"):
         return buffer
+    from .compiler import Allocation
+
+    if isinstance(buffer, Allocation):
+        return buffer.memory
     raise NkiError("err_invalid_argument", loc, op="ndarray", why=f"unknown buffer {buffer!r}")
 
 
@@ -83,6 +87,11 @@ def ndarray_at(shape, dtype, buffer, name: str, loc: SourceLoc) -> Tile:
         b.tensors.append(t)
         return Tile.of(t)
     t = b.new_tensor(dims, dt, buf, name=name or None, par_axis=par_axis, loc=loc, fallback="buf")
+    if not isinstance(buffer, Buffer | str | None):  # a direct allocation: check and record it
+        from .compiler import check_allocation, record
+
+        check_allocation(buffer, dims, par_axis, dt.itemsize, loc)
+        record(t.uid, buffer)
     return Tile.of(t)
 
 
@@ -178,18 +187,29 @@ class _Range:
             yield idx * self.step + self.start if (self.step != 1 or self.start) else idx
 
 
-def affine_range(start, stop=None, step=1) -> _Range:
-    """A parallel loop: iterations must be independent (except for accumulations)."""
+def _directives(directives: object) -> None:
+    from .compiler import check_directives
+
+    check_directives(directives)
+
+
+def affine_range(start, stop=None, step=1, *, directives=None) -> _Range:
+    """A parallel loop: iterations must be independent (except for accumulations).
+    ``directives``: ``nki.compiler.no_reorder()`` / ``multi_buffer(n)`` (checked; see
+    :mod:`nkikit.language.compiler`)."""
+    _directives(directives)
     return _Range("affine", start, stop, step)
 
 
-def sequential_range(start, stop=None, step=1) -> _Range:
+def sequential_range(start, stop=None, step=1, *, directives=None) -> _Range:
     """A loop whose iterations may depend on each other; kept rolled."""
+    _directives(directives)
     return _Range("sequential", start, stop, step)
 
 
-def static_range(start, stop=None, step=1) -> range:
+def static_range(start, stop=None, step=1, *, directives=None) -> range:
     """A loop unrolled while the kernel is traced."""
+    _directives(directives)
     if stop is None:
         start, stop = 0, start
     return range(int(start), int(stop), int(step))

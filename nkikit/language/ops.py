@@ -463,15 +463,38 @@ def var(x, axis=None, *, dtype=None, mask=None, keepdims=False) -> Tile:
 # fused and TensorE
 
 
+def _to_sbuf(x, loc: SourceLoc, api: str):
+    """``x`` as the TensorE can read it: a PSUM operand is first copied to a new SBUF tile --
+    the copy the Neuron compiler inserts when a language-level call's result (``nl.matmul``,
+    ``nl.transpose``: PSUM) feeds a TensorE instruction, which reads SBUF only."""
+    a = access_of(x, loc, api)
+    if a.tensor.buffer == "psum":
+        return copy_at(x, loc)
+    return x
+
+
 def matmul(x, y, *, transpose_x: bool = False, mask=None) -> Tile:
     """``x @ y`` into a PSUM fp32 tile.  With ``transpose_x=True`` x is given as [K, M]
-    (contraction on the partition axis); otherwise x is [M, K] and is transposed on the TensorE."""
+    (contraction on the partition axis); otherwise x is [M, K] and is transposed on the TensorE.
+    Operands in PSUM (earlier ``nl.matmul`` / ``nl.transpose`` results) are copied to SBUF
+    first, as the compiler places them; a 16-bit operand beside a float32 one is promoted to
+    float32."""
     from ..isa import instructions as I
 
     loc = caller_loc()
+    x, y = _to_sbuf(x, loc, "nl.matmul"), _to_sbuf(y, loc, "nl.matmul")
     if not transpose_x:
         xt = I.nc_transpose_at(x, loc)
         x = copy_at(xt, loc)
+    # the TensorE multiplies fp32 only with fp32: a narrower operand beside an fp32 one is
+    # promoted (NKI's type promotion: bf16 with fp32 gives fp32), as the compiler converts it
+    wide = {"float32", "tfloat32"}
+    xd, yd = (dtypes.name(access_of(t, loc, "nl.matmul").dtype) for t in (x, y))
+    if (xd in wide) != (yd in wide):
+        if xd in wide:
+            y = copy_at(y, loc, dtype=dtypes.float32)
+        else:
+            x = copy_at(x, loc, dtype=dtypes.float32)
     return I.nc_matmul_at(x, y, loc, mask=mask)
 
 
@@ -483,10 +506,12 @@ def copy_at(x, loc: SourceLoc, dtype=None) -> Tile:
 
 
 def transpose(x, *, dtype=None, mask=None) -> Tile:
-    """2-D transpose on the TensorE (result in PSUM); ``mask`` is over ``x``'s axes."""
+    """2-D transpose on the TensorE (result in PSUM); ``mask`` is over ``x``'s axes.  An
+    input in PSUM is copied to SBUF first (see :func:`matmul`)."""
     from ..isa import instructions as I
 
-    return I.nc_transpose_at(x, caller_loc(), dtype=dtype, mask=mask)
+    loc = caller_loc()
+    return I.nc_transpose_at(_to_sbuf(x, loc, "nl.transpose"), loc, dtype=dtype, mask=mask)
 
 
 def _whole_free_axes(axis, a: Access, loc: SourceLoc, api: str) -> None:

@@ -187,6 +187,32 @@ class Tile:
 
         return L.copy(self, dtype=dtype)
 
+    def expand_dims(self, axis: int) -> Tile:
+        """``nl.expand_dims(self, axis)``."""
+        from . import ops as L
+
+        return L.expand_dims(self, axis)
+
+    def assert_shape(self, shape) -> Tile:
+        """Return the tile when its shape is ``shape``; else ``err_invalid_argument``."""
+        if tuple(int(s) for s in shape) != self.shape:
+            raise NkiError(
+                "err_invalid_argument",
+                caller_loc(),
+                op="assert_shape",
+                why=f"the tensor's shape is {list(self.shape)}, not {list(shape)}",
+            )
+        return self
+
+    def view(self, dtype) -> Tile:
+        """Not supported: reinterpreting a tensor's bytes as another dtype."""
+        raise NkiError(
+            "err_unsupported_api",
+            caller_loc(),
+            api="tensor.view(dtype)",
+            why="bit casts are not simulated; convert with .astype(dtype)",
+        )
+
     # -- arithmetic ---------------------------------------------------------------------------
     def _bin(self, other, name: str, reverse: bool = False):
         from . import ops as L

@@ -87,7 +87,7 @@ def _memset(op, ins, ctx):
 @rule("iota")
 def _iota(op, ins, ctx):
     shape = op.outs[0].shape
-    env = axis_env(shape)
+    env = {**ctx.env, **axis_env(shape)}  # loop variables and program ids as well as the axes
     return [np.broadcast_to(np.asarray(op.attrs["expr"].evaluate(env)), shape).astype(np.float64)]
 
 

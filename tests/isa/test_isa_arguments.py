@@ -55,20 +55,21 @@ def test_onezero_hints_change_nothing_for_16_bit_operands():
 @nki.jit
 def matmul_hinted_fp32(a, b):
     out = nl.ndarray((a.shape[1], b.shape[1]), dtype=nl.float32, buffer=nl.shared_hbm)
-    acc = nisa.nc_matmul(nl.load(a), nl.load(b), is_moving_onezero=True)  # BAD
+    acc = nisa.nc_matmul(nl.load(a), nl.load(b), is_moving_onezero=True)
     nl.store(out, value=acc)
     return out
 
 
-def test_onezero_hint_on_fp32_is_unsupported(rejects):
-    err = rejects(matmul_hinted_fp32, "err_unsupported_api", f32(128, 64), f32(128, 256))
-    assert "is_moving_onezero=True" in str(err) and "drop the hint" in str(err)
+def test_onezero_hint_on_fp32_is_accepted_and_changes_nothing():
+    a, b = f32(128, 64), (rng.random((128, 256)) < 0.5).astype(np.float32)
+    np.testing.assert_allclose(matmul_hinted_fp32(a, b), a.T @ b, rtol=1e-5, atol=1e-4)
+    assert nki.profile_kernel(matmul_hinted_fp32, a, b, target="trn2").total_us > 0
 
 
 @nki.jit
 def matmul_transpose_mode(a, ident):
     out = nl.ndarray((a.shape[1], a.shape[0]), dtype=nl.float32, buffer=nl.shared_hbm)
-    acc = nisa.nc_matmul(nl.load(a), nl.load(ident), is_transpose=True)  # BAD
+    acc = nisa.nc_matmul(nl.load(a), nl.load(ident), is_transpose=True)
     nl.store(out, value=acc)
     return out
 
@@ -81,10 +82,14 @@ def matmul_pe_tiles(a, b):
     return out
 
 
-def test_transpose_mode_and_pe_tiling_are_unsupported(rejects):
+def test_transpose_mode_transposes_the_stationary_operand():
+    a = f32(64, 48)
+    np.testing.assert_array_equal(matmul_transpose_mode(a, np.eye(64, dtype=np.float32)), a.T)
+    assert nki.profile_kernel(matmul_transpose_mode, a, np.eye(64, dtype=np.float32)).total_us > 0
+
+
+def test_pe_tiling_is_unsupported(rejects):
     a = f32(64, 64)
-    err = rejects(matmul_transpose_mode, "err_unsupported_api", a, np.eye(64, dtype=np.float32))
-    assert "is_transpose=True" in str(err) and "nisa.nc_transpose" in str(err)
     err = rejects(matmul_pe_tiles, "err_unsupported_api", a, f32(64, 128))
     assert "tile_position" in str(err)
 
