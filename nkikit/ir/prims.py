@@ -293,7 +293,13 @@ _RECORDS = (
         outs=("dst",),
         out_spec=_dma_out,
         engines=("dma",),
-        attrs=(Attr("rmw_op", _OPT_STR, None), Attr("transpose", _BOOL, False)),
+        # oob_skip (oob_mode.skip): elements whose runtime index is outside the tensor are not
+        # transferred, instead of a runtime error [ISA dma_copy]
+        attrs=(
+            Attr("rmw_op", _OPT_STR, None),
+            Attr("transpose", _BOOL, False),
+            Attr("oob_skip", _BOOL, False),
+        ),
         reads_dst="rmw_op",
         accumulate_attr="rmw_op",
         raw=True,

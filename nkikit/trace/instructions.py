@@ -225,6 +225,7 @@ def emit_dma_copy(
     *,
     rmw_op: object = None,
     transpose: bool = False,
+    oob_skip: bool = False,
     mask: Predicate | None = None,
     loc: SourceLoc,
 ) -> Op:
@@ -232,11 +233,22 @@ def emit_dma_copy(
     through fp32 when the dtypes differ.  ``dst`` and ``src`` hold the same number of
     elements (their shapes may differ; the verifier checks the count).  ``rmw_op`` (np.add,
     the only one) adds into ``dst``; ``transpose`` marks a DMA transpose (``src`` is already
-    the transposed view).  An indirect access on either side is a gather / scatter."""
+    the transposed view).  An indirect access on either side is a gather / scatter;
+    ``oob_skip`` (``oob_mode.skip``) leaves out the elements whose runtime index falls outside
+    the indexed tensor instead of failing, and needs an indirect access."""
     attrs = {
         "rmw_op": None if rmw_op is None else op_name(rmw_op),
         "transpose": bool(transpose),
+        "oob_skip": bool(oob_skip),
     }
+    if oob_skip:
+        if dst.indirect is None and src.indirect is None:
+            raise _invalid(
+                "dma_copy",
+                loc,
+                "oob_mode.skip needs a runtime (indirect) index on src or dst: "
+                "without one nothing can be out of bounds at run time",
+            )
     if attrs["rmw_op"] not in (None, "add"):
         raise _invalid(
             "dma_copy",

@@ -466,16 +466,28 @@ def dma_copy(
     name=None,
 ) -> NkiInstruction:
     """``dst = src`` on the DMA engines (HBM/SBUF both ways; no PSUM source).  The element
-    counts must match; differing dtypes convert through fp32."""
+    counts must match; differing dtypes convert through fp32.  With ``oob_mode.skip`` a gather
+    or scatter (``.ap(vector_offset=...)`` / ``scalar_offset``) leaves out the elements whose
+    runtime index is outside the indexed tensor: their destination keeps its old value."""
     loc = caller_loc()
     indirect = any(isinstance(x, NkiTensor) and x.is_indirect() for x in (dst, src))
-    if oob_mode != globals()["oob_mode"].error and indirect:
-        # without a runtime index nothing can be out of bounds, so skip changes nothing there
-        raise _unsupported(
-            "dma_copy(oob_mode=skip)", "skipping out-of-bounds rows is not modeled", loc
-        )
+    # without a runtime index nothing can be out of bounds, so skip changes nothing there
+    skip = _oob_skip(oob_mode, loc, "dma_copy") and indirect
     d, s = _dma_pair(dst, src, loc, "dma_copy")
-    return _done(E.emit_dma_copy(d, s, loc=loc))
+    return _done(E.emit_dma_copy(d, s, oob_skip=skip, loc=loc))
+
+
+def _oob_skip(mode, loc: SourceLoc, op: str) -> bool:
+    """Whether an ``oob_mode=`` argument asks to skip out-of-bounds transfers."""
+    try:
+        return globals()["oob_mode"](mode) == globals()["oob_mode"].skip
+    except ValueError:
+        raise NkiError(
+            "err_invalid_argument",
+            loc,
+            op=f"nisa.{op}",
+            why=f"oob_mode must be nisa.oob_mode.error or nisa.oob_mode.skip, got {mode!r}",
+        ) from None
 
 
 def dma_compute(
@@ -495,15 +507,20 @@ def dma_compute(
             "err_invalid_argument", loc, op="nisa.dma_compute", why="every scale must be 1.0"
         )
     srcs = list(srcs)
+    skip = _oob_skip(oob_mode, loc, "dma_compute")
+
+    def indirect(*xs) -> bool:
+        return skip and any(isinstance(x, NkiTensor) and x.is_indirect() for x in xs)
+
     others = [s for s in srcs if not (isinstance(s, NkiTensor) and _same_view(s, dst))]
     if len(others) == len(srcs):
         d, s0 = _dma_pair(dst, others[0], loc, "dma_compute")
-        _done(E.emit_dma_copy(d, s0, loc=loc))
+        _done(E.emit_dma_copy(d, s0, oob_skip=indirect(dst, others[0]), loc=loc))
         others = others[1:]
     last = None
     for s in others:
         d, sa = _dma_pair(dst, s, loc, "dma_compute")
-        last = _done(E.emit_dma_copy(d, sa, rmw_op=reduce_op, loc=loc))
+        last = _done(E.emit_dma_copy(d, sa, rmw_op=reduce_op, oob_skip=indirect(dst, s), loc=loc))
     return last
 
 

@@ -1,0 +1,82 @@
+"""NKI 0.x gathers and scatters: ``dma_copy`` through a runtime row index
+(``.ap(vector_offset=...)``), with ``oob_mode.skip`` leaving out the rows whose index is outside
+the indexed tensor, and the GpSimd gathers ``local_gather`` / ``nc_n_gather``."""
+
+import numpy as np
+import pytest
+
+import nkikit.nki as nki
+import nkikit.nki.isa as nisa
+import nkikit.nki.language as nl
+from nkikit.errors import NkiError
+
+ROWS, W, P = 10, 8, 16
+
+
+def _index(values) -> np.ndarray:
+    return np.asarray(values, np.int32).reshape(-1, 1)
+
+
+@nki.jit
+def gather_rows(table, idx, skip):
+    ix = nl.ndarray(idx.shape, dtype=idx.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=ix, src=idx)
+    t = nl.ndarray((idx.shape[0], table.shape[1]), dtype=table.dtype, buffer=nl.sbuf)
+    nisa.memset(dst=t, value=-1.0)
+    w = table.shape[1]
+    src = table.ap([[w, idx.shape[0]], [1, w]], offset=0, vector_offset=ix, indirect_dim=0)
+    mode = nisa.oob_mode.skip if skip else nisa.oob_mode.error
+    nisa.dma_copy(dst=t, src=src, oob_mode=mode)
+    out = nl.ndarray(t.shape, dtype=t.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=t)
+    return out
+
+
+def test_a_gather_with_oob_skip_leaves_the_rows_of_bad_indices_as_they_were():
+    table = np.arange(ROWS * W, dtype=np.float32).reshape(ROWS, W)
+    idx = [3, 0, 12, 9, -1, 5, 10, 1, 2, 2, 4, 100, 6, 7, 8, 9]
+    out = gather_rows(table, _index(idx), True)
+    for p, i in enumerate(idx):
+        want = table[i] if 0 <= i < ROWS else np.full(W, -1.0, np.float32)
+        np.testing.assert_array_equal(out[p], want, err_msg=f"partition {p}, index {i}")
+
+
+def test_without_skip_an_out_of_bounds_row_is_a_runtime_error():
+    table = np.zeros((ROWS, W), np.float32)
+    gather_rows(table, _index([p % ROWS for p in range(P)]), False)  # in bounds: fine
+    with pytest.raises(NkiError, match="err_tensor_access_out_of_bound"):
+        gather_rows(table, _index([ROWS] + [0] * (P - 1)), False)
+
+
+def test_a_scatter_with_oob_skip_writes_only_the_rows_in_bounds():
+    @nki.jit
+    def scatter_rows(values, idx):
+        ix = nl.ndarray(idx.shape, dtype=idx.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=ix, src=idx)
+        v = nl.ndarray(values.shape, dtype=values.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=v, src=values)
+        zero = nl.ndarray((ROWS, W), dtype=values.dtype, buffer=nl.sbuf)
+        nisa.memset(dst=zero, value=0.0)
+        out = nl.ndarray((ROWS, W), dtype=values.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=zero)
+        dst = out.ap([[W, values.shape[0]], [1, W]], offset=0, vector_offset=ix, indirect_dim=0)
+        nisa.dma_copy(dst=dst, src=v, oob_mode=nisa.oob_mode.skip)
+        return out
+
+    values = np.arange(4 * W, dtype=np.float32).reshape(4, W) + 1
+    out = scatter_rows(values, _index([7, 40, 2, -3]))
+    want = np.zeros((ROWS, W), np.float32)
+    want[7], want[2] = values[0], values[2]
+    np.testing.assert_array_equal(out, want)
+
+
+def test_oob_mode_must_be_one_of_the_enum():
+    @nki.jit
+    def k(x):
+        t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x, oob_mode=7)
+        return x
+
+    with pytest.raises(NkiError, match="err_invalid_argument.*oob_mode") as e:
+        k(np.zeros((4, 4), np.float32))
+    assert "test_gather.py" in str(e.value)
