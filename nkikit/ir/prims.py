@@ -269,6 +269,13 @@ def _gather_out(ins: Sequence[Operand], attrs: Mapping[str, Any]) -> tuple[OutSp
     return (OutSpec(_pf(src)[0], n, dtype=src.dtype, dtypes=frozenset({name})),)
 
 
+def _n_gather_out(ins: Sequence[Operand], attrs: Mapping[str, Any]) -> tuple[OutSpec, ...]:
+    # one element of data per index, in data's dtype (no conversion) [ISA nc_n_gather]
+    data, indices = _tile(ins[0]), _tile(ins[1])
+    name = dtypes.name(data.dtype)
+    return (OutSpec(_pf(indices)[0], _pf(indices)[1], dtype=data.dtype, dtypes=frozenset({name})),)
+
+
 # ---------------------------------------------------------------------------------------------
 # dtype sets [ISA]
 
@@ -571,6 +578,14 @@ _RECORDS = (
             Attr("num_elem_per_idx", _INT, 1),
             Attr("num_valid_indices", (*_INT, type(None)), None),
         ),
+        raw=True,
+    ),
+    Prim(
+        "nc_n_gather",
+        ins=("data", "indices"),
+        outs=("dst",),
+        out_spec=_n_gather_out,
+        engines=("gpsimd",),
         raw=True,
     ),
     # -- simulation only ---------------------------------------------------------------------

@@ -17,6 +17,7 @@ from typing import Protocol
 
 import numpy as np
 
+from ..errors import NkiError
 from ..ir import prims
 from ..ir.affine import Sym, axis_env
 from ..ir.core import Op
@@ -318,6 +319,26 @@ def _local_gather(op, ins, ctx):
             vals = group[np.clip(gi * per + e, 0, group.size - 1)]
             out[g : g + 16, e::per] = vals
     return [out]
+
+
+@rule("nc_n_gather")
+def _n_gather(op, ins, ctx):
+    data, indices = ins
+    p = data.shape[0]
+    flat = data.reshape(p, -1)
+    idx = indices.reshape(p, -1).astype(np.int64)
+    bad = (idx < 0) | (idx >= flat.shape[1])
+    if bad.any():
+        at = tuple(int(i[0]) for i in np.nonzero(bad))
+        raise NkiError(
+            "err_tensor_access_out_of_bound",
+            op.loc,
+            tensor=op.ins[0].tensor.name,
+            dim=1,
+            index=f"{int(idx[at])} (indices hold it for partition {at[0]}, column {at[1]})",
+            size=flat.shape[1],
+        )
+    return [np.take_along_axis(flat, idx, axis=1)]
 
 
 @rule("affine_select")

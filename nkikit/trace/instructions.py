@@ -735,6 +735,25 @@ def emit_local_gather(
     return _emit("local_gather", [dst], [src_buffer, index], attrs, mask, loc)
 
 
+def emit_nc_n_gather(
+    dst: Access,
+    data: Access,
+    indices: Access,
+    *,
+    mask: Predicate | None = None,
+    loc: SourceLoc,
+) -> Op:
+    """GpSimd gather within each partition: ``dst[p, j] = flat(data[p])[indices[p, j]]``
+    (``data``'s free dims flattened; integer ``indices``, checked against the partition's
+    element count when the kernel runs); ``dst`` has ``data``'s dtype."""
+    if not np.issubdtype(indices.tensor.dtype, np.integer):
+        raise _invalid(
+            "nc_n_gather", loc, f"indices must be integers (uint32), got {indices.tensor.dtype}"
+        )
+    _same_partitions("nc_n_gather", loc, data, indices, dst)
+    return _emit("nc_n_gather", [dst], [data, indices], {}, mask, loc)
+
+
 # ---------------------------------------------------------------------------------------------
 # simulation only
 

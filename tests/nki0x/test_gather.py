@@ -80,3 +80,37 @@ def test_oob_mode_must_be_one_of_the_enum():
     with pytest.raises(NkiError, match="err_invalid_argument.*oob_mode") as e:
         k(np.zeros((4, 4), np.float32))
     assert "test_gather.py" in str(e.value)
+
+
+@nki.jit
+def n_gather(data, indices):
+    d = nl.ndarray(data.shape, dtype=data.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=d, src=data)
+    ix = nl.ndarray(indices.shape, dtype=indices.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=ix, src=indices)
+    g = nl.ndarray(indices.shape, dtype=data.dtype, buffer=nl.sbuf)
+    nisa.nc_n_gather(dst=g, data=d, indices=ix)
+    out = nl.ndarray(g.shape, dtype=g.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=g)
+    return out
+
+
+def test_nc_n_gather_takes_elements_of_each_partition_by_its_own_indices():
+    rng = np.random.default_rng(4)
+    data = rng.integers(0, 1 << 20, size=(32, 4, 6)).astype(np.uint32)  # free dims flattened
+    indices = rng.integers(0, 24, size=(32, 9)).astype(np.uint32)
+    out = n_gather(data, indices)
+    np.testing.assert_array_equal(out, np.take_along_axis(data.reshape(32, 24), indices, axis=1))
+
+
+@pytest.mark.parametrize(
+    "indices, name",
+    [
+        (np.full((4, 2), 24, np.uint32), "err_tensor_access_out_of_bound"),
+        (np.zeros((4, 2), np.float32), "err_invalid_argument.*integers"),
+    ],
+)
+def test_bad_nc_n_gather_indices_are_named_errors_at_the_user_line(indices, name):
+    with pytest.raises(NkiError, match=name) as e:
+        n_gather(np.zeros((4, 24), np.float32), indices)
+    assert "test_gather.py" in str(e.value)

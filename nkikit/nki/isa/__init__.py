@@ -1168,6 +1168,16 @@ def local_gather(dst, src_buffer, index, num_elem_per_idx=1, num_valid_indices=N
     )
 
 
+def nc_n_gather(dst, data, indices, name=None) -> NkiInstruction:
+    """GpSimd gather within each partition: ``dst[p, j] = flat(data[p])[indices[p, j]]``,
+    ``data``'s free dims flattened, ``dst`` in ``data``'s dtype with one element per index."""
+    loc = caller_loc()
+    _dst_chip(dst, loc, "nc_n_gather", allowed=("sbuf",))
+    d = _acc(dst, loc, "nc_n_gather dst")
+    a, ix = _acc(data, loc, "nc_n_gather data"), _acc(indices, loc, "nc_n_gather indices")
+    return _done(E.emit_nc_n_gather(d, a, ix, loc=loc))
+
+
 def dropout(dst, data, prob, name=None) -> NkiInstruction:
     """Zero each element with probability ``prob`` (deterministic per simulated call)."""
     loc = caller_loc()
@@ -1312,7 +1322,6 @@ _NOT_MODELED = {
     "activate2": "the NC-v4 two-stage activation is not modeled",
     "exponential": "the NC-v4 VectorE exponential is not modeled",
     "tensor_scalar_cumulative": "not modeled",
-    "nc_n_gather": "not modeled",
     "nonzero_with_count": "not modeled",
     "topk": "not modeled",
     "sequence_bounds": "not modeled",
