@@ -261,10 +261,20 @@ def _shuffle_out(ins: Sequence[Operand], attrs: Mapping[str, Any]) -> tuple[OutS
     return (OutSpec(None, _pf(a)[1], dtype=a.dtype, dtypes=frozenset({dtypes.name(a.dtype)})),)
 
 
+def local_gather_indices(index_shape: Sequence[int], num_valid_indices: int | None) -> int:
+    """How many indices each GpSimd core of ``local_gather`` uses: ``num_valid_indices``, by
+    default all of its 16 partitions' indices [ISA local_gather]."""
+    p = index_shape[0] if index_shape else 1
+    k = int(np.prod(index_shape[1:])) if len(index_shape) > 1 else 1
+    return int(num_valid_indices) if num_valid_indices is not None else min(16, p) * k
+
+
 def _gather_out(ins: Sequence[Operand], attrs: Mapping[str, Any]) -> tuple[OutSpec, ...]:
-    # one chunk of num_elem_per_idx elements per index; no dtype conversion [ISA]
+    # every partition gets one chunk of num_elem_per_idx elements per index of its core; no
+    # dtype conversion [ISA local_gather]
     src, index = _tile(ins[0]), _tile(ins[1])
-    n = _pf(index)[1] * int(attrs["num_elem_per_idx"])
+    used = local_gather_indices(index.shape, attrs.get("num_valid_indices"))
+    n = used * int(attrs["num_elem_per_idx"])
     name = dtypes.name(src.dtype)
     return (OutSpec(_pf(src)[0], n, dtype=src.dtype, dtypes=frozenset({name})),)
 

@@ -43,7 +43,14 @@ from ..errors import NkiError, SourceLoc
 from ..ir.affine import Affine, Predicate
 from ..ir.core import Access, Op, Operand
 from ..ir.opnames import op_name
-from ..ir.prims import PRIMS, PrimError, engine_choices, memories, resolve_engine
+from ..ir.prims import (
+    PRIMS,
+    PrimError,
+    engine_choices,
+    local_gather_indices,
+    memories,
+    resolve_engine,
+)
 
 # the engine wiring and memory names of the verifier's memory rule, so that a trace-time
 # check and the verifier can never disagree about where an engine reads and writes
@@ -724,14 +731,24 @@ def emit_local_gather(
     mask: Predicate | None = None,
     loc: SourceLoc,
 ) -> Op:
-    """GpSimd gather: each group of 16 partitions gathers ``num_elem_per_idx`` elements of
-    its own partitions of ``src_buffer`` per uint16 ``index`` (elements numbered
-    partition-major within the group) into ``dst`` (P, index free size * num_elem_per_idx)."""
+    """GpSimd gather: each core (16 partitions) uses the first ``num_valid_indices`` of its
+    partitions' uint16 ``index`` values, read column by column (default: all of them), and
+    every partition of the core takes ``num_elem_per_idx`` elements of its own ``src_buffer``
+    row at each of those element offsets: ``dst`` is (P, num_valid_indices *
+    num_elem_per_idx)."""
     attrs = {
         "num_elem_per_idx": int(num_elem_per_idx),
         "num_valid_indices": None if num_valid_indices is None else int(num_valid_indices),
     }
     _same_partitions("local_gather", loc, src_buffer, index, dst)
+    most = local_gather_indices(index.shape, None)
+    if num_valid_indices is not None and not 0 < int(num_valid_indices) <= most:
+        raise _invalid(
+            "local_gather",
+            loc,
+            f"num_valid_indices must be between 1 and the {most} indices a core holds "
+            f"(index {index.shape}), got {num_valid_indices}",
+        )
     return _emit("local_gather", [dst], [src_buffer, index], attrs, mask, loc)
 
 

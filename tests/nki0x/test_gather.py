@@ -114,3 +114,63 @@ def test_bad_nc_n_gather_indices_are_named_errors_at_the_user_line(indices, name
     with pytest.raises(NkiError, match=name) as e:
         n_gather(np.zeros((4, 24), np.float32), indices)
     assert "test_gather.py" in str(e.value)
+
+
+def _local_gather_model(src, index, per, used):
+    """The ISA's model, written out per partition: partition p of core c takes ``per``
+    elements of its own row at each of core c's offsets, read column by column."""
+    rows = src.reshape(src.shape[0], -1)
+    out = []
+    for p in range(src.shape[0]):
+        core = index[(p // 16) * 16 : (p // 16) * 16 + 16]
+        offsets = [int(core[r, c]) for c in range(core.shape[1]) for r in range(core.shape[0])]
+        out.append(np.concatenate([rows[p, o : o + per] for o in offsets[:used]]))
+    return np.stack(out)
+
+
+@pytest.mark.parametrize("per, used", [(2, None), (1, 20)])
+def test_local_gather_gives_every_partition_its_cores_offsets(per, used):
+    rng = np.random.default_rng(5)
+    src = rng.standard_normal((32, 5, 8)).astype(np.float32)
+    index = rng.integers(0, 40 - per, size=(32, 3)).astype(np.uint16)
+    n = (used or 48) * per
+
+    @nki.jit
+    def k(src, index):
+        s = nl.ndarray(src.shape, dtype=src.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=s, src=src)
+        ix = nl.ndarray(index.shape, dtype=index.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=ix, src=index)
+        g = nl.ndarray((32, n + 4), dtype=src.dtype, buffer=nl.sbuf)
+        nisa.memset(dst=g, value=0.0)
+        # the destination may be a view of a larger tensor
+        nisa.local_gather(
+            dst=g[:, 0:n], src_buffer=s, index=ix, num_elem_per_idx=per, num_valid_indices=used
+        )
+        out = nl.ndarray(g.shape, dtype=g.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=g)
+        return out
+
+    out = k(src, index)
+    np.testing.assert_array_equal(out[:, :n], _local_gather_model(src, index, per, used or 48))
+    assert (out[:, n:] == 0).all()
+
+
+@pytest.mark.parametrize(
+    "width, used, name",
+    [(4, 49, "err_invalid_argument.*num_valid_indices"), (47, None, "produces 48")],
+)
+def test_bad_local_gathers_are_named_errors_at_the_user_line(width, used, name):
+    @nki.jit
+    def k(src):
+        s = nl.ndarray(src.shape, dtype=src.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=s, src=src)
+        ix = nl.ndarray((32, 3), dtype=nl.uint16, buffer=nl.sbuf)
+        nisa.memset(dst=ix, value=0)
+        g = nl.ndarray((32, width), dtype=src.dtype, buffer=nl.sbuf)
+        nisa.local_gather(dst=g, src_buffer=s, index=ix, num_valid_indices=used)
+        return src
+
+    with pytest.raises(NkiError, match=name) as e:
+        k(np.zeros((32, 8), np.float32))
+    assert "test_gather.py" in str(e.value)
