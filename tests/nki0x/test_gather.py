@@ -174,3 +174,28 @@ def test_bad_local_gathers_are_named_errors_at_the_user_line(width, used, name):
     with pytest.raises(NkiError, match=name) as e:
         k(np.zeros((32, 8), np.float32))
     assert "test_gather.py" in str(e.value)
+
+
+def test_a_scalar_offset_scatter_with_oob_skip_drops_what_falls_past_the_end():
+    @nki.jit
+    def place(values, at):
+        a = nl.ndarray((1, 1), dtype=at.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=a, src=at)
+        v = nl.ndarray(values.shape, dtype=values.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=v, src=values)
+        out = nl.ndarray((20,), dtype=values.dtype, buffer=nl.shared_hbm)
+        z = nl.ndarray((1, 20), dtype=values.dtype, buffer=nl.sbuf)
+        nisa.memset(dst=z, value=0.0)
+        nisa.dma_copy(dst=out, src=z)
+        # rows of 4 elements at element `at` of a flat (20,) output
+        dst = out.ap([[4, values.shape[0]], [1, 4]], offset=0, scalar_offset=a, indirect_dim=0)
+        nisa.dma_copy(dst=dst, src=v, oob_mode=nisa.oob_mode.skip)
+        return out
+
+    values = np.arange(12, dtype=np.float32).reshape(3, 4) + 1
+    for at in (0, 6, 14, 40):
+        want = np.zeros(20, np.float32)
+        n = max(0, min(12, 20 - at))
+        want[at : at + n] = values.reshape(-1)[:n]
+        out = place(values, np.array([[at]], np.int32))
+        np.testing.assert_array_equal(out, want, err_msg=f"at {at}")
