@@ -115,6 +115,7 @@ PRIMS: dict[str, Lowering] = {
     "affine_select": Lowering("AFFINE_SELECT", c_gpsimd),
     "tensor_partition_reduce": Lowering("PARTITION_REDUCE", c_partition_reduce),
     "local_gather": Lowering("LOCAL_GATHER", c_local_gather),
+    "nc_n_gather": Lowering("N_GATHER", c_gpsimd),
 }
 """Compute primitives.  DMA primitives run on the DMA queues (see :func:`_lower_dma`);
 the ones no engine runs (``device_print``) exist only in simulation and lower to nothing."""

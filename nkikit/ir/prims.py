@@ -132,7 +132,8 @@ class Prim:
     mask_on_input: bool = False  # the mask (and iteration space) is the first input's tile
     balance: tuple[str, ...] = ()  # engines an unassigned op may be placed on (see above)
     raw: bool = False  # moves bits: inputs reach the rule in their storage dtype
-    partial_write: bool = False  # leaves some destination elements as they were
+    # leaves some destination elements as they were: always, or when the named attribute is set
+    partial_write: bool | str = False
     partition_free: bool = False  # operands may differ in partition count
     block_split: bool = False  # split per block when it covers a blocked tensor whole
     attr_index: Mapping[str, Attr] = field(init=False, repr=False, compare=False)
@@ -271,12 +272,29 @@ def _shuffle_out(ins: Sequence[Operand], attrs: Mapping[str, Any]) -> tuple[OutS
     return (OutSpec(None, _pf(a)[1], dtype=a.dtype, dtypes=frozenset({dtypes.name(a.dtype)})),)
 
 
+def local_gather_indices(index_shape: Sequence[int], num_valid_indices: int | None) -> int:
+    """How many indices each GpSimd core of ``local_gather`` uses: ``num_valid_indices``, by
+    default all of its 16 partitions' indices [ISA local_gather]."""
+    p = index_shape[0] if index_shape else 1
+    k = int(np.prod(index_shape[1:])) if len(index_shape) > 1 else 1
+    return int(num_valid_indices) if num_valid_indices is not None else min(16, p) * k
+
+
 def _gather_out(ins: Sequence[Operand], attrs: Mapping[str, Any]) -> tuple[OutSpec, ...]:
-    # one chunk of num_elem_per_idx elements per index; no dtype conversion [ISA]
+    # every partition gets one chunk of num_elem_per_idx elements per index of its core; no
+    # dtype conversion [ISA local_gather]
     src, index = _tile(ins[0]), _tile(ins[1])
-    n = _pf(index)[1] * int(attrs["num_elem_per_idx"])
+    used = local_gather_indices(index.shape, attrs.get("num_valid_indices"))
+    n = used * int(attrs["num_elem_per_idx"])
     name = dtypes.name(src.dtype)
     return (OutSpec(_pf(src)[0], n, dtype=src.dtype, dtypes=frozenset({name})),)
+
+
+def _n_gather_out(ins: Sequence[Operand], attrs: Mapping[str, Any]) -> tuple[OutSpec, ...]:
+    # one element of data per index, in data's dtype (no conversion) [ISA nc_n_gather]
+    data, indices = _tile(ins[0]), _tile(ins[1])
+    name = dtypes.name(data.dtype)
+    return (OutSpec(_pf(indices)[0], _pf(indices)[1], dtype=data.dtype, dtypes=frozenset({name})),)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -303,9 +321,16 @@ _RECORDS = (
         outs=("dst",),
         out_spec=_dma_out,
         engines=("dma",),
-        attrs=(Attr("rmw_op", _OPT_STR, None), Attr("transpose", _BOOL, False)),
+        # oob_skip (oob_mode.skip): elements whose runtime index is outside the tensor are not
+        # transferred, instead of a runtime error [ISA dma_copy]
+        attrs=(
+            Attr("rmw_op", _OPT_STR, None),
+            Attr("transpose", _BOOL, False),
+            Attr("oob_skip", _BOOL, False),
+        ),
         reads_dst="rmw_op",
         accumulate_attr="rmw_op",
+        partial_write="oob_skip",
         raw=True,
         partition_free=True,
         block_split=True,
@@ -581,6 +606,14 @@ _RECORDS = (
         ),
         raw=True,
     ),
+    Prim(
+        "nc_n_gather",
+        ins=("data", "indices"),
+        outs=("dst",),
+        out_spec=_n_gather_out,
+        engines=("gpsimd",),
+        raw=True,
+    ),
     # -- simulation only ---------------------------------------------------------------------
     Prim(
         "device_print",
@@ -672,6 +705,13 @@ def reads_dst(op: Op) -> bool:
     PSUM accumulation, atomic read-modify-write, a shuffle that keeps some partitions."""
     r = PRIMS[op.prim].reads_dst
     return bool(op.attrs.get(r)) if isinstance(r, str) else r
+
+
+def writes_partially(op: Op) -> bool:
+    """Whether ``op`` may leave some elements of its destination as they were (a skipped
+    out-of-bounds transfer, a shuffle that keeps some partitions)."""
+    w = PRIMS[op.prim].partial_write
+    return bool(op.attrs.get(w)) if isinstance(w, str) else w
 
 
 def accumulates(op: Op) -> bool:

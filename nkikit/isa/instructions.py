@@ -714,11 +714,13 @@ def nc_stream_shuffle(src, dst, shuffle_mask, *, dtype=None, mask=None) -> None:
 def local_gather(
     src_buffer, index, num_elem_per_idx=1, num_valid_indices=None, *, mask=None
 ) -> Tile:
-    """GpSimd gather: each group of 16 partitions gathers elements of its own partitions by
-    uint16 index (elements are numbered partition-major within the group)."""
+    """GpSimd gather: each core (16 partitions) reads its partitions' uint16 ``index`` values
+    column by column (the first ``num_valid_indices``, default all), and every partition takes
+    ``num_elem_per_idx`` elements of its own ``src_buffer`` row at each of those element
+    offsets; the result is (P, num_valid_indices * num_elem_per_idx)."""
     loc = caller_loc()
     s, ix = _tile(src_buffer, loc, "local_gather"), _tile(index, loc, "local_gather")
-    attrs = {"num_elem_per_idx": int(num_elem_per_idx)}
+    attrs = {"num_elem_per_idx": int(num_elem_per_idx), "num_valid_indices": num_valid_indices}
     tile, out = _result("local_gather", [s, ix], loc, fallback="gather", attrs=attrs)
     E.emit_local_gather(
         out,

@@ -33,6 +33,11 @@ def launch() -> tuple[tuple[int, ...], tuple[int, ...]]:
     return getattr(_local, "launch", None) or ((), ())
 
 
+def launched() -> bool:
+    """Whether a kernel is being traced in this thread (its launch is then known)."""
+    return getattr(_local, "launch", None) is not None
+
+
 def allocate_hbm(
     b: Builder, shape: tuple[int, ...], dtype: np.dtype, buffer: str, name: str, loc: SourceLoc
 ) -> Tensor:

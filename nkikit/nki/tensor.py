@@ -772,6 +772,9 @@ def _indirect_access(x: NkiTensor, loc: SourceLoc, what: str) -> Access:
             op=what,
             why=f"the access pattern {x.get_pattern()} does not stay within one row of {root.name}",
         )
+    # the inner view has one partition: an axis-0 term in its index is that partition's step,
+    # which the runtime row index replaces (partition p reads row idx[p], not p + idx[p])
+    direct = tuple(a.substitute({_AXES[0]: Affine.of(0)}) for a in direct)
     idx = access_of(index, loc, "vector_offset")
     shape = tuple(x.shape) if len(x.shape) > 1 else (x.shape[0], 1)
     if idx.shape[0] != shape[0] or idx.free_size != 1:

@@ -237,6 +237,8 @@ class Interpreter:
 
     def exec_op(self, op: Op, env: dict) -> None:
         valid = self._mask(op, env)
+        if op.attrs.get("oob_skip"):
+            valid = self._in_bounds(op, env, valid)
         raw = PRIMS[op.prim].raw
         ins = []
         for x in op.ins:
@@ -249,6 +251,20 @@ class Interpreter:
         for out, r in zip(op.outs, results):
             if r is not None:
                 self.write(out, r, env, op, valid)
+
+    def _in_bounds(self, op: Op, env: dict, valid: np.ndarray | None) -> np.ndarray | None:
+        """``oob_mode.skip``: the op's mask narrowed to the elements whose runtime index
+        (along the indirect dimension of its indirect access) lies inside the indexed tensor;
+        the others are not transferred."""
+        acc = next(a for a in (*op.outs, *op.ins) if isinstance(a, Access) and a.indirect)
+        shape = acc.shape
+        rt = np.broadcast_to(np.asarray(self.read(acc.indirect, env, op)).astype(np.int64), shape)
+        d = acc.indirect_dim
+        full = {**env, **axis_env(shape)}
+        at = np.asarray(acc.index[d].evaluate(full), dtype=np.int64) + rt
+        keep = (at >= 0) & (at < acc.tensor.shape[d])
+        fitted = None if valid is None else _fit_valid(valid, shape)
+        return keep if fitted is None else keep & fitted
 
     def context(self, op: Op, env: dict, valid: np.ndarray | None) -> OpContext:
         """The rule context of ``op`` in ``env`` (the fast simulator asks for it too)."""

@@ -17,6 +17,8 @@ from typing import Protocol
 
 import numpy as np
 
+from ..errors import NkiError
+from ..ir import prims
 from ..ir.affine import Sym, axis_env
 from ..ir.core import Op
 from .activations import activate
@@ -303,19 +305,44 @@ def _shuffle(op, ins, ctx):
 
 @rule("local_gather")
 def _local_gather(op, ins, ctx):
+    # each GpSimd core (16 partitions) reads its partitions' indices column by column (the
+    # first num_valid_indices of index[16c:16c+16].flatten(order="F")), and every partition of
+    # the core takes, for each of them, num_elem_per_idx elements of its own src row starting
+    # at that element offset [ISA local_gather, its NumPy model in the SDK test].  Out-of-row
+    # offsets are undefined on hardware; the simulator reads the row's nearest element.
     src, index = ins
     p = src.shape[0]
     per = op.attrs["num_elem_per_idx"]
+    used = prims.local_gather_indices(index.shape, op.attrs["num_valid_indices"])
     flat_src = src.reshape(p, -1)
-    idx = index.reshape(p, -1).astype(np.int64)
-    out = np.zeros((p, idx.shape[1] * per), dtype=src.dtype)
+    idx = index.reshape(index.shape[0], -1).astype(np.int64)
+    out = np.zeros((p, used * per), dtype=src.dtype)
+    chunk = np.arange(per)
     for g in range(0, p, 16):
-        group = flat_src[g : g + 16].reshape(-1)  # partition-major within the group
-        gi = idx[g : g + 16]
-        for e in range(per):
-            vals = group[np.clip(gi * per + e, 0, group.size - 1)]
-            out[g : g + 16, e::per] = vals
+        offsets = idx[g : g + 16].flatten(order="F")[:used]
+        at = np.clip(offsets[:, None] + chunk[None, :], 0, flat_src.shape[1] - 1).reshape(-1)
+        out[g : g + 16] = flat_src[g : g + 16][:, at]
     return [out]
+
+
+@rule("nc_n_gather")
+def _n_gather(op, ins, ctx):
+    data, indices = ins
+    p = data.shape[0]
+    flat = data.reshape(p, -1)
+    idx = indices.reshape(p, -1).astype(np.int64)
+    bad = (idx < 0) | (idx >= flat.shape[1])
+    if bad.any():
+        at = tuple(int(i[0]) for i in np.nonzero(bad))
+        raise NkiError(
+            "err_tensor_access_out_of_bound",
+            op.loc,
+            tensor=op.ins[0].tensor.name,
+            dim=1,
+            index=f"{int(idx[at])} (indices hold it for partition {at[0]}, column {at[1]})",
+            size=flat.shape[1],
+        )
+    return [np.take_along_axis(flat, idx, axis=1)]
 
 
 @rule("affine_select")

@@ -43,7 +43,14 @@ from ..errors import NkiError, SourceLoc
 from ..ir.affine import Affine, Predicate
 from ..ir.core import Access, Op, Operand
 from ..ir.opnames import op_name
-from ..ir.prims import PRIMS, PrimError, engine_choices, memories, resolve_engine
+from ..ir.prims import (
+    PRIMS,
+    PrimError,
+    engine_choices,
+    local_gather_indices,
+    memories,
+    resolve_engine,
+)
 
 # the engine wiring and memory names of the verifier's memory rule, so that a trace-time
 # check and the verifier can never disagree about where an engine reads and writes
@@ -241,6 +248,7 @@ def emit_dma_copy(
     *,
     rmw_op: object = None,
     transpose: bool = False,
+    oob_skip: bool = False,
     mask: Predicate | None = None,
     loc: SourceLoc,
 ) -> Op:
@@ -248,11 +256,22 @@ def emit_dma_copy(
     through fp32 when the dtypes differ.  ``dst`` and ``src`` hold the same number of
     elements (their shapes may differ; the verifier checks the count).  ``rmw_op`` (np.add,
     the only one) adds into ``dst``; ``transpose`` marks a DMA transpose (``src`` is already
-    the transposed view).  An indirect access on either side is a gather / scatter."""
+    the transposed view).  An indirect access on either side is a gather / scatter;
+    ``oob_skip`` (``oob_mode.skip``) leaves out the elements whose runtime index falls outside
+    the indexed tensor instead of failing, and needs an indirect access."""
     attrs = {
         "rmw_op": None if rmw_op is None else op_name(rmw_op),
         "transpose": bool(transpose),
+        "oob_skip": bool(oob_skip),
     }
+    if oob_skip:
+        if dst.indirect is None and src.indirect is None:
+            raise _invalid(
+                "dma_copy",
+                loc,
+                "oob_mode.skip needs a runtime (indirect) index on src or dst: "
+                "without one nothing can be out of bounds at run time",
+            )
     if attrs["rmw_op"] not in (None, "add"):
         raise _invalid(
             "dma_copy",
@@ -728,15 +747,44 @@ def emit_local_gather(
     mask: Predicate | None = None,
     loc: SourceLoc,
 ) -> Op:
-    """GpSimd gather: each group of 16 partitions gathers ``num_elem_per_idx`` elements of
-    its own partitions of ``src_buffer`` per uint16 ``index`` (elements numbered
-    partition-major within the group) into ``dst`` (P, index free size * num_elem_per_idx)."""
+    """GpSimd gather: each core (16 partitions) uses the first ``num_valid_indices`` of its
+    partitions' uint16 ``index`` values, read column by column (default: all of them), and
+    every partition of the core takes ``num_elem_per_idx`` elements of its own ``src_buffer``
+    row at each of those element offsets: ``dst`` is (P, num_valid_indices *
+    num_elem_per_idx)."""
     attrs = {
         "num_elem_per_idx": int(num_elem_per_idx),
         "num_valid_indices": None if num_valid_indices is None else int(num_valid_indices),
     }
     _same_partitions("local_gather", loc, src_buffer, index, dst)
+    most = local_gather_indices(index.shape, None)
+    if num_valid_indices is not None and not 0 < int(num_valid_indices) <= most:
+        raise _invalid(
+            "local_gather",
+            loc,
+            f"num_valid_indices must be between 1 and the {most} indices a core holds "
+            f"(index {index.shape}), got {num_valid_indices}",
+        )
     return _emit("local_gather", [dst], [src_buffer, index], attrs, mask, loc)
+
+
+def emit_nc_n_gather(
+    dst: Access,
+    data: Access,
+    indices: Access,
+    *,
+    mask: Predicate | None = None,
+    loc: SourceLoc,
+) -> Op:
+    """GpSimd gather within each partition: ``dst[p, j] = flat(data[p])[indices[p, j]]``
+    (``data``'s free dims flattened; integer ``indices``, checked against the partition's
+    element count when the kernel runs); ``dst`` has ``data``'s dtype."""
+    if not np.issubdtype(indices.tensor.dtype, np.integer):
+        raise _invalid(
+            "nc_n_gather", loc, f"indices must be integers (uint32), got {indices.tensor.dtype}"
+        )
+    _same_partitions("nc_n_gather", loc, data, indices, dst)
+    return _emit("nc_n_gather", [dst], [data, indices], {}, mask, loc)
 
 
 # ---------------------------------------------------------------------------------------------

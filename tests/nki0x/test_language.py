@@ -54,6 +54,26 @@ def test_loops_are_python_ranges_and_launch_queries_are_ints():
     assert seen == [(0, 1, 0), (1, 2, 0), (1, 2, 1)]
 
 
+def test_launch_queries_outside_a_kernel_are_unknown():
+    # host code that builds a kernel's configuration before the launch cannot know the grid:
+    # the queries answer None, so `nl.num_programs() or n` falls back on the host's own n,
+    # and the launched kernel sees its real grid
+    assert (nl.program_ndim(), nl.num_programs(), nl.program_id(0)) == (None, None, None)
+    n_host = nl.num_programs() or 2
+    seen = []
+
+    @nki.jit
+    def k(x):
+        seen.append(nl.num_programs())
+        out = nl.ndarray((1, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=x)
+        return out
+
+    nki.cpu_simulate(k)[n_host](x=np.ones((1, 1), np.float32))
+    assert seen == [2, 2]
+    assert nl.program_ndim() is None  # the launch is over
+
+
 def test_nkiobject_subclasses_are_dataclass_like():
     class Config(nl.NKIObject):
         tile: int

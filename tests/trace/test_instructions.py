@@ -91,7 +91,8 @@ SAMPLES: dict[str, Callable[[Access], tuple]] = {
     "nc_stream_shuffle": lambda a: ((sb(32, F), sb(32, F)), {"shuffle_mask": range(32)}),
     "iota": lambda a: ((sb(P, F, dtype=np.int32),), {"expr": Affine.of(Axis(1))}),
     "affine_select": lambda a: ((sb(P, F), sb(P, F)), {"pred": _GE, "on_false": 0.0}),
-    "local_gather": lambda a: ((sb(P, 4), sb(P, F), sb(P, 4, dtype=np.uint16)), {}),
+    "local_gather": lambda a: ((sb(P, 64), sb(P, F), sb(P, 4, dtype=np.uint16)), {}),
+    "nc_n_gather": lambda a: ((sb(P, 4), sb(P, F), sb(P, 4, dtype=np.uint32)), {}),
     "device_print": lambda a: ((sb(P, F),), {"prefix": "x"}),
 }
 

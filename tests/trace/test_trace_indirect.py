@@ -143,7 +143,11 @@ def scatter_add(table, idx, val):
 def test_atomic_rmw_is_a_read_modify_write_dma_with_an_index_tile():
     k = scatter_add.ir(nt.tensor[[10, 4], F32], nt.tensor[[6], I32], nt.tensor[[6, 4], F32])
     rmw = _dmas(k)[-1]
-    assert rmw.attrs == {"rmw_op": "add", "transpose": False}  # completed from the record
+    assert rmw.attrs == {
+        "rmw_op": "add",
+        "transpose": False,
+        "oob_skip": False,
+    }  # completed from the record
     assert rmw.outs[0].indirect is not None and rmw.ins[-1] == rmw.outs[0].indirect
     assert "rmw_op=add" in str(k).replace("'", "")
 

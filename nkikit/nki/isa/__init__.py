@@ -479,18 +479,28 @@ def dma_copy(
     name=None,
 ) -> NkiInstruction:
     """``dst = src`` on the DMA engines (HBM/SBUF both ways; no PSUM source).  The element
-    counts must match; differing dtypes convert through fp32."""
+    counts must match; differing dtypes convert through fp32.  With ``oob_mode.skip`` a gather
+    or scatter (``.ap(vector_offset=...)`` / ``scalar_offset``) leaves out the elements whose
+    runtime index is outside the indexed tensor: their destination keeps its old value."""
     loc = caller_loc()
-    indirect = (isinstance(dst, NkiTensor) and dst._indirect is not None) or (
-        isinstance(src, NkiTensor) and src._indirect is not None
-    )
-    if oob_mode != globals()["oob_mode"].error and indirect:
-        # without a runtime index nothing can be out of bounds, so skip changes nothing there
-        raise _unsupported(
-            "dma_copy(oob_mode=skip)", "skipping out-of-bounds rows is not modeled", loc
-        )
+    indirect = any(isinstance(x, NkiTensor) and x.is_indirect() for x in (dst, src))
+    # without a runtime index nothing can be out of bounds, so skip changes nothing there
+    skip = _oob_skip(oob_mode, loc, "dma_copy") and indirect
     d, s = _dma_pair(dst, src, loc, "dma_copy")
-    return _done(E.emit_dma_copy(d, s, loc=loc))
+    return _done(E.emit_dma_copy(d, s, oob_skip=skip, loc=loc))
+
+
+def _oob_skip(mode, loc: SourceLoc, op: str) -> bool:
+    """Whether an ``oob_mode=`` argument asks to skip out-of-bounds transfers."""
+    try:
+        return globals()["oob_mode"](mode) == globals()["oob_mode"].skip
+    except ValueError:
+        raise NkiError(
+            "err_invalid_argument",
+            loc,
+            op=f"nisa.{op}",
+            why=f"oob_mode must be nisa.oob_mode.error or nisa.oob_mode.skip, got {mode!r}",
+        ) from None
 
 
 def dma_compute(
@@ -510,15 +520,20 @@ def dma_compute(
             "err_invalid_argument", loc, op="nisa.dma_compute", why="every scale must be 1.0"
         )
     srcs = list(srcs)
+    skip = _oob_skip(oob_mode, loc, "dma_compute")
+
+    def indirect(*xs) -> bool:
+        return skip and any(isinstance(x, NkiTensor) and x.is_indirect() for x in xs)
+
     others = [s for s in srcs if not (isinstance(s, NkiTensor) and _same_view(s, dst))]
     if len(others) == len(srcs):
         d, s0 = _dma_pair(dst, others[0], loc, "dma_compute")
-        _done(E.emit_dma_copy(d, s0, loc=loc))
+        _done(E.emit_dma_copy(d, s0, oob_skip=indirect(dst, others[0]), loc=loc))
         others = others[1:]
     last = None
     for s in others:
         d, sa = _dma_pair(dst, s, loc, "dma_compute")
-        last = _done(E.emit_dma_copy(d, sa, rmw_op=reduce_op, loc=loc))
+        last = _done(E.emit_dma_copy(d, sa, rmw_op=reduce_op, oob_skip=indirect(dst, s), loc=loc))
     return last
 
 
@@ -1166,6 +1181,16 @@ def local_gather(dst, src_buffer, index, num_elem_per_idx=1, num_valid_indices=N
     )
 
 
+def nc_n_gather(dst, data, indices, name=None) -> NkiInstruction:
+    """GpSimd gather within each partition: ``dst[p, j] = flat(data[p])[indices[p, j]]``,
+    ``data``'s free dims flattened, ``dst`` in ``data``'s dtype with one element per index."""
+    loc = caller_loc()
+    _dst_chip(dst, loc, "nc_n_gather", allowed=("sbuf",))
+    d = _acc(dst, loc, "nc_n_gather dst")
+    a, ix = _acc(data, loc, "nc_n_gather data"), _acc(indices, loc, "nc_n_gather indices")
+    return _done(E.emit_nc_n_gather(d, a, ix, loc=loc))
+
+
 def dropout(dst, data, prob, name=None) -> NkiInstruction:
     """Zero each element with probability ``prob`` (deterministic per simulated call)."""
     loc = caller_loc()
@@ -1310,7 +1335,6 @@ _NOT_MODELED = {
     "activate2": "the NC-v4 two-stage activation is not modeled",
     "exponential": "the NC-v4 VectorE exponential is not modeled",
     "tensor_scalar_cumulative": "not modeled",
-    "nc_n_gather": "not modeled",
     "nonzero_with_count": "not modeled",
     "topk": "not modeled",
     "sequence_bounds": "not modeled",

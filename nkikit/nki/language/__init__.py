@@ -322,10 +322,13 @@ def no_reorder():
     yield
 
 
-def program_id(axis: int = 0) -> int:
-    """The index of this program (logical core) along ``axis``: an int at trace time."""
-    from ..launch import launch
+def program_id(axis: int = 0) -> int | None:
+    """The index of this program (logical core) along ``axis``: an int at trace time.
+    ``None`` outside a kernel: no launch is known there (see ``program_ndim``)."""
+    from ..launch import launch, launched
 
+    if not launched():
+        return None
     grid, pid = launch()
     if not 0 <= int(axis) < builtins.max(len(grid), 1):
         raise NkiError(
@@ -337,18 +340,31 @@ def program_id(axis: int = 0) -> int:
     return pid[int(axis)] if grid else 0
 
 
-def num_programs(axes: int = 0) -> int:
-    from ..launch import launch
+def num_programs(axes: int = 0) -> int | None:
+    """The number of programs along ``axes`` (an int or several axes: their product) of the
+    launch being traced; 1 for a kernel launched without a grid.  ``None`` outside a kernel
+    (see ``program_ndim``)."""
+    from ..launch import launch, launched
 
+    if not launched():
+        return None
     grid, _ = launch()
     if isinstance(axes, tuple | list):
         return math.prod(grid[a] for a in axes) if grid else 1
     return grid[int(axes)] if grid else 1
 
 
-def program_ndim() -> int:
-    from ..launch import launch
+def program_ndim() -> int | None:
+    """The number of dimensions of the launch grid: 0 for a kernel launched without one.
+    Outside a kernel (host code that prepares a kernel's configuration before launching it)
+    no launch is known yet, and the three SPMD queries answer ``None`` ("unknown") rather
+    than pretending to a grid: code that falls back on a value of its own
+    (``nl.num_programs() or n``) then uses that value, and the kernel it launches sees the
+    real grid."""
+    from ..launch import launch, launched
 
+    if not launched():
+        return None
     return len(launch()[0])
 
 

@@ -442,6 +442,7 @@ for _name in (
     "nc_find_index8",
     "nc_match_replace8",
     "local_gather",
+    "nc_n_gather",
 ):
     EXECUTORS[_name] = GENERIC
 

@@ -21,7 +21,7 @@ import numpy as np
 from ... import dtypes
 from ...ir.affine import Axis, Sym
 from ...ir.core import Access, Alloc, Kernel, Loop, Op, Tensor
-from ...ir.prims import PRIMS, reads_dst
+from ...ir.prims import PRIMS, reads_dst, writes_partially
 from .access import Accesses
 from .executors import executor
 
@@ -33,9 +33,9 @@ _COVER_MAX_ITERS = 1 << 16
 
 def writes_all(op: Op) -> bool:
     """Whether ``op``'s rule returns one whole array per output (its record declares
-    outputs and no partial write), so an unmasked ``op`` writes every element of each."""
-    p = PRIMS[op.prim]
-    return bool(p.outs) and not p.partial_write
+    outputs, and this op writes no part of them partially), so an unmasked ``op`` writes
+    every element of each."""
+    return bool(PRIMS[op.prim].outs) and not writes_partially(op)
 
 
 def _loops_in(s: Loop):
