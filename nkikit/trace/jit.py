@@ -163,7 +163,11 @@ class JitKernel:
 
     def _trace(self, bound: inspect.BoundArguments, target: str) -> Kernel:
         """Trace the function (:meth:`_trace_once`), again with loops split while an index
-        expression asks for it (``i % k`` of a loop variable: see :mod:`nkikit.trace.loops`)."""
+        expression asks for it (``i % k`` of a loop variable: see :mod:`nkikit.trace.loops`).
+
+        Each re-trace runs the function again, with its trace-time side effects.  The plan
+        starts empty for every specialization, so the IR depends on the arguments alone (not
+        on which specializations were traced before)."""
         splits: dict[LoopSite, int] = {}
         for _ in range(_MAX_RETRACES):
             try:

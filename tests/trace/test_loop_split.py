@@ -187,3 +187,29 @@ def test_non_affine_index_still_rejected(kernel, expr):
     assert expr in str(err)
     assert os.path.abspath(err.loc.file) == os.path.abspath(__file__)
     assert err.loc.line == _bad_line(kernel.func)
+
+
+def test_each_specialization_splits_from_its_own_trace():
+    """The split is a re-trace: the function runs twice (trace-time side effects repeat), and
+    a later specialization is split for its own indices alone, not for earlier ones'."""
+    traces = []
+
+    @nki.jit
+    def counted(x, k):
+        traces.append(k)  # a trace-time side effect: runs once per trace
+        n = x.shape[0] // P
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        for i in nl.sequential_range(n):
+            t = nl.load(x[nl.ds((i // k * k + (k - 1 - i % k)) * P, P), :])
+            nl.store(out[nl.ds(i * P, P), :], value=t)
+        return out
+
+    x = _blocks(12)
+    for k, trips in [(2, 6), (3, 4)]:
+        got = counted(x, k)
+        np.testing.assert_array_equal(
+            got.reshape(-1, k, P, F), x.reshape(-1, k, P, F)[:, ::-1]
+        )  # blocks reversed within each group of k
+        (loop,) = _loops(counted.ir(x, k).body)
+        assert loop.var.trip == trips
+    assert traces == [2, 2, 3, 3]
