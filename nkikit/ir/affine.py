@@ -130,14 +130,15 @@ class Affine:
     __rmul__ = __mul__
 
     def floordiv(self, k: int) -> Affine:
-        if self.is_const:
-            return Affine((), self.const // k)
-        if all(c % k == 0 for _, c in self.terms) and self.const % k == 0:
+        """``self // k`` (floor): affine when ``k`` divides every coefficient, since
+        ``(k*x + c) // k == x + c // k`` for integer ``x``."""
+        if all(c % k == 0 for _, c in self.terms):
             return Affine._make({s: c // k for s, c in self.terms}, self.const // k)
         raise NonAffineError("floor division of an index variable")
 
     def mod(self, k: int) -> Affine:
-        if self.is_const:
+        """``self % k``: the constant ``const % k`` when ``k`` divides every coefficient."""
+        if all(c % k == 0 for _, c in self.terms):
             return Affine((), self.const % k)
         raise NonAffineError("modulo of an index variable")
 

@@ -8,10 +8,10 @@ import numpy as np
 
 from .. import dtypes
 from ..errors import NkiError, SourceLoc, caller_loc
-from ..ir.affine import LoopVar
 from ..ir.core import Tensor
 from ..trace.builder import current, maybe_current
-from ..trace.index import Index, loop_index, program_index
+from ..trace.index import Index, program_index
+from ..trace.loops import rolled_loop
 from .operands import ParDim
 from .tile import Tile
 
@@ -181,10 +181,9 @@ class _Range:
             return
         loc = caller_loc()
         m = _FOR.match(loc.text)
-        var = LoopVar(b.unique(m.group(1) if m else "i"), self.trip, self.kind)
-        with b.loop(var, loc):
-            idx: Index = loop_index(var)
-            yield idx * self.step + self.start if (self.step != 1 or self.start) else idx
+        name = m.group(1) if m else "i"
+        for value in rolled_loop(b, self.kind, self.trip, self.start, self.step, name, loc):
+            yield Index(value)
 
 
 def _directives(directives: object) -> None:

@@ -16,11 +16,17 @@ from ..ir.prims import EngineChoiceError, check_op, engine_of
 _state = threading.local()
 _ASSIGN = re.compile(r"^\s*([A-Za-z_]\w*)\s*(?::[^=]+)?=[^=]")
 
+LoopSite = tuple[str, int]  # a rolled loop's ``for`` statement: (file, line)
+
 
 class Builder:
     """Collects the IR of one kernel while its Python function runs on proxies."""
 
-    def __init__(self, name: str, grid: tuple[int, ...]) -> None:
+    def __init__(
+        self, name: str, grid: tuple[int, ...], splits: dict[LoopSite, int] | None = None
+    ) -> None:
+        """``splits``: the loop split plan of a trace that can be re-run (see
+        :mod:`nkikit.trace.loops`); None when this trace cannot split loops."""
         self.name = name
         self.grid = grid
         self.body: list[Stmt] = []
@@ -34,6 +40,9 @@ class Builder:
         # there: proxies of the temporary read through this map (see ``resolve``)
         self.aliases: dict[int, Access] = {}  # by the temporary's uid
         self.line_names: dict[tuple[str, int], str | None] = {}  # name_for's reading of a line
+        self.splits = splits
+        # the rolled loops traced so far: their ``for`` line and the factor they are split by
+        self.loop_sites: dict[LoopVar, tuple[LoopSite, int]] = {}
 
     # -- naming ---------------------------------------------------------------------------
     def unique(self, base: str) -> str:

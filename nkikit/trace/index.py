@@ -10,6 +10,8 @@ import numpy as np
 from ..errors import NkiError, caller_loc
 from ..ir.affine import Affine, Axis, LoopVar, NonAffineError, Predicate, ProgramId, Sym
 from ..ir.core import Access
+from .builder import maybe_current
+from .loops import request_split
 
 
 def _broadcast_sizes(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
@@ -68,7 +70,9 @@ class Index:
         try:
             return self._binary(o, lambda a, b: a * b)
         except NonAffineError:
-            raise NkiError("err_non_affine_index", caller_loc(), expr=f"{self} * {o}") from None
+            raise NkiError(
+                "err_non_affine_index", caller_loc(), expr=f"{_paren(self)} * {_paren(o)}"
+            ) from None
 
     __rmul__ = __mul__
 
@@ -79,16 +83,28 @@ class Index:
         return self
 
     def __floordiv__(self, o):
-        try:
-            return Index(self.affine.floordiv(int(o)), self.sizes)
-        except (NonAffineError, TypeError):
-            raise NkiError("err_non_affine_index", caller_loc(), expr=f"{self} // {o}") from None
+        return self._by_const(o, "//", Affine.floordiv)
 
     def __mod__(self, o):
+        return self._by_const(o, "%", Affine.mod)
+
+    def _by_const(self, o: object, op: str, fn) -> Index:
+        """``self // o`` or ``self % o``: affine when every coefficient is a multiple of the
+        constant ``o``; otherwise, when the symbols in the way are variables of rolled loops,
+        the trace is re-run with those loops split (``nkikit.trace.loops``)."""
+        expr = f"{_paren(self)} {op} {_paren(o)}"
+        if isinstance(o, Index):
+            if not o.affine.is_const or o.sizes:
+                raise NkiError("err_non_affine_index", caller_loc(), expr=expr)
+            o = o.affine.const
+        if not isinstance(o, int | np.integer) or isinstance(o, bool):
+            return NotImplemented
         try:
-            return Index(self.affine.mod(int(o)), self.sizes)
-        except (NonAffineError, TypeError):
-            raise NkiError("err_non_affine_index", caller_loc(), expr=f"{self} % {o}") from None
+            return Index(fn(self.affine, int(o)), self.sizes)
+        except NonAffineError:
+            loc = caller_loc()
+            request_split(maybe_current(), self.affine, int(o), loc, expr)
+            raise NkiError("err_non_affine_index", loc, expr=expr) from None
 
     # -- comparisons build predicates (masks) ----------------------------------------------
     def _cmp(self, other: object, op: str) -> Pred:
@@ -189,6 +205,14 @@ class Pred:
 
     def __repr__(self) -> str:
         return repr(self.predicate)
+
+
+def _paren(x: object) -> str:
+    """``x`` as an operand of ``*``, ``//`` or ``%`` in a message: a sum in parentheses."""
+    if isinstance(x, Index):
+        a = x.affine
+        return f"({a!r})" if len(a.terms) + (a.const != 0) > 1 else repr(a)
+    return repr(x) if isinstance(x, Pred) else str(x)
 
 
 def _control_flow_error(syms, expr: str) -> NkiError:

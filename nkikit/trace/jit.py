@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import gc
 import inspect
+import math
 from collections.abc import Callable
 from contextlib import contextmanager
 from typing import Any
@@ -26,7 +27,11 @@ from ..arrays import TensorSpec, as_kind_of, as_numpy, is_torch, spec_of
 from ..errors import NkiError, SourceLoc, hide_internal_frames, raised_in_user_code
 from ..ir.core import Kernel, Tensor
 from ..targets import target_scope
-from .builder import Builder, maybe_current, tracing
+from .builder import Builder, LoopSite, maybe_current, tracing
+from .loops import SplitLoops
+
+# each re-trace grows a loop's split factor; a kernel needing more is beyond reason
+_MAX_RETRACES = 16
 
 
 def _const_key(v: object) -> object:
@@ -157,12 +162,36 @@ class JitKernel:
         raise NotImplementedError(f"{type(self).__name__} defines no return values")
 
     def _trace(self, bound: inspect.BoundArguments, target: str) -> Kernel:
+        """Trace the function (:meth:`_trace_once`), again with loops split while an index
+        expression asks for it (``i % k`` of a loop variable: see :mod:`nkikit.trace.loops`).
+
+        Each re-trace runs the function again, with its trace-time side effects.  The plan
+        starts empty for every specialization, so the IR depends on the arguments alone (not
+        on which specializations were traced before)."""
+        splits: dict[LoopSite, int] = {}
+        for _ in range(_MAX_RETRACES):
+            try:
+                return self._trace_once(bound, target, splits)
+            except SplitLoops as s:
+                grown = False
+                for site, k in s.factors.items():
+                    new = math.lcm(splits.get(site, 1), k)
+                    grown |= new != splits.get(site, 1)
+                    splits[site] = new
+                if not grown:  # the plan already holds: splitting cannot help (a bug)
+                    raise s.error() from None
+                last = s
+        raise last.error() from None
+
+    def _trace_once(
+        self, bound: inspect.BoundArguments, target: str, splits: dict[LoopSite, int]
+    ) -> Kernel:
         """Run the function once on proxies (:meth:`proxy`) inside the target's scope and
         build the kernel: its parameters, body and outputs (:meth:`returned`, in the nesting
-        of tuples and lists the function returned them in)."""
+        of tuples and lists the function returned them in), splitting loops by ``splits``."""
         code = self.func.__code__
         loc = SourceLoc(code.co_filename, code.co_firstlineno, self.func.__name__)
-        b = Builder(self.func.__name__, self.grid)
+        b = Builder(self.func.__name__, self.grid, dict(splits))
         call_args, params = self._parameters(b, bound, loc, self.proxy)
         outputs: list[Tensor] = []
 
