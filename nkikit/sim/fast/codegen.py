@@ -63,6 +63,8 @@ class Compiler(Planner, TableMode):
         self.chunks = []
         self.bound = []
         self._signatures = {}
+        self._memo = {}
+        self.n_replayed = 0
         self.emit("def _kernel(mem, interp):", 0)
         self.emit("env = {}", 1)
         # storage: parameters, HBM tensors and constants come from mem; temporaries are
