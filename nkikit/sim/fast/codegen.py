@@ -111,11 +111,11 @@ class Compiler(Planner, TableMode):
 
         for t in self.tensors.values():
             view(t)
+        self.plan_forwarding()  # first: its read and write index serves the poison plan
         poison_start = {}
         for t in self.tensors.values():
             if t.base is None and t.kind in ("hbm", "output"):
                 poison_start[t.uid] = self.needs_poison_hbm(t)
-        self.plan_forwarding()
         self.plan_shadows()
         if self.chunked:
             # V: reshaped views, B: the own buffers of forwarded tiles, S: fp32 shadows
