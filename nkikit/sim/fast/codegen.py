@@ -64,6 +64,7 @@ class Compiler(Planner, TableMode):
         self.bound = []
         self._signatures = {}
         self._memo = {}
+        self._poison = {}
         self.n_replayed = 0
         self.emit("def _kernel(mem, interp):", 0)
         self.emit("env = {}", 1)
@@ -170,7 +171,10 @@ class Compiler(Planner, TableMode):
                 t = s.tensor
                 if t.uid in self.forwarded:
                     self.emit(f"m{t.uid} = mem[{t.uid}] = b{t.uid}", depth)
-                if self.needs_poison_temp(t, (stmts[j] for j in range(i + 1, len(stmts)))):
+                poison = self._poison.pop(id(s), None)  # decided by table mode's memo key
+                if poison is None:
+                    poison = self.needs_poison_temp(t, (stmts[j] for j in range(i + 1, len(stmts))))
+                if poison:
                     pv = self.const(dtypes.poison_value(t.dtype), "POISON")
                     self.emit(f"{self.slot(t)}.fill({pv})", depth)
                     if t.uid in self.shadow:

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from ...ir.core import Access, Op
+from ...ir.core import Access, Alloc, Op
 
 TABLE_ABOVE = 2048  # kernels with more statements than this are table-driven
 TABLE_BODY = 256  # bodies with more statements than this are table-driven as well
@@ -67,6 +67,7 @@ class TableMode:
     ints: dict[int, int]  # one object per integer in the argument tables
     _signatures: dict[tuple[int, int, int], tuple[list[str], str]]
     _memo: dict[tuple, tuple]  # op key -> (_FIRST, seen) | (_RECIPE, ...)
+    _poison: dict[int, bool]  # id(Alloc) -> needs poison, decided by its memo key
     n_replayed: int  # ops whose row came from the memo
 
     def table(self, stmts: list, depth: int) -> None:
@@ -81,9 +82,9 @@ class TableMode:
             s = stmts[i]
             key = None
             predicted: Any = _MISS
-            if type(s) is Op:
+            if type(s) is Op or type(s) is Alloc:
                 try:
-                    key, uids = self._op_key(s)
+                    key, uids = self._op_key(s) if type(s) is Op else self._alloc_key(s, stmts, i)
                     entry = memo.get(key)
                 except (_Unkeyable, TypeError):  # TypeError: an unhashable value
                     key = entry = None
@@ -104,7 +105,7 @@ class TableMode:
             if row is not None:
                 rows.append(row)
             if predicted is not _MISS and not _same_row(predicted, row):
-                raise AssertionError(f"table memo: {predicted!r} != {row!r} for {s.prim}")
+                raise AssertionError(f"table memo: {predicted!r} != {row!r} for {s!r}")
             if key is not None:
                 seen = (row, s, uids, self.n_fallback - n_fallback)
                 entry = memo.get(key)
@@ -172,6 +173,28 @@ class TableMode:
             tuple(self.bound),
         )
         return key, uids
+
+    def _alloc_key(self, s: Alloc, stmts: list, i: int) -> tuple[tuple, list[int]]:
+        """``_op_key`` for an Alloc (``stmts[i]``): what its code depends on, the poison
+        decision included (left in ``_poison`` for the rendering)."""
+        t = s.tensor
+        if t.kind != "temp" or t.base is not None:
+            raise _Unkeyable
+        poison = self.needs_poison_temp(t, (stmts[j] for j in range(i + 1, len(stmts))))
+        self._poison[id(s)] = poison
+        u = t.uid
+        key = (
+            "alloc",
+            t.shape,
+            t.dtype,
+            t.dtype.metadata is None,
+            t.buffer,
+            u in self.forwarded,
+            u in self.shadow,
+            poison,
+            tuple(self.bound),
+        )
+        return key, [u]
 
     def _replay(self, entry: tuple, op: Op, uids: list[int]) -> Any:
         """The row ``entry``'s recipe gives for ``op`` (None: the op has no code), or
