@@ -94,7 +94,9 @@ class Accesses:
         self.tensors: dict[int, Tensor] = {}
         for t in kernel.params + kernel.tensors:
             self.tensors[t.uid] = t
+        self.n_statements = 0
         for s, _ in kernel.walk():
+            self.n_statements += 1
             if isinstance(s, Op):
                 for a in list(s.outs) + [x for x in s.ins if isinstance(x, Access)]:
                     self.tensors.setdefault(a.tensor.uid, a.tensor)

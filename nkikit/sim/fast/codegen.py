@@ -58,7 +58,7 @@ class Compiler(Planner, TableMode):
 
     def build(self) -> Program:
         k = self.k
-        self.chunked = sum(1 for _ in k.walk()) > table.TABLE_ABOVE
+        self.chunked = self.n_statements > table.TABLE_ABOVE
         self.templates = {}
         self.chunks = []
         self.bound = []

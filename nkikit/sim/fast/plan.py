@@ -233,14 +233,17 @@ class Planner(Accesses):
                     walk(st.body, loops + [st])
                     loop_end[id(st)] = pos - 1
                 elif isinstance(st, Op):
-                    accs = list(st.outs) + [x for x in st.ins if isinstance(x, Access)]
-                    for a in accs:
-                        uid = a.tensor.root.uid
+                    n = len(loops)
+                    for a in (*st.outs, *st.ins):
+                        if not isinstance(a, Access):
+                            continue
+                        t = a.tensor
+                        while t.base is not None:  # t.root, without the property call
+                            t = t.base
+                        uid = t.uid
                         if uid in uids:
                             d = depth.get(uid, 0)
-                            uses.setdefault(uid, []).append(
-                                (p, loops[d] if len(loops) > d else None)
-                            )
+                            uses.setdefault(uid, []).append((p, loops[d] if n > d else None))
 
         walk(self.k.body, [])
         live: list[tuple[int, int, int, int, int]] = []  # (start, end, offset, size, uid)
