@@ -35,10 +35,12 @@ D = _load_differential()
 
 @pytest.fixture
 def table_mode(monkeypatch):
-    """Every kernel and every loop body table-driven; programs compiled before are dropped
+    """Every kernel and every loop body table-driven, every op rendered even where the
+    memo has its row, and the two rows compared; programs compiled before are dropped
     (the cache is keyed by kernel, and the JIT caches kernels)."""
     monkeypatch.setattr(fast_table, "TABLE_ABOVE", -1)
     monkeypatch.setattr(fast_table, "TABLE_BODY", 1)
+    monkeypatch.setattr(fast_table, "CHECK_MEMO", True)
     fast._CACHE.clear()
     yield
     fast._CACHE.clear()
@@ -90,4 +92,34 @@ def test_unrolled_kernel_is_table_driven_and_identical():
     assert prog.source.count("\ndef _t") < 40 and "TABLE" in prog.source
     got = prog.run([a, w])
     ref = interp.simulate(ir, [a, w])
+    assert all(same_bits(x, y) for x, y in zip(got, ref))
+
+
+def _benchmark_kernel(steps: int):
+    from benchmarks.nki0x.run import BLOCKS, TARGET, F, P, make_kernel
+
+    k = make_kernel(steps)
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((BLOCKS * P, F), dtype=np.float32)
+    w = rng.standard_normal((P, P), dtype=np.float32)
+    return k._trace(k.bind((a, w), {}), TARGET), [a, w]
+
+
+def test_repeated_ops_replay_their_rows(monkeypatch):
+    """The NKI 0.x size benchmark's kernel: after the first steps, every op's row comes from
+    the memo; rendered anyway, each equals the memo's; the program matches the reference."""
+    from nkikit.sim.fast.codegen import Compiler
+
+    ir, args = _benchmark_kernel(fast_table.TABLE_ABOVE // 4 + 40)
+    monkeypatch.setattr(fast_table, "CHECK_MEMO", True)
+    checked = Compiler(ir)
+    checked.build()
+    monkeypatch.setattr(fast_table, "CHECK_MEMO", False)
+    c = Compiler(ir)
+    prog = c.build()
+    n_ops = sum(1 for _ in ir.ops())
+    assert c.n_replayed == checked.n_replayed > n_ops * 0.9
+    assert prog.n_fallback == checked.n_fallback
+    got = prog.run(args)
+    ref = interp.simulate(ir, args)
     assert all(same_bits(x, y) for x, y in zip(got, ref))

@@ -84,6 +84,9 @@ class Accesses:
         self.conds: list[str] = []
         self.shadow: set[int] = set()
         self._access_memo: dict[tuple, tuple[AccessCode | None, list[str]]] = {}
+        # the code of an access to any tensor of a shape, its uid left as "\0": unrolled
+        # kernels make the same accesses to thousands of fresh tiles
+        self._shape_memo: dict[tuple, tuple[AccessCode | None, list[str]]] = {}
         grid = kernel.grid or (1,)
         for i, g in enumerate(grid):
             self.names[ProgramId(i)] = f"p{i}"
@@ -91,7 +94,9 @@ class Accesses:
         self.tensors: dict[int, Tensor] = {}
         for t in kernel.params + kernel.tensors:
             self.tensors[t.uid] = t
+        self.n_statements = 0
         for s, _ in kernel.walk():
+            self.n_statements += 1
             if isinstance(s, Op):
                 for a in list(s.outs) + [x for x in s.ins if isinstance(x, Access)]:
                     self.tensors.setdefault(a.tensor.uid, a.tensor)
@@ -182,6 +187,29 @@ class Accesses:
         if acc.indirect is not None:
             return None, []  # a gather/scatter: only the gather/scatter executor compiles those
         t = acc.tensor
+        shadowed = t.uid in self.shadow
+        key = (t.shape, shadowed, acc.shape, acc.index, write, raw_consumer)
+        hit = self._shape_memo.get(key)
+        if hit is None:
+            hit = self._shape_memo[key] = self._access_code(acc, write, raw_consumer, shadowed)
+        code, conds = hit
+        if code is None:
+            return hit
+        u = str(t.uid)
+        wide = code.wide
+        return AccessCode(
+            code.expr.replace("\0", u),
+            code.layout_exact,
+            None if wide is None else wide.replace("\0", u),
+            code.region,
+        ), conds
+
+    def _access_code(
+        self, acc: Access, write: bool, raw_consumer: bool, shadowed: bool
+    ) -> tuple[AccessCode | None, list[str]]:
+        """``_access`` with the tensor's uid written as a NUL character (the same code for
+        every tensor of its shape); ``shadowed``: whether the tensor has an fp32 shadow."""
+        t = acc.tensor
         tshape = t.shape
         names, ranges = self.names, self.ranges
         dims: list[tuple[int, int] | None] = []
@@ -235,7 +263,7 @@ class Accesses:
         ix = ", ".join(idx) if idx else "()"
         if len(idx) == 1:
             ix += ","
-        expr = f"{self.slot(t)}[{ix}]"
+        expr = f"m\0[{ix}]"  # self.slot(t), the uid filled in by _access
         bshape = tuple(s if k in axes_seen else 1 for k, s in enumerate(shape))
         bcast = bshape != tuple(shape)
         kept = tuple(shape[k] for k in axes_seen)
@@ -251,8 +279,8 @@ class Accesses:
             return AccessCode(f"{expr}.transpose({perm!r})", False), conds
         if basic:
             wide = None
-            if t.uid in self.shadow and not bcast and _contiguous(tshape, acc, dims):
-                wide = f"s{t.uid}[{ix}]" + (f".reshape({bshape!r})" if kept != bshape else "")
+            if shadowed and not bcast and _contiguous(tshape, acc, dims):
+                wide = f"s\0[{ix}]" + (f".reshape({bshape!r})" if kept != bshape else "")
             if kept != bshape:
                 expr += f".reshape({bshape!r})"
             if bcast:

@@ -58,11 +58,14 @@ class Compiler(Planner, TableMode):
 
     def build(self) -> Program:
         k = self.k
-        self.chunked = sum(1 for _ in k.walk()) > table.TABLE_ABOVE
+        self.chunked = self.n_statements > table.TABLE_ABOVE
         self.templates = {}
         self.chunks = []
         self.bound = []
         self._signatures = {}
+        self._memo = {}
+        self._poison = {}
+        self.n_replayed = 0
         self.emit("def _kernel(mem, interp):", 0)
         self.emit("env = {}", 1)
         # storage: parameters, HBM tensors and constants come from mem; temporaries are
@@ -109,11 +112,11 @@ class Compiler(Planner, TableMode):
 
         for t in self.tensors.values():
             view(t)
+        self.plan_forwarding()  # first: its read and write index serves the poison plan
         poison_start = {}
         for t in self.tensors.values():
             if t.base is None and t.kind in ("hbm", "output"):
                 poison_start[t.uid] = self.needs_poison_hbm(t)
-        self.plan_forwarding()
         self.plan_shadows()
         if self.chunked:
             # V: reshaped views, B: the own buffers of forwarded tiles, S: fp32 shadows
@@ -168,7 +171,10 @@ class Compiler(Planner, TableMode):
                 t = s.tensor
                 if t.uid in self.forwarded:
                     self.emit(f"m{t.uid} = mem[{t.uid}] = b{t.uid}", depth)
-                if self.needs_poison_temp(t, (stmts[j] for j in range(i + 1, len(stmts)))):
+                poison = self._poison.pop(id(s), None)  # decided by table mode's memo key
+                if poison is None:
+                    poison = self.needs_poison_temp(t, (stmts[j] for j in range(i + 1, len(stmts))))
+                if poison:
                     pv = self.const(dtypes.poison_value(t.dtype), "POISON")
                     self.emit(f"{self.slot(t)}.fill({pv})", depth)
                     if t.uid in self.shadow:

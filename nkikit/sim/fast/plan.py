@@ -61,7 +61,20 @@ class Planner(Accesses):
         """``acc.is_whole``, remembered (the plans ask for most accesses more than once)."""
         w = self._whole.get(id(acc))
         if w is None:
-            w = self._whole[id(acc)] = acc.is_whole
+            # ``is_whole`` without building an ``Affine.of(Axis(k))`` per dimension: each
+            # index is exactly ``1 * Axis(k) + 0``
+            w = acc.indirect is None and acc.shape == acc.tensor.shape
+            if w:
+                for k, a in enumerate(acc.index):
+                    terms = a.terms
+                    if a.const != 0 or len(terms) != 1:
+                        w = False
+                        break
+                    s, c = terms[0]
+                    if c != 1 or s.__class__ is not Axis or s.k != k:
+                        w = False
+                        break
+            self._whole[id(acc)] = w
         return w
 
     # -- poisoning ------------------------------------------------------------------------------
@@ -130,12 +143,40 @@ class Planner(Accesses):
                     writes.append((s, o))
         return reads, writes, clean
 
+    def _mentions(self, s: Op | Loop | Alloc, root: Tensor, reads_only: bool) -> bool:
+        """Does ``s`` read ``root`` (``_touches``'s reads), or when not ``reads_only`` read
+        or write it -- without ``_touches``'s other findings."""
+        if isinstance(s, Loop):
+            return any(self._mentions(x, root, reads_only) for x in s.body)
+        if not isinstance(s, Op):
+            return False
+        for x in s.ins:
+            if isinstance(x, Access) and x.tensor.root is root:
+                return True
+        for o in s.outs:
+            if o.tensor.root is root and (not reads_only or reads_dst(s)):
+                return True
+        return False
+
     def needs_poison_hbm(self, t: Tensor) -> bool:
-        reads, writes, clean = self._touches(self.k.body, t)
-        if reads or not clean or not writes:
+        """``_touches`` over the whole body, from the read and write index ``plan_forwarding``
+        built (the coverage proof does not depend on the writes' order)."""
+        if t.uid in self.reads:
             return True
-        free = set(self.ranges)
-        return not self._cover(t, [w for _, w in writes], free)
+        writes = []
+        clean = True
+        for s in {id(op): op for op in self.writes.get(t.uid, [])}.values():
+            for o in s.outs:
+                if o.tensor.root is t:
+                    mp = self.mask_plan(s)
+                    if mp is None or mp[0] == "dynamic":
+                        clean = False
+                    if not writes_all(s) or self.access(o, True, True, dynamic=False) is None:
+                        clean = False
+                    writes.append(o)
+        if not clean or not writes:
+            return True
+        return not self._cover(t, writes, set(self.ranges))
 
     def needs_poison_temp(self, t: Tensor, rest: Iterable) -> bool:
         """``rest``: the statements after the Alloc in its body.  Poison is needed unless
@@ -192,14 +233,17 @@ class Planner(Accesses):
                     walk(st.body, loops + [st])
                     loop_end[id(st)] = pos - 1
                 elif isinstance(st, Op):
-                    accs = list(st.outs) + [x for x in st.ins if isinstance(x, Access)]
-                    for a in accs:
-                        uid = a.tensor.root.uid
+                    n = len(loops)
+                    for a in (*st.outs, *st.ins):
+                        if not isinstance(a, Access):
+                            continue
+                        t = a.tensor
+                        while t.base is not None:  # t.root, without the property call
+                            t = t.base
+                        uid = t.uid
                         if uid in uids:
                             d = depth.get(uid, 0)
-                            uses.setdefault(uid, []).append(
-                                (p, loops[d] if len(loops) > d else None)
-                            )
+                            uses.setdefault(uid, []).append((p, loops[d] if n > d else None))
 
         walk(self.k.body, [])
         live: list[tuple[int, int, int, int, int]] = []  # (start, end, offset, size, uid)
@@ -289,7 +333,7 @@ class Planner(Accesses):
             # the writer must be a plain statement of this body, after the Alloc, with no
             # read of t in between (that read would see the poison)
             pos = next((j for j in range(i + 1, len(stmts)) if stmts[j] is w), None)
-            if pos is None or any(self._touches([x], t)[0] for x in stmts[i + 1 : pos]):
+            if pos is None or any(self._mentions(x, t, True) for x in stmts[i + 1 : pos]):
                 continue
             out = w.outs[0] if len(w.outs) == 1 else None
             if self._plain_copy(w) and out is not None and out.tensor is t and self.whole(out):
@@ -335,7 +379,7 @@ class Planner(Accesses):
             ):
                 continue
             between = stmts[pos + 1 : spos]
-            if any(any(self._touches([x], droot)[:2]) for x in between):
+            if any(self._mentions(x, droot, False) for x in between):
                 continue
             code = self.static_access(dst, True)
             if code is None or not code.layout_exact:

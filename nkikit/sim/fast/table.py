@@ -7,6 +7,12 @@ constants and integers turned into parameters), equal templates are compiled onc
 body is a loop over a table of (template, arguments).  The per-tensor setup (arena views,
 forwarding buffers, shadows) is a loop over constant tables too.  Smaller kernels keep
 every tensor in a local of one straight-line function.
+
+An unrolled kernel repeats a few kinds of op with fresh tiles: an op whose *shape* (``key``:
+everything code generation reads about it, its temporaries named by order of appearance)
+was seen twice reuses the row those two taught (``_learn``: which argument is a constant,
+which a temporary's uid, which the op itself) instead of being rendered and templated again.
+``CHECK_MEMO`` renders every op anyway and asserts the rows agree (the tests turn it on).
 """
 
 from __future__ import annotations
@@ -14,8 +20,35 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import numpy as np
+
+from ...ir.core import Access, Alloc, Op
+
 TABLE_ABOVE = 2048  # kernels with more statements than this are table-driven
 TABLE_BODY = 256  # bodies with more statements than this are table-driven as well
+CHECK_MEMO = False  # render every op and assert the memo's rows equal the rendered ones
+
+_PLAIN = (str, int, float, bool, type(None), np.generic)
+
+
+class _Unkeyable(Exception):
+    """An op holds a value the memo cannot compare safely: it is always rendered."""
+
+
+def _frozen(v: Any) -> Any:
+    """A hashable stand-in for an attribute value that tells apart every two values whose
+    generated code may differ (type and repr for scalars: 1 vs 1.0 vs True, 0.0 vs -0.0)."""
+    if isinstance(v, _PLAIN):
+        return (type(v), repr(v))
+    if isinstance(v, tuple | list):
+        return (type(v), tuple(_frozen(x) for x in v))
+    if isinstance(v, np.dtype):
+        return ("dtype", v, v.metadata is None)
+    if isinstance(v, np.ndarray | dict | set):
+        raise _Unkeyable
+    hash(v)  # functions, enums: compared by identity or their own equality
+    return (type(v), v)
+
 
 # what a template turns into parameters: tensor slots (m5, b5, s5), namespace constants
 # (DT3, OP12, ...) and integer literals (not digits of a name or of a float literal); the
@@ -33,6 +66,9 @@ class TableMode:
     bound: list[str]  # loop variables in scope, passed on to templates
     ints: dict[int, int]  # one object per integer in the argument tables
     _signatures: dict[tuple[int, int, int], tuple[list[str], str]]
+    _memo: dict[tuple, tuple]  # op key -> (_FIRST, seen) | (_RECIPE, ...)
+    _poison: dict[int, bool]  # id(Alloc) -> needs poison, decided by its memo key
+    n_replayed: int  # ops whose row came from the memo
 
     def table(self, stmts: list, depth: int) -> None:
         """Emit ``stmts`` table-driven: each statement's code as a call of a template
@@ -41,15 +77,149 @@ class TableMode:
         forwarding buffers and shadows), which every assignment to a tensor's local also
         updates, so each statement sees what the ones before it left."""
         rows = []
+        memo = self._memo
         for i in range(len(stmts)):
+            s = stmts[i]
+            key = None
+            predicted: Any = _MISS
+            if type(s) is Op or type(s) is Alloc:
+                try:
+                    key, uids = self._op_key(s) if type(s) is Op else self._alloc_key(s, stmts, i)
+                    entry = memo.get(key)
+                except (_Unkeyable, TypeError):  # TypeError: an unhashable value
+                    key = entry = None
+                if entry is not None and entry[0] is _RECIPE:
+                    predicted = self._replay(entry, s, uids)
+                    if predicted is not _MISS:
+                        self.n_replayed += 1
+                    if predicted is not _MISS and not CHECK_MEMO:
+                        self.n_fallback += entry[3]
+                        if predicted is not None:
+                            rows.append(predicted)
+                        continue
+            n_fallback = self.n_fallback
             saved, self.lines = self.lines, []
             self.statements(stmts, i, i + 1, 1)
             lines, self.lines = self.lines, saved
-            if lines:
-                rows.append(self.template(lines))
+            row = self.template(lines) if lines else None
+            if row is not None:
+                rows.append(row)
+            if predicted is not _MISS and not _same_row(predicted, row):
+                raise AssertionError(f"table memo: {predicted!r} != {row!r} for {s!r}")
+            if key is not None:
+                seen = (row, s, uids, self.n_fallback - n_fallback)
+                entry = memo.get(key)
+                if entry is None or entry[0] is _FIRST:
+                    memo[key] = _learn(entry[1], seen) if entry is not None else (_FIRST, seen)
         bound = "".join(f"{n}, " for n in self.bound)
         self.emit(f"for a in {self.const(rows, 'TABLE')}:", depth)
         self.emit(f"T[a[0]](mem, interp, env, V, B, S, {bound}*a)", depth + 1)
+
+    def _op_key(self, op: Op) -> tuple[tuple, list[int]]:
+        """(everything code generation reads about ``op``, with its temporaries named by
+        order of appearance; their uids in that order).  Other tensors are named by uid:
+        what the plans know of them is the same for every op."""
+        temps: dict[int, tuple] = {}
+        uids: list[int] = []
+        shadow, forwarded, aliased = self.shadow, self.forwarded, self.aliased
+        reads, writes = self.reads, self.writes
+
+        def tk(t: Any) -> Any:
+            if t.kind != "temp" or t.base is not None:
+                return t.uid
+            u = t.uid
+            k = temps.get(u)
+            if k is None:
+                k = temps[u] = (
+                    len(uids),
+                    t.shape,
+                    t.dtype,
+                    t.dtype.metadata is None,
+                    t.buffer,
+                    t.par_axis,
+                    t.mutable,
+                    u in shadow,
+                    u in forwarded,
+                    u in aliased,
+                    u in reads,
+                    u in writes,
+                )
+                uids.append(u)
+            return k
+
+        def ak(a: Any) -> Any:
+            if type(a) is not Access:
+                return _frozen(a)
+            ind = a.indirect
+            return (
+                tk(a.tensor),
+                a.shape,
+                a.index,
+                None if ind is None else ak(ind),
+                a.indirect_dim,
+            )
+
+        i = id(op)
+        lf, ss, sf = self.load_fwd.get(i), self.store_skip.get(i), self.store_fwd.get(i)
+        key = (
+            op.prim,
+            tuple(map(ak, op.outs)),
+            tuple(map(ak, op.ins)),
+            tuple((k, _frozen(v)) for k, v in op.attrs.items()),
+            op.mask,
+            None if lf is None else tk(lf),
+            None if ss is None else tk(ss),
+            None if sf is None else (tk(sf[0]), ak(sf[1].outs[0])),
+            tuple(self.bound),
+        )
+        return key, uids
+
+    def _alloc_key(self, s: Alloc, stmts: list, i: int) -> tuple[tuple, list[int]]:
+        """``_op_key`` for an Alloc (``stmts[i]``): what its code depends on, the poison
+        decision included (left in ``_poison`` for the rendering)."""
+        t = s.tensor
+        if t.kind != "temp" or t.base is not None:
+            raise _Unkeyable
+        poison = self.needs_poison_temp(t, (stmts[j] for j in range(i + 1, len(stmts))))
+        self._poison[id(s)] = poison
+        u = t.uid
+        key = (
+            "alloc",
+            t.shape,
+            t.dtype,
+            t.dtype.metadata is None,
+            t.buffer,
+            u in self.forwarded,
+            u in self.shadow,
+            poison,
+            tuple(self.bound),
+        )
+        return key, [u]
+
+    def _replay(self, entry: tuple, op: Op, uids: list[int]) -> Any:
+        """The row ``entry``'s recipe gives for ``op`` (None: the op has no code), or
+        ``_MISS`` when it does not apply: a temporary the two teaching ops shared is another
+        one here, or a uid equals an integer constant (the template would merge them)."""
+        _, k, recipe, _, const_ints, fixed, free = entry
+        for p, u in fixed:
+            if uids[p] != u:
+                return _MISS
+        for p in free:
+            if uids[p] in const_ints:
+                return _MISS
+        if k is None:
+            return None
+        ints = self.ints
+        out = [k]
+        for kind, v in recipe:
+            if kind == 0:
+                out.append(v)
+            elif kind == 1:
+                u = uids[v]
+                out.append(ints.setdefault(u, u))
+            else:
+                out.append(op)
+        return tuple(out)
 
     def _signature(self, n_uids: int, n_args: int) -> str:
         """A template's parameters: the program's state, the loop variables in scope, the
@@ -105,3 +275,54 @@ class TableMode:
             k = self.templates[text] = len(self.chunks)
             self.chunks.append(f"def _t{k}{text}")
         return (k, *uids, *args)
+
+
+_MISS = object()  # no prediction
+_FIRST, _RECIPE = "first", "recipe"
+
+
+def _same_row(a: Any, b: Any) -> bool:
+    if a is None or b is None:
+        return a is b
+    return len(a) == len(b) and all(
+        x is y or (type(x) is int and type(y) is int and x == y) for x, y in zip(a, b)
+    )
+
+
+def _learn(first: tuple, second: tuple) -> tuple:
+    """A recipe from two ops of one key: each row element a constant (kind 0, same in both),
+    a temporary's uid (kind 1, its position) or the op (kind 2).  A temporary both ops share
+    is *fixed*: the recipe holds only for ops that share it too.  When the two do not teach
+    one (a uid equal to a constant merged two template parameters, an argument made per op),
+    the second becomes the first of the next try."""
+    (r1, op1, u1, nf1), (r2, op2, u2, nf2) = first, second
+    if nf1 != nf2:
+        return (_FIRST, second)
+    fixed = tuple((p, u1[p]) for p in range(len(u1)) if u1[p] == u2[p])
+    free = tuple(p for p in range(len(u1)) if u1[p] != u2[p])
+    if r1 is None or r2 is None:
+        if r1 is r2:
+            return (_RECIPE, None, [], nf1, frozenset(), fixed, free)
+        return (_FIRST, second)
+    if len(r1) != len(r2) or r1[0] != r2[0]:
+        return (_FIRST, second)
+    recipe: list[tuple[int, Any]] = []
+    const_ints = set()
+    for x, y in zip(r1[1:], r2[1:]):
+        if type(x) is int and type(y) is int:
+            p = next((p for p in free if u1[p] == x and u2[p] == y), None)
+            if p is not None:
+                recipe.append((1, p))
+                continue
+            if x == y:
+                recipe.append((0, x))
+                const_ints.add(x)
+                continue
+            return (_FIRST, second)
+        if x is op1 and y is op2:
+            recipe.append((2, None))
+        elif x is y:
+            recipe.append((0, x))
+        else:
+            return (_FIRST, second)
+    return (_RECIPE, r1[0], recipe, nf1, frozenset(const_ints), fixed, free)
