@@ -62,7 +62,7 @@ import numpy as np
 from ..errors import UNKNOWN_LOC, NkiError
 from ..ir.core import Kernel, Op, Tensor
 from ..ir.prims import engine_of
-from ..ir.residency import Lifetime, resident_overflow, timeline
+from ..ir.residency import Lifetime, footprint, psum_user_top, resident_overflow, timeline
 from ..targets import Target
 
 # Up to this many placement groups per memory, biggest-first placement is tried too (one
@@ -211,7 +211,7 @@ def _layout(t: Tensor, target: Target) -> tuple[int, int]:
         padded = 1 << max(tile - 1, 1).bit_length()
         padded = min(max(padded, 4), bank)
         return blocks * padded, padded
-    return max(t.bytes_per_partition, 1), target.sbuf_align
+    return max(footprint(t), 1), target.sbuf_align
 
 
 def _starts(partitions: int, total: int) -> tuple[int, ...]:
@@ -422,9 +422,16 @@ def allocate(kernel: Kernel, target: Target, *, rotation: bool = True) -> Alloca
     tl = timeline(kernel)
     loaded = _dma_fed(tl)
     infos: dict[str, list[_Info]] = {"sbuf": [], "psum": []}
+    fixed: list[_Info] = []  # PSUM tensors a user allocation placed: kept at their banks
     for info in tl.lifetimes.values():
-        infos[info.tensor.buffer].append(info)
-    capacity = {"sbuf": target.sbuf_bytes, "psum": target.psum_bytes}
+        t = info.tensor
+        if t.buffer == "psum" and t.user_span is not None:
+            fixed.append(info)
+        else:
+            infos[t.buffer].append(info)
+    top = psum_user_top(kernel)
+    capacity = {"sbuf": target.sbuf_bytes, "psum": target.psum_bytes - top}
+    base = {"sbuf": 0, "psum": top}
 
     placements: dict[int, Placement] = {}
     leader: dict[int, int] = {}
@@ -454,9 +461,10 @@ def allocate(kernel: Kernel, target: Target, *, rotation: bool = True) -> Alloca
                     raise over.error()
         if placed is None:
             _fail(memory, its, high, capacity[memory])
-        used[memory] = high
+        used[memory] = high + base[memory]
         modes.append(mode)
         for it, (p, off) in zip(its, placed):
+            off += base[memory]
             g = it.group
             n = len(g.members)
             head = g.members[0].tensor.uid
@@ -481,6 +489,11 @@ def allocate(kernel: Kernel, target: Target, *, rotation: bool = True) -> Alloca
                 placements[uid] = place
                 if n > 1:
                     leader[uid] = head
+    for info in fixed:
+        lo, hi = info.tensor.user_span
+        placements[info.tensor.uid] = Placement(
+            info.tensor, "psum", 0, info.tensor.partitions, lo, hi - lo, 1, (info.lo, info.hi)
+        )
     for segs in segments.values():
         segs.sort(key=lambda q: q.live[0])
     for uid, segs in segments.items():

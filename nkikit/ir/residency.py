@@ -23,6 +23,13 @@ partition rounded up to the allocation alignment, as the allocator places them.
 PSUM is not spilled (its tiles are accumulation groups in flight), so none of this applies
 to it: a PSUM tensor holds its bytes over its whole lifetime.
 
+A tensor with a ``user_span`` (a direct allocation: ``nki.compiler.sbuf/psum.mod_alloc`` or
+``alloc``) occupies that span: blocks beyond the allocated tiles alias, so an SBUF tensor
+takes the span's bytes (:func:`sbuf_size`), and a PSUM tensor stays at its banks for the whole
+kernel -- user allocations may overlap (the program orders them), so they take the banks of
+their union, and automatically allocated PSUM goes above the highest of them
+(:func:`psum_user_top`), in the verifier's capacity rule and in the allocator alike.
+
 Cost: one walk, O(statements x loop depth + accesses), and a sweep over the segments.
 """
 
@@ -141,9 +148,30 @@ def _count(body: list[Stmt]) -> int:
 
 
 def sbuf_size(t: Tensor, target: Target) -> int:
-    """Bytes per partition one buffer of SBUF tensor ``t`` takes, alignment included."""
+    """Bytes per partition one buffer of SBUF tensor ``t`` takes, alignment included: its
+    user allocation's span if it has one (aliasing blocks share bytes)."""
     a = target.sbuf_align
-    return -(-max(t.bytes_per_partition, 1) // a) * a
+    return -(-max(footprint(t), 1) // a) * a
+
+
+def footprint(t: Tensor) -> int:
+    """Bytes per partition ``t`` occupies: its user allocation's span, else the whole tensor."""
+    if t.user_span is not None:
+        return t.user_span[1] - t.user_span[0]
+    return t.bytes_per_partition
+
+
+def psum_user_top(kernel: Kernel) -> int:
+    """The end (bytes per partition) of the highest PSUM bank a user allocation of ``kernel``
+    holds, 0 without any: automatically allocated PSUM tensors go above it."""
+    top = 0
+    for t in kernel.tensors:
+        if t.buffer == "psum" and t.user_span is not None:
+            top = max(top, t.user_span[1])
+    for s, _ in kernel.walk():
+        if isinstance(s, Alloc) and s.tensor.buffer == "psum" and s.tensor.user_span is not None:
+            top = max(top, s.tensor.user_span[1])
+    return top
 
 
 @dataclass(frozen=True, slots=True)

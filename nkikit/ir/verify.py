@@ -43,7 +43,7 @@ from ..targets import Target, get_target
 from .affine import Affine, Axis, LoopVar, Predicate, ProgramId, Sym
 from .core import ON_CHIP, Access, Alloc, Kernel, Loop, Op, Tensor
 from .prims import PRIMS, accumulates, engine_of, engines_of, mask_ref
-from .residency import resident_overflow, timeline
+from .residency import psum_user_top, resident_overflow, timeline
 
 # ---------------------------------------------------------------------------------------------
 # the op in context
@@ -879,10 +879,12 @@ class _Liveness:
     inside a nested loop counts for the whole loop).  A tensor allocated in a loop body counts
     once, not per iteration: rolled loops reuse one buffer.  Walking in program order, the
     first allocation that pushes PSUM past its capacity is reported.  (SBUF is checked by
-    what stays resident once idle tiles are spilled: see ``kernel_capacity``.)"""
+    what stays resident once idle tiles are spilled: see ``kernel_capacity``.)  Tensors a user
+    allocation placed hold their banks for the whole kernel (checked where they are created);
+    the others share the banks above the highest of those (``ir/residency.psum_user_top``)."""
 
     def __init__(self, kernel: Kernel, target: Target) -> None:
-        self.limits = {"psum": target.psum_bytes}
+        self.limits = {"psum": target.psum_bytes - psum_user_top(kernel)}
         self.loop_uses: dict[int, set[int]] = {}
 
     def uses(self, stmt: object) -> set[int]:
@@ -905,7 +907,11 @@ class _Liveness:
         allocs: list[tuple[int, Tensor]] = []
         last: dict[int, int] = {}
         for i, s in enumerate(body):
-            if isinstance(s, Alloc) and s.tensor.buffer in self.limits:
+            if (
+                isinstance(s, Alloc)
+                and s.tensor.buffer in self.limits
+                and s.tensor.user_span is None
+            ):
                 allocs.append((i, s.tensor))
                 last[s.tensor.uid] = i
         if not allocs and not any(isinstance(s, Loop) for s in body):
@@ -926,7 +932,7 @@ class _Liveness:
         for i, s in enumerate(body):
             for b in cur:
                 cur[b] += delta[b][i]
-            if isinstance(s, Alloc) and s.tensor.buffer in self.limits:
+            if isinstance(s, Alloc) and s.tensor.buffer in self.limits and s.tensor.uid in last:
                 b = s.tensor.buffer
                 if outer[b] + cur[b] > self.limits[b]:
                     self.fail(s.tensor, outer[b] + cur[b], chain + [(frame, i)])

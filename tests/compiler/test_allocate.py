@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import nkikit as nki
+import nkikit.isa as nisa
 import nkikit.language as nl
 import nkikit.typing as nt
 from nkikit.compiler.allocate import allocate
@@ -223,3 +225,37 @@ def test_thousands_of_tiles_without_rotation_stay_apart():
             if q.live[0] > p.live[1]:
                 break
             assert not _overlap(p, q), (p.tensor.name, q.tensor.name)
+
+
+def _user_and_auto_psum(auto_blocks: int):
+    """Seven bank-sized blocks of a PSUM tensor placed in banks 0-6 by the user (aliasing
+    modulo 7 for more blocks), and ``auto_blocks`` bank-sized blocks allocated automatically."""
+
+    @nki.jit
+    def kernel(a, b):
+        out = nl.ndarray((2, 128, 512), dtype=F32, buffer=nl.shared_hbm)
+        at = nki.compiler.psum.mod_alloc(base_bank=0, num_bank_tiles=(7,))
+        user = nl.ndarray((14, nl.par_dim(128), 512), dtype=F32, buffer=at)
+        auto = nl.ndarray((auto_blocks, nl.par_dim(128), 512), dtype=F32, buffer=nl.psum)
+        ta = nl.load(a)
+        tb = nl.load(b)
+        user[9] = nisa.nc_matmul(ta, tb)
+        auto[auto_blocks - 1] = nisa.nc_matmul(ta, tb)
+        nl.store(out[0], value=nl.copy(user[9]))
+        nl.store(out[1], value=nl.copy(auto[auto_blocks - 1]))
+        return out
+
+    return kernel
+
+
+def test_user_allocated_psum_keeps_its_banks_and_auto_psum_goes_above():
+    a = nt.tensor[[128, 128], F32]
+    b = nt.tensor[[128, 512], F32]
+    alloc, by_name = _placements(_user_and_auto_psum(1), a, b)
+    user, auto = by_name["user"], by_name["auto"]
+    assert (user.offset, user.size, user.buffers) == (0, 7 * 2048, 1)
+    assert auto.offset == 7 * 2048 and auto.end <= 8 * 2048
+    assert alloc.used["psum"] == 8 * 2048
+    with pytest.raises(NkiError) as e:  # two more banks do not fit above bank 6
+        _user_and_auto_psum(2).ir(a, b)
+    assert e.value.name == "err_psum_total_capacity_exceeded"
