@@ -27,6 +27,9 @@ Contract of :func:`allocate`:
   a loop that the tensor is declared outside of keeps it live for the whole loop.  The first
   attempt also refuses to share memory between tensors of a common loop (their iterations
   may overlap once pipelined); only if that does not fit is plain static liveness used.
+* A PSUM tensor placed by a user allocation (``Tensor.user_span``) keeps its banks; the
+  other PSUM tensors go above the highest of them, each taking the most blocks it has in use
+  at once (``nkikit/ir/residency.py``: the verifier's capacity rule counts the same).
 * A PSUM tile never straddles a 2 KiB bank: tiles are padded to a power of two and aligned
   to it, and tiles of a bank or more start on a bank boundary [A2, MIG].
 * Partition starts follow the hardware rule: 0 when P > 64, 0 or 64 when P > 32, a multiple
@@ -62,7 +65,14 @@ import numpy as np
 from ..errors import UNKNOWN_LOC, NkiError
 from ..ir.core import Kernel, Op, Tensor
 from ..ir.prims import engine_of
-from ..ir.residency import Lifetime, footprint, psum_user_top, resident_overflow, timeline
+from ..ir.residency import (
+    Lifetime,
+    footprint,
+    psum_blocks_in_use,
+    psum_user_top,
+    resident_overflow,
+    timeline,
+)
 from ..targets import Target
 
 # Up to this many placement groups per memory, biggest-first placement is tried too (one
@@ -194,10 +204,11 @@ _Info = Lifetime
 # sizes
 
 
-def _layout(t: Tensor, target: Target) -> tuple[int, int]:
-    """(bytes per partition of one buffer, alignment)."""
+def _layout(t: Tensor, target: Target, blocks_in_use: dict[int, int]) -> tuple[int, int]:
+    """(bytes per partition of one buffer, alignment).  A PSUM tensor whose blocks live one
+    loop iteration at a time takes the blocks in use at once (``blocks_in_use``)."""
     if t.buffer == "psum":
-        blocks = prod(t.shape[: t.par_axis])
+        blocks = blocks_in_use.get(t.uid, prod(t.shape[: t.par_axis]))
         tile = prod(t.shape[t.par_axis + 1 :]) * t.dtype.itemsize
         bank = target.psum_bank_bytes
         if tile > bank:
@@ -430,6 +441,7 @@ def allocate(kernel: Kernel, target: Target, *, rotation: bool = True) -> Alloca
         else:
             infos[t.buffer].append(info)
     top = psum_user_top(kernel)
+    blocks = psum_blocks_in_use(kernel)
     capacity = {"sbuf": target.sbuf_bytes, "psum": target.psum_bytes - top}
     base = {"sbuf": 0, "psum": top}
 
@@ -442,7 +454,7 @@ def allocate(kernel: Kernel, target: Target, *, rotation: bool = True) -> Alloca
     rotated = True
     for memory, mem_infos in infos.items():
         for rotate in (True, False) if rotation else (False,):
-            its = _items(_groups(mem_infos, rotate), target, loaded)
+            its = _items(_groups(mem_infos, rotate), target, loaded, blocks)
             placed, high, mode = _fit(its, capacity[memory], target.partitions)
             if placed is not None:
                 break
@@ -517,7 +529,10 @@ def _dma_fed(tl) -> frozenset[int]:
 
 
 def _items(
-    groups: list[_Group], target: Target, loaded: frozenset[int] = frozenset()
+    groups: list[_Group],
+    target: Target,
+    loaded: frozenset[int] = frozenset(),
+    blocks_in_use: dict[int, int] | None = None,
 ) -> list[_Item]:
     """Buffers wanted per group.  A tensor of a loop wants one buffer per iteration in flight
     (``max_buffers`` in an ``affine_range``, ``sequential_buffers`` in a
@@ -528,7 +543,7 @@ def _items(
     items = []
     for g in groups:
         t = g.tensor
-        size, align = _layout(t, target)
+        size, align = _layout(t, target, blocks_in_use or {})
         n = len(g.members)
         execs = g.allocs // n
         if execs > 1:
