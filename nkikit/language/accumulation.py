@@ -19,8 +19,9 @@ traced instruction:
   re-trace ``i % k`` indexing uses) and each copy is decided on its own;
 * otherwise (written before, or an overlap the affine indices cannot settle): it adds.
 
-Regions are compared symbolically: two accesses whose loop-variable terms agree along a
-dimension are disjoint when their tile-axis intervals there do not meet.
+Regions are compared symbolically: two accesses are disjoint when, along some dimension,
+the coordinates they reach over all iterations of their loops do not meet, or their
+loop-variable terms agree there and their tile-axis intervals do not meet.
 """
 
 from __future__ import annotations
@@ -73,14 +74,33 @@ def _writes(s: Stmt, dst: Access, op: Op) -> bool:
 
 def _may_overlap(x: Access, y: Access) -> bool:
     for ax, ay in zip(x.index, y.index):
+        rx, ry = _reach(ax, x.shape), _reach(ay, y.shape)
+        if rx is not None and ry is not None and (rx[1] < ry[0] or ry[1] < rx[0]):
+            return False  # apart over every iteration of their loops
         lx, ly = _loop_part(ax), _loop_part(ay)
         if lx != ly:
-            continue  # different loop terms: this dimension cannot tell
+            continue  # different loop terms: this dimension cannot tell more
         lo_x, hi_x = _axis_part(ax).bounds({Axis(k): n for k, n in enumerate(x.shape)})
         lo_y, hi_y = _axis_part(ay).bounds({Axis(k): n for k, n in enumerate(y.shape)})
         if hi_x < lo_y or hi_y < lo_x:
             return False
     return True
+
+
+def _reach(a: Affine, shape: tuple[int, ...]) -> tuple[int, int] | None:
+    """The coordinates an index reaches over its tile axes and every iteration of its loops,
+    or None (a program id: unknown range)."""
+    lo = hi = a.const
+    for s, c in a.terms:
+        if isinstance(s, Axis):
+            n = shape[s.k]
+        elif isinstance(s, LoopVar):
+            n = s.trip
+        else:
+            return None
+        top = c * (n - 1)
+        lo, hi = lo + min(0, top), hi + max(0, top)
+    return lo, hi
 
 
 def _loop_part(a: Affine) -> frozenset:

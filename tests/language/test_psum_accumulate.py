@@ -101,3 +101,32 @@ def test_a_region_moved_by_the_loop_stays_rolled():
     loops = [s for s in ir.body if isinstance(s, Loop)]
     assert len(loops) == 1 and loops[0].var.trip == 4
     assert [op.attrs["accumulate"] for op in _matmuls(block_per_iteration, a, b)] == [False, True]
+
+
+@nki.jit
+def prologue_then_loop(a, b):
+    """Block 0 accumulated before a loop that accumulates into blocks 1..3: the loop's blocks
+    never meet block 0 (over every iteration), so they start fresh too."""
+    out = nl.ndarray((4, 128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+    acc = nl.ndarray((4, nl.par_dim(128), 512), dtype=nl.float32, buffer=nl.psum)
+    x = nl.load(a[0:128, :])
+    y = nl.load(b[0:128, :])
+    acc[0] += nisa.nc_matmul(x, y)
+    acc[0] += nisa.nc_matmul(x, y)
+    nl.store(out[0], value=nl.copy(acc[0]))
+    for j in nl.affine_range(3):
+        acc[j + 1] += nisa.nc_matmul(x, y)
+        nl.store(out[j + 1], value=nl.copy(acc[j + 1]))
+    return out
+
+
+def test_blocks_apart_over_all_iterations_start_fresh():
+    a, b = _inputs()
+    p = a[0:128].T @ b[0:128]
+    got = prologue_then_loop(a, b)
+    np.testing.assert_allclose(got, np.stack([2 * p, p, p, p]), rtol=1e-4, atol=1e-3)
+    assert [op.attrs["accumulate"] for op in _matmuls(prologue_then_loop, a, b)] == [
+        False,
+        True,
+        False,
+    ]
