@@ -27,6 +27,9 @@ Contract of :func:`allocate`:
   a loop that the tensor is declared outside of keeps it live for the whole loop.  The first
   attempt also refuses to share memory between tensors of a common loop (their iterations
   may overlap once pipelined); only if that does not fit is plain static liveness used.
+* A PSUM tensor placed by a user allocation (``Tensor.user_span``) keeps its banks; the
+  other PSUM tensors go above the highest of them, each taking the most blocks it has in use
+  at once (``nkikit/ir/residency.py``: the verifier's capacity rule counts the same).
 * A PSUM tile never straddles a 2 KiB bank: tiles are padded to a power of two and aligned
   to it, and tiles of a bank or more start on a bank boundary [A2, MIG].
 * Partition starts follow the hardware rule: 0 when P > 64, 0 or 64 when P > 32, a multiple
@@ -62,7 +65,14 @@ import numpy as np
 from ..errors import UNKNOWN_LOC, NkiError
 from ..ir.core import Kernel, Op, Tensor
 from ..ir.prims import engine_of
-from ..ir.residency import Lifetime, resident_overflow, timeline
+from ..ir.residency import (
+    Lifetime,
+    footprint,
+    psum_blocks_in_use,
+    psum_user_top,
+    resident_overflow,
+    timeline,
+)
 from ..targets import Target
 
 # Up to this many placement groups per memory, biggest-first placement is tried too (one
@@ -194,10 +204,11 @@ _Info = Lifetime
 # sizes
 
 
-def _layout(t: Tensor, target: Target) -> tuple[int, int]:
-    """(bytes per partition of one buffer, alignment)."""
+def _layout(t: Tensor, target: Target, blocks_in_use: dict[int, int]) -> tuple[int, int]:
+    """(bytes per partition of one buffer, alignment).  A PSUM tensor whose blocks live one
+    loop iteration at a time takes the blocks in use at once (``blocks_in_use``)."""
     if t.buffer == "psum":
-        blocks = prod(t.shape[: t.par_axis])
+        blocks = blocks_in_use.get(t.uid, prod(t.shape[: t.par_axis]))
         tile = prod(t.shape[t.par_axis + 1 :]) * t.dtype.itemsize
         bank = target.psum_bank_bytes
         if tile > bank:
@@ -211,7 +222,7 @@ def _layout(t: Tensor, target: Target) -> tuple[int, int]:
         padded = 1 << max(tile - 1, 1).bit_length()
         padded = min(max(padded, 4), bank)
         return blocks * padded, padded
-    return max(t.bytes_per_partition, 1), target.sbuf_align
+    return max(footprint(t), 1), target.sbuf_align
 
 
 def _starts(partitions: int, total: int) -> tuple[int, ...]:
@@ -422,9 +433,17 @@ def allocate(kernel: Kernel, target: Target, *, rotation: bool = True) -> Alloca
     tl = timeline(kernel)
     loaded = _dma_fed(tl)
     infos: dict[str, list[_Info]] = {"sbuf": [], "psum": []}
+    fixed: list[_Info] = []  # PSUM tensors a user allocation placed: kept at their banks
     for info in tl.lifetimes.values():
-        infos[info.tensor.buffer].append(info)
-    capacity = {"sbuf": target.sbuf_bytes, "psum": target.psum_bytes}
+        t = info.tensor
+        if t.buffer == "psum" and t.user_span is not None:
+            fixed.append(info)
+        else:
+            infos[t.buffer].append(info)
+    top = psum_user_top(kernel)
+    blocks = psum_blocks_in_use(kernel)
+    capacity = {"sbuf": target.sbuf_bytes, "psum": target.psum_bytes - top}
+    base = {"sbuf": 0, "psum": top}
 
     placements: dict[int, Placement] = {}
     leader: dict[int, int] = {}
@@ -435,7 +454,7 @@ def allocate(kernel: Kernel, target: Target, *, rotation: bool = True) -> Alloca
     rotated = True
     for memory, mem_infos in infos.items():
         for rotate in (True, False) if rotation else (False,):
-            its = _items(_groups(mem_infos, rotate), target, loaded)
+            its = _items(_groups(mem_infos, rotate), target, loaded, blocks)
             placed, high, mode = _fit(its, capacity[memory], target.partitions)
             if placed is not None:
                 break
@@ -454,9 +473,10 @@ def allocate(kernel: Kernel, target: Target, *, rotation: bool = True) -> Alloca
                     raise over.error()
         if placed is None:
             _fail(memory, its, high, capacity[memory])
-        used[memory] = high
+        used[memory] = high + base[memory]
         modes.append(mode)
         for it, (p, off) in zip(its, placed):
+            off += base[memory]
             g = it.group
             n = len(g.members)
             head = g.members[0].tensor.uid
@@ -481,6 +501,11 @@ def allocate(kernel: Kernel, target: Target, *, rotation: bool = True) -> Alloca
                 placements[uid] = place
                 if n > 1:
                     leader[uid] = head
+    for info in fixed:
+        lo, hi = info.tensor.user_span
+        placements[info.tensor.uid] = Placement(
+            info.tensor, "psum", 0, info.tensor.partitions, lo, hi - lo, 1, (info.lo, info.hi)
+        )
     for segs in segments.values():
         segs.sort(key=lambda q: q.live[0])
     for uid, segs in segments.items():
@@ -504,7 +529,10 @@ def _dma_fed(tl) -> frozenset[int]:
 
 
 def _items(
-    groups: list[_Group], target: Target, loaded: frozenset[int] = frozenset()
+    groups: list[_Group],
+    target: Target,
+    loaded: frozenset[int] = frozenset(),
+    blocks_in_use: dict[int, int] | None = None,
 ) -> list[_Item]:
     """Buffers wanted per group.  A tensor of a loop wants one buffer per iteration in flight
     (``max_buffers`` in an ``affine_range``, ``sequential_buffers`` in a
@@ -515,7 +543,7 @@ def _items(
     items = []
     for g in groups:
         t = g.tensor
-        size, align = _layout(t, target)
+        size, align = _layout(t, target, blocks_in_use or {})
         n = len(g.members)
         execs = g.allocs // n
         if execs > 1:

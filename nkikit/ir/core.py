@@ -38,6 +38,9 @@ class Tensor:
     base: Tensor | None = None  # a reshape of another HBM tensor
     mutable: bool = False
     const_value: np.ndarray | None = None
+    # bytes [start, end) of each partition of its memory that the user's allocation fixed
+    # (blocks beyond the allocated tiles alias modulo them); None: the allocator chooses
+    user_span: tuple[int, int] | None = None
     uid: int = field(default_factory=lambda: next(_tensor_ids))
 
     def __hash__(self) -> int:

@@ -23,6 +23,15 @@ partition rounded up to the allocation alignment, as the allocator places them.
 PSUM is not spilled (its tiles are accumulation groups in flight), so none of this applies
 to it: a PSUM tensor holds its bytes over its whole lifetime.
 
+A tensor with a ``user_span`` (a direct allocation: ``nki.compiler.sbuf/psum.mod_alloc`` or
+``alloc``) occupies that span: blocks beyond the allocated tiles alias, so an SBUF tensor
+takes the span's bytes (:func:`sbuf_size`), and a PSUM tensor stays at its banks for the whole
+kernel -- user allocations may overlap (the program orders them), so they take the banks of
+their union, and automatically allocated PSUM goes above the highest of them
+(:func:`psum_user_top`), in the verifier's capacity rule and in the allocator alike.  An
+automatically placed PSUM tensor whose blocks are live a part of the kernel at a time takes
+the most blocks in use at once (:func:`psum_blocks_in_use`), in both alike.
+
 Cost: one walk, O(statements x loop depth + accesses), and a sweep over the segments.
 """
 
@@ -33,6 +42,7 @@ from math import prod
 
 from ..errors import UNKNOWN_LOC, NkiError, SourceLoc
 from ..targets import Target
+from .affine import Affine, Axis, LoopVar
 from .core import ON_CHIP, Access, Alloc, Kernel, Loop, Op, Stmt, Tensor
 
 
@@ -141,9 +151,30 @@ def _count(body: list[Stmt]) -> int:
 
 
 def sbuf_size(t: Tensor, target: Target) -> int:
-    """Bytes per partition one buffer of SBUF tensor ``t`` takes, alignment included."""
+    """Bytes per partition one buffer of SBUF tensor ``t`` takes, alignment included: its
+    user allocation's span if it has one (aliasing blocks share bytes)."""
     a = target.sbuf_align
-    return -(-max(t.bytes_per_partition, 1) // a) * a
+    return -(-max(footprint(t), 1) // a) * a
+
+
+def footprint(t: Tensor) -> int:
+    """Bytes per partition ``t`` occupies: its user allocation's span, else the whole tensor."""
+    if t.user_span is not None:
+        return t.user_span[1] - t.user_span[0]
+    return t.bytes_per_partition
+
+
+def psum_user_top(kernel: Kernel) -> int:
+    """The end (bytes per partition) of the highest PSUM bank a user allocation of ``kernel``
+    holds, 0 without any: automatically allocated PSUM tensors go above it."""
+    top = 0
+    for t in kernel.tensors:
+        if t.buffer == "psum" and t.user_span is not None:
+            top = max(top, t.user_span[1])
+    for s, _ in kernel.walk():
+        if isinstance(s, Alloc) and s.tensor.buffer == "psum" and s.tensor.user_span is not None:
+            top = max(top, s.tensor.user_span[1])
+    return top
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,3 +247,132 @@ def resident_overflow(tl: Timeline, target: Target, capacity: int | None = None)
     else:
         loc = here[0].loc if here and here[0].loc else UNKNOWN_LOC
     return Overflow(p, loc, used, limit, tuple(here))
+
+
+def psum_blocks_in_use(kernel: Kernel) -> dict[int, int]:
+    """PSUM tensors whose blocks are live a part of the kernel at a time, by uid: the most
+    blocks in use at once.
+
+    The Neuron compiler allocates an automatically placed PSUM tensor block by block (a
+    block lives from its first write to its last read).  nkikit sees that for a tensor with
+    block dimensions (those before the partition axis) when its accesses fall into *groups*
+    that name the same blocks, the blocks of any two groups are disjoint, and each group
+    either lies in no rolled loop entered after the tensor's creation, or its outermost such
+    loop moves the group's blocks (each iteration its own blocks).  A group then holds its
+    blocks from its first to its last access, a loop nested below that level counting whole
+    (any iteration may touch them); the tensor needs, at each statement, the blocks of the
+    groups holding theirs there.  Otherwise (e.g. blocks a later loop nest reads again, or
+    blocks an outer loop revisits) the whole tensor counts."""
+    uses: dict[int, dict[tuple, list]] = {}  # uid -> key -> [(loops, point), ...]
+    tensors: dict[int, Tensor] = {}
+    span: dict[int, list[int]] = {}  # id(loop) -> [first point, last point]
+    for point, (s, loops) in enumerate(kernel.walk()):
+        for lp in loops:
+            span[id(lp)][1] = point
+        if isinstance(s, Loop):
+            span[id(s)] = [point, point]
+        if not isinstance(s, Op):
+            continue
+        for a in (*s.outs, *s.ins):
+            if not isinstance(a, Access):
+                continue
+            t = a.tensor
+            if t.buffer != "psum" or t.user_span is not None or t.par_axis == 0:
+                continue
+            tensors[t.uid] = t
+            key = (a.index[: t.par_axis], _block_extents(a, t.par_axis))
+            # a loop of one iteration has no back edge: its body is straight-line code here
+            rolled = tuple(lp for lp in loops if lp.var.trip > 1)
+            uses.setdefault(t.uid, {}).setdefault(key, []).append((rolled, point))
+    out: dict[int, int] = {}
+    for uid, groups in uses.items():
+        t = tensors[uid]
+        if len(groups) > _MAX_GROUPS:
+            continue
+        held = [_held(t, key, acc, span) for key, acc in groups.items()]
+        if any(h is None for h in held):
+            continue
+        keys = list(groups)
+        if any(not _disjoint(keys[i], keys[j]) for i in range(len(keys)) for j in range(i)):
+            continue
+        events = sorted(
+            ev
+            for key, (lo, hi) in zip(keys, held)
+            for ev in ((lo, -prod(key[1])), (hi + 1, prod(key[1])))
+        )
+        most = cur = 0
+        for _, d in events:  # at one point, starts (negative) sort before ends
+            cur -= d
+            most = max(most, cur)
+        out[uid] = most
+    return out
+
+
+def _held(t: Tensor, key: tuple, acc: list, span: dict[int, list[int]]) -> tuple | None:
+    """The points a group holds its blocks at (see :func:`psum_blocks_in_use`), or None when
+    its outermost loop after ``t``'s creation leaves its blocks in place."""
+    index, ext = key
+    depth = sum(1 for v in t.scope if v.trip > 1)
+    first = acc[0][0]
+    common = min(len(lv) for lv, _ in acc)
+    for lv, _ in acc[1:]:
+        k = 0
+        while k < common and lv[k] is first[k]:
+            k += 1
+        common = k
+    if common > depth:
+        var = first[depth].var
+        if not any(abs(b.coef(var)) >= e for b, e in zip(index, ext)):
+            return None
+        depth += 1
+    lo, hi = None, 0
+    for loops, point in acc:
+        a, b = span[id(loops[depth])] if len(loops) > depth else (point, point)
+        lo = a if lo is None else min(lo, a)
+        hi = max(hi, b)
+    return lo, hi
+
+
+_MAX_GROUPS = 64  # beyond this many block groups a tensor counts whole (pairwise checks)
+
+
+def _block_extents(a: Access, par_axis: int) -> tuple[int, ...]:
+    """How many blocks the access spans along each block dimension."""
+    ranges = {Axis(k): n for k, n in enumerate(a.shape)}
+    out = []
+    for b in a.index[:par_axis]:
+        lo, hi = _axis_part(b).bounds(ranges)
+        out.append(hi - lo + 1)
+    return tuple(out)
+
+
+def _axis_part(a: Affine) -> Affine:
+    return Affine(tuple((s, c) for s, c in a.terms if isinstance(s, Axis)), a.const)
+
+
+def _range(b: Affine, extent: int) -> tuple[int, int] | None:
+    """The blocks an index reaches over its loops' iterations, or None (a program id)."""
+    lo, hi = _axis_part(b).const, _axis_part(b).const
+    for s, c in b.terms:
+        if isinstance(s, LoopVar):
+            top = c * (s.trip - 1)
+            lo, hi = lo + min(0, top), hi + max(0, top)
+        elif not isinstance(s, Axis):
+            return None
+    return lo, hi + extent - 1
+
+
+def _disjoint(g: tuple, h: tuple) -> bool:
+    """Two groups' blocks never meet: along some block dimension their indices differ by a
+    constant at least as large as the extent below."""
+    for bg, bh, eg, eh in zip(g[0], h[0], g[1], h[1]):
+        rg, rh = _range(bg, eg), _range(bh, eh)
+        if rg is not None and rh is not None and (rg[1] < rh[0] or rh[1] < rg[0]):
+            return True
+        d = _axis_part(bg) - _axis_part(bh)
+        same_loops = {x for x in bg.terms if not isinstance(x[0], Axis)} == {
+            x for x in bh.terms if not isinstance(x[0], Axis)
+        }
+        if same_loops and d.is_const and (d.const >= eh or -d.const >= eg):
+            return True
+    return False

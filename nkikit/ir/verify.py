@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from math import prod
 
 from .. import dtypes
 from ..errors import UNKNOWN_LOC, NkiError, SourceLoc
@@ -43,7 +44,7 @@ from ..targets import Target, get_target
 from .affine import Affine, Axis, LoopVar, Predicate, ProgramId, Sym
 from .core import ON_CHIP, Access, Alloc, Kernel, Loop, Op, Tensor
 from .prims import PRIMS, accumulates, engine_of, engines_of, mask_ref
-from .residency import resident_overflow, timeline
+from .residency import psum_blocks_in_use, psum_user_top, resident_overflow, timeline
 
 # ---------------------------------------------------------------------------------------------
 # the op in context
@@ -879,11 +880,17 @@ class _Liveness:
     inside a nested loop counts for the whole loop).  A tensor allocated in a loop body counts
     once, not per iteration: rolled loops reuse one buffer.  Walking in program order, the
     first allocation that pushes PSUM past its capacity is reported.  (SBUF is checked by
-    what stays resident once idle tiles are spilled: see ``kernel_capacity``.)"""
+    what stays resident once idle tiles are spilled: see ``kernel_capacity``.)  Tensors a user
+    allocation placed hold their banks for the whole kernel (checked where they are created);
+    the others share the banks above the highest of those (``ir/residency.psum_user_top``).
+    A tensor whose blocks live one loop iteration at a time counts the blocks of an iteration
+    (``ir/residency.psum_blocks_in_use``)."""
 
     def __init__(self, kernel: Kernel, target: Target) -> None:
-        self.limits = {"psum": target.psum_bytes}
+        self.limits = {"psum": target.psum_bytes - psum_user_top(kernel)}
         self.loop_uses: dict[int, set[int]] = {}
+        # tensors whose blocks live one loop iteration at a time count those blocks
+        self.blocks = psum_blocks_in_use(kernel)
 
     def uses(self, stmt: object) -> set[int]:
         if isinstance(stmt, Op):
@@ -905,7 +912,11 @@ class _Liveness:
         allocs: list[tuple[int, Tensor]] = []
         last: dict[int, int] = {}
         for i, s in enumerate(body):
-            if isinstance(s, Alloc) and s.tensor.buffer in self.limits:
+            if (
+                isinstance(s, Alloc)
+                and s.tensor.buffer in self.limits
+                and s.tensor.user_span is None
+            ):
                 allocs.append((i, s.tensor))
                 last[s.tensor.uid] = i
         if not allocs and not any(isinstance(s, Loop) for s in body):
@@ -918,7 +929,7 @@ class _Liveness:
                             last[uid] = i
         delta = {b: [0] * (n + 1) for b in self.limits}
         for i, t in allocs:
-            size = _bytes(t)
+            size = self.size(t)
             delta[t.buffer][i] += size
             delta[t.buffer][last[t.uid] + 1] -= size
         cur = dict.fromkeys(self.limits, 0)
@@ -926,7 +937,7 @@ class _Liveness:
         for i, s in enumerate(body):
             for b in cur:
                 cur[b] += delta[b][i]
-            if isinstance(s, Alloc) and s.tensor.buffer in self.limits:
+            if isinstance(s, Alloc) and s.tensor.buffer in self.limits and s.tensor.uid in last:
                 b = s.tensor.buffer
                 if outer[b] + cur[b] > self.limits[b]:
                     self.fail(s.tensor, outer[b] + cur[b], chain + [(frame, i)])
@@ -934,14 +945,21 @@ class _Liveness:
                 inner = {b: outer[b] + cur[b] for b in cur}
                 self.run(s.body, inner, chain + [(frame, i)])
 
+    def size(self, t: Tensor) -> int:
+        """Bytes per partition ``t`` holds while live."""
+        n = self.blocks.get(t.uid)
+        if n is None:
+            return _bytes(t)
+        return n * _bytes(t) // prod(t.shape[: t.par_axis])
+
     def fail(self, t: Tensor, used: int, chain: list) -> None:
         buffer = t.buffer
         live: list[Tensor] = []
         for (allocs, last), pos in chain:
             live.extend(x for a, x in allocs if x.buffer == buffer and a <= pos <= last[x.uid])
-        live.sort(key=lambda x: -_bytes(x))
+        live.sort(key=lambda x: -self.size(x))
         shown = ", ".join(
-            f"{x.name} ({_bytes(x)} B, line {x.loc.line if x.loc else '?'})" for x in live[:5]
+            f"{x.name} ({self.size(x)} B, line {x.loc.line if x.loc else '?'})" for x in live[:5]
         )
         if len(live) > 5:
             shown += f", and {len(live) - 5} more"

@@ -8,11 +8,15 @@ Contract of direct allocation here: ``nl.ndarray(shape, dtype, buffer=<allocatio
 tensor in that allocation's memory, and the allocation is *checked* where the tensor is created --
 every block's address range must lie inside the target's SBUF partition (bytes) or its PSUM banks,
 and a PSUM block must fit in one bank -- with ``err_allocation_out_of_bounds`` and the user's
-line.  The allocation is recorded (:func:`user_allocation`); nkikit's allocator still chooses the
-addresses it simulates and models, so a kernel behaves as the compiler's automatic allocation
-would place it.  Overlapping user allocations are allowed: the Beta-1 compiler accepts two tensors
-at the same address when their lifetimes do not meet (the attention tutorial reuses PSUM banks
-that way).  The decorators set kernel options that change nothing in simulation or in the model
+line.  The allocation is recorded (:func:`user_allocation`) and decides the tensor's footprint,
+``Tensor.user_span``: the bytes of each partition its blocks occupy, blocks beyond the allocated
+tiles aliasing modulo them (a PSUM block takes its whole bank).  The capacity rule and the
+allocator count that span, not the whole tensor; a PSUM tensor stays at its banks, an SBUF
+tensor is placed by nkikit's allocator in a span of that size (``nkikit/ir/residency.py``).
+The simulators keep every block apart (a kernel that reads a block after an aliasing block
+overwrote it is not modeled).  Overlapping user allocations are allowed: the Beta-1 compiler
+accepts two tensors at the same address when their lifetimes do not meet (the attention tutorial
+reuses PSUM banks that way).  The decorators set kernel options that change nothing in simulation or in the model
 (the model has no middle-end to skip); ``no_reorder`` marks a loop whose instructions keep program
 order, which the simulator always does.
 """
@@ -137,10 +141,12 @@ psum = _Psum("psum")
 
 def check_allocation(
     alloc: Allocation, shape: tuple[int, ...], par_axis: int, itemsize: int, loc: SourceLoc
-) -> None:
+) -> tuple[int, int]:
     """Raise ``err_allocation_out_of_bounds`` unless every block of a tensor of this shape fits
     the target's memory under ``alloc``.  Dimensions before the partition axis are the blocks;
-    those after it make one block's bytes per partition."""
+    those after it make one block's bytes per partition.  Returns the bytes ``[start, end)`` of
+    each partition the blocks occupy (a PSUM block takes its whole bank): blocks beyond the
+    allocated tiles alias, so this is the tensor's footprint (``Tensor.user_span``)."""
     tgt = default_target()
     blocks = shape[:par_axis]
     block_bytes = int(np.prod(shape[par_axis + 1 :], dtype=np.int64)) * itemsize
@@ -158,6 +164,7 @@ def check_allocation(
                 loc,
                 f"bytes [{alloc.base}, {end}) of each SBUF partition, which has {tgt.sbuf_bytes}",
             )
+        return alloc.base, end
     else:
         if block_bytes > tgt.psum_bank_bytes:
             _oob(
@@ -167,9 +174,12 @@ def check_allocation(
             )
         if alloc.base < 0 or alloc.base + n_phys > tgt.psum_banks:
             _oob(loc, f"PSUM banks [{alloc.base}, {alloc.base + n_phys}) of {tgt.psum_banks}")
+        bank = tgt.psum_bank_bytes
+        return alloc.base * bank, (alloc.base + n_phys) * bank
 
 
-def _check_func(alloc, blocks, partitions, block_bytes, loc, tgt) -> None:
+def _check_func(alloc, blocks, partitions, block_bytes, loc, tgt) -> tuple[int, int]:
+    lo, hi = None, 0
     for idx in np.ndindex(*blocks) if blocks else [()]:
         where = alloc.func(tuple(int(i) for i in idx), partitions, block_bytes)
         where = tuple(int(w) for w in where)
@@ -182,10 +192,16 @@ def _check_func(alloc, blocks, partitions, block_bytes, loc, tgt) -> None:
                 or (addr + block_bytes > tgt.sbuf_bytes)
             ):
                 _oob(loc, f"block {idx} at partition {part}, byte {addr}")
+            start, end = addr, addr + block_bytes
         else:
             bank = where[0]
             if not 0 <= bank < tgt.psum_banks or block_bytes > tgt.psum_bank_bytes:
                 _oob(loc, f"block {idx} in PSUM bank {bank}")
+            start, end = bank * tgt.psum_bank_bytes, (bank + 1) * tgt.psum_bank_bytes
+        lo = start if lo is None else min(lo, start)
+        hi = max(hi, end)
+    # blocks placed apart count with the memory between them (nkikit places a tensor in one range)
+    return lo or 0, hi
 
 
 def _oob(loc: SourceLoc, what: str) -> None:

@@ -90,7 +90,7 @@ def ndarray_at(shape, dtype, buffer, name: str, loc: SourceLoc) -> Tile:
     if not isinstance(buffer, Buffer | str | None):  # a direct allocation: check and record it
         from .compiler import check_allocation, record
 
-        check_allocation(buffer, dims, par_axis, dt.itemsize, loc)
+        t.user_span = check_allocation(buffer, dims, par_axis, dt.itemsize, loc)
         record(t.uid, buffer)
     return Tile.of(t)
 

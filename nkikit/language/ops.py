@@ -13,6 +13,7 @@ from ..ir.core import Access
 from ..ir.opnames import op_name
 from ..trace import instructions as E
 from ..trace.builder import current
+from .accumulation import matmul_accumulates
 from .operands import (
     Scalar,
     access_of,
@@ -269,7 +270,9 @@ def unary(name: str, x, dtype=None, mask=None, loc: SourceLoc | None = None) -> 
 
 def accumulate(dst: Tile, other, name: str, *, loc: SourceLoc) -> Tile:
     """``dst += other`` (and -=, *=, /=).  A matmul result lands in PSUM with hardware
-    accumulation; anything else is one engine instruction that reads and writes ``dst``."""
+    accumulation (the first write to a region no instruction wrote since its allocation
+    overwrites: ``accumulation.py``); anything else is one engine instruction that reads and
+    writes ``dst``."""
     b = current()
     d = dst.access
     if isinstance(other, Tile):
@@ -283,7 +286,8 @@ def accumulate(dst: Tile, other, name: str, *, loc: SourceLoc) -> Tile:
             and t.kind == "temp"
             and b.retarget(t, d)
         ):
-            op.attrs["accumulate"] = True
+            # an accumulation group: the first matmul write to a fresh region overwrites
+            op.attrs["accumulate"] = matmul_accumulates(b, op, op.outs[0], loc)
             return dst
         o = as_tile_access(access_of(other, loc, name))
         dd = as_tile_access(d)

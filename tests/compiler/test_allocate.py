@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import nkikit as nki
+import nkikit.isa as nisa
 import nkikit.language as nl
 import nkikit.typing as nt
 from nkikit.compiler.allocate import allocate
@@ -223,3 +225,121 @@ def test_thousands_of_tiles_without_rotation_stay_apart():
             if q.live[0] > p.live[1]:
                 break
             assert not _overlap(p, q), (p.tensor.name, q.tensor.name)
+
+
+def _user_and_auto_psum(auto_blocks: int):
+    """Seven bank-sized blocks of a PSUM tensor placed in banks 0-6 by the user (aliasing
+    modulo 7 for more blocks), and ``auto_blocks`` bank-sized blocks allocated automatically."""
+
+    @nki.jit
+    def kernel(a, b):
+        out = nl.ndarray((1 + auto_blocks, 128, 512), dtype=F32, buffer=nl.shared_hbm)
+        at = nki.compiler.psum.mod_alloc(base_bank=0, num_bank_tiles=(7,))
+        user = nl.ndarray((14, nl.par_dim(128), 512), dtype=F32, buffer=at)
+        auto = nl.ndarray((auto_blocks, nl.par_dim(128), 512), dtype=F32, buffer=nl.psum)
+        ta = nl.load(a)
+        tb = nl.load(b)
+        user[9] = nisa.nc_matmul(ta, tb)
+        for i in range(auto_blocks):  # every block written before any is read: all live
+            auto[i] = nisa.nc_matmul(ta, tb)
+        nl.store(out[0], value=nl.copy(user[9]))
+        for i in range(auto_blocks):
+            nl.store(out[1 + i], value=nl.copy(auto[i]))
+        return out
+
+    return kernel
+
+
+def test_user_allocated_psum_keeps_its_banks_and_auto_psum_goes_above():
+    a = nt.tensor[[128, 128], F32]
+    b = nt.tensor[[128, 512], F32]
+    alloc, by_name = _placements(_user_and_auto_psum(1), a, b)
+    user, auto = by_name["user"], by_name["auto"]
+    assert (user.offset, user.size, user.buffers) == (0, 7 * 2048, 1)
+    assert auto.offset == 7 * 2048 and auto.end <= 8 * 2048
+    assert alloc.used["psum"] == 8 * 2048
+    with pytest.raises(NkiError) as e:  # two more banks do not fit above bank 6
+        _user_and_auto_psum(2).ir(a, b)
+    assert e.value.name == "err_psum_total_capacity_exceeded"
+
+
+@nki.jit
+def blocks_one_iteration_at_a_time(a, b):
+    """A 16-bank PSUM tensor whose block i is written and read in iteration i only."""
+    out = nl.ndarray((16, 128, 512), dtype=F32, buffer=nl.shared_hbm)
+    acc = nl.ndarray((16, nl.par_dim(128), 512), dtype=F32, buffer=nl.psum)
+    ta = nl.load(a)
+    for i in nl.affine_range(16):
+        acc[i] = nisa.nc_matmul(ta, nl.load(b[:, nl.ds(i * 512, 512)]))
+        nl.store(out[i], value=nl.copy(acc[i]))
+    return out
+
+
+@nki.jit
+def blocks_read_by_a_later_loop(a, b):
+    """The same tensor with its blocks read by a second loop: all 16 banks live at once."""
+    out = nl.ndarray((16, 128, 512), dtype=F32, buffer=nl.shared_hbm)
+    acc = nl.ndarray((16, nl.par_dim(128), 512), dtype=F32, buffer=nl.psum)
+    ta = nl.load(a)
+    for i in nl.affine_range(16):
+        acc[i] = nisa.nc_matmul(ta, nl.load(b[:, nl.ds(i * 512, 512)]))
+    for i in nl.affine_range(16):
+        nl.store(out[i], value=nl.copy(acc[i]))
+    return out
+
+
+def test_psum_blocks_live_one_iteration_at_a_time_take_one_block():
+    a = nt.tensor[[128, 128], F32]
+    b = nt.tensor[[128, 16 * 512], F32]
+    _, by_name = _placements(blocks_one_iteration_at_a_time, a, b)
+    assert by_name["acc"].size == 2048  # one bank-sized block per buffer, not sixteen
+    with pytest.raises(NkiError) as e:
+        blocks_read_by_a_later_loop.ir(a, b)
+    assert e.value.name == "err_psum_total_capacity_exceeded"
+    assert "acc (32768 B" in str(e.value)
+
+
+def test_psum_blocks_in_use_names_the_tensor_and_its_blocks():
+    from nkikit.ir.residency import psum_blocks_in_use
+
+    a = nt.tensor[[128, 128], F32]
+    b = nt.tensor[[128, 16 * 512], F32]
+    ir = blocks_one_iteration_at_a_time.ir(a, b)
+    acc = next(t for t in ir.tensors if t.name == "acc")
+    assert psum_blocks_in_use(ir) == {acc.uid: 1}
+
+
+@nki.jit
+def unrolled_copies_of_a_block(a, b):
+    """Blocks 2j and 2j + 1 in two unrolled copies of the body: disjoint groups, one at a time."""
+    out = nl.ndarray((8, 128, 512), dtype=F32, buffer=nl.shared_hbm)
+    acc = nl.ndarray((8, nl.par_dim(128), 512), dtype=F32, buffer=nl.psum)
+    ta = nl.load(a)
+    for j in nl.affine_range(4):
+        for r in range(2):
+            acc[2 * j + r] = nisa.nc_matmul(ta, nl.load(b[:, nl.ds((2 * j + r) * 512, 512)]))
+            nl.store(out[2 * j + r], value=nl.copy(acc[2 * j + r]))
+    return out
+
+
+@nki.jit
+def blocks_revisited_by_an_outer_loop(a, b):
+    """An outer loop that does not move the blocks: counted whole (a block may carry over)."""
+    out = nl.ndarray((4, 128, 512), dtype=F32, buffer=nl.shared_hbm)
+    acc = nl.ndarray((4, nl.par_dim(128), 512), dtype=F32, buffer=nl.psum)
+    ta = nl.load(a)
+    for _o in nl.sequential_range(2):
+        for i in nl.affine_range(4):
+            acc[i] = nisa.nc_matmul(ta, nl.load(b[:, nl.ds(i * 512, 512)]))
+            nl.store(out[i], value=nl.copy(acc[i]))
+    return out
+
+
+def test_psum_block_groups():
+    from nkikit.ir.residency import psum_blocks_in_use
+
+    a = nt.tensor[[128, 128], F32]
+    b = nt.tensor[[128, 8 * 512], F32]
+    ir = unrolled_copies_of_a_block.ir(a, b)
+    assert list(psum_blocks_in_use(ir).values()) == [1]
+    assert psum_blocks_in_use(blocks_revisited_by_an_outer_loop.ir(a, b)) == {}

@@ -253,3 +253,45 @@ def test_a_16_bit_operand_beside_a_float32_one_is_promoted():
     want = x.T @ y.astype(np.float32)
     np.testing.assert_allclose(mixed_precision_matmul(x, y), want, rtol=1e-4, atol=1e-3)
     np.testing.assert_allclose(mixed_precision_matmul(y, x), want.T, rtol=1e-4, atol=1e-3)
+
+
+# -- direct allocation decides the footprint ------------------------------------------------
+
+
+def _psum_blocks(a, b, acc):
+    """acc[i] = a.T @ b[:, block i] for 16 bank-sized blocks, all written before any is read
+    (so all 16 are live at once unless they alias)."""
+    out = nl.ndarray((16, 128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+    ta = nl.load(a)
+    for i in nl.affine_range(16):
+        acc[i] = nisa.nc_matmul(ta, nl.load(b[:, nl.ds(i * 512, 512)]))
+    for i in nl.affine_range(16):
+        nl.store(out[i], value=nl.copy(acc[i]))
+    return out
+
+
+@nki.jit
+def sixteen_banks_mod_alloc(a, b):
+    at = nki.compiler.psum.mod_alloc(base_bank=0, num_bank_tiles=(4,))
+    acc = nl.ndarray((16, nl.par_dim(128), 512), dtype=nl.float32, buffer=at)
+    return _psum_blocks(a, b, acc)
+
+
+@nki.jit
+def sixteen_banks_auto(a, b):
+    acc = nl.ndarray((16, nl.par_dim(128), 512), dtype=nl.float32, buffer=nl.psum)  # BAD
+    return _psum_blocks(a, b, acc)
+
+
+def test_mod_alloc_footprint_is_the_allocated_banks(monkeypatch, rejects):
+    """16 bank-sized blocks in 4 banks (blocks aliasing modulo 4) fit PSUM's 8 banks; the same
+    tensor allocated automatically needs 16 banks.  Both simulators agree bit for bit (they
+    keep every block apart: this kernel would read aliased blocks on hardware, which nkikit
+    does not model)."""
+    a, b = f32(128, 128), f32(128, 16 * 512)
+    monkeypatch.setenv("NKIKIT_SIM", "check")
+    want = np.stack([a.T @ b[:, i * 512 : (i + 1) * 512] for i in range(16)])
+    np.testing.assert_allclose(sixteen_banks_mod_alloc(a, b), want, rtol=1e-4, atol=1e-3)
+    acc = next(t for t in sixteen_banks_mod_alloc.ir(a, b).tensors if t.buffer == "psum")
+    assert acc.user_span == (0, 4 * 2048)
+    rejects(sixteen_banks_auto, "err_psum_total_capacity_exceeded", a, b)
