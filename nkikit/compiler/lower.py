@@ -708,11 +708,12 @@ def _balance(lw: _Lowerer, kernel: Kernel) -> dict[int, str]:
     the work of the assigned ops is summed per engine (time x executions per kernel
     instance); the unassigned ones are then placed biggest first, each on the candidate
     engine that ends up least loaded with it (longest-processing-time-first list
-    scheduling).  Ops sharing a source line and shape (unrolled steps) cost alike, so the
-    time of each distinct op is computed once."""
+    scheduling).  The unit placed is a source line: the unrolled steps of a loop (``range``,
+    ``static_range``) go where the one op of the same loop kept rolled (``affine_range``)
+    goes, with the same total work, so the loop forms model alike.  Ops sharing a source line
+    and shape cost alike, so the time of each distinct op is computed once."""
     grid = prod(kernel.grid) if kernel.grid else 1
     load: dict[str, float] = {}
-    free: list[tuple[float, int, Op, dict[str, float]]] = []
     cache: dict[tuple, tuple[str, float]] = {}
 
     def cost(op: Op, eng: str) -> tuple[str, float]:
@@ -728,6 +729,8 @@ def _balance(lw: _Lowerer, kernel: Kernel) -> dict[int, str]:
     stmts = [(s, loops) for s, loops in kernel.walk() if isinstance(s, Op)]
     if not any(len(prims.engines_of(s)) > 1 for s, _ in stmts):
         return {}
+    # per source line (and engine choices): its ops, their summed time per engine, first index
+    groups: dict[tuple, tuple[list[Op], dict[str, float], int]] = {}
     for k, (stmt, loops) in enumerate(stmts):
         choices = prims.engines_of(stmt)
         if not choices or choices == ("dma",):
@@ -737,13 +740,18 @@ def _balance(lw: _Lowerer, kernel: Kernel) -> dict[int, str]:
             eng, ns = cost(stmt, choices[0])
             load[eng] = load.get(eng, 0.0) + ns * runs
             continue
-        times = {e: cost(stmt, e)[1] * runs for e in choices}
-        free.append((-max(times.values()), k, stmt, times))
+        line = (stmt.loc.file, stmt.loc.line, choices) if stmt.loc is not None else (id(stmt),)
+        ops, times, _ = groups.setdefault(line, ([], dict.fromkeys(choices, 0.0), k))
+        ops.append(stmt)
+        for e in choices:
+            times[e] += cost(stmt, e)[1] * runs
     placed: dict[int, str] = {}
-    for _, _, op, times in sorted(free, key=lambda f: (f[0], f[1])):
+    order = sorted(groups.values(), key=lambda g: (-max(g[1].values()), g[2]))
+    for ops, times, _ in order:
         best = min(times, key=lambda e: (load.get(e, 0.0) + times[e], e != next(iter(times))))
         load[best] = load.get(best, 0.0) + times[best]
-        placed[id(op)] = best
+        for op in ops:
+            placed[id(op)] = best
     return placed
 
 

@@ -49,7 +49,7 @@ def _assert_live_apart(alloc):
             assert not _clash(p, q), (p.tensor.name, q.tensor.name)
 
 
-@pytest.mark.parametrize("steps", [8, 64])
+@pytest.mark.parametrize("steps", [8, 64, 128])
 def test_loop_forms_model_alike(steps):
     args = (nt.tensor[[steps * 128, 128], F32], nt.tensor[[128, 128], F32])
     times = {}
