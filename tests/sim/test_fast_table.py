@@ -6,31 +6,17 @@ default."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 pytest.importorskip("ml_dtypes")
 
+# The differential suite beside this file (pytest puts this folder on sys.path).
+import test_differential as D  # noqa: E402
+
 import nkikit.sim.interp as interp  # noqa: E402
 from nkikit.sim import fast, same_bits  # noqa: E402
 from nkikit.sim.fast import table as fast_table  # noqa: E402
-
-DIFFERENTIAL = Path(__file__).with_name("test_differential.py")
-
-
-def _load_differential():
-    spec = importlib.util.spec_from_file_location("_table_differential", DIFFERENTIAL)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-D = _load_differential()
 
 
 @pytest.fixture

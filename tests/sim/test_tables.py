@@ -11,14 +11,14 @@ sent to the reference.
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 pytest.importorskip("ml_dtypes")
+
+# The differential suite beside this file (pytest puts this folder on sys.path).
+import test_differential as D  # noqa: E402
 
 import nkikit as nki  # noqa: E402
 import nkikit.language as nl  # noqa: E402
@@ -27,19 +27,6 @@ from nkikit.ir.prims import PRIMS, PrimError  # noqa: E402
 from nkikit.sim import fast, rules  # noqa: E402
 from nkikit.sim.fast import executors  # noqa: E402
 from nkikit.sim.fast.executors import EXECUTORS, REFERENCE, Executor  # noqa: E402
-
-DIFFERENTIAL = Path(__file__).with_name("test_differential.py")
-
-
-def _load_differential():
-    spec = importlib.util.spec_from_file_location("_tables_differential", DIFFERENTIAL)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-D = _load_differential()
 
 
 def _table_missing(table) -> set[str]:
