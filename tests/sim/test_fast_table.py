@@ -14,6 +14,8 @@ pytest.importorskip("ml_dtypes")
 # The differential suite beside this file (pytest puts this folder on sys.path).
 import test_differential as D  # noqa: E402
 
+import nkikit as nki  # noqa: E402
+import nkikit.language as nl  # noqa: E402
 import nkikit.sim.interp as interp  # noqa: E402
 from nkikit.sim import fast, same_bits  # noqa: E402
 from nkikit.sim.fast import table as fast_table  # noqa: E402
@@ -109,3 +111,22 @@ def test_repeated_ops_replay_their_rows(monkeypatch):
     got = prog.run(args)
     ref = interp.simulate(ir, args)
     assert all(same_bits(x, y) for x, y in zip(got, ref))
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan")])
+def test_non_finite_scalar_operands(value):
+    """A Python inf/nan scalar operand is embedded in the generated program by name."""
+
+    @nki.jit
+    def clamp(a):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        t = nl.load(a)
+        nl.store(out, nl.maximum(t, value))
+        return out
+
+    a = np.random.default_rng(2).standard_normal((128, 64), dtype=np.float32)
+    ir = clamp._trace(clamp.bind((a,), {}), "trn2")
+    got = fast.compile_kernel(ir).run([a])
+    ref = interp.simulate(ir, [a])
+    assert all(same_bits(x, y) for x, y in zip(got, ref))
+    assert np.array_equal(got[0], np.maximum(a, np.float32(value)), equal_nan=True)

@@ -47,6 +47,9 @@ class Compiler(Planner, TableMode):
                 "_prep": runtime.prep,
                 "_ind": runtime.ind,
                 "_scatter": scatter,
+                # repr() of a non-finite float scalar is `inf` / `nan`: the names it refers to
+                "inf": float("inf"),
+                "nan": float("nan"),
             }
         )
         self.n_fallback = 0
