@@ -50,6 +50,12 @@ def cpu_simulate(kernel) -> _CpuSimulate:
     return _CpuSimulate(jit(kernel))
 
 
+def execute(kernel, *args, **kwargs):
+    """``nki.execute(kernel, *args, **kwargs)`` (NKI docs after 0.6): run ``kernel`` once on
+    these arguments on the simulator and return its outputs, like calling it."""
+    return jit(kernel)(*args, **kwargs)
+
+
 def install_alias() -> None:
     """Make ``import nki`` (and ``nki.language``, ``nki.isa``, ...) resolve to
     ``nkikit.nki`` in this process, so an unmodified NKI 0.x file runs on nkikit.  Opt-in:
@@ -75,20 +81,25 @@ def _unavailable(name: str):
     def fn(*args, **kwargs):
         raise NotImplementedError(
             f"nki.{name} is not part of NKI 0.x; use nki.simulate / nkikit.nki.jit and "
-            "nkikit.profile_kernel for the cost model"
+            "nkikit.benchmark / nkikit.profile / nkikit.profile_kernel for the cost model"
         )
 
     fn.__name__ = name
     return fn
 
 
+# NKI 0.2+ answers these with "not available" errors (profiling moved to Neuron Explorer);
+# nkikit's cost model has them as ``nkikit.benchmark`` / ``nkikit.profile``.
 baremetal = _unavailable("baremetal")
+benchmark = _unavailable("benchmark")
+profile = _unavailable("profile")
 simulate_kernel = _unavailable("simulate_kernel")
 
 __all__ = [
     "jit",
     "simulate",
     "cpu_simulate",
+    "execute",
     "install_alias",
     "Kernel",
     "NkiTensor",

@@ -102,3 +102,20 @@ def test_wrappers_lower_to_instructions():
         return out
 
     np.testing.assert_allclose(k(x)[:, 0], (np.exp(x) + 1.0).sum(axis=1), rtol=1e-5)
+
+
+def test_execute_runs_and_removed_entry_points_say_so():
+    @nki.jit
+    def double(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=2.0)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    x = np.arange(128 * 4, dtype=np.float32).reshape(128, 4)
+    np.testing.assert_array_equal(nki.execute(double, x), 2 * x)
+    for name in ("baremetal", "benchmark", "profile", "simulate_kernel"):
+        with pytest.raises(NotImplementedError, match=f"nki.{name} is not part of NKI 0.x"):
+            getattr(nki, name)(double)
