@@ -17,6 +17,7 @@ import functools
 import gc
 import inspect
 import math
+import os
 from collections.abc import Callable
 from contextlib import contextmanager
 from typing import Any
@@ -113,7 +114,8 @@ class JitKernel:
 
         bound = self.bind(args, kwargs)
         name = canonical_name(target) if target else default_target_name()
-        key = (name, self._key(bound))
+        # NKI_NC_VERSION changes what `nisa.get_nc_version()` answers while tracing
+        key = (name, os.environ.get("NKI_NC_VERSION"), self._key(bound))
         entry = self._cache.get(key)
         if entry is None:
             with gc_paused():

@@ -453,3 +453,35 @@ def test_reduce_res_with_more_partitions_receives_the_data_partitions():
     s = k(X)
     np.testing.assert_allclose(s[:64, 0], X[:64].sum(axis=1), rtol=1e-5)
     assert (s[64:] == -1.0).all()
+
+
+@nki.jit
+def _double_row_matmul(a, b):
+    sa = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+    sb = nl.ndarray(b.shape, dtype=b.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=sa, src=a)
+    nisa.dma_copy(dst=sb, src=b)
+    acc = nl.ndarray((a.shape[2], b.shape[2]), dtype=nl.float32, buffer=nl.psum)
+    nisa.nc_matmul(acc, sa, sb, perf_mode=nisa.matmul_perf_mode.double_row)
+    res = nl.ndarray(acc.shape, dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=res, src=acc)
+    out = nl.ndarray(acc.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=res)
+    return out
+
+
+def test_nc_matmul_double_row_contracts_over_both_rows(monkeypatch):
+    import ml_dtypes
+
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((128, 2, 64)).astype(ml_dtypes.float8_e4m3)
+    b = rng.standard_normal((128, 2, 256)).astype(ml_dtypes.float8_e4m3)
+    want = np.einsum("prm,prn->mn", a.astype(np.float64), b.astype(np.float64))
+    np.testing.assert_allclose(_double_row_matmul(a, b), want, rtol=1e-5, atol=1e-4)
+    with pytest.raises(NkiError, match=r"takes fp8 operands .* stationary is float32"):
+        _double_row_matmul(a.astype(np.float32), b)
+    with pytest.raises(NkiError, match=r"takes moving as \[P, 2, F\]"):
+        _double_row_matmul(a, b[:, :1, :].astype(ml_dtypes.float8_e4m3))
+    monkeypatch.setenv("NKI_NC_VERSION", "gen2")  # trn1: no double-row mode
+    with pytest.raises(NkiError, match="double_row needs NeuronCore-v3"):
+        _double_row_matmul(a, b)

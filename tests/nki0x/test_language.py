@@ -119,3 +119,24 @@ def test_execute_runs_and_removed_entry_points_say_so():
     for name in ("baremetal", "benchmark", "profile", "simulate_kernel"):
         with pytest.raises(NotImplementedError, match=f"nki.{name} is not part of NKI 0.x"):
             getattr(nki, name)(double)
+
+
+def test_nkiobject_fields_without_annotations_under_dataclass():
+    """NKI synthesises the constructor from plain class attributes too, also when the class
+    is decorated with the stdlib ``@dataclass`` (the NKI Library writes such classes)."""
+    from dataclasses import dataclass
+
+    @dataclass
+    class Section(nl.NKIObject):
+        index = None
+        offset = 0
+        size: int = 4
+
+        def end(self):
+            return self.offset + self.size
+
+    s = Section(index=2, offset=8)
+    assert (s.index, s.offset, s.size, s.end()) == (2, 8, 4, 12)
+    assert Section().index is None
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        Section(length=1)

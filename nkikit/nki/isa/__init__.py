@@ -767,7 +767,17 @@ def nc_matmul(
     if tile_position or tile_size:
         _check_tiling(tile_position, tile_size, stationary, loc)
     if perf_mode not in (None, matmul_perf_mode.none, "none"):
-        raise _unsupported("nc_matmul(perf_mode=)", "double-row fp8 mode is not modeled", loc)
+        _check_double_row(stationary, moving, perf_mode, loc)
+        # the two row halves' matmuls, the second accumulating into the first (fp32 in
+        # PSUM), each marked so the cost model charges half a pass
+        _matmul_into(dst, stationary[:, 0:1, :], moving[:, 0:1, :], accumulate, loc, "double_row")
+        return _matmul_into(dst, stationary[:, 1:2, :], moving[:, 1:2, :], True, loc, "double_row")
+    return _matmul_into(dst, stationary, moving, accumulate, loc)
+
+
+def _matmul_into(dst, stationary, moving, accumulate, loc: SourceLoc, perf_mode=None):
+    """One TensorE matmul of (flattened) operands into ``dst``, ``accumulate`` resolved by the
+    first-write-overwrites rule when None."""
     s = _flat2d(stationary, loc, "stationary")
     m = _flat2d(moving, loc, "moving")
     want = (s.shape[1], m.shape[1])
@@ -796,7 +806,55 @@ def nc_matmul(
             )
     else:
         acc = bool(accumulate)
-    return _done(E.emit_nc_matmul(d, s, m, accumulate=acc, loc=loc))
+    return _done(E.emit_nc_matmul(d, s, m, accumulate=acc, perf_mode=perf_mode, loc=loc))
+
+
+_DOUBLE_ROW_DTYPES = {
+    3: ("float8_e4m3", "float8_e5m2"),
+    4: ("float8_e4m3", "float8_e5m2", "float8_e4m3fn"),
+}
+
+
+def _check_double_row(stationary, moving, perf_mode, loc: SourceLoc) -> None:
+    """``perf_mode=double_row`` (NC-v3+): fp8 operands [P, 2, M] and [P, 2, N] whose
+    contraction runs over the partitions and the size-2 dimension, ``dst[m, n] = sum over p, r
+    of stationary[p, r, m] * moving[p, r, n]``, at twice the rows per pass [NKI 0.x ISA,
+    nc_matmul]."""
+    mode = getattr(perf_mode, "value", perf_mode)
+    if mode != matmul_perf_mode.double_row.value:
+        raise NkiError(
+            "err_invalid_argument",
+            loc,
+            op="nisa.nc_matmul",
+            why=f"perf_mode={perf_mode!r} is not a nisa.matmul_perf_mode member",
+        )
+    version = int(get_nc_version().value)
+    allowed = _DOUBLE_ROW_DTYPES.get(min(version, 4))
+    if allowed is None:
+        raise NkiError(
+            "err_invalid_argument",
+            loc,
+            op="nisa.nc_matmul",
+            why=f"perf_mode=double_row needs NeuronCore-v3 or newer; tracing for gen{version}",
+        )
+    for what, x in (("stationary", stationary), ("moving", moving)):
+        if not isinstance(x, NkiTensor) or x.ndim != 3 or x.shape[1] != 2:
+            shape = getattr(x, "shape", type(x).__name__)
+            raise NkiError(
+                "err_invalid_argument",
+                loc,
+                op="nisa.nc_matmul",
+                why=f"perf_mode=double_row takes {what} as [P, 2, F] (the contraction split over "
+                f"the partitions and a dimension of 2), got {shape}",
+            )
+        if np.dtype(x.dtype).name not in allowed:
+            raise NkiError(
+                "err_invalid_argument",
+                loc,
+                op="nisa.nc_matmul",
+                why=f"perf_mode=double_row takes fp8 operands ({', '.join(allowed)} on "
+                f"gen{version}); {what} is {np.dtype(x.dtype).name}",
+            )
 
 
 def _check_tiling(tile_position, tile_size, stationary: NkiTensor, loc: SourceLoc) -> None:

@@ -92,6 +92,12 @@ class _TileSize:
 tile_size = _TileSize()
 
 
+def _is_field_value(value: object) -> bool:
+    """A class attribute NKI treats as a field: a plain immutable value (not a method,
+    descriptor, class or mutable container)."""
+    return value is None or isinstance(value, bool | int | float | str | tuple)
+
+
 class NKIObject:
     """Base class of kernel-side classes (NKI 0.x).  As in NKI, a subclass is dataclass-like:
     without an ``__init__`` of its own (``@dataclass`` writes one), it is constructed from its
@@ -102,9 +108,19 @@ class NKIObject:
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
-        for name in cls.__dict__.get("__annotations__", {}):
+        annotations = cls.__dict__.get("__annotations__")
+        if annotations is None:
+            annotations = {}
+            cls.__annotations__ = annotations
+        for name in annotations:
             if name not in cls.__dict__:
                 setattr(cls, name, None)
+        # NKI synthesises the constructor from the class's attributes, annotated or not (the
+        # NKI Library writes `section_idx = None` fields and constructs them by name); given
+        # an annotation here, the stdlib `@dataclass` applied after this makes them fields too
+        for name, value in list(cls.__dict__.items()):
+            if name not in annotations and not name.startswith("_") and _is_field_value(value):
+                annotations[name] = object
 
     def __init__(self, *args, **kwargs) -> None:
         names: list[str] = []
