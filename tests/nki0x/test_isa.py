@@ -267,11 +267,14 @@ def test_same_ir_in_both_dialects():
         ),
         # an unmodeled argument is a named error, not silently ignored
         (
-            lambda x: nisa.nc_matmul(
-                dst=nl.ndarray((4, 4), dtype=nl.float32, buffer=nl.psum),
-                stationary=nl.ndarray((4, 4), dtype=nl.float32, buffer=nl.sbuf),
-                moving=nl.ndarray((4, 4), dtype=nl.float32, buffer=nl.sbuf),
-                perf_mode=nisa.matmul_perf_mode.double_row,
+            lambda x: nisa.tensor_scalar_reduce(
+                dst=nl.ndarray((4, 4), dtype=nl.float32, buffer=nl.sbuf),
+                data=nl.ndarray((4, 4), dtype=nl.float32, buffer=nl.sbuf),
+                op0=nl.add,
+                operand0=1.0,
+                reduce_op=nl.add,
+                reduce_res=nl.ndarray((4, 1), dtype=nl.float32, buffer=nl.sbuf),
+                reduce_res_negate=True,
             ),
             "err_unsupported_api",
         ),
