@@ -55,9 +55,12 @@ class _Plan:
 class Interpreter:
     """Runs one kernel.  ``run(args)`` returns the output arrays."""
 
-    def __init__(self, kernel: Kernel, *, seed: int = 0) -> None:
+    def __init__(self, kernel: Kernel, *, seed: int = 0, rank: int = 0, world=None) -> None:
         self.kernel = kernel
         self.seed = seed
+        # the rank this run is and the rendezvous of its collectives (``sim/ranks.py``)
+        self.rank = rank
+        self.world = world
         self.mem: dict[int, np.ndarray] = {}
         self.plans: dict[int, _Plan] = {}
 
@@ -291,6 +294,21 @@ class OpContext:
         v = self.interp.read(self.op.outs[i], self.env, self.op)
         return v if PRIMS[self.op.prim].raw else dtypes.to_f32(v)
 
+    @property
+    def rank(self) -> int:
+        return self.interp.rank
+
+    def exchange(self, value: np.ndarray, members: tuple[int, ...]) -> dict[int, np.ndarray]:
+        world = self.interp.world
+        if world is None:
+            if members != (self.interp.rank,):
+                raise NkiInternalError(
+                    f"{self.op.loc}: {self.op.prim} with ranks {members} run without the "
+                    "other ranks (simulate through nkikit.sim.simulate)"
+                )
+            return {self.interp.rank: np.array(value)}
+        return world.exchange(self.interp.rank, self.op, value, members)
+
     def rmw(self, i: int, op: str, value: np.ndarray) -> np.ndarray | None:
         from .alu import alu
 
@@ -423,6 +441,9 @@ def _fit_valid(valid: np.ndarray, shape: tuple[int, ...]) -> np.ndarray | None:
     return None
 
 
-def simulate(kernel: Kernel, args: list[np.ndarray], *, seed: int = 0) -> list[np.ndarray]:
-    """Run ``kernel`` on ``args`` (numpy arrays in the kernel's parameter dtypes)."""
-    return Interpreter(kernel, seed=seed).run(args)
+def simulate(
+    kernel: Kernel, args: list[np.ndarray], *, seed: int = 0, rank: int = 0, world=None
+) -> list[np.ndarray]:
+    """Run ``kernel`` on ``args`` (numpy arrays in the kernel's parameter dtypes) as
+    ``rank`` of ``world`` (``sim/ranks.py``; None: a single rank)."""
+    return Interpreter(kernel, seed=seed, rank=rank, world=world).run(args)

@@ -56,10 +56,12 @@ _CACHE_SIZE = 256
 _LOCK = threading.Lock()
 
 
-def simulate(kernel: Kernel, args: list[np.ndarray], *, seed: int = 0) -> list[np.ndarray]:
+def simulate(
+    kernel: Kernel, args: list[np.ndarray], *, seed: int = 0, rank: int = 0, world=None
+) -> list[np.ndarray]:
     """Run ``kernel`` on ``args`` (numpy arrays in the kernel's parameter dtypes) and return
     the output arrays; same contract and results as ``nkikit.sim.interp.simulate``."""
-    return compile_kernel(kernel).run(args, seed)
+    return compile_kernel(kernel).run(args, seed, rank, world)
 
 
 def compile_kernel(kernel: Kernel) -> Program:
