@@ -22,6 +22,9 @@ from ..ir.core import Access, Alloc, Kernel, Loop, Op, Tensor
 from ..ir.prims import PRIMS, PrimError, mask_ref
 from .rules import RULES
 
+# a while loop that has not ended after this many iterations is reported, not run forever
+_MAX_DEVICE_ITERATIONS = 1 << 24
+
 
 class _Plan:
     """How to turn an access into numpy indexing: basic slices when each tensor dimension
@@ -217,12 +220,50 @@ class Interpreter:
             elif isinstance(s, Alloc):
                 t = s.tensor
                 self.mem[t.uid] = dtypes.new_buffer(t.shape, t.dtype)
+            elif isinstance(s, Loop) and s.device is not None:
+                self.exec_device_loop(s, env)
             elif isinstance(s, Loop):
                 var: LoopVar = s.var
                 for i in range(s.trip):
                     env[var] = i
                     self.exec_body(s.body, env)
                 env.pop(var, None)
+
+    def exec_device_loop(self, loop: Loop, env: dict) -> None:
+        """A loop whose trip count the kernel computes at run time (``Loop.device``): bounds
+        read from their registers when it starts, the induction value written to its counter
+        register before each iteration; a while loop tests its condition register before
+        each iteration."""
+        d = loop.device
+        at = Op("register_move", [], [], {}, loop.loc)  # names the loop's line in errors
+
+        def value(x) -> int:
+            if isinstance(x, Access):
+                return int(np.asarray(self.read(x, env, at)).reshape(-1)[0])
+            return int(x)
+
+        var: LoopVar = loop.var
+        if d.stop is None:
+            k = 0
+            while value(d.cond) != 0:
+                if k >= _MAX_DEVICE_ITERATIONS:
+                    raise NkiError(
+                        "err_invalid_argument",
+                        loop.loc,
+                        op="nl.while_loop",
+                        why=f"still running after {k} iterations: the condition register "
+                        "never became 0",
+                    )
+                env[var] = k
+                self.exec_body(loop.body, env)
+                k += 1
+        else:
+            for k, i in enumerate(range(value(d.start), value(d.stop), d.step)):
+                if d.counter is not None:
+                    self.write(d.counter, np.asarray(i, dtype=np.int64), env, at)
+                env[var] = k
+                self.exec_body(loop.body, env)
+        env.pop(var, None)
 
     def _mask(self, op: Op, env: dict) -> np.ndarray | None:
         if op.mask is None:

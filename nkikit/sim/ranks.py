@@ -74,7 +74,10 @@ class World:
             slot = self.slots.setdefault(key, {})
             self.left.setdefault(key, len(members))
             slot[rank] = np.array(value)
-            self.cv.notify_all()
+            if len(slot) == len(members):
+                for r in members:  # they are released, even if not yet awake
+                    self.waiting.pop(r, None)
+                self.cv.notify_all()
             while len(slot) < len(members):
                 if self.failed:
                     raise _Abort()
@@ -103,7 +106,7 @@ class World:
                         "ranks being run",
                     )
                 self.cv.wait()
-                self.waiting.pop(rank, None)
+            self.waiting.pop(rank, None)
             self.left[key] -= 1
             if not self.left[key]:
                 del self.slots[key], self.left[key]

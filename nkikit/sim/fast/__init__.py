@@ -38,12 +38,13 @@ program's source), ``table`` (its table-driven form for large unrolled kernels) 
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections import OrderedDict
 
 import numpy as np
 
-from ...ir.core import Kernel
+from ...ir.core import Kernel, Loop
 from .codegen import Compiler
 from .runtime import Program
 
@@ -61,7 +62,19 @@ def simulate(
 ) -> list[np.ndarray]:
     """Run ``kernel`` on ``args`` (numpy arrays in the kernel's parameter dtypes) and return
     the output arrays; same contract and results as ``nkikit.sim.interp.simulate``."""
+    if _has_device_loops(kernel):
+        # run-time trip counts defeat the compile-time proofs (a loop may run 0 times):
+        # the reference interpreter runs these kernels, which is bit-identical by definition
+        from ..interp import Interpreter
+
+        return Interpreter(kernel, seed=seed, rank=rank, world=world).run(args)
     return compile_kernel(kernel).run(args, seed, rank, world)
+
+
+@functools.lru_cache(maxsize=256)
+def _has_device_loops(kernel: Kernel) -> bool:
+    """Whether ``kernel`` has a loop with a run-time trip count (``Loop.device``)."""
+    return any(isinstance(s, Loop) and s.device is not None for s, _ in kernel.walk())
 
 
 def compile_kernel(kernel: Kernel) -> Program:
