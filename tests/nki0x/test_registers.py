@@ -207,3 +207,41 @@ def test_bad_register_uses_are_named_errors_at_the_users_line(kernel, args, name
         kernel(*args)
     assert e.value.name == name
     assert e.value.loc.line == _line_of(kernel.func, "# bad")
+
+
+@nki.jit
+def legacy_while(n):
+    """``while reg:`` (NKI 0.1 - 0.6, as the NKI Library writes it): count down to 0."""
+    c = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=c, src=n)
+    count = nl.ndarray((1, 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.memset(count, 0.0)
+    reg = nisa.register_alloc()
+    nisa.register_load(reg, c)
+    while reg:
+        nisa.tensor_scalar(dst=c, data=c, op0=nl.subtract, operand0=1)
+        nisa.tensor_scalar(dst=count, data=count, op0=nl.add, operand0=1.0)
+        nisa.register_load(reg, c)
+    out = nl.ndarray((1, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=count)
+    return out
+
+
+@pytest.mark.parametrize("n", [0, 1, 4])
+def test_the_legacy_while_reg_loop_runs_until_the_register_is_zero(n):
+    assert float(legacy_while(_n(n))[0, 0]) == n
+
+
+@nki.jit
+def break_in_while(n):
+    reg = nisa.register_alloc(1)
+    while reg:  # bad
+        break
+    return n
+
+
+def test_break_inside_while_reg_is_a_named_error():
+    with pytest.raises(NkiError) as e:
+        break_in_while(_n(0))
+    assert e.value.name == "err_unsupported_api"
+    assert e.value.loc.line == _line_of(break_in_while.func, "# bad")

@@ -6,16 +6,22 @@ tile (an IR tensor named ``reg...``), so its value lives in simulated memory and
 can be used wherever the reference allows a runtime value that nkikit models: as
 ``.ap(scalar_offset=reg)`` on an HBM tensor (an indirect DMA whose runtime index is the
 register).  Its value is unknown while the kernel is traced, so Python cannot branch or loop
-on it: ``if reg`` / ``while reg`` / ``int(reg)`` / ``range(reg)`` raise ``err_unsupported_api``
-(NKI 0.7's tracer raises ``TypeError`` there; ``while reg:`` was removed in 0.7).
+on it: ``if reg`` / ``int(reg)`` / ``range(reg)`` raise ``err_unsupported_api``
+(NKI 0.7's tracer raises ``TypeError`` there), except the NKI 0.1 - 0.6 device loop
+``while reg:`` (removed in 0.7, still in the NKI Library), which ``__bool__`` traces.
 """
 
 from __future__ import annotations
+
+import linecache
+from contextlib import ExitStack
 
 import numpy as np
 
 from ... import dtypes
 from ...errors import NkiError, SourceLoc, caller_loc
+from ...ir.affine import LoopVar
+from ...ir.core import DeviceLoop
 from ...trace import instructions as E
 from ...trace.builder import current
 from ..tensor import NkiTensor, access_of
@@ -25,10 +31,11 @@ class VirtualRegister:
     """One 32-bit register (``nisa.register_alloc()``, ``ncc.rank_id()``).  ``tile`` is the
     one-element int32 SBUF tensor that holds its value in the simulator."""
 
-    __slots__ = ("tile",)
+    __slots__ = ("tile", "_while")
 
     def __init__(self, tile: NkiTensor) -> None:
         self.tile = tile
+        self._while = None  # an open ``while reg:`` loop: (its exit, body depth, source line)
 
     def _no_value(self, what: str):
         raise NkiError(
@@ -40,7 +47,27 @@ class VirtualRegister:
         )
 
     def __bool__(self) -> bool:
-        self._no_value("`if reg` / `while reg`")
+        """``while reg:`` (NKI 0.1 - 0.6): a device loop that runs while the register is not 0.
+        Python asks at the loop's head before the first iteration, which opens the loop and
+        traces the body once, and again at the end of that body, which closes it.  Any other
+        test of a register's truth (``if reg``, ``and``, ``not``) needs its run-time value."""
+        loc = caller_loc()
+        b = current("while reg")
+        if self._while is not None:
+            stack, depth, line = self._while
+            if loc.line == line and len(b.bodies) == depth:
+                self._while = None
+                stack.close()
+                return False
+        if not linecache.getline(loc.file, loc.line).lstrip().startswith("while"):
+            self._no_value("`if reg` (or and / or / not)")
+        var = LoopVar(b.unique("while"), 1, "sequential")
+        cond = access_of(self.tile, loc, "while reg")
+        stack = ExitStack()
+        stack.enter_context(b.loop(var, loc, DeviceLoop(0, None, 1, None, cond)))
+        self._while = (stack, len(b.bodies), loc.line)
+        b.__dict__.setdefault("_nki_open_whiles", []).append((self, loc))
+        return True
 
     def __int__(self) -> int:
         self._no_value("int()")
@@ -142,3 +169,16 @@ def register_store(dst, src) -> None:
     E.emit_register_move(
         access_of(dst, loc, "register_store"), access_of(s.tile, loc, "register"), loc=loc
     )
+
+
+def check_closed(b) -> None:
+    """At the end of a trace: every ``while reg:`` loop ended at its head (a ``break`` or
+    ``return`` inside one leaves it open, and the rest of the kernel would land in it)."""
+    for reg, loc in b.__dict__.get("_nki_open_whiles", ()):
+        if reg._while is not None:
+            raise NkiError(
+                "err_unsupported_api",
+                loc,
+                api="break / return inside `while reg:`",
+                why="a device loop ends when its register is 0; let the body run to its end",
+            )
