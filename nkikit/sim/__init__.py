@@ -14,6 +14,8 @@ import os
 
 import numpy as np
 
+from .ranks import simulate_world, world_size
+
 SIMULATORS = ("reference", "fast", "check")
 
 
@@ -32,7 +34,9 @@ def simulate(kernel, args: list[np.ndarray], *, seed: int = 0) -> list[np.ndarra
         return check_simulate(kernel, args, seed=seed)
     else:
         raise ValueError(f"NKIKIT_SIM={mode!r}: expected one of {', '.join(SIMULATORS)}")
-    return _on_every_rank(run)(kernel, args, seed=seed)
+    if world_size(kernel) > 1:
+        return simulate_world(kernel, args, run, seed=seed)
+    return run(kernel, args, seed=seed)
 
 
 def _on_every_rank(run):
@@ -40,8 +44,6 @@ def _on_every_rank(run):
     rank of its world on the same arguments, returning rank 0's outputs (``ranks.py``)."""
 
     def on_world(kernel, args, *, seed: int = 0):
-        from .ranks import simulate_world, world_size
-
         if world_size(kernel) > 1:
             return simulate_world(kernel, args, run, seed=seed)
         return run(kernel, args, seed=seed)
