@@ -44,7 +44,7 @@ def world_size(kernel: Kernel) -> int:
     return top + 1
 
 
-class _Abort(Exception):
+class _Abort(BaseException):  # noqa: N818 - a signal; past the simulators' `except Exception`
     """Another rank failed: this one stops."""
 
 

@@ -311,3 +311,47 @@ def test_the_cost_model_charges_a_collective_as_data_movement():
     small = nkikit.compile(all_gather_k, x, ncc.ReplicaGroup([[0, 1]]), 2, target="trn2")
     big = nkikit.compile(all_gather_k, x, ncc.ReplicaGroup([list(range(8))]), 8, target="trn2")
     assert big.profile().total_us > small.profile().total_us  # 8 ranks' data vs 2
+
+
+@nki.jit
+def collective_in_a_rank_dependent_loop(x, groups):
+    src = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    dst = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=src, src=x)
+
+    def body(i):
+        ncc.all_reduce(srcs=[src], dsts=[dst], replica_group=groups, op=nl.add)  # waits
+
+    nl.fori_loop(0, ncc.rank_id(), body)  # rank r runs the collective r times
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=src)
+    return out
+
+
+def test_ranks_that_diverge_around_a_collective_are_reported_not_hung():
+    x = _per_rank(1)[0]
+    with pytest.raises(NkiError, match="rank 0 finished the kernel without reaching") as e:
+        collective_in_a_rank_dependent_loop(x, ncc.ReplicaGroup([[0, 1]]))
+    assert e.value.loc.line == _line_of(collective_in_a_rank_dependent_loop.func, "# waits")
+
+
+@nki.jit
+def ranks_meet_at_different_collectives(x, groups):
+    src = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    dst = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=src, src=x)
+
+    def body(i):
+        ncc.all_reduce(srcs=[src], dsts=[dst], replica_group=groups, op=nl.add)
+
+    nl.fori_loop(0, ncc.rank_id(), body)
+    ncc.all_reduce(srcs=[src], dsts=[dst], replica_group=groups, op=nl.maximum)
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=dst)
+    return out
+
+
+def test_ranks_waiting_at_different_collectives_are_reported_not_hung():
+    x = _per_rank(1)[0]
+    with pytest.raises(NkiError, match="wait at different collectives"):
+        ranks_meet_at_different_collectives(x, ncc.ReplicaGroup([[0, 1]]))
