@@ -290,7 +290,7 @@ def dynamic_range(start, stop=None, step=1):
         start, stop = 0, start
     if _device_loops.is_register(start) or _device_loops.is_register(stop):
         return _device_loops.dynamic_range(start, stop, step, caller_loc())
-    _no_register(step)
+    _trace_time_ints(start, stop, step)
     return _range(start, stop, step)
 
 
@@ -307,7 +307,7 @@ def fori_loop(lower, upper, body_fun, step: int = 1, unroll: bool = False) -> No
             )
         _device_loops.fori_loop(lower, upper, body_fun, step, caller_loc())
         return
-    _no_register(step)
+    _trace_time_ints(lower, upper, step)
     for i in builtins.range(int(lower), int(upper), int(step)):
         body_fun(i)
 
@@ -318,14 +318,15 @@ def while_loop(init, body_fun) -> None:
     _device_loops.while_loop(init, body_fun, caller_loc())
 
 
-def _no_register(*xs) -> None:
+def _trace_time_ints(*xs) -> None:
     for x in xs:
         if x is not None and not isinstance(x, int | np.integer):
             raise NkiError(
                 "err_invalid_argument",
                 caller_loc(),
                 op="loop",
-                why=f"a loop step must be an int known when the kernel is traced, got {x!r}",
+                why="loop bounds must be ints or registers and the step an int known when "
+                f"the kernel is traced, got {type(x).__name__}",
             )
 
 
