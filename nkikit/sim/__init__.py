@@ -5,6 +5,8 @@ interpreter, one instruction at a time) and ``fast`` (the kernel compiled once t
 straight-line numpy program).  ``simulate`` picks one by the ``NKIKIT_SIM`` environment
 variable: ``fast`` (the default), ``reference``, or ``check`` (run both, raise
 ``SimulatorMismatch`` unless outputs and written arguments are bit-identical; for CI).
+A kernel with collectives runs as every rank of its world, each with its own memory, meeting
+at the collectives (``ranks.py``); ``simulate_all_ranks`` gives each rank its own arguments.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import os
 
 import numpy as np
 
-from .ranks import simulate_world, world_size
+from .ranks import simulate_ranks, simulate_world, world_size
 
 SIMULATORS = ("reference", "fast", "check")
 
@@ -113,7 +115,6 @@ def simulate_all_ranks(
     ``SimulatorMismatch`` unless every rank's outputs and arguments are bit-identical."""
     from .fast import simulate as fast_one
     from .interp import simulate as ref_one
-    from .ranks import simulate_ranks
 
     mode = os.environ.get("NKIKIT_SIM", "fast") or "fast"
     if mode not in SIMULATORS:
