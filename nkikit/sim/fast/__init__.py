@@ -55,6 +55,7 @@ __all__ = ["simulate", "explain", "compile_kernel", "Program"]
 _CACHE: OrderedDict[int, tuple[Kernel, Program]] = OrderedDict()
 _CACHE_SIZE = 256
 _LOCK = threading.Lock()
+_BUILDING: dict[int, threading.Lock] = {}  # id(kernel) -> held while its program is built
 
 
 def simulate(
@@ -86,11 +87,22 @@ def compile_kernel(kernel: Kernel) -> Program:
         if hit is not None and hit[0] is kernel:
             _CACHE.move_to_end(key)
             return hit[1]
-    prog = Compiler(kernel).build()
-    with _LOCK:
-        _CACHE[key] = (kernel, prog)
-        if len(_CACHE) > _CACHE_SIZE:
-            _CACHE.popitem(last=False)
+        building = _BUILDING.setdefault(key, threading.Lock())
+    # the ranks of a multi-rank run (``sim/ranks.py``) ask at once: one builds, the rest wait
+    with building:
+        with _LOCK:
+            hit = _CACHE.get(key)
+            if hit is not None and hit[0] is kernel:
+                return hit[1]
+        try:
+            prog = Compiler(kernel).build()
+            with _LOCK:
+                _CACHE[key] = (kernel, prog)
+                if len(_CACHE) > _CACHE_SIZE:
+                    _CACHE.popitem(last=False)
+        finally:
+            with _LOCK:
+                _BUILDING.pop(key, None)
     return prog
 
 
