@@ -24,9 +24,8 @@ def _by_opcode(program):
 
 
 def test_every_simulated_primitive_has_a_lowering():
-    from nkikit.sim.rules import RULES
-
     from nkikit.ir.prims import PRIMS as RECORDS
+    from nkikit.sim.rules import RULES
 
     # the DMA queues' primitives (dma_copy, the collectives) lower through _lower_dma, and
     # those no engine runs (device_print) to nothing
