@@ -116,6 +116,9 @@ PRIMS: dict[str, Lowering] = {
     "tensor_partition_reduce": Lowering("PARTITION_REDUCE", c_partition_reduce),
     "local_gather": Lowering("LOCAL_GATHER", c_local_gather),
     "nc_n_gather": Lowering("N_GATHER", c_gpsimd),
+    # a register instruction on the engine's sequencer, charged as a one-element GpSimd op
+    "register_move": Lowering("REGISTER_MOVE", c_gpsimd),
+    "rank_id": Lowering("RANK_ID", c_gpsimd),
 }
 """Compute primitives.  DMA primitives run on the DMA queues (see :func:`_lower_dma`);
 the ones no engine runs (``device_print``) exist only in simulation and lower to nothing."""

@@ -182,11 +182,31 @@ class Alloc:
     tensor: Tensor
 
 
+@dataclass(frozen=True, slots=True)
+class DeviceLoop:
+    """The run-time trip count of a hardware loop (NKI 0.x ``nl.fori_loop`` /
+    ``nl.dynamic_range`` with a register bound, ``nl.while_loop``) [reference/nki-0x.md §5.2].
+
+    A counting loop runs ``for i in range(start, stop, step)``, each bound an int or a
+    register (a one-element int32 SBUF tile, read when the loop starts), and writes ``i`` into
+    the register ``counter`` before each iteration.  A while loop (``stop`` None) runs while
+    the register ``cond`` holds a value other than 0, tested before each iteration.  The
+    loop's variable counts iterations; its ``trip`` is what layers that need a static count
+    (verifier, cost model) assume: the exact count for int bounds, else 1."""
+
+    start: Access | int = 0
+    stop: Access | int | None = None
+    step: int = 1
+    counter: Access | None = None
+    cond: Access | None = None
+
+
 @dataclass(eq=False, slots=True)
 class Loop:
     var: LoopVar
     body: list[Stmt]
     loc: SourceLoc
+    device: DeviceLoop | None = None  # a trip count known at run time (None: ``var.trip``)
 
     @property
     def kind(self) -> str:

@@ -313,6 +313,33 @@ _ON_CHIP = ("sbuf", "psum")
 # ---------------------------------------------------------------------------------------------
 # the table
 
+_HBM_SBUF = ("hbm", "shared_hbm", "private_hbm", "sbuf")
+_GROUPS = Attr("groups", (tuple,))
+
+
+def group_size(attrs: Mapping[str, Any]) -> int:
+    """Ranks per replica group of a collective op (every group has as many)."""
+    groups = attrs.get("groups")
+    return len(groups[0]) if groups else 1
+
+
+def _one_element(ins: Sequence[Operand], attrs: Mapping[str, Any]) -> tuple[OutSpec, ...]:
+    return (OutSpec(elements=1),)
+
+
+def _collective_out(mul: int, div: int) -> OutRule:
+    """A collective's destination: as many elements as its source, times the group size
+    ``mul == 0`` (all_gather) or divided by it ``div == 0`` (reduce_scatter); any shape."""
+
+    def rule(ins: Sequence[Operand], attrs: Mapping[str, Any]) -> tuple[OutSpec, ...]:
+        a = _tile(ins[0])
+        n, g = math.prod(a.shape), group_size(attrs)
+        n = n * (g if mul == 0 else 1) // (g if div == 0 else 1)
+        return (OutSpec(elements=n, dtype=a.dtype),)
+
+    return rule
+
+
 _RECORDS = (
     # -- DMA ---------------------------------------------------------------------------------
     Prim(
@@ -614,6 +641,62 @@ _RECORDS = (
         engines=("gpsimd",),
         raw=True,
     ),
+    # -- registers (NKI 0.x) -----------------------------------------------------------------
+    # A register is modeled as a one-element int32 SBUF tile (``nkikit/nki/isa/registers.py``);
+    # these run on an engine's instruction sequencer, charged as one small GpSimd instruction.
+    Prim(
+        # register_alloc(x) / register_move / register_load / register_store [nki-0x.md §4.14]:
+        # one 32-bit value from an immediate, a register or a one-element HBM/SBUF tile into a
+        # register or a one-element tile, converted to the destination's dtype
+        "register_move",
+        ins=("src",),
+        outs=("dst",),
+        out_spec=_one_element,
+        engines=("gpsimd",),
+        immediates=frozenset({"src"}),
+        memories=(("src", _HBM_SBUF), ("dst", _HBM_SBUF)),
+        raw=True,
+        partition_free=True,
+    ),
+    Prim(
+        # ncc.rank_id(): this rank's id within the collective world [nki-0x.md §5.8]
+        "rank_id",
+        ins=(),
+        outs=("dst",),
+        out_spec=_any_out,
+        engines=("gpsimd",),
+    ),
+    # -- collectives across ranks (NKI 0.x nki.collectives) [nki-0x.md §5.8] -----------------
+    # One op per (src, dst) pair; ``groups``: the replica groups (each a tuple of ranks).  The
+    # collective engines' rings move the data; the cost model charges the op as a DMA of its
+    # bytes.  What each rank receives is the simulation rule's (``sim/rules.py``).
+    *(
+        Prim(
+            name,
+            ins=("src",),
+            outs=("dst",),
+            out_spec=spec,
+            engines=("dma",),
+            attrs=attrs,
+            raw=raw,
+            partition_free=True,
+            # a rank no pair sends to keeps its destination
+            reads_dst=name == "collective_permute",
+            partial_write=name == "collective_permute",
+        )
+        for name, spec, attrs, raw in (
+            ("all_reduce", _collective_out(1, 1), (_GROUPS, Attr("op", _STR)), False),
+            ("all_gather", _collective_out(0, 1), (_GROUPS, Attr("dim", _INT)), True),
+            (
+                "reduce_scatter",
+                _collective_out(1, 0),
+                (_GROUPS, Attr("dim", _INT), Attr("op", _STR)),
+                False,
+            ),
+            ("all_to_all", _collective_out(1, 1), (_GROUPS, Attr("dim", _INT)), True),
+            ("collective_permute", _collective_out(1, 1), (Attr("pairs", (tuple,)),), True),
+        )
+    ),
     # -- simulation only ---------------------------------------------------------------------
     Prim(
         "device_print",
@@ -636,6 +719,8 @@ def names_where(pred: Callable[[Prim], bool]) -> frozenset[str]:
 
 
 MASK_ON_INPUT = names_where(lambda p: p.mask_on_input)
+# the primitives that exchange data between ranks (``sim/ranks.py`` runs every rank)
+COLLECTIVES = names_where(lambda p: any(a.name in ("groups", "pairs") for a in p.attrs))
 RAW = names_where(lambda p: p.raw)
 
 

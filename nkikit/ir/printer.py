@@ -59,6 +59,16 @@ def print_kernel(k: Kernel) -> str:
         for s in stmts:
             if isinstance(s, Alloc):
                 lines.append(f"{pad}%{s.tensor.name} = alloc : {_ty(s.tensor)}")
+            elif isinstance(s, Loop) and s.device is not None:
+                d = s.device
+                head = (
+                    f"while {_operand(d.cond)} != 0"
+                    if d.stop is None
+                    else f"for {_operand(d.counter)} in device_range("
+                    f"{_operand(d.start)}, {_operand(d.stop)}, {d.step})"
+                )
+                lines.append(f"{pad}{head}:  # {_loc(s.loc)}")
+                body(s.body, depth + 1)
             elif isinstance(s, Loop):
                 lines.append(f"{pad}for {s.var.name} in {s.kind}_range({s.trip}):  # {_loc(s.loc)}")
                 body(s.body, depth + 1)

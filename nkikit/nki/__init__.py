@@ -18,6 +18,7 @@ import sys
 
 from . import builtin, collectives, compiler, isa, language, tensor, typing  # noqa: F401
 from .jit import Kernel0x, jit
+from .ranks import simulate_ranks
 from .tensor import NkiTensor
 
 Kernel = Kernel0x
@@ -100,6 +101,7 @@ __all__ = [
     "simulate",
     "cpu_simulate",
     "execute",
+    "simulate_ranks",
     "install_alias",
     "Kernel",
     "NkiTensor",

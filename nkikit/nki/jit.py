@@ -16,6 +16,7 @@ from ..ir.core import Kernel, Tensor
 from ..targets import target_scope as _target_scope
 from ..trace.builder import Builder, maybe_current, tracing
 from ..trace.jit import JitKernel
+from .isa.registers import check_closed
 from .launch import trace_programs
 from .tensor import NkiTensor, _layout_alias
 
@@ -49,6 +50,7 @@ class Kernel0x(JitKernel):
         call_args, params = self._parameters(b, bound, loc, NkiTensor.whole)
         with _target_scope(target):
             results = trace_programs(b, self.grid, lambda: self.func(**call_args))
+        check_closed(b)
         outputs: list[Tensor] = []
         written_inputs = {o.tensor.root.uid for op, _ in _ops(b) for o in op.outs}
         for t in params:

@@ -522,12 +522,17 @@ class NkiTensor:
                 )
             index = vector_offset if vector_offset is not None else scalar_offset
             kind = "vector" if vector_offset is not None else "scalar"
+            if kind == "scalar" and not isinstance(index, NkiTensor):
+                from .isa.registers import VirtualRegister
+
+                if isinstance(index, VirtualRegister):
+                    index = index.tile  # the register's one-element SBUF tile holds its value
             if not isinstance(index, NkiTensor):
                 raise NkiError(
                     "err_unsupported_api",
                     loc,
                     api=f".ap({kind}_offset=...)",
-                    why="the offset must be an SBUF tensor of integers (registers are not modeled)",
+                    why="the offset must be an SBUF tensor of integers or a register",
                 )
             view._indirect = (index, int(indirect_dim), kind, self.shape)
         return view

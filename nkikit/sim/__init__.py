@@ -5,6 +5,8 @@ interpreter, one instruction at a time) and ``fast`` (the kernel compiled once t
 straight-line numpy program).  ``simulate`` picks one by the ``NKIKIT_SIM`` environment
 variable: ``fast`` (the default), ``reference``, or ``check`` (run both, raise
 ``SimulatorMismatch`` unless outputs and written arguments are bit-identical; for CI).
+A kernel with collectives runs as every rank of its world, each with its own memory, meeting
+at the collectives (``ranks.py``); ``simulate_all_ranks`` gives each rank its own arguments.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import functools
 import os
 
 import numpy as np
+
+from .ranks import simulate_ranks, simulate_world, world_size
 
 SIMULATORS = ("reference", "fast", "check")
 
@@ -29,10 +33,24 @@ def simulate(kernel, args: list[np.ndarray], *, seed: int = 0) -> list[np.ndarra
     elif mode == "reference":
         from .interp import simulate as run
     elif mode == "check":
-        run = check_simulate
+        return check_simulate(kernel, args, seed=seed)
     else:
         raise ValueError(f"NKIKIT_SIM={mode!r}: expected one of {', '.join(SIMULATORS)}")
+    if world_size(kernel) > 1:
+        return simulate_world(kernel, args, run, seed=seed)
     return run(kernel, args, seed=seed)
+
+
+def _on_every_rank(run):
+    """``run`` (one rank's simulator) for any kernel: a kernel with collectives runs as every
+    rank of its world on the same arguments, returning rank 0's outputs (``ranks.py``)."""
+
+    def on_world(kernel, args, *, seed: int = 0):
+        if world_size(kernel) > 1:
+            return simulate_world(kernel, args, run, seed=seed)
+        return run(kernel, args, seed=seed)
+
+    return on_world
 
 
 def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
@@ -49,12 +67,14 @@ def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
 def check_simulate(kernel, args: list[np.ndarray], *, seed: int = 0) -> list[np.ndarray]:
     """Run both simulators (the fast one on copies of ``args``) and return the reference's
     outputs; raise ``SimulatorMismatch`` if anything differs, including which one raised."""
-    from .fast import simulate as fast_simulate
+    from .fast import simulate as fast_one
     from .interp import Interpreter
 
-    def ref_simulate(kernel, args, *, seed):
+    def ref_one(kernel, args, *, seed, rank=0, world=None):
         # the class, not interp.simulate: tests may route that name here
-        return Interpreter(kernel, seed=seed).run(args)
+        return Interpreter(kernel, seed=seed, rank=rank, world=world).run(args)
+
+    ref_simulate, fast_simulate = _on_every_rank(ref_one), _on_every_rank(fast_one)
 
     copies = [a.copy() for a in args]
     try:
@@ -84,3 +104,36 @@ def written_params(kernel) -> frozenset[str]:
     only these to protect its arrays."""
     written = {o.tensor.root.uid for op, _ in kernel.ops() for o in op.outs}
     return frozenset(t.name for t in kernel.params if t.uid in written)
+
+
+def simulate_all_ranks(
+    kernel, args_per_rank: list[list[np.ndarray]], *, seed: int = 0
+) -> list[list[np.ndarray]]:
+    """Run ``kernel`` as ranks ``0 .. len(args_per_rank) - 1`` (rank ``r`` on
+    ``args_per_rank[r]``, written in place) with the simulator ``NKIKIT_SIM`` names; returns
+    every rank's outputs.  ``check`` runs both simulators (the fast one on copies) and raises
+    ``SimulatorMismatch`` unless every rank's outputs and arguments are bit-identical."""
+    from .fast import simulate as fast_one
+    from .interp import simulate as ref_one
+
+    mode = os.environ.get("NKIKIT_SIM", "fast") or "fast"
+    if mode not in SIMULATORS:
+        raise ValueError(f"NKIKIT_SIM={mode!r}: expected one of {', '.join(SIMULATORS)}")
+    if mode != "check":
+        run = fast_one if mode == "fast" else ref_one
+        return simulate_ranks(kernel, args_per_rank, run, seed=seed)
+    copies = [[a.copy() for a in args] for args in args_per_rank]
+    ref = simulate_ranks(kernel, args_per_rank, ref_one, seed=seed)
+    got = simulate_ranks(kernel, copies, fast_one, seed=seed)
+    for r, (ro, go) in enumerate(zip(ref, got)):
+        for i, (a, b) in enumerate(zip(ro, go)):
+            if not same_bits(a, b):
+                raise SimulatorMismatch(
+                    f"{kernel.name}: output {i} of rank {r} differs between the simulators"
+                )
+        for t, a, c in zip(kernel.params, args_per_rank[r], copies[r]):
+            if not same_bits(a, c):
+                raise SimulatorMismatch(
+                    f"{kernel.name}: argument {t.name!r} of rank {r} written differently"
+                )
+    return ref

@@ -22,6 +22,9 @@ from ..ir.core import Access, Alloc, Kernel, Loop, Op, Tensor
 from ..ir.prims import PRIMS, PrimError, mask_ref
 from .rules import RULES
 
+# a while loop that has not ended after this many iterations is reported, not run forever
+_MAX_DEVICE_ITERATIONS = 1 << 24
+
 
 class _Plan:
     """How to turn an access into numpy indexing: basic slices when each tensor dimension
@@ -55,9 +58,12 @@ class _Plan:
 class Interpreter:
     """Runs one kernel.  ``run(args)`` returns the output arrays."""
 
-    def __init__(self, kernel: Kernel, *, seed: int = 0) -> None:
+    def __init__(self, kernel: Kernel, *, seed: int = 0, rank: int = 0, world=None) -> None:
         self.kernel = kernel
         self.seed = seed
+        # the rank this run is and the rendezvous of its collectives (``sim/ranks.py``)
+        self.rank = rank
+        self.world = world
         self.mem: dict[int, np.ndarray] = {}
         self.plans: dict[int, _Plan] = {}
 
@@ -214,12 +220,50 @@ class Interpreter:
             elif isinstance(s, Alloc):
                 t = s.tensor
                 self.mem[t.uid] = dtypes.new_buffer(t.shape, t.dtype)
+            elif isinstance(s, Loop) and s.device is not None:
+                self.exec_device_loop(s, env)
             elif isinstance(s, Loop):
                 var: LoopVar = s.var
                 for i in range(s.trip):
                     env[var] = i
                     self.exec_body(s.body, env)
                 env.pop(var, None)
+
+    def exec_device_loop(self, loop: Loop, env: dict) -> None:
+        """A loop whose trip count the kernel computes at run time (``Loop.device``): bounds
+        read from their registers when it starts, the induction value written to its counter
+        register before each iteration; a while loop tests its condition register before
+        each iteration."""
+        d = loop.device
+        at = Op("register_move", [], [], {}, loop.loc)  # names the loop's line in errors
+
+        def value(x) -> int:
+            if isinstance(x, Access):
+                return int(np.asarray(self.read(x, env, at)).reshape(-1)[0])
+            return int(x)
+
+        var: LoopVar = loop.var
+        if d.stop is None:
+            k = 0
+            while value(d.cond) != 0:
+                if k >= _MAX_DEVICE_ITERATIONS:
+                    raise NkiError(
+                        "err_invalid_argument",
+                        loop.loc,
+                        op="nl.while_loop",
+                        why=f"still running after {k} iterations: the condition register "
+                        "never became 0",
+                    )
+                env[var] = k
+                self.exec_body(loop.body, env)
+                k += 1
+        else:
+            for k, i in enumerate(range(value(d.start), value(d.stop), d.step)):
+                if d.counter is not None:
+                    self.write(d.counter, np.asarray(i, dtype=np.int64), env, at)
+                env[var] = k
+                self.exec_body(loop.body, env)
+        env.pop(var, None)
 
     def _mask(self, op: Op, env: dict) -> np.ndarray | None:
         if op.mask is None:
@@ -290,6 +334,21 @@ class OpContext:
     def dst(self, i: int) -> np.ndarray:
         v = self.interp.read(self.op.outs[i], self.env, self.op)
         return v if PRIMS[self.op.prim].raw else dtypes.to_f32(v)
+
+    @property
+    def rank(self) -> int:
+        return self.interp.rank
+
+    def exchange(self, value: np.ndarray, members: tuple[int, ...]) -> dict[int, np.ndarray]:
+        world = self.interp.world
+        if world is None:
+            if members != (self.interp.rank,):
+                raise NkiInternalError(
+                    f"{self.op.loc}: {self.op.prim} with ranks {members} run without the "
+                    "other ranks (simulate through nkikit.sim.simulate)"
+                )
+            return {self.interp.rank: np.array(value)}
+        return world.exchange(self.interp.rank, self.op, value, members)
 
     def rmw(self, i: int, op: str, value: np.ndarray) -> np.ndarray | None:
         from .alu import alu
@@ -423,6 +482,9 @@ def _fit_valid(valid: np.ndarray, shape: tuple[int, ...]) -> np.ndarray | None:
     return None
 
 
-def simulate(kernel: Kernel, args: list[np.ndarray], *, seed: int = 0) -> list[np.ndarray]:
-    """Run ``kernel`` on ``args`` (numpy arrays in the kernel's parameter dtypes)."""
-    return Interpreter(kernel, seed=seed).run(args)
+def simulate(
+    kernel: Kernel, args: list[np.ndarray], *, seed: int = 0, rank: int = 0, world=None
+) -> list[np.ndarray]:
+    """Run ``kernel`` on ``args`` (numpy arrays in the kernel's parameter dtypes) as
+    ``rank`` of ``world`` (``sim/ranks.py``; None: a single rank)."""
+    return Interpreter(kernel, seed=seed, rank=rank, world=world).run(args)

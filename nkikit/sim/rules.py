@@ -41,6 +41,16 @@ class Ctx(Protocol):
         for ``raw`` primitives), unmasked."""
         ...
 
+    @property
+    def rank(self) -> int:
+        """The rank running the kernel (0 unless ``sim/ranks.py`` runs several)."""
+        ...
+
+    def exchange(self, value: np.ndarray, members: tuple[int, ...]) -> dict[int, np.ndarray]:
+        """Deposit ``value`` with the ranks ``members`` (this one included) at this op and
+        return every member's value, once all have arrived (``sim/ranks.py``)."""
+        ...
+
     def rmw(self, i: int, op: str, value: np.ndarray) -> np.ndarray | None:
         """Atomic ``dst = op(dst, value)`` of output ``i`` in fp32: the new value to write,
         or None when the update was applied in place (an indirect destination, where rows
@@ -365,3 +375,7 @@ def _dropout(op, ins, ctx):
 def _print(op, ins, ctx):
     print(op.attrs["prefix"], np.asarray(ins[0]))
     return []
+
+
+# the rules of registers, rank_id and the collectives (they ask the context for the rank)
+from . import collective_rules as _collective_rules  # noqa: E402, F401

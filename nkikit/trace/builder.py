@@ -157,9 +157,9 @@ class Builder:
         return op
 
     @contextmanager
-    def loop(self, var: LoopVar, loc: SourceLoc):
+    def loop(self, var: LoopVar, loc: SourceLoc, device=None):
         body: list[Stmt] = []
-        self.bodies[-1].append(Loop(var, body, loc))
+        self.bodies[-1].append(Loop(var, body, loc, device))
         self.bodies.append(body)
         self.loops.append(var)
         self.last_op = None

@@ -791,6 +791,94 @@ def emit_nc_n_gather(
 # simulation only
 
 
+def emit_register_move(dst: Access, src: Access | int, *, loc: SourceLoc) -> Op:
+    """``dst = src`` for one 32-bit value: ``src`` an immediate int, a register or a
+    one-element HBM/SBUF tile, ``dst`` a register or a one-element tile (a register is a
+    one-element int32 SBUF tile in the IR); converted to ``dst``'s dtype."""
+    for role, a in (("dst", dst), ("src", src)):
+        if isinstance(a, Access) and (_partitions(a) * _free(a) != 1 or a.dtype.itemsize > 4):
+            raise _invalid(
+                "register_move",
+                loc,
+                f"{role} {_name(a)} must be one element of at most 32 bits, got "
+                f"{list(a.shape)} {a.dtype}",
+            )
+    return _emit("register_move", [dst], [src], {}, None, loc)
+
+
+def emit_rank_id(dst: Access, *, loc: SourceLoc) -> Op:
+    """``dst`` (a register) = the id of the rank that runs the kernel."""
+    return _emit("rank_id", [dst], [], {}, None, loc)
+
+
+def _collective(
+    prim: str, dst: Access, src: Access, attrs: dict, loc: SourceLoc, *, dim: int | None = None
+) -> Op:
+    """A collective between the ranks of each group: the tiles are both in HBM or both in
+    SBUF, of one dtype; along ``dim`` (a tile dimension) the destination is the source's
+    extent times (all_gather) or divided by (reduce_scatter) the group size."""
+    on_chip = {a.tensor.buffer in ("sbuf", "psum") for a in (dst, src)}
+    if len(on_chip) != 1 or "psum" in (dst.tensor.buffer, src.tensor.buffer):
+        raise NkiError(
+            "err_unsupported_memory",
+            loc,
+            op=f"ncc.{prim}",
+            what=f"src {_name(src)} and dst {_name(dst)}",
+            allowed="both HBM or both SBUF",
+            got=f"{_MEM.get(src.tensor.buffer)} and {_MEM.get(dst.tensor.buffer)}",
+        )
+    if dst.dtype != src.dtype:
+        raise _invalid(
+            prim, loc, f"src and dst must have one dtype, got {src.dtype} and {dst.dtype}"
+        )
+    if dim is not None and not 0 <= dim < len(src.shape):
+        raise _invalid(prim, loc, f"collective_dim={dim} is not a dimension of {list(src.shape)}")
+    return _emit(prim, [dst], [src], attrs, None, loc)
+
+
+def emit_all_reduce(dst: Access, src: Access, *, groups: tuple, op: object, loc: SourceLoc) -> Op:
+    """``dst`` = ``op`` (add, maximum or minimum) over the ``src`` of every rank of the
+    group, computed in fp32."""
+    name = op_name(op)
+    if name not in ("add", "maximum", "minimum"):
+        raise _invalid(
+            "all_reduce", loc, f"op must be nl.add, nl.maximum or nl.minimum, got {op!r}"
+        )
+    return _collective("all_reduce", dst, src, {"groups": groups, "op": name}, loc)
+
+
+def emit_all_gather(dst: Access, src: Access, *, groups: tuple, dim: int, loc: SourceLoc) -> Op:
+    """``dst`` = the ``src`` of every rank of the group, concatenated in group order along
+    tile dimension ``dim``."""
+    return _collective("all_gather", dst, src, {"groups": groups, "dim": dim}, loc, dim=dim)
+
+
+def emit_reduce_scatter(
+    dst: Access, src: Access, *, groups: tuple, dim: int, op: object, loc: SourceLoc
+) -> Op:
+    """The group's ``op``-reduction of ``src`` (fp32), split along tile dimension ``dim`` into
+    one chunk per rank: the ``k``-th rank of the group receives chunk ``k``."""
+    name = op_name(op)
+    if name not in ("add", "maximum", "minimum"):
+        raise _invalid(
+            "reduce_scatter", loc, f"op must be nl.add, nl.maximum or nl.minimum, got {op!r}"
+        )
+    attrs = {"groups": groups, "dim": dim, "op": name}
+    return _collective("reduce_scatter", dst, src, attrs, loc, dim=dim)
+
+
+def emit_all_to_all(dst: Access, src: Access, *, groups: tuple, dim: int, loc: SourceLoc) -> Op:
+    """``src`` split along tile dimension ``dim`` into one chunk per rank of the group: chunk
+    ``j`` goes to rank ``j``, whose ``dst`` holds the chunks it receives in group order."""
+    return _collective("all_to_all", dst, src, {"groups": groups, "dim": dim}, loc, dim=dim)
+
+
+def emit_collective_permute(dst: Access, src: Access, *, pairs: tuple, loc: SourceLoc) -> Op:
+    """For each ``(source, target)`` rank pair, the target's ``dst`` = the source's ``src``;
+    a rank no pair targets keeps its ``dst``."""
+    return _collective("collective_permute", dst, src, {"pairs": pairs}, loc)
+
+
 def emit_device_print(x: Access, *, prefix: str, loc: SourceLoc) -> Op:
     """Print ``x`` (after ``prefix``) when the kernel is simulated; no engine runs it."""
     return _emit("device_print", [], [x], {"prefix": str(prefix)}, None, loc)

@@ -94,6 +94,16 @@ SAMPLES: dict[str, Callable[[Access], tuple]] = {
     "local_gather": lambda a: ((sb(P, 64), sb(P, F), sb(P, 4, dtype=np.uint16)), {}),
     "nc_n_gather": lambda a: ((sb(P, 4), sb(P, F), sb(P, 4, dtype=np.uint32)), {}),
     "device_print": lambda a: ((sb(P, F),), {"prefix": "x"}),
+    "register_move": lambda a: ((sb(1, 1, dtype=np.int32), 3), {}),
+    "rank_id": lambda a: ((sb(1, 1, dtype=np.int32),), {}),
+    "all_reduce": lambda a: ((sb(P, F), sb(P, F)), {"groups": ((0, 1),), "op": np.add}),
+    "all_gather": lambda a: ((sb(P, 2 * F), sb(P, F)), {"groups": ((0, 1),), "dim": 1}),
+    "reduce_scatter": lambda a: (
+        (sb(P, F // 2), sb(P, F)),
+        {"groups": ((0, 1),), "dim": 1, "op": np.add},
+    ),
+    "all_to_all": lambda a: ((sb(P, F), sb(P, F)), {"groups": ((0, 1),), "dim": 1}),
+    "collective_permute": lambda a: ((_tile((P, F), buffer="shared_hbm"), a), {"pairs": ((0, 1),)}),
 }
 
 

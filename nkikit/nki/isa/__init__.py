@@ -31,6 +31,13 @@ from ...trace import instructions as E
 from ...trace.builder import current
 from ..tensor import NkiTensor, access_of
 from . import constants  # noqa: F401
+from .registers import (  # noqa: F401 - NKI's names
+    VirtualRegister,
+    register_alloc,
+    register_load,
+    register_move,
+    register_store,
+)
 
 
 class dma_engine(enum.IntEnum):  # noqa: N801 - NKI's name
@@ -1401,10 +1408,6 @@ _NOT_MODELED = {
     "set_rng_seed": "random number generation is not modeled",
     "rand_set_state": "random number generation is not modeled",
     "rand_get_state": "random number generation is not modeled",
-    "register_alloc": "registers are not modeled; loop bounds must be Python ints",
-    "register_move": "registers are not modeled",
-    "register_load": "registers are not modeled",
-    "register_store": "registers are not modeled",
     "scalar_load": "NkiScalar is not modeled",
     "scalar_store": "NkiScalar is not modeled",
 }

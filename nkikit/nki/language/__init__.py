@@ -21,6 +21,7 @@ from ...ir.core import HBM_BUFFERS
 from ...language.creation import Buffer, hbm, private_hbm, psum, sbuf, shared_hbm
 from ...trace.builder import current
 from ..tensor import NkiTensor
+from . import device_loops as _device_loops
 from .dtypes import *  # noqa: F403
 from .dtypes import bfloat16, float32, int32, uint8
 
@@ -297,37 +298,51 @@ def static_range(*args, **kwargs) -> range:
 range = affine_range  # noqa: A001 - the NKI Library uses nl.range
 
 
-def dynamic_range(start, stop=None, step=1) -> range:
-    """A hardware loop with trace-time bounds: unrolled like ``range``.  Register bounds are
-    not modeled."""
-    _no_register(start, stop)
-    return _range(start, *(() if stop is None else (stop,)), step)
+def dynamic_range(start, stop=None, step=1):
+    """A hardware loop: with a register bound, one traced body run as many times as the
+    registers say when the kernel runs (its induction value a register); with int bounds,
+    unrolled like ``range`` (what it computes is the same)."""
+    if stop is None:
+        start, stop = 0, start
+    if _device_loops.is_register(start) or _device_loops.is_register(stop):
+        return _device_loops.dynamic_range(start, stop, step, caller_loc())
+    _trace_time_ints(start, stop, step)
+    return _range(start, stop, step)
 
 
 def fori_loop(lower, upper, body_fun, step: int = 1, unroll: bool = False) -> None:
-    """``for i in range(lower, upper, step): body_fun(i)`` (bounds known at trace time)."""
-    _no_register(lower, upper)
+    """``for i in range(lower, upper, step): body_fun(i)``: bounds ints (unrolled at trace
+    time) or registers (a device loop whose trip count the kernel computes)."""
+    if _device_loops.is_register(lower) or _device_loops.is_register(upper):
+        if unroll:
+            raise NkiError(
+                "err_invalid_argument",
+                caller_loc(),
+                op="nl.fori_loop",
+                why="unroll=True needs bounds known when the kernel is traced",
+            )
+        _device_loops.fori_loop(lower, upper, body_fun, step, caller_loc())
+        return
+    _trace_time_ints(lower, upper, step)
     for i in builtins.range(int(lower), int(upper), int(step)):
         body_fun(i)
 
 
 def while_loop(init, body_fun) -> None:
-    raise NkiError(
-        "err_unsupported_api",
-        caller_loc(),
-        api="nl.while_loop",
-        why="device loops on register values are not modeled; loop in Python",
-    )
+    """``r = init; while r != 0: r = body_fun(r)`` on the device (``init`` a register or an
+    int; ``body_fun`` returns the register of the next condition)."""
+    _device_loops.while_loop(init, body_fun, caller_loc())
 
 
-def _no_register(*xs) -> None:
+def _trace_time_ints(*xs) -> None:
     for x in xs:
         if x is not None and not isinstance(x, int | np.integer):
             raise NkiError(
-                "err_unsupported_api",
+                "err_invalid_argument",
                 caller_loc(),
-                api="a loop bound held in a register",
-                why="loop bounds must be known when the kernel is traced",
+                op="loop",
+                why="loop bounds must be ints or registers and the step an int known when "
+                f"the kernel is traced, got {type(x).__name__}",
             )
 
 

@@ -38,12 +38,13 @@ program's source), ``table`` (its table-driven form for large unrolled kernels) 
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections import OrderedDict
 
 import numpy as np
 
-from ...ir.core import Kernel
+from ...ir.core import Kernel, Loop
 from .codegen import Compiler
 from .runtime import Program
 
@@ -54,12 +55,27 @@ __all__ = ["simulate", "explain", "compile_kernel", "Program"]
 _CACHE: OrderedDict[int, tuple[Kernel, Program]] = OrderedDict()
 _CACHE_SIZE = 256
 _LOCK = threading.Lock()
+_BUILDING: dict[int, threading.Lock] = {}  # id(kernel) -> held while its program is built
 
 
-def simulate(kernel: Kernel, args: list[np.ndarray], *, seed: int = 0) -> list[np.ndarray]:
+def simulate(
+    kernel: Kernel, args: list[np.ndarray], *, seed: int = 0, rank: int = 0, world=None
+) -> list[np.ndarray]:
     """Run ``kernel`` on ``args`` (numpy arrays in the kernel's parameter dtypes) and return
     the output arrays; same contract and results as ``nkikit.sim.interp.simulate``."""
-    return compile_kernel(kernel).run(args, seed)
+    if _has_device_loops(kernel):
+        # run-time trip counts defeat the compile-time proofs (a loop may run 0 times):
+        # the reference interpreter runs these kernels, which is bit-identical by definition
+        from ..interp import Interpreter
+
+        return Interpreter(kernel, seed=seed, rank=rank, world=world).run(args)
+    return compile_kernel(kernel).run(args, seed, rank, world)
+
+
+@functools.lru_cache(maxsize=256)
+def _has_device_loops(kernel: Kernel) -> bool:
+    """Whether ``kernel`` has a loop with a run-time trip count (``Loop.device``)."""
+    return any(isinstance(s, Loop) and s.device is not None for s, _ in kernel.walk())
 
 
 def compile_kernel(kernel: Kernel) -> Program:
@@ -71,11 +87,22 @@ def compile_kernel(kernel: Kernel) -> Program:
         if hit is not None and hit[0] is kernel:
             _CACHE.move_to_end(key)
             return hit[1]
-    prog = Compiler(kernel).build()
-    with _LOCK:
-        _CACHE[key] = (kernel, prog)
-        if len(_CACHE) > _CACHE_SIZE:
-            _CACHE.popitem(last=False)
+        building = _BUILDING.setdefault(key, threading.Lock())
+    # the ranks of a multi-rank run (``sim/ranks.py``) ask at once: one builds, the rest wait
+    with building:
+        with _LOCK:
+            hit = _CACHE.get(key)
+            if hit is not None and hit[0] is kernel:
+                return hit[1]
+        try:
+            prog = Compiler(kernel).build()
+            with _LOCK:
+                _CACHE[key] = (kernel, prog)
+                if len(_CACHE) > _CACHE_SIZE:
+                    _CACHE.popitem(last=False)
+        finally:
+            with _LOCK:
+                _BUILDING.pop(key, None)
     return prog
 
 

@@ -452,3 +452,16 @@ for _name in (
 # index expression over the tile (iota)
 for _name in ("nc_stream_shuffle", "dropout", "device_print", "iota"):
     EXECUTORS[_name] = REFERENCE
+
+# registers, rank_id and the collectives: a few per kernel; their rules ask the context for
+# the rank and meet the other ranks (``sim/ranks.py``)
+for _name in (
+    "register_move",
+    "rank_id",
+    "all_reduce",
+    "all_gather",
+    "reduce_scatter",
+    "all_to_all",
+    "collective_permute",
+):
+    EXECUTORS[_name] = REFERENCE

@@ -131,13 +131,15 @@ class Program:
                 self._consts.append((t.uid, t.const_value))
         self._outputs = list(kernel.outputs)
 
-    def run(self, args: list[np.ndarray], seed: int = 0) -> list[np.ndarray]:
+    def run(
+        self, args: list[np.ndarray], seed: int = 0, rank: int = 0, world=None
+    ) -> list[np.ndarray]:
         mem: dict[int, np.ndarray] = dict(zip(self._param_uids, args))
         for uid, shape, dt, fill in self._fresh:
             mem[uid] = np.empty(shape, dt) if fill is None else np.full(shape, fill, dt)
         for uid, value in self._consts:
             mem[uid] = value
-        interp = Interpreter(self.kernel, seed=seed)
+        interp = Interpreter(self.kernel, seed=seed, rank=rank, world=world)
         interp.mem = mem
         self._fn(mem, interp)
         # storage() follows reshapes: a kernel may return a reshaped view of a buffer

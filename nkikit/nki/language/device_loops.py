@@ -1,0 +1,106 @@
+"""NKI 0.x hardware loops whose trip count is a run-time value: ``nl.fori_loop`` and
+``nl.dynamic_range`` with a register bound, and ``nl.while_loop`` [reference/nki-0x.md §5.2].
+
+The body is traced once, into an IR ``Loop`` whose ``device`` record (``ir/core.py``
+``DeviceLoop``) holds the bounds; the simulator reads them when the loop runs.  The body sees
+the induction value as a register (a ``VirtualRegister``, usable as ``.ap(scalar_offset=)``),
+never as a Python int.  Loops whose bounds are Python ints stay Python loops (unrolled at
+trace time, as NKI 0.7 specializes them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import numpy as np
+
+from ...errors import NkiError, SourceLoc
+from ...ir.affine import LoopVar
+from ...ir.core import DeviceLoop
+from ...trace import instructions as E
+from ...trace.builder import current
+from ..isa.registers import VirtualRegister, new_register
+from ..tensor import access_of
+
+
+def is_register(x) -> bool:
+    return isinstance(x, VirtualRegister)
+
+
+def _bound(x, loc: SourceLoc, api: str):
+    if isinstance(x, VirtualRegister):
+        return access_of(x.tile, loc, api)
+    if isinstance(x, int | np.integer) and not isinstance(x, bool):
+        return int(x)
+    raise NkiError(
+        "err_invalid_argument",
+        loc,
+        op=api,
+        why=f"a loop bound must be an int or a register, got {type(x).__name__}",
+    )
+
+
+def _step(step, loc: SourceLoc, api: str) -> int:
+    if isinstance(step, bool) or not isinstance(step, int | np.integer) or step <= 0:
+        raise NkiError(
+            "err_invalid_argument",
+            loc,
+            op=api,
+            why=f"step must be a positive int known when the kernel is traced, got {step!r}",
+        )
+    return int(step)
+
+
+@contextmanager
+def counting_loop(start, stop, step, loc: SourceLoc, api: str) -> Iterator[VirtualRegister]:
+    """Open a device loop ``for i in range(start, stop, step)`` (bounds ints or registers);
+    the block traces its body and receives ``i``'s register."""
+    b = current(api)
+    lo, hi, st = _bound(start, loc, api), _bound(stop, loc, api), _step(step, loc, api)
+    counter = new_register(loc, "i")
+    device = DeviceLoop(lo, hi, st, access_of(counter.tile, loc, api), None)
+    trip = len(range(lo, hi, st)) if isinstance(lo, int) and isinstance(hi, int) else 1
+    var = LoopVar(b.unique("dyn"), max(trip, 1), "sequential")
+    with b.loop(var, loc, device):
+        yield counter
+
+
+def dynamic_range(start, stop, step, loc: SourceLoc) -> Iterator[VirtualRegister]:
+    """``for i in nl.dynamic_range(start, stop, step)`` with a register bound."""
+    with counting_loop(start, stop, step, loc, "nl.dynamic_range") as i:
+        yield i
+
+
+def fori_loop(lower, upper, body_fun: Callable, step, loc: SourceLoc) -> None:
+    """``for i in range(lower, upper, step): body_fun(i)`` on the device."""
+    with counting_loop(lower, upper, step, loc, "nl.fori_loop") as i:
+        if body_fun(i) is not None:
+            raise NkiError(
+                "err_invalid_argument",
+                loc,
+                op="nl.fori_loop",
+                why="body_fun must return nothing (state goes through SBUF/HBM tensors)",
+            )
+
+
+def while_loop(init, body_fun: Callable, loc: SourceLoc) -> None:
+    """``r = init; while r != 0: r = body_fun(r)`` on the device: ``init`` a register or an
+    int, ``body_fun`` returns the register holding the next condition."""
+    b = current("nl.while_loop")
+    cond = new_register(loc, "cond")
+    cond_acc = access_of(cond.tile, loc, "nl.while_loop")
+    E.emit_register_move(cond_acc, _bound(init, loc, "nl.while_loop"), loc=loc)
+    var = LoopVar(b.unique("while"), 1, "sequential")
+    with b.loop(var, loc, DeviceLoop(0, None, 1, None, cond_acc)):
+        nxt = body_fun(cond)
+        if not isinstance(nxt, VirtualRegister):
+            raise NkiError(
+                "err_invalid_argument",
+                loc,
+                op="nl.while_loop",
+                why="body_fun must return the register holding the next condition, got "
+                f"{type(nxt).__name__}",
+            )
+        if nxt is not cond:
+            E.emit_register_move(cond_acc, access_of(nxt.tile, loc, "nl.while_loop"), loc=loc)

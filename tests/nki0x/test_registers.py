@@ -1,0 +1,247 @@
+"""NKI 0.x registers and loops with run-time trip counts: ``nisa.register_alloc / load / store /
+move``, a register as ``.ap(scalar_offset=)``, ``nl.fori_loop`` / ``nl.dynamic_range`` with a
+register bound and ``nl.while_loop``, each against numpy; Python cannot branch on a register."""
+
+import inspect
+
+import numpy as np
+import pytest
+
+import nkikit
+import nkikit.nki as nki
+import nkikit.nki.isa as nisa
+import nkikit.nki.language as nl
+from nkikit.errors import NkiError
+
+ROWS, W = 6, 4
+X = np.arange(ROWS * W, dtype=np.float32).reshape(ROWS, W)
+
+
+def _n(v: int) -> np.ndarray:
+    return np.array([[v]], np.int32)
+
+
+def _line_of(fn, text: str) -> int:
+    lines, first = inspect.getsourcelines(fn)
+    return first + next(i for i, s in enumerate(lines) if text in s)
+
+
+def _row(x, i):
+    """Row ``i`` (an int or a register) of the HBM tensor ``x`` as a (1, W) access."""
+    return x.ap([[x.shape[1], 1], [1, x.shape[1]]], offset=0, scalar_offset=i, indirect_dim=0)
+
+
+@nki.jit
+def register_roundtrip(x, n):
+    """n -> SBUF -> register -> register (move) -> SBUF -> HBM; and the register as an offset."""
+    s = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=s, src=n)
+    r = nisa.register_alloc()
+    nisa.register_load(r, s)
+    r2 = nisa.register_alloc(0)
+    nisa.register_move(r2, r)
+    back = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.register_store(back, r2)
+    out_n = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out_n, src=back)
+    row = nl.ndarray((1, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=row, src=_row(x, r2))
+    out_row = nl.ndarray((1, x.shape[1]), dtype=x.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out_row, src=row)
+    return out_n, out_row
+
+
+def test_a_register_carries_a_value_from_memory_to_memory_and_into_an_offset():
+    for v in (0, 3, 5):
+        got_n, got_row = register_roundtrip(X, _n(v))
+        assert int(got_n[0, 0]) == v
+        np.testing.assert_array_equal(got_row[0], X[v])
+
+
+@nki.jit
+def prefilled(n):
+    r = nisa.register_alloc(7)
+    s = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.register_store(s, r)
+    out = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=s)
+    return out
+
+
+def test_register_alloc_sets_its_initial_value():
+    assert int(prefilled(_n(0))[0, 0]) == 7
+
+
+@nki.jit
+def sum_first_rows(x, n, use_range):
+    """out = x[:n].sum(0), ``n`` known only when the kernel runs."""
+    acc = nl.ndarray((1, x.shape[1]), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.memset(acc, 0.0)
+    s = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=s, src=n)
+    r = nisa.register_alloc(s)
+    row = nl.ndarray((1, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+
+    def body(i):
+        nisa.dma_copy(dst=row, src=_row(x, i))
+        nisa.tensor_tensor(dst=acc, data1=acc, data2=row, op=nl.add)
+
+    if use_range:
+        for i in nl.dynamic_range(0, r):
+            body(i)
+    else:
+        nl.fori_loop(0, r, body)
+    out = nl.ndarray((1, x.shape[1]), dtype=nl.float32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=acc)
+    return out
+
+
+@pytest.mark.parametrize("use_range", [False, True], ids=["fori_loop", "dynamic_range"])
+@pytest.mark.parametrize("n", [0, 1, 4, ROWS])
+def test_a_register_bound_loop_runs_as_many_times_as_the_register_says(n, use_range):
+    got = sum_first_rows(X, _n(n), use_range)
+    np.testing.assert_array_equal(got[0], X[:n].sum(axis=0))
+
+
+def test_one_trace_serves_every_trip_count():
+    a = sum_first_rows.ir(X, _n(1), False)
+    assert sum_first_rows.ir(X, _n(5), False) is a
+    assert "device_range" in str(a)
+
+
+@nki.jit
+def countdown(n):
+    """Counts the iterations of ``while c != 0: c -= 1`` (c = n)."""
+    c = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=c, src=n)
+    count = nl.ndarray((1, 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.memset(count, 0.0)
+
+    def body(cond):
+        nisa.tensor_scalar(dst=c, data=c, op0=nl.subtract, operand0=1)
+        nisa.tensor_scalar(dst=count, data=count, op0=nl.add, operand0=1.0)
+        nxt = nisa.register_alloc()
+        nisa.register_load(nxt, c)
+        return nxt
+
+    nl.while_loop(nisa.register_alloc(c), body)
+    out = nl.ndarray((1, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=count)
+    return out
+
+
+@pytest.mark.parametrize("n", [0, 1, 5])
+def test_while_loop_runs_until_its_register_is_zero(n):
+    assert float(countdown(_n(n))[0, 0]) == n
+
+
+def test_register_loops_compile_and_profile():
+    for prog in (
+        nkikit.compile(sum_first_rows, X, _n(3), False, target="trn2"),
+        nkikit.compile(countdown, _n(3), target="trn2"),
+    ):
+        assert prog.profile().total_us > 0
+
+
+# -- bad uses: named errors at the user's line ----------------------------------------------
+
+
+@nki.jit
+def python_if_on_register(n):
+    r = nisa.register_alloc(1)
+    if r:  # bad
+        pass
+    return n
+
+
+@nki.jit
+def python_range_on_register(n):
+    r = nisa.register_alloc(3)
+    for _ in range(r):  # bad
+        pass
+    return n
+
+
+@nki.jit
+def register_step(n):
+    r = nisa.register_alloc(3)
+    nl.fori_loop(0, 10, lambda i: None, step=r)  # bad
+    return n
+
+
+@nki.jit
+def body_returns_a_value(x, n):
+    r = nisa.register_alloc(3)
+    nl.fori_loop(0, r, lambda i: 1)  # bad
+    return n
+
+
+@nki.jit
+def while_body_returns_nothing(n):
+    nl.while_loop(nisa.register_alloc(1), lambda r: None)  # bad
+    return n
+
+
+@nki.jit
+def load_of_a_wide_tensor(x, n):
+    s = nl.ndarray((1, 2), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.memset(s, 0)
+    r = nisa.register_alloc()
+    nisa.register_load(r, s)  # bad
+    return n
+
+
+@pytest.mark.parametrize(
+    "kernel,args,name",
+    [
+        (python_if_on_register, (_n(0),), "err_unsupported_api"),
+        (python_range_on_register, (_n(0),), "err_unsupported_api"),
+        (register_step, (_n(0),), "err_invalid_argument"),
+        (body_returns_a_value, (X, _n(0)), "err_invalid_argument"),
+        (while_body_returns_nothing, (_n(0),), "err_invalid_argument"),
+        (load_of_a_wide_tensor, (X, _n(0)), "err_invalid_argument"),
+    ],
+)
+def test_bad_register_uses_are_named_errors_at_the_users_line(kernel, args, name):
+    with pytest.raises(NkiError) as e:
+        kernel(*args)
+    assert e.value.name == name
+    assert e.value.loc.line == _line_of(kernel.func, "# bad")
+
+
+@nki.jit
+def legacy_while(n):
+    """``while reg:`` (NKI 0.1 - 0.6, as the NKI Library writes it): count down to 0."""
+    c = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=c, src=n)
+    count = nl.ndarray((1, 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.memset(count, 0.0)
+    reg = nisa.register_alloc()
+    nisa.register_load(reg, c)
+    while reg:
+        nisa.tensor_scalar(dst=c, data=c, op0=nl.subtract, operand0=1)
+        nisa.tensor_scalar(dst=count, data=count, op0=nl.add, operand0=1.0)
+        nisa.register_load(reg, c)
+    out = nl.ndarray((1, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=count)
+    return out
+
+
+@pytest.mark.parametrize("n", [0, 1, 4])
+def test_the_legacy_while_reg_loop_runs_until_the_register_is_zero(n):
+    assert float(legacy_while(_n(n))[0, 0]) == n
+
+
+@nki.jit
+def break_in_while(n):
+    reg = nisa.register_alloc(1)
+    while reg:  # bad
+        break
+    return n
+
+
+def test_break_inside_while_reg_is_a_named_error():
+    with pytest.raises(NkiError) as e:
+        break_in_while(_n(0))
+    assert e.value.name == "err_unsupported_api"
+    assert e.value.loc.line == _line_of(break_in_while.func, "# bad")
