@@ -16,6 +16,11 @@ from .. import dtypes
 # largest exponent of each quantized type: the "Emax" of the quantize_mx formula [nki-0x.md
 # §4.11]
 _EMAX = {"float8_e4m3fn_x4": 8, "float8_e5m2_x4": 15}
+# X = 2^(floor(log2 amax) - (Emax - HEADROOM)): 1 is NKI 0.5+'s instruction docstring (2x the
+# OCP sample scale, so the largest values round without saturating), which nkikit follows as
+# reference/nki-0x.md §4.11 says; 0 would be the OCP sample algorithm of the docs' CPU golden
+# (``quantize_mx_golden``), which the NKI Library's test goldens use too
+HEADROOM = 1
 _NAN_SCALE = 255  # e8m0's NaN
 
 
@@ -54,7 +59,7 @@ def quantize(src: np.ndarray, dst_dtype: np.dtype) -> tuple[np.ndarray, np.ndarr
     finite = np.isfinite(amax)
     _, e2 = np.frexp(np.where(finite & (amax > 0), amax, 1.0).astype(np.float32))
     # frexp: amax = m * 2^e2 with m in [0.5, 1), so floor(log2 amax) = e2 - 1
-    biased = (e2.astype(np.int64) - 1) - (_EMAX[dtypes.name(dst_dtype)] - 1) + 127
+    biased = (e2.astype(np.int64) - 1) - (_EMAX[dtypes.name(dst_dtype)] - HEADROOM) + 127
     biased = np.clip(biased, 0, 254)
     biased = np.where(amax == 0, 0, biased)
     biased = np.where(finite, biased, _NAN_SCALE)
