@@ -174,6 +174,35 @@ def test_quantize_mx_scales_as_e8m0_into_a_sliced_tile():
     np.testing.assert_array_equal(scale, want)
 
 
+def test_mx_operands_may_be_strided_views_of_any_shape():
+    # quantize_mx groups 4 consecutive free elements of the access (here a strided 3-D view),
+    # and nc_matmul_mx takes 3-D operands and a 3-D dst: free elements in access order
+    x = (rng.standard_normal((128, 4, 16)) * 2).astype(ml_dtypes.bfloat16)
+
+    @nki.jit
+    def k(x):
+        t = _load(x)
+        q = nl.ndarray((128, 2, 2), dtype=nl.float8_e5m2_x4, buffer=nl.sbuf)
+        sc = nl.ndarray((128, 2, 2), dtype=nl.uint8, buffer=nl.sbuf)
+        nisa.memset(dst=sc, value=0)
+        nisa.quantize_mx(dst=q, src=t[:, 1:4:2, 4:12], dst_scale=sc)
+        acc = nl.ndarray((4, 1, 4), dtype=nl.float32, buffer=nl.psum)
+        nisa.nc_matmul_mx(acc, q, q, sc, sc)
+        res = nl.ndarray((4, 4), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=res, src=acc)
+        bits = nl.ndarray((128, 4), dtype=nl.uint32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=bits.ap([[4, 128], [1, 4]], dtype=nl.float8_e5m2_x4), src=q)
+        return bits, _store(sc), _store(res)
+
+    bits, scale, res = k(x)
+    src = x[:, 1:4:2, 4:12].reshape(128, 16).astype(np.float32)
+    vals, rows = model_quantize(src, E5M2, 15)
+    np.testing.assert_array_equal(bits, pack_fp8(vals))
+    np.testing.assert_array_equal(scale.reshape(128, 4), in_layout(rows, 128, 0))
+    want = model_matmul_mx(bits, bits, scale.reshape(128, 4), scale.reshape(128, 4), E5M2, E5M2)
+    np.testing.assert_allclose(res, want, rtol=1e-5, atol=1e-6 * np.abs(want).max())
+
+
 @nki.jit
 def matmul_mx_kernel(st, st_scale, mv, mv_scale, st_dtype, mv_dtype, out_dtype):
     s = _load(st.view(st_dtype))

@@ -10,8 +10,9 @@ from ...trace import instructions as E
 from ..tensor import NkiTensor, access_of
 
 
-def _flat(x: NkiTensor, loc: SourceLoc, op: str, what: str) -> Access:
-    """An operand as (partitions, free): its free dims flattened."""
+def _operand(x, loc: SourceLoc, op: str, what: str) -> Access:
+    """An operand's access in its own shape: the instructions read their operands' free
+    elements in access order (quantize_mx groups 4 consecutive ones), so any view will do."""
     if not isinstance(x, NkiTensor):
         raise NkiError(
             "err_invalid_argument",
@@ -19,16 +20,6 @@ def _flat(x: NkiTensor, loc: SourceLoc, op: str, what: str) -> Access:
             op=f"nisa.{op}",
             why=f"{what} must be a tensor, got {type(x).__name__}",
         )
-    if x.ndim > 2:
-        try:
-            x = x.flatten_dims(1, x.ndim - 1)
-        except NkiError:
-            raise NkiError(
-                "err_invalid_argument",
-                loc,
-                op=f"nisa.{op}",
-                why=f"{what}'s free dimensions {x.get_pattern()[1:]} must be contiguous to flatten",
-            ) from None
     return access_of(x, loc, f"{op} {what}")
 
 
@@ -75,24 +66,13 @@ def nc_matmul_mx(
 
     loc = caller_loc()
     _dst_chip(dst, loc, "nc_matmul_mx")
-    s = _flat(stationary, loc, "nc_matmul_mx", "stationary")
-    m = _flat(moving, loc, "nc_matmul_mx", "moving")
-    ss = _flat(stationary_scale, loc, "nc_matmul_mx", "stationary_scale")
-    ms = _flat(moving_scale, loc, "nc_matmul_mx", "moving_scale")
+    s = _operand(stationary, loc, "nc_matmul_mx", "stationary")
+    m = _operand(moving, loc, "nc_matmul_mx", "moving")
+    ss = _operand(stationary_scale, loc, "nc_matmul_mx", "stationary_scale")
+    ms = _operand(moving_scale, loc, "nc_matmul_mx", "moving_scale")
     _row_tiling(tile_position, tile_size, s, loc)
-    want = (s.shape[1], m.shape[1])
-    dview = dst
-    if dst.shape != want:
-        if dst.size != want[0] * want[1] or dst.shape[0] != want[0]:
-            raise NkiError(
-                "err_invalid_argument",
-                loc,
-                op="nisa.nc_matmul_mx",
-                why=f"dst has shape {dst.shape}; stationary {stationary.shape} and moving "
-                f"{moving.shape} produce {want}",
-            )
-        dview = dst.flatten_dims(1, dst.ndim - 1) if dst.ndim > 2 else dst
-    d = access_of(dview, loc, "nc_matmul_mx dst")
+    # dst holds M partitions x N elements in any free shape (the verifier checks the spec)
+    d = _operand(dst, loc, "nc_matmul_mx", "dst")
     if accumulate is None:
         written = _matmul_written(d)
         if written is not True and written is not False:
@@ -119,7 +99,7 @@ def quantize_mx(dst, src, dst_scale, name=None):
     loc = caller_loc()
     _dst_chip(dst, loc, "quantize_mx", ("sbuf",))
     _dst_chip(dst_scale, loc, "quantize_mx", ("sbuf",))
-    a = _flat(src, loc, "quantize_mx", "src")
-    d = _flat(dst, loc, "quantize_mx", "dst")
-    sc = _flat(dst_scale, loc, "quantize_mx", "dst_scale")
+    a = _operand(src, loc, "quantize_mx", "src")
+    d = _operand(dst, loc, "quantize_mx", "dst")
+    sc = _operand(dst_scale, loc, "quantize_mx", "dst_scale")
     return _done(E.emit_quantize_mx(d, sc, a, loc=loc))
