@@ -169,7 +169,7 @@ def new_buffer(shape: tuple[int, ...], dt: np.dtype) -> np.ndarray:
 
 
 def _storage(dt: np.dtype) -> np.dtype:
-    if dt in _X4:
+    if dt.names is not None:  # an MX container
         return _X4[dt][1]
     return float32 if is_tf32(dt) else dt
 
@@ -195,7 +195,7 @@ def cast(x: np.ndarray, dt: np.dtype) -> np.ndarray:
     """Round an fp32 (or integer) array to ``dt`` once, as an engine writing its output does.
     An MX container is never converted (DMA and copies move its bits [nki-0x.md §3.11]): the
     value must already be container bits (a memset of 0 passes zeros)."""
-    if dt in _X4:
+    if dt.names is not None:  # an MX container (the only structured dtypes): cheap to ask
         return np.asarray(x).astype(_X4[dt][1])
     if is_tf32(dt):
         return round_tf32(np.asarray(x, dtype=np.float32))
