@@ -25,6 +25,16 @@ float8_e4m3fn = np.dtype(ml_dtypes.float8_e4m3fn)
 float8_e5m2 = np.dtype(ml_dtypes.float8_e5m2)
 # tf32 is stored as fp32 whose mantissa is rounded to 10 bits; the metadata tells them apart.
 tfloat32 = np.dtype(np.float32, metadata={"nki": "tfloat32"})
+# The MX (microscaling) scale type: an unsigned 8-bit exponent, value 2^(e - 127), NaN = 0xFF
+# [reference/nki-0x.md §3.11].
+float8_e8m0fnu = np.dtype(ml_dtypes.float8_e8m0fnu)
+# MX data containers: four fp8 values in 32 bits, four fp4 values in 16 bits; only
+# quantize_mx / nc_matmul_mx compute on them, copies move their bits [nki-0x.md §3.11].
+# Structured dtypes so that each is a dtype of its own (``==`` and dict keys tell them from
+# uint32 / uint16); memory holds them as their container integer (``storage_dtype``).
+float8_e4m3fn_x4 = np.dtype([("float8_e4m3fn_x4", np.uint32)])
+float8_e5m2_x4 = np.dtype([("float8_e5m2_x4", np.uint32)])
+float4_e2m1fn_x4 = np.dtype([("float4_e2m1fn_x4", np.uint16)])
 
 _NAMES = {
     bool_: "bool",
@@ -40,6 +50,10 @@ _NAMES = {
     float8_e4m3: "float8_e4m3",
     float8_e4m3fn: "float8_e4m3fn",
     float8_e5m2: "float8_e5m2",
+    float8_e8m0fnu: "float8_e8m0fnu",
+    float8_e4m3fn_x4: "float8_e4m3fn_x4",
+    float8_e5m2_x4: "float8_e5m2_x4",
+    float4_e2m1fn_x4: "float4_e2m1fn_x4",
 }
 _BY_NAME = {name: dt for dt, name in _NAMES.items()} | {"tfloat32": tfloat32, "bool_": bool_}
 SUPPORTED = tuple(_NAMES) + (tfloat32,)
@@ -86,7 +100,13 @@ def name(dt: np.dtype) -> str:
 
 
 def is_float(dt: np.dtype) -> bool:
-    return dt.kind == "f" or dt in (bfloat16, float8_e4m3, float8_e4m3fn, float8_e5m2)
+    return dt.kind == "f" or dt in (
+        bfloat16,
+        float8_e4m3,
+        float8_e4m3fn,
+        float8_e5m2,
+        float8_e8m0fnu,
+    )
 
 
 def is_int(dt: np.dtype) -> bool:
@@ -133,7 +153,10 @@ def scalar_dtype(value: object) -> np.dtype:
 
 
 def poison_value(dt: np.dtype) -> float | int:
-    """What a fresh buffer holds: NaN for floats, a sentinel for integers."""
+    """What a fresh buffer holds: NaN for floats, a sentinel for integers (all bits set for
+    MX containers: four fp8 NaNs)."""
+    if dt in _X4:
+        return np.iinfo(_X4[dt][1]).max
     if is_float(dt):
         return np.nan
     if dt == bool_:
@@ -146,6 +169,8 @@ def new_buffer(shape: tuple[int, ...], dt: np.dtype) -> np.ndarray:
 
 
 def _storage(dt: np.dtype) -> np.dtype:
+    if dt.names is not None:  # an MX container
+        return _X4[dt][1]
     return float32 if is_tf32(dt) else dt
 
 
@@ -167,7 +192,11 @@ def round_tf32(x: np.ndarray) -> np.ndarray:
 
 
 def cast(x: np.ndarray, dt: np.dtype) -> np.ndarray:
-    """Round an fp32 (or integer) array to ``dt`` once, as an engine writing its output does."""
+    """Round an fp32 (or integer) array to ``dt`` once, as an engine writing its output does.
+    An MX container is never converted (DMA and copies move its bits [nki-0x.md §3.11]): the
+    value must already be container bits (a memset of 0 passes zeros)."""
+    if dt.names is not None:  # an MX container (the only structured dtypes): cheap to ask
+        return np.asarray(x).astype(_X4[dt][1])
     if is_tf32(dt):
         return round_tf32(np.asarray(x, dtype=np.float32))
     if x.dtype == dt:
@@ -196,3 +225,77 @@ def to_f32(x: np.ndarray) -> np.ndarray:
     if x.dtype == np.float32:
         return x
     return x.astype(np.float32)
+
+
+# ---------------------------------------------------------------------------------------------
+# MX containers: packing and unpacking (the only place that knows the bit layout)
+
+# container dtype -> (element dtype, storage integer, values per container)
+_X4: dict[np.dtype, tuple[np.dtype, np.dtype, int]] = {
+    float8_e4m3fn_x4: (float8_e4m3fn, uint32, 4),
+    float8_e5m2_x4: (float8_e5m2, uint32, 4),
+    float4_e2m1fn_x4: (np.dtype(ml_dtypes.float4_e2m1fn), uint16, 4),
+}
+
+
+def is_x4(dt: np.dtype) -> bool:
+    """Whether ``dt`` is an MX container (``float8_e4m3fn_x4``, ``float8_e5m2_x4``,
+    ``float4_e2m1fn_x4``)."""
+    return dt in _X4
+
+
+def x4_element(dt: np.dtype) -> np.dtype:
+    """The ml_dtypes type of the values an MX container holds (e.g. ``float8_e5m2``)."""
+    return _X4[dt][0]
+
+
+def pack_x4(values: np.ndarray, dt: np.dtype) -> np.ndarray:
+    """Pack ``values`` (``[..., 4 * n]``, any float dtype; rounded to the element type, fp8
+    saturating) into ``[..., n]`` containers of ``dt``, as storage integers.  Value ``4j + q``
+    of a row is sub-element ``q`` of container ``j``: byte ``q`` (fp8) or nibble ``q`` (fp4),
+    counted from the least significant bits -- the layout of the NKI samples' MX golden model
+    (``mx_cpu_utils.pack_mx_data_into_x4``: fp8 viewed as little-endian uint32, fp4 two per
+    byte, low nibble first)."""
+    elem, store, k = _X4[dt]
+    v = np.asarray(values)
+    if v.shape[-1] % k:
+        raise ValueError(f"pack_x4: last dimension {v.shape[-1]} is not a multiple of {k}")
+    if elem.itemsize == 1 and elem in _FP8_MAX:
+        q = cast(np.asarray(v, dtype=np.float32), elem)
+    else:
+        q = np.asarray(v, dtype=np.float32).astype(elem)
+    bits = np.ascontiguousarray(q).view(np.uint8).astype(store)
+    if elem.itemsize == 1 and elem in _FP8_MAX:
+        width = 8
+    else:
+        width, bits = 4, bits & 0xF
+    grouped = bits.reshape(*v.shape[:-1], v.shape[-1] // k, k)
+    out = np.zeros(grouped.shape[:-1], dtype=store)
+    for q_ in range(k):
+        out |= grouped[..., q_] << store.type(width * q_)
+    return out
+
+
+def unpack_x4(packed: np.ndarray, dt: np.dtype) -> np.ndarray:
+    """The values of ``[..., n]`` containers of ``dt`` (storage integers or ``dt`` itself) as
+    fp32 ``[..., 4 * n]`` (the inverse of :func:`pack_x4`)."""
+    elem, store, k = _X4[dt]
+    bits = np.asarray(packed)
+    if bits.dtype != store:
+        bits = bits.view(store)
+    width = 8 if elem.itemsize == 1 and elem in _FP8_MAX else 4
+    mask = store.type((1 << width) - 1)
+    parts = [(bits >> store.type(width * q)) & mask for q in range(k)]
+    codes = np.stack(parts, axis=-1).astype(np.uint8)
+    vals = codes.view(elem).astype(np.float32)
+    return vals.reshape(*bits.shape[:-1], bits.shape[-1] * k)
+
+
+def alias_storage(base: np.ndarray, dt: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+    """Memory of a tensor that views ``base`` (a C-contiguous storage array) in ``shape`` and
+    dtype ``dt``: a reshape, or a bit reinterpretation when the storage dtypes differ
+    (``NkiTensor.view(dtype)``, ``.ap(dtype=...)``)."""
+    sd = _storage(dt)
+    if base.dtype == sd:
+        return base.reshape(shape)
+    return base.reshape(-1).view(sd).reshape(shape)

@@ -335,6 +335,14 @@ class ErrUnsupportedDtype(NkiError):
     template = "{op}: dtype {dtype} is not supported here ({why})"
 
 
+class ErrUnsupportedInstructionOnTarget(NkiError):
+    name = "err_unsupported_instruction_on_target"
+    template = (
+        "{op} exists on NeuronCore-v{versions} only; the kernel is built for {target} "
+        "(NeuronCore-v{have}); build it for {want} (NEURON_PLATFORM_TARGET_OVERRIDE={want})"
+    )
+
+
 class ErrInvalidArgument(NkiError):
     name = "err_invalid_argument"
     template = "{op}: {why}"

@@ -313,8 +313,12 @@ def canonical_name(name: str) -> str:
 
 
 def default_target_name() -> str:
-    """The target named by ``NEURON_PLATFORM_TARGET_OVERRIDE``, else ``trn2``."""
+    """The target named by ``NEURON_PLATFORM_TARGET_OVERRIDE``, else by ``NKI_NC_VERSION``
+    (``gen2``/``gen3``/``gen4``, which the NKI Library's simulation harness sets from a test's
+    platform, ``test/utils/simulation_setup.py``), else ``trn2``."""
     env = os.environ.get(ENV_VAR)
+    if not env and os.environ.get("NKI_NC_VERSION") in ("gen2", "gen3", "gen4"):
+        return ALIASES[os.environ["NKI_NC_VERSION"]]
     if env:
         try:
             return canonical_name(env)

@@ -179,6 +179,27 @@ def c_matmul(v: OpView) -> float:
     return cycles
 
 
+def c_matmul_mx(v: OpView) -> float:
+    """``max(min(64, N_stationary), N_moving)`` in containers: one moving column per cycle as
+    for nc_matmul, each carrying 4 contraction values, so MX runs at 4x the bf16 rate
+    ("throughput 4x bf16" [nki-0x.md §4.5, A4]; trn3's fp8 peak is 4x bf16 too)."""
+    st, mv = v.op.ins[0], v.op.ins[1]
+    return max(min(64, st.free_size), mv.free_size)
+
+
+def f_matmul_mx(v: OpView) -> tuple[float, float]:
+    # contraction over K partitions x 4 packed values
+    st, mv = v.op.ins[0], v.op.ins[1]
+    flops = 2.0 * 4 * st.partitions * st.free_size * mv.free_size
+    return flops, flops
+
+
+def c_quantize_mx(v: OpView) -> float:
+    """VectorE quantize_mx: 4 source elements per partition per cycle [A4 via nki.md §3.3
+    table, nki-0x.md §4.11], at least MIN_II."""
+    return max(v.min_ii, v.n / 4)
+
+
 def c_broadcast(v: OpView) -> float:
     """Partition broadcast = a matmul of a ones row by the (1, F) source: moving F = N."""
     return max(min(64, v.p), v.n)

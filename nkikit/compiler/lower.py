@@ -44,9 +44,11 @@ from .costs import (
     c_gpsimd,
     c_local_gather,
     c_matmul,
+    c_matmul_mx,
     c_memset,
     c_partition_reduce,
     c_plain_n,
+    c_quantize_mx,
     c_reciprocal,
     c_reduce,
     c_scalar_tensor_tensor,
@@ -57,6 +59,7 @@ from .costs import (
     dma_ns_per_partition,
     f_broadcast,
     f_matmul,
+    f_matmul_mx,
     f_transpose,
 )
 from .regions import (
@@ -90,6 +93,8 @@ class Lowering:
 
 PRIMS: dict[str, Lowering] = {
     "nc_matmul": Lowering("MATMUL", c_matmul, f_matmul),
+    "nc_matmul_mx": Lowering("MATMUL_MX", c_matmul_mx, f_matmul_mx),
+    "quantize_mx": Lowering("QUANTIZE_MX", c_quantize_mx),
     "nc_transpose": Lowering("TRANSPOSE", c_transpose, f_transpose),
     "partition_broadcast": Lowering("BROADCAST_MATMUL", c_broadcast, f_broadcast),
     "activation": Lowering("ACTIVATE", c_elementwise),
@@ -492,7 +497,7 @@ class _Lowerer:
         byts = _bytes(op, mask_fraction(op, self.kernel.grid))
         dtype = (
             op.ins[0].tensor.dtype
-            if op.prim == "nc_matmul"
+            if op.prim in ("nc_matmul", "nc_matmul_mx")
             else (op.outs[0].tensor.dtype if op.outs else main.tensor.dtype)
         )
         eng = _ENGINE_CODE[engine]

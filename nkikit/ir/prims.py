@@ -136,6 +136,11 @@ class Prim:
     partial_write: bool | str = False
     partition_free: bool = False  # operands may differ in partition count
     block_split: bool = False  # split per block when it covers a blocked tensor whole
+    # NeuronCore generations that have the instruction (the MX ones: NC-v4 only [nki-0x.md
+    # §4.2]); the verifier rejects it on other targets
+    nc_versions: tuple[int, ...] = (2, 3, 4)
+    # computes on MX containers (x4 dtypes); other primitives may only move their bits
+    mx: bool = False
     attr_index: Mapping[str, Attr] = field(init=False, repr=False, compare=False)
     # the attribute that picks the engine, when there is a choice (else None)
     engine_attr: str | None = field(init=False, repr=False, compare=False)
@@ -297,8 +302,37 @@ def _n_gather_out(ins: Sequence[Operand], attrs: Mapping[str, Any]) -> tuple[Out
     return (OutSpec(_pf(indices)[0], _pf(indices)[1], dtype=data.dtype, dtypes=frozenset({name})),)
 
 
+def mx_scale_rows(data_partitions: int) -> int:
+    """Partitions an MX scale tile spans for ``data_partitions`` of data: scale row ``i``
+    (data partitions ``8i .. 8i + 7``) lives at partition ``(i // 4) * 32 + i % 4``, 4 of every
+    32 partitions, so the scales stay in the quadrant of their data [nki-0x.md §4.5]."""
+    last = max(data_partitions // 8 - 1, 0)
+    return (last // 4) * 32 + last % 4 + 1
+
+
+def _matmul_mx_out(ins: Sequence[Operand], attrs: Mapping[str, Any]) -> tuple[OutSpec, ...]:
+    # like nc_matmul: dst partitions = stationary (packed) free size, free = moving's; fp32
+    # or bf16 in PSUM [nki-0x.md §4.5 nc_matmul_mx]
+    st, mv = _tile(ins[0]), _tile(ins[1])
+    return (OutSpec(_pf(st)[1], _pf(mv)[1], dtype=dtypes.float32, dtypes=_MATMUL_OUT),)
+
+
+def _quantize_mx_out(ins: Sequence[Operand], attrs: Mapping[str, Any]) -> tuple[OutSpec, ...]:
+    # four values per container: F / 4 containers per partition, and one scale per 8 x 4
+    # group in a tile of its own partition count [nki-0x.md §4.11]
+    p, f = _pf(_tile(ins[0]))
+    return (
+        OutSpec(p, f // 4, dtype=dtypes.float8_e4m3fn_x4, dtypes=_MX_QUANTIZED),
+        OutSpec(None, f // 4, dtype=dtypes.uint8, dtypes=_MX_SCALE),
+    )
+
+
 # ---------------------------------------------------------------------------------------------
 # dtype sets [ISA]
+
+_MX_DATA = frozenset({"float8_e5m2_x4", "float8_e4m3fn_x4", "float4_e2m1fn_x4"})
+_MX_QUANTIZED = frozenset({"float8_e5m2_x4", "float8_e4m3fn_x4"})  # fp4 is not producible
+_MX_SCALE = frozenset({"float8_e8m0fnu", "uint8"})
 
 _MATMUL_IN = frozenset(
     {"float8_e4m3", "float8_e5m2", "float8_e4m3fn", "bfloat16", "float16", "tfloat32", "float32"}
@@ -374,6 +408,29 @@ _RECORDS = (
         reads_dst="accumulate",
         accumulate_attr="accumulate",
         partition_free=True,
+    ),
+    Prim(
+        # MXFP8/MXFP4 matmul: packed containers dequantized by their 8-partition x 4-value
+        # groups' scales on the fly, contraction over partitions and the 4 packed values
+        # [nki-0x.md §4.5]
+        "nc_matmul_mx",
+        ins=("stationary", "moving", "stationary_scale", "moving_scale"),
+        outs=("dst",),
+        out_spec=_matmul_mx_out,
+        engines=("tensor",),
+        attrs=(Attr("accumulate", _BOOL, False),),
+        in_dtypes=(
+            ("stationary", _MX_DATA),
+            ("moving", _MX_DATA),
+            ("stationary_scale", _MX_SCALE),
+            ("moving_scale", _MX_SCALE),
+        ),
+        reads_dst="accumulate",
+        accumulate_attr="accumulate",
+        raw=True,  # containers and scales reach the rule as their bits
+        partition_free=True,
+        nc_versions=(4,),
+        mx=True,
     ),
     Prim(
         "nc_transpose",
@@ -470,6 +527,22 @@ _RECORDS = (
             Attr("reverse1", _BOOL, False),
         ),
         immediates=frozenset({"operand0"}),
+    ),
+    Prim(
+        # bf16/fp16 -> MXFP8 containers + one scale per 8 x 4 group [nki-0x.md §4.11]
+        "quantize_mx",
+        ins=("src",),
+        outs=("dst", "dst_scale"),
+        out_spec=_quantize_mx_out,
+        engines=("vector",),
+        in_dtypes=(("src", frozenset({"bfloat16", "float16"})),),
+        memories=(("src", ("sbuf",)), ("dst", ("sbuf",)), ("dst_scale", ("sbuf",))),
+        reads_dst=True,  # the scale partitions it does not write keep their value
+        partial_write=True,
+        raw=True,  # the source's own bits; the outputs are container and scale bits
+        partition_free=True,  # the scale tile has its own partition count
+        nc_versions=(4,),
+        mx=True,
     ),
     Prim(
         "tensor_reduce",

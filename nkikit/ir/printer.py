@@ -51,7 +51,10 @@ def print_kernel(k: Kernel) -> str:
     lines = [f"kernel {k.name}{grid}({params}) -> ({outs})"]
     for t in k.tensors:
         if t.kind in ("hbm", "output", "const") or (t.base is not None):
-            what = f"reshape(%{t.base.name})" if t.base is not None else t.kind
+            what = t.kind
+            if t.base is not None:  # the same bytes in another dtype: a bit view
+                same = dtypes.name(t.base.dtype) == dtypes.name(t.dtype)
+                what = f"{'reshape' if same else 'bitcast'}(%{t.base.name})"
             lines.append(f"  %{t.name} = {what} : {_ty(t)}")
 
     def body(stmts, depth):

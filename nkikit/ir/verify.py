@@ -40,10 +40,10 @@ from math import prod
 
 from .. import dtypes
 from ..errors import UNKNOWN_LOC, NkiError, SourceLoc
-from ..targets import Target, get_target
+from ..targets import TARGETS, Target, get_target
 from .affine import Affine, Axis, LoopVar, Predicate, ProgramId, Sym
 from .core import ON_CHIP, Access, Alloc, Kernel, Loop, Op, Tensor
-from .prims import PRIMS, accumulates, engine_of, engines_of, mask_ref
+from .prims import PRIMS, accumulates, engine_of, engines_of, mask_ref, mx_scale_rows
 from .residency import psum_blocks_in_use, psum_user_top, resident_overflow, timeline
 
 # ---------------------------------------------------------------------------------------------
@@ -431,7 +431,144 @@ def prim_affine_select(site: Site) -> None:
         )
 
 
+# -- MX (NC-v4) ---------------------------------------------------------------------------------
+
+
+def rule_target(site: Site) -> None:
+    """The instruction exists on the target's NeuronCore generation (the MX instructions:
+    NC-v4 only [nki-0x.md §4.2])."""
+    p = PRIMS[site.op.prim]
+    have = site.target.nc_version
+    if have not in p.nc_versions:
+        want = next(t.name for t in TARGETS.values() if t.nc_version in p.nc_versions)
+        raise site.fail(
+            "err_unsupported_instruction_on_target",
+            op=site.op.prim,
+            versions="/".join(map(str, p.nc_versions)),
+            target=site.target.name,
+            have=have,
+            want=want,
+        )
+
+
+def rule_mx_containers(site: Site) -> None:
+    """MX containers (x4 dtypes) are computed on by the MX instructions only; any other
+    instruction may only move their bits between tensors of the same dtype (DMA never
+    converts MX types), and memset writes them only with 0 [nki-0x.md §3.11, §4.4]."""
+    op = site.op
+    p = PRIMS[op.prim]
+    if p.mx:
+        return
+    x4 = [(role, a) for role, a, _ in site.operands if dtypes.is_x4(a.dtype)]
+    if not x4:
+        return
+    role, a = x4[0]
+    if op.prim == "memset":
+        if op.attrs.get("value") == 0:
+            return
+        why = f"memset fills {role} {a.tensor.name!r} of an MX type only with 0, got {op.attrs.get('value')}"
+    elif p.raw and len({dtypes.name(b.dtype) for _, b, _ in site.operands}) == 1:
+        return  # bits moved between tensors of the same MX type
+    elif p.raw:
+        names = sorted({dtypes.name(b.dtype) for _, b, _ in site.operands})
+        why = (
+            f"{role} {a.tensor.name!r}: MX types are never converted; both sides must have the "
+            f"same dtype (got {' and '.join(names)}); reinterpret bits with .view(dtype) or "
+            ".ap(..., dtype=)"
+        )
+    else:
+        why = (
+            f"{role} {a.tensor.name!r}: only quantize_mx and nc_matmul_mx compute on MX "
+            "containers (copies move them)"
+        )
+    raise site.fail("err_unsupported_dtype", op=op.prim, dtype=dtypes.name(a.dtype), why=why)
+
+
+def _mx_scale(site: Site, role: str, scale: Access, data_partitions: int, free: int) -> None:
+    """An MX scale tile holds one scale per 8 data partitions at ``mx_scale_rows`` layout
+    (4 of every 32 partitions) and one per container of the data [nki-0x.md §4.5]."""
+    need = mx_scale_rows(data_partitions)
+    if scale.partitions < need:
+        raise site.fail(
+            "err_invalid_argument",
+            op=site.op.prim,
+            why=f"{role} {_tile(scale)} has {scale.partitions} partitions; the scales of "
+            f"{data_partitions} data partitions sit at partitions (i // 4) * 32 + i % 4 "
+            f"for i < {data_partitions // 8}, so it needs at least {need}",
+        )
+    if _fsize(scale) != free:
+        raise site.fail(
+            "err_invalid_argument",
+            op=site.op.prim,
+            why=f"{role} {_tile(scale)} has {_fsize(scale)} elements per partition; the "
+            f"data has {free} containers per partition, one scale each",
+        )
+
+
+def _mx_partitions(site: Site, role: str, a: Access) -> None:
+    if a.partitions % 32:
+        raise site.fail(
+            "err_invalid_argument",
+            op=site.op.prim,
+            why=f"{role} {_tile(a)} spans {a.partitions} partitions; MX data spans a "
+            "multiple of 32 partitions (pad it)",
+        )
+
+
+def prim_nc_matmul_mx(site: Site) -> None:
+    """stationary [K, M] and moving [K, N] containers: K equal, a multiple of 32, at most
+    pmax; M even and at most 128; N at most one PSUM's worth of dst (NC-v4: 4096 fp32 /
+    8192 bf16); scale tiles in the MX layout [nki-0x.md §4.5]."""
+    op, t = site.op, site.target
+    st, mv, st_scale, mv_scale = op.ins[:4]
+    assert isinstance(st, Access) and isinstance(mv, Access)
+    if st.partitions != mv.partitions:
+        raise site.fail(
+            "err_num_partition_mismatch",
+            op="nc_matmul_mx (contraction dimension)",
+            a=st.partitions,
+            b=mv.partitions,
+        )
+    _mx_partitions(site, "stationary", st)
+    m, n = _fsize(st), _fsize(mv)
+    if m > t.gemm_stationary_fmax:
+        raise _size_error(site, f"nc_matmul_mx stationary {_tile(st)}", m, t.gemm_stationary_fmax)
+    if m % 2:
+        raise site.fail(
+            "err_invalid_argument",
+            op=op.prim,
+            why=f"stationary {_tile(st)} has {m} containers per partition; it must be even",
+        )
+    dst = op.outs[0]
+    limit = t.psum_tile_bytes // max(dst.dtype.itemsize, 1)
+    if n > limit:
+        raise _size_error(site, f"nc_matmul_mx moving {_tile(mv)}", n, limit)
+    _mx_scale(site, "stationary_scale", st_scale, st.partitions, m)
+    _mx_scale(site, "moving_scale", mv_scale, mv.partitions, n)
+
+
+def prim_quantize_mx(site: Site) -> None:
+    """src [P, F]: P a multiple of 32 (at most pmax), F a multiple of 4; dst [P, F / 4]
+    containers; dst_scale in the MX layout [nki-0x.md §4.11]."""
+    op = site.op
+    src = op.ins[0]
+    assert isinstance(src, Access)
+    _mx_partitions(site, "src", src)
+    f = _fsize(src)
+    if f % 4:
+        raise site.fail(
+            "err_invalid_argument",
+            op=op.prim,
+            why=f"src {_tile(src)} has {f} elements per partition; quantize_mx packs 4 "
+            "consecutive values per container, so it must be a multiple of 4",
+        )
+    if len(op.outs) > 1:
+        _mx_scale(site, "dst_scale", op.outs[1], src.partitions, f // 4)
+
+
 PRIM_RULES: dict[str, list[Rule]] = {
+    "nc_matmul_mx": [prim_nc_matmul_mx],
+    "quantize_mx": [prim_quantize_mx],
     "nc_matmul": [prim_nc_matmul],
     "nc_transpose": [prim_nc_transpose],
     "activation": [prim_activation],
@@ -787,6 +924,8 @@ def _out_of_bounds(a: Access, ranges: dict[Sym, int]) -> tuple[int, int, int] | 
 # (rule_bounds aside): a rule that reads more (index constants, tensor identity, another op)
 # must add it to the signature, or an op like one that passed would skip it.
 OP_RULES: list[Rule] = [
+    rule_target,
+    rule_mx_containers,
     rule_loop_scope,
     rule_mask,
     rule_indirect,

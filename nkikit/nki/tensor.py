@@ -177,11 +177,11 @@ class NkiTensor:
         )
 
     def _storage_size(self) -> int:
-        return math.prod(self._layout.root.shape)
+        return math.prod(_dtype_root(self._layout).shape)
 
     def _free_storage(self) -> int:
         """Elements per partition of the on-chip storage (the partition stride)."""
-        root = self._layout.root
+        root = _dtype_root(self._layout)
         return math.prod(root.shape[1:]) if len(root.shape) > 1 else 1
 
     # -- indexing ----------------------------------------------------------------------------
@@ -349,8 +349,9 @@ class NkiTensor:
             view = self._with(shape, strides)
             if self.offset == 0 and self.strides[0] == self._free_storage():
                 # the whole storage seen in another shape: index against that shape
-                if shape[0] == self._layout.root.shape[0]:
-                    view._layout = _layout_alias(self._layout.root, shape)
+                droot = _dtype_root(self._layout)
+                if shape[0] == droot.shape[0]:
+                    view._layout = _layout_alias(droot, shape)
             return view
         if not self.is_contiguous():
             raise NkiError(
@@ -361,20 +362,59 @@ class NkiTensor:
             )
         view = self._with(shape, row_major(shape))
         if self.offset == 0 and self.size == self._storage_size():
-            view._layout = _layout_alias(self._layout.root, shape)
+            view._layout = _layout_alias(_dtype_root(self._layout), shape)
         return view
 
     def view(self, dtype) -> NkiTensor:
-        """Reinterpret the bits as ``dtype`` (NKI's ``view`` / ``reinterpret_cast``)."""
+        """The same bytes seen as ``dtype`` (NKI's ``view`` / ``reinterpret_cast``; no copy,
+        no instruction).  The last dimension is scaled by the ratio of the element sizes
+        (fp32 -> uint8: x4, uint8 -> fp32: /4) and must be contiguous; going to a larger
+        element, its size, the other strides and the offset must divide by the ratio
+        [reference/nki-0x.md §3.5].  Not after a runtime (vector/scalar) offset."""
+        loc = caller_loc()
         dt = dtypes.as_dtype(dtype)
-        if dt == self.dtype:
+        if dtypes.name(dt) == dtypes.name(self.dtype):
             return self
-        raise NkiError(
-            "err_unsupported_api",
-            caller_loc(),
-            api="NkiTensor.view(dtype)",
-            why="reinterpreting a tensor's bits as another dtype is not modeled yet",
-        )
+        if self._indirect is not None:
+            raise NkiError(
+                "err_invalid_argument",
+                loc,
+                op="view",
+                why="a view with a runtime offset (.ap(vector_offset=/scalar_offset=)) cannot "
+                "be reinterpreted; call .view(dtype) first",
+            )
+        i0, i1 = self.dtype.itemsize, dt.itemsize
+        shape, strides = list(self.shape), list(self.strides)
+        if shape[-1] != 1 and strides[-1] != 1:
+            raise NkiError(
+                "err_invalid_argument",
+                loc,
+                op="view",
+                why=f"the last dimension of {self.get_pattern()} must be contiguous (step 1) "
+                f"to reinterpret {dtypes.name(self.dtype)} as {dtypes.name(dt)}",
+            )
+        if i0 >= i1:
+            r = i0 // i1
+            shape[-1] *= r
+            strides = [s * r for s in strides[:-1]] + [1]
+            offset = self.offset * r
+        else:
+            k = i1 // i0
+            if shape[-1] % k or any(s % k for s in strides[:-1]) or self.offset % k:
+                raise NkiError(
+                    "err_invalid_argument",
+                    loc,
+                    op="view",
+                    why=f"{dtypes.name(self.dtype)} {self.shape} (pattern {self.get_pattern()}, "
+                    f"offset {self.offset}) does not split into whole {dtypes.name(dt)} "
+                    f"elements of {i1} bytes: the last dimension, the steps and the offset "
+                    f"must divide by {k}",
+                )
+            shape[-1] //= k
+            strides = [s // k for s in strides[:-1]] + [1]
+            offset = self.offset // k
+        layout = _dtype_alias(self._layout.root, dt, loc)
+        return NkiTensor._view(layout, tuple(shape), tuple(strides), offset, None)
 
     reinterpret_cast = view
 
@@ -493,8 +533,23 @@ class NkiTensor:
         ``offset=None`` keeps the view's offset.  On-chip, the first pair addresses partitions
         and its step must be the storage's free size."""
         loc = caller_loc()
-        if dtype is not None and dtypes.as_dtype(dtype) != self.dtype:
-            return self.view(dtype)
+        if dtype is not None and dtypes.name(dtypes.as_dtype(dtype)) != dtypes.name(self.dtype):
+            # the storage seen as ``dtype``: the pattern and offset count its elements [APS]
+            dt = dtypes.as_dtype(dtype)
+            layout = _dtype_alias(self._layout.root, dt, loc)
+            if offset is None:
+                nbytes = self.offset * self.dtype.itemsize
+                if nbytes % dt.itemsize:
+                    raise NkiError(
+                        "err_invalid_argument",
+                        loc,
+                        op="ap",
+                        why=f"the view's offset ({nbytes} bytes) is not a whole number of "
+                        f"{dtypes.name(dt)} elements; pass offset=",
+                    )
+                offset = nbytes // dt.itemsize
+            base = NkiTensor._view(layout, (1,), (1,), 0, None)
+            return base.ap(pattern, offset, scalar_offset, vector_offset, indirect_dim)
         pairs = [(int(p[0]), int(p[1])) for p in pattern]
         if not pairs:
             raise NkiError("err_invalid_argument", loc, op="ap", why="empty access pattern")
@@ -511,7 +566,7 @@ class NkiTensor:
                     f"of {self.name} ({self._free_storage()}), got {strides[0]}"
                 ),
             )
-        view = NkiTensor(self._layout.root, shape, strides, base)
+        view = NkiTensor(_dtype_root(self._layout), shape, strides, base)
         if scalar_offset is not None or vector_offset is not None:
             if scalar_offset is not None and vector_offset is not None:
                 raise NkiError(
@@ -613,6 +668,59 @@ def _layout_alias(root: Tensor, shape: tuple[int, ...]) -> Tensor:
     return t
 
 
+def _dtype_root(layout: Tensor) -> Tensor:
+    """The tensor whose row-major elements a view over ``layout`` counts: the storage root,
+    or the dtype view of it (``view(dtype)``) that ``layout`` reshapes."""
+    t = layout
+    while t.base is not None and dtypes.name(t.dtype) == dtypes.name(t.base.dtype):
+        t = t.base
+    return t
+
+
+def _dtype_alias(root: Tensor, dt: np.dtype, loc: SourceLoc) -> Tensor:
+    """An IR tensor viewing storage root ``root``'s bytes as ``dt`` (cached): on-chip
+    ``(partitions, bytes per partition / size of dt)``, in HBM the root's shape with its last
+    dimension rescaled (or flat when it does not divide)."""
+    if dtypes.name(dt) == dtypes.name(root.dtype):
+        return root
+    i0, i1 = root.dtype.itemsize, dt.itemsize
+    if root.buffer in ON_CHIP:
+        rows = root.shape[0]
+        nbytes = (math.prod(root.shape[1:]) if len(root.shape) > 1 else 1) * i0
+        shape = (rows, nbytes // i1)
+    else:
+        nbytes = math.prod(root.shape) * i0
+        last = root.shape[-1] * i0 if root.shape else i0
+        shape = (*root.shape[:-1], last // i1) if last % i1 == 0 else (nbytes // i1,)
+    if nbytes % i1:
+        raise NkiError(
+            "err_invalid_argument",
+            loc,
+            op="view",
+            why=f"{root.name} holds {nbytes} bytes{' per partition' if root.buffer in ON_CHIP else ''}, "
+            f"not a whole number of {dtypes.name(dt)} elements ({i1} bytes)",
+        )
+    b = current("view")
+    cache = b.__dict__.setdefault("_nki_layouts", {})
+    key = (root.uid, "dtype", dtypes.name(dt))
+    t = cache.get(key)
+    if t is None:
+        t = Tensor(
+            b.unique(f"{root.name}.{dtypes.name(dt)}"),
+            shape,
+            dt,
+            root.buffer,
+            kind=root.kind,
+            loc=root.loc,
+            base=root,
+            mutable=root.mutable,
+            scope=root.scope,
+        )
+        b.tensors.append(t)
+        cache[key] = t
+    return t
+
+
 def _flat_layout(root: Tensor) -> Tensor:
     """The storage as ``(P, free)`` (on-chip) or ``(n,)`` (HBM): every strided view of it has
     an affine index in this shape."""
@@ -695,7 +803,7 @@ def access_of(x: NkiTensor, loc: SourceLoc, what: str = "operand") -> Access:
     if x._indirect is not None:
         return _indirect_access(x, loc, what)
     layout = x._layout
-    root = layout.root
+    root = _dtype_root(layout)
     shape, strides, offset = x.shape, x.strides, x.offset
     index = _decompose(layout, shape, strides, offset)
     if index is None or offset < 0:
@@ -735,7 +843,7 @@ def _indirect_access(x: NkiTensor, loc: SourceLoc, what: str) -> Access:
     """``.ap(vector_offset=idx, indirect_dim=0)``: partition ``p`` of the access reads row
     ``idx[p]`` of the HBM tensor (the IR's indirect DMA access)."""
     index, dim, kind, base_shape = x._indirect
-    root = x._layout.root
+    root = _dtype_root(x._layout)
     if root.buffer in ON_CHIP:
         raise NkiError(
             "err_unsupported_api" if kind == "scalar" else "err_unsupported_memory",
@@ -800,7 +908,7 @@ def _scalar_offset_access(
     ``t * prod(base.shape[d + 1:])`` elements later, ``t`` the runtime value of a (1, 1) SBUF
     tensor and ``base`` the tensor ``.ap`` was called on [NKI 0.x access patterns].  In the IR:
     the static pattern's index in ``base``'s shape, plus the runtime value along dimension d."""
-    root = x._layout.root
+    root = _dtype_root(x._layout)
     if index.size != 1:
         raise NkiError(
             "err_invalid_argument",

@@ -69,8 +69,8 @@ class Interpreter:
 
     # -- memory -------------------------------------------------------------------------------
     def storage(self, t: Tensor) -> np.ndarray:
-        if t.base is not None:
-            return self.storage(t.base).reshape(t.shape)
+        if t.base is not None:  # a reshape, or a dtype view (bits reinterpreted)
+            return dtypes.alias_storage(self.storage(t.base), t.dtype, t.shape)
         return self.mem[t.uid]
 
     def _plan(self, access: Access) -> _Plan:

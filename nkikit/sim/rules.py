@@ -17,10 +17,12 @@ from typing import Protocol
 
 import numpy as np
 
+from .. import dtypes
 from ..errors import NkiError
 from ..ir import prims
 from ..ir.affine import Sym, axis_env
 from ..ir.core import Op
+from . import mx
 from .activations import activate
 from .alu import alu, reduce
 
@@ -110,6 +112,25 @@ def _matmul(op, ins, ctx):
     if op.attrs["accumulate"]:  # PSUM accumulates in fp32: old + new, one rounding
         return [ctx.dst(0) + y]
     return [y]
+
+
+@rule("nc_matmul_mx")
+def _matmul_mx(op, ins, ctx):
+    # raw: containers and scales arrive as their bits, the free dims flattened by the front end
+    st, mv, st_scale, mv_scale = (np.asarray(x).reshape(x.shape[0], -1) for x in ins)
+    y = mx.matmul(st, mv, st_scale, mv_scale, op.ins[0].dtype, op.ins[1].dtype)
+    if op.attrs["accumulate"]:  # PSUM accumulates in fp32: old + new, one rounding
+        return [np.asarray(ctx.dst(0), dtype=np.float32).reshape(y.shape) + y]
+    return [y]
+
+
+@rule("quantize_mx")
+def _quantize_mx(op, ins, ctx):
+    dst, dst_scale = op.outs
+    src = np.asarray(ins[0])
+    data, rows = mx.quantize(src.reshape(src.shape[0], -1), dst.dtype)
+    scale = mx.place_scales(np.asarray(ctx.dst(1)), rows, dtypes.storage_dtype(dst_scale.dtype))
+    return [data, scale]
 
 
 @rule("nc_transpose")

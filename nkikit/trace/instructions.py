@@ -312,6 +312,50 @@ def emit_nc_matmul(
     return _emit("nc_matmul", [dst], [stationary, moving], attrs, mask, loc)
 
 
+def emit_nc_matmul_mx(
+    dst: Access,
+    stationary: Access,
+    moving: Access,
+    stationary_scale: Access,
+    moving_scale: Access,
+    *,
+    accumulate: bool = False,
+    mask: Predicate | None = None,
+    loc: SourceLoc,
+) -> Op:
+    """``dst (+)= S.T @ M`` on the TensorE (NC-v4) with S, M the MX containers
+    ``stationary`` [K, M] and ``moving`` [K, N] dequantized by their scale tiles: the
+    contraction runs over the K partitions and the 4 values of each container, accumulating
+    in fp32 into ``dst`` [M, N] in PSUM (``nkikit/sim/mx.py``).  Sizes, dtypes, the scale
+    layout and the target are the verifier's."""
+    if _partitions(stationary) != _partitions(moving):
+        raise NkiError(
+            "err_num_partition_mismatch",
+            loc,
+            op=f"nisa.nc_matmul_mx (the contraction dimension of stationary "
+            f"{_name(stationary)} and moving {_name(moving)})",
+            a=_partitions(stationary),
+            b=_partitions(moving),
+        )
+    ins: list[Operand] = [stationary, moving, stationary_scale, moving_scale]
+    return _emit("nc_matmul_mx", [dst], ins, {"accumulate": bool(accumulate)}, mask, loc)
+
+
+def emit_quantize_mx(
+    dst: Access,
+    dst_scale: Access,
+    src: Access,
+    *,
+    mask: Predicate | None = None,
+    loc: SourceLoc,
+) -> Op:
+    """Quantize ``src`` [P, F] (bf16/fp16) on the VectorE (NC-v4) into MX containers ``dst``
+    [P, F / 4] and one scale per 8-partition x 4-value group into ``dst_scale`` (a tile of its
+    own partition count, in the MX scale layout; ``nkikit/sim/mx.py``)."""
+    _same_partitions("quantize_mx", loc, src, dst)
+    return _emit("quantize_mx", [dst, dst_scale], [src], {}, mask, loc)
+
+
 def emit_nc_transpose(
     dst: Access,
     data: Access,

@@ -244,11 +244,13 @@ def _done(op) -> NkiInstruction:
     """The handle of ``op``, just emitted by the emit layer (``nkikit/trace/instructions.py``),
     after recording which PSUM elements it wrote (a matmul's write makes the next matmul to
     them accumulate; any other write resets them)."""
-    _psum_written(op.outs, op.prim == "nc_matmul")
+    _psum_written(op.outs, op.prim in _MATMULS)
     _memory_guard(op)
     return NkiInstruction(op)
 
 
+# the instructions whose PSUM writes count as matmul writes for accumulate=None
+_MATMULS = frozenset({"nc_matmul", "nc_matmul_mx"})
 _GUARD_EVERY = 1 << 14  # instructions between two looks at the process's memory
 
 
@@ -1395,8 +1397,6 @@ def _not_modeled(name: str, why: str):
 
 
 _NOT_MODELED = {
-    "nc_matmul_mx": "MX (microscaled fp8/fp4) matmul is not modeled",
-    "quantize_mx": "MX quantization is not modeled",
     "activate2": "the NC-v4 two-stage activation is not modeled",
     "exponential": "the NC-v4 VectorE exponential is not modeled",
     "tensor_scalar_cumulative": "not modeled",
@@ -1414,6 +1414,8 @@ _NOT_MODELED = {
 for _n, _why in _NOT_MODELED.items():
     globals()[_n] = _not_modeled(_n, _why)
 
+
+from .mx import nc_matmul_mx, quantize_mx  # noqa: E402, F401 - uses the helpers above
 
 # -- helpers shared with nkikit.nki.language -------------------------------------------------------
 

@@ -79,7 +79,9 @@ class _TileSize:
         lambda self: self._target.psum_bytes // (self._target.psum_bank_fmax * 4)
     )
     gemm_stationary_fmax = property(lambda self: self._target.gemm_stationary_fmax)
-    gemm_moving_fmax = property(lambda self: self._target.gemm_moving_fmax)
+    # 512 on every target: NKI 0.x's value, which the NKI samples' trn3 MX kernels use as the
+    # moving tile (the NC-v4 verifier limit is larger) [reference/nki-0x.md §3.10]
+    gemm_moving_fmax = property(lambda self: 512)
     bn_stats_fmax = property(lambda self: 512)  # [NKI 0.x ISA, bn_stats]
     sbuf_fmax_bytes = property(lambda self: self._target.sbuf_bytes)
     sbuf_fmax = property(lambda self: self._target.sbuf_bytes // 4)

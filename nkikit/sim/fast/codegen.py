@@ -42,6 +42,7 @@ class Compiler(Planner, TableMode):
                 "_copy": runtime.copy,
                 "_bt": np.broadcast_to,
                 "_cast": dtypes.cast,
+                "_alias": dtypes.alias_storage,
                 "_where": np.where,
                 "_bn_stats_all": runtime.bn_stats_all,
                 "_prep": runtime.prep,
@@ -108,10 +109,11 @@ class Compiler(Planner, TableMode):
                 return
             view(t.base)
             done.add(t.uid)
+            dt = self.const(t.dtype, "DT")
             if self.chunked:
-                views.append((t.uid, t.base.uid, t.base.base is not None, t.shape))
+                views.append((t.uid, t.base.uid, t.base.base is not None, self.ns[dt], t.shape))
             else:
-                self.emit(f"{self.slot(t)} = {self.slot(t.base)}.reshape({t.shape!r})", 1)
+                self.emit(f"{self.slot(t)} = _alias({self.slot(t.base)}, {dt}, {t.shape!r})", 1)
 
         for t in self.tensors.values():
             view(t)
@@ -125,8 +127,8 @@ class Compiler(Planner, TableMode):
             # V: reshaped views, B: the own buffers of forwarded tiles, S: fp32 shadows
             self.emit("V = {}", 1)
             if views:
-                self.emit(f"for uid, base, of_view, shape in {self.const(views, 'VIEWS')}:", 1)
-                self.emit("V[uid] = (V[base] if of_view else mem[base]).reshape(shape)", 2)
+                self.emit(f"for uid, base, of_view, dt, shape in {self.const(views, 'VIEWS')}:", 1)
+                self.emit("V[uid] = _alias(V[base] if of_view else mem[base], dt, shape)", 2)
             fwd = self.const(sorted(self.forwarded), "FWD")
             self.emit(f"B = {{uid: mem[uid] for uid in {fwd}}}", 1)
             shadows = [(uid, self.tensors[uid].shape) for uid in sorted(self.shadow)]

@@ -443,6 +443,8 @@ for _name in (
     "nc_match_replace8",
     "local_gather",
     "nc_n_gather",
+    "nc_matmul_mx",
+    "quantize_mx",
 ):
     EXECUTORS[_name] = GENERIC
 

@@ -98,6 +98,8 @@ class Planner(Accesses):
                 return False
             target = cov
             if acc.tensor is not t:
+                if math.prod(acc.tensor.shape) != cov.size:
+                    return False  # a dtype view (other element size): not enumerated
                 target = cov.reshape(acc.tensor.shape)
             for vals in itertools.product(*(range(x) for x in trips)):
                 env = dict(zip(syms, vals))
