@@ -4,11 +4,14 @@ created with ``nl.ndarray(..., buffer=nl.shared_hbm)``)."""
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 
 from ..errors import NkiError, SourceLoc
-from ..ir.core import Tensor
+from ..ir.core import Kernel, Tensor
+from ..targets import get_target
 from ..trace.jit import JitKernel
+from .eviction import evict_oversized_psum
 from .tile import Tile
 
 
@@ -20,6 +23,13 @@ class Beta1Kernel(JitKernel):
 
     def proxy(self, tensor: Tensor) -> Tile:
         return Tile.of(tensor)
+
+    def _trace(self, bound: inspect.BoundArguments, target: str) -> Kernel:
+        """The shared trace, then the compiler's placement of PSUM tensors too big for PSUM
+        (:mod:`nkikit.language.eviction`: Beta 1 leaves placement to the compiler)."""
+        kernel = super()._trace(bound, target)
+        evict_oversized_psum(kernel, get_target(target))
+        return kernel
 
     def returned(self, value: object, loc: SourceLoc) -> Tensor | None:
         if not isinstance(value, Tile):
