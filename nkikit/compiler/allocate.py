@@ -27,8 +27,10 @@ Contract of :func:`allocate`:
   a loop that the tensor is declared outside of keeps it live for the whole loop.  The first
   attempt also refuses to share memory between tensors of a common loop (their iterations
   may overlap once pipelined); only if that does not fit is plain static liveness used.
-* A PSUM tensor placed by a user allocation (``Tensor.user_span``) keeps its banks; the
-  other PSUM tensors go above the highest of them, each taking the most blocks it has in use
+* A tensor placed by a user allocation (``Tensor.user_span``: ``nki.compiler.sbuf`` /
+  ``psum`` ``mod_alloc`` or ``alloc``) keeps its address, one buffer, never spilled; the
+  other SBUF tensors go above the highest user SBUF span (:func:`_user_sbuf_top`), the
+  other PSUM tensors above the highest user bank, each taking the most blocks it has in use
   at once (``nkikit/ir/residency.py``: the verifier's capacity rule counts the same).
 * A PSUM tile never straddles a 2 KiB bank: tiles are padded to a power of two and aligned
   to it, and tiles of a bank or more start on a bank boundary [A2, MIG].
@@ -433,17 +435,18 @@ def allocate(kernel: Kernel, target: Target, *, rotation: bool = True) -> Alloca
     tl = timeline(kernel)
     loaded = _dma_fed(tl)
     infos: dict[str, list[_Info]] = {"sbuf": [], "psum": []}
-    fixed: list[_Info] = []  # PSUM tensors a user allocation placed: kept at their banks
+    fixed: list[_Info] = []  # tensors a user allocation placed: kept at their addresses
     for info in tl.lifetimes.values():
         t = info.tensor
-        if t.buffer == "psum" and t.user_span is not None:
+        if t.user_span is not None:
             fixed.append(info)
         else:
             infos[t.buffer].append(info)
     top = psum_user_top(kernel)
+    sbuf_top = _user_sbuf_top(fixed, target)
     blocks = psum_blocks_in_use(kernel)
-    capacity = {"sbuf": target.sbuf_bytes, "psum": target.psum_bytes - top}
-    base = {"sbuf": 0, "psum": top}
+    capacity = {"sbuf": target.sbuf_bytes - sbuf_top, "psum": target.psum_bytes - top}
+    base = {"sbuf": sbuf_top, "psum": top}
 
     placements: dict[int, Placement] = {}
     leader: dict[int, int] = {}
@@ -502,9 +505,10 @@ def allocate(kernel: Kernel, target: Target, *, rotation: bool = True) -> Alloca
                 if n > 1:
                     leader[uid] = head
     for info in fixed:
-        lo, hi = info.tensor.user_span
-        placements[info.tensor.uid] = Placement(
-            info.tensor, "psum", 0, info.tensor.partitions, lo, hi - lo, 1, (info.lo, info.hi)
+        t = info.tensor
+        lo, hi = t.user_span
+        placements[t.uid] = Placement(
+            t, t.buffer, 0, t.partitions, lo, hi - lo, 1, (info.lo, info.hi)
         )
     for segs in segments.values():
         segs.sort(key=lambda q: q.live[0])
@@ -512,6 +516,29 @@ def allocate(kernel: Kernel, target: Target, *, rotation: bool = True) -> Alloca
         placements[uid] = segs[0]
     mode = "static" if "static" in modes else "pipelined"
     return Allocation(placements, used, mode, leader, rotated, spills, segments)
+
+
+def _user_sbuf_top(fixed: list[_Info], target: Target) -> int:
+    """The end (bytes per partition) of the highest SBUF span a user allocation holds, 0
+    without any: automatically placed SBUF tensors go above it, so no placement of nkikit's
+    overlaps a user's.  A span past ``target``'s SBUF (a kernel traced for a bigger SBUF than
+    the one compiled for) is ``err_allocation_out_of_bounds`` at the tensor's line.  User
+    allocations may overlap each other: NKI trusts them, the program orders their tenants."""
+    top = 0
+    for info in fixed:
+        t = info.tensor
+        if t.buffer != "sbuf":
+            continue
+        lo, hi = t.user_span
+        if hi > target.sbuf_bytes:
+            raise NkiError(
+                "err_allocation_out_of_bounds",
+                t.loc or UNKNOWN_LOC,
+                what=f"bytes [{lo}, {hi}) of each SBUF partition, which has "
+                f"{target.sbuf_bytes} on {target.name}",
+            )
+        top = max(top, hi)
+    return -(-top // target.sbuf_align) * target.sbuf_align
 
 
 def _dma_fed(tl) -> frozenset[int]:

@@ -293,10 +293,10 @@ def test_psum_blocks_live_one_iteration_at_a_time_take_one_block():
     b = nt.tensor[[128, 16 * 512], F32]
     _, by_name = _placements(blocks_one_iteration_at_a_time, a, b)
     assert by_name["acc"].size == 2048  # one bank-sized block per buffer, not sixteen
-    with pytest.raises(NkiError) as e:
-        blocks_read_by_a_later_loop.ir(a, b)
-    assert e.value.name == "err_psum_total_capacity_exceeded"
-    assert "acc (32768 B" in str(e.value)
+    # all 16 banks live at once cannot fit PSUM: the compiler keeps the tensor in HBM
+    # (nkikit/language/eviction.py), staging each block through PSUM and SBUF tiles
+    acc = next(t for t in blocks_read_by_a_later_loop.ir(a, b).tensors if t.name == "acc")
+    assert acc.buffer == "private_hbm"
 
 
 def test_psum_blocks_in_use_names_the_tensor_and_its_blocks():
