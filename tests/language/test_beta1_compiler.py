@@ -285,7 +285,7 @@ def sixteen_banks_auto(a, b):
 
 def test_mod_alloc_footprint_is_the_allocated_banks(monkeypatch):
     """16 bank-sized blocks in 4 banks (blocks aliasing modulo 4) fit PSUM's 8 banks; the same
-    tensor allocated automatically needs 16 banks, so the compiler keeps it in HBM
+    tensor allocated automatically needs 16 banks, so the compiler keeps it in SBUF
     (``nkikit/language/eviction.py``).  Both simulators agree bit for bit (they
     keep every block apart: this kernel would read aliased blocks on hardware, which nkikit
     does not model)."""
@@ -297,4 +297,4 @@ def test_mod_alloc_footprint_is_the_allocated_banks(monkeypatch):
     assert acc.user_span == (0, 4 * 2048)
     np.testing.assert_allclose(sixteen_banks_auto(a, b), want, rtol=1e-4, atol=1e-3)
     auto = next(t for t in sixteen_banks_auto.ir(a, b).tensors if t.name == "acc")
-    assert auto.buffer == "private_hbm"
+    assert auto.buffer == "sbuf"
