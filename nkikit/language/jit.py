@@ -26,8 +26,12 @@ class Beta1Kernel(JitKernel):
 
     def _trace(self, bound: inspect.BoundArguments, target: str) -> Kernel:
         """The shared trace, then the compiler's placement of PSUM tensors too big for PSUM
-        (:mod:`nkikit.language.eviction`: Beta 1 leaves placement to the compiler)."""
+        (:mod:`nkikit.language.eviction`: Beta 1 leaves placement to the compiler).  Under
+        ``nki.compiler.force_auto_alloc`` direct allocations are dropped first."""
         kernel = super()._trace(bound, target)
+        if self.options.get("force_auto_alloc"):
+            for t in kernel.tensors:
+                t.user_span = None
         evict_oversized_psum(kernel, get_target(target))
         return kernel
 

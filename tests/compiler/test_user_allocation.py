@@ -74,3 +74,14 @@ def test_user_span_past_the_compiled_targets_sbuf_is_rejected():
     assert err.name == "err_allocation_out_of_bounds"
     assert err.loc.line == _user_line(kernel)
     assert "trn1" in str(err)
+
+
+def test_force_auto_alloc_drops_the_user_address():
+    kernel = ncc.force_auto_alloc(_kernel(BASE))
+    x, y = _inputs()
+    np.testing.assert_allclose(kernel(x, y), x + 2 * y, rtol=1e-6)
+    ir = kernel.ir(x, y)
+    (placed,) = [t for t in ir.tensors if t.name == "placed"]
+    assert placed.user_span is None
+    by_name = {p.tensor.name: p for p in allocate(ir, get_target("trn2")).placements.values()}
+    assert by_name["placed"].offset != BASE
