@@ -148,3 +148,33 @@ def test_split_variable_indexed_again_retraces():
     assert counter.calls == 2
     (loop,) = _loops(quarters.ir(x).body)
     assert loop.var.trip == 2
+
+
+@pytest.mark.parametrize("loop", [range, nl.static_range])
+def test_unrolled_loop_index_modulo_is_a_constant(loop):
+    """A plain ``range`` / ``nl.static_range`` index is a Python int at trace time: ``% 2``
+    and ``(i + 1) % 2`` are constants, no loop is split and nothing re-traces."""
+    counter = Counter()
+
+    @nki.jit
+    def alternate(x):
+        counter.bump()
+        n = x.shape[0] // P
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        slots = nl.ndarray((P, 2, F), dtype=x.dtype, buffer=nl.sbuf)
+        slots[:, 0, :] = nl.load(x[0:P, :])
+        for i in loop(n - 1):
+            slots[:, (i + 1) % 2, :] = nl.load(x[nl.ds((i + 1) * P, P), :])
+            nl.store(
+                out[nl.ds(i * P, P), :],
+                value=nl.subtract(slots[:, (i + 1) % 2, :], slots[:, i % 2, :]),
+            )
+        nl.store(out[nl.ds((n - 1) * P, P), :], value=slots[:, (n - 1) % 2, :])
+        return out
+
+    x = np.random.default_rng(6).standard_normal((5 * P, F)).astype(np.float32)
+    b = x.reshape(5, P, F)
+    want = np.concatenate([b[1:] - b[:-1], b[-1:]]).reshape(-1, F)
+    np.testing.assert_array_equal(alternate(x), want)
+    assert counter.calls == 1
+    assert _loops(alternate.ir(x).body) == []
