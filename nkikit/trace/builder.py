@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 import threading
 from contextlib import contextmanager
@@ -173,20 +174,24 @@ class Builder:
             self.loops.pop()
             self.last_op = None
 
-    def resplit(self, var: LoopVar, new: LoopVar, k: int) -> None:
+    def resplit(self, var: LoopVar, new: LoopVar, k: int, made: tuple[int, int]) -> None:
         """The innermost open loop, over ``var``, becomes a loop over ``new`` with
         ``var = k * new`` in the body traced so far (its first copy): its statements, the
-        scopes of the tensors it created and the retargeted temporaries are rewritten."""
+        scopes of the tensors it created and the retargeted temporaries are rewritten.
+        ``made``: the number of tensors and of retargeted temporaries when the loop opened
+        (only those created since can mention ``var``; ``retarget`` removes only temporaries
+        of the innermost body, so the earlier entries keep their positions)."""
         loop = self.bodies[-2][-1]
         assert isinstance(loop, Loop) and loop.var is var and self.loops[-1] is var
         mapping = {var: Affine.of(new) * k}
         _substitute_body(loop.body, var, mapping)
         loop.var = new
         self.loops[-1] = new
-        for t in self.tensors:
+        for t in self.tensors[made[0] :]:
             if var in t.scope:
                 t.scope = tuple(new if v is var else v for v in t.scope)
-        for uid, a in self.aliases.items():
+        fresh = len(self.aliases) - made[1]
+        for uid, a in list(itertools.islice(reversed(self.aliases.items()), fresh)):
             if var in a.syms:
                 self.aliases[uid] = a.substitute(mapping)
 

@@ -66,12 +66,14 @@ def rolled_loop(
             if k == 1 and b.splits is not None:
                 # the first body copy may split the loop in place (see the module docstring)
                 plan = b.first_pass[var] = InPlaceSplit(var, name)
+                # what the first copy adds to these is all that can mention ``var``
+                made = (len(b.tensors), len(b.aliases))
                 yield Affine.of(var) * step + start
                 del b.first_pass[var]
                 if plan.factor > 1:
                     k = plan.factor
                     outer, rem = divmod(trip, k)
-                    b.resplit(var, plan.new, k)
+                    b.resplit(var, plan.new, k, made)
                     b.loop_sites[plan.new] = (site, k)
                     j = Affine.of(plan.new) * k
                     for r in range(1, k):
