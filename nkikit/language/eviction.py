@@ -13,7 +13,8 @@ it is verified:
 * While the automatically placed PSUM tensors live at some program point need more bytes
   per partition than PSUM has above the user-allocated banks (blocks counted as the verifier
   counts them, ``nkikit/ir/residency.py``: :func:`psum_blocks_in_use`), the biggest tensor
-  live there -- of equal ones, the one live longest -- leaves PSUM: to SBUF if it takes at
+  live there -- of equal ones, the one allocated first, whose PSUM staging tile then lives
+  where the fewest others do -- leaves PSUM: to SBUF if it takes at
   most a quarter of an SBUF partition, otherwise to a private HBM tensor of the same shape
   (SBUF spilling then works on it as on any SBUF tensor).
 * An instruction on TensorE that writes it writes a PSUM tile of the written region's shape
@@ -71,7 +72,7 @@ def evict_oversized_psum(kernel: Kernel, target: Target) -> list[Tensor]:
             break
         pick = max(
             (uid for uid in live if uid in candidates),
-            key=lambda uid: (size[uid], live[uid]),
+            key=lambda uid: (size[uid], -live[uid]),
             default=None,
         )
         if pick is None:
@@ -89,7 +90,7 @@ _SBUF_SHARE = 4
 
 def _fullest(kernel: Kernel, size: dict[int, int], capacity: int) -> dict[int, int] | None:
     """The PSUM tensors live at the first program point where the automatically
-    placed ones need more than ``capacity`` bytes per partition (uid -> last point), or None
+    placed ones need more than ``capacity`` bytes per partition (uid -> first point), or None
     if none does
     (lifetimes from :func:`~nkikit.ir.residency.timeline`, as the allocator sees them)."""
     tl = timeline(kernel)
@@ -108,7 +109,7 @@ def _fullest(kernel: Kernel, size: dict[int, int], capacity: int) -> dict[int, i
     for p in range(n):
         total += delta[p]
         if total > capacity:
-            return {uid: hi for lo, hi, uid in spans if lo <= p <= hi}
+            return {uid: lo for lo, hi, uid in spans if lo <= p <= hi}
     return None
 
 
