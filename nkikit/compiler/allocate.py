@@ -29,8 +29,9 @@ Contract of :func:`allocate`:
   may overlap once pipelined); only if that does not fit is plain static liveness used.
 * A tensor placed by a user allocation (``Tensor.user_span``: ``nki.compiler.sbuf`` /
   ``psum`` ``mod_alloc`` or ``alloc``) keeps its address, one buffer, never spilled; the
-  other SBUF tensors go above the highest user SBUF span (:func:`_user_sbuf_top`), the
-  other PSUM tensors above the highest user bank, each taking the most blocks it has in use
+  other SBUF tensors go above the highest user SBUF span or below the lowest, whichever
+  range is larger (:func:`_user_sbuf_free`), the other PSUM tensors above the highest user
+  bank, each taking the most blocks it has in use
   at once (``nkikit/ir/residency.py``: the verifier's capacity rule counts the same).
 * A PSUM tile never straddles a 2 KiB bank: tiles are padded to a power of two and aligned
   to it, and tiles of a bank or more start on a bank boundary [A2, MIG].
@@ -443,10 +444,10 @@ def allocate(kernel: Kernel, target: Target, *, rotation: bool = True) -> Alloca
         else:
             infos[t.buffer].append(info)
     top = psum_user_top(kernel)
-    sbuf_top = _user_sbuf_top(fixed, target)
+    sbuf_base, sbuf_room = _user_sbuf_free(fixed, target)
     blocks = psum_blocks_in_use(kernel)
-    capacity = {"sbuf": target.sbuf_bytes - sbuf_top, "psum": target.psum_bytes - top}
-    base = {"sbuf": sbuf_top, "psum": top}
+    capacity = {"sbuf": sbuf_room, "psum": target.psum_bytes - top}
+    base = {"sbuf": sbuf_base, "psum": top}
 
     placements: dict[int, Placement] = {}
     leader: dict[int, int] = {}
@@ -518,27 +519,34 @@ def allocate(kernel: Kernel, target: Target, *, rotation: bool = True) -> Alloca
     return Allocation(placements, used, mode, leader, rotated, spills, segments)
 
 
-def _user_sbuf_top(fixed: list[_Info], target: Target) -> int:
-    """The end (bytes per partition) of the highest SBUF span a user allocation holds, 0
-    without any: automatically placed SBUF tensors go above it, so no placement of nkikit's
-    overlaps a user's.  A span past ``target``'s SBUF (a kernel traced for a bigger SBUF than
-    the one compiled for) is ``err_allocation_out_of_bounds`` at the tensor's line.  User
-    allocations may overlap each other: NKI trusts them, the program orders their tenants."""
-    top = 0
+def _user_sbuf_free(fixed: list[_Info], target: Target) -> tuple[int, int]:
+    """Where automatically placed SBUF tensors go beside the users' SBUF spans: (first byte,
+    bytes) of the larger of the range below the lowest span and the range above the highest
+    (all of SBUF without any), so no placement of nkikit's overlaps a user's.  A span past
+    ``target``'s SBUF (a kernel traced for a bigger SBUF than the one compiled for) is
+    ``err_allocation_out_of_bounds`` at the tensor's line.  User allocations may overlap each
+    other: NKI trusts them, the program orders their tenants."""
+    lo, hi = target.sbuf_bytes, 0
     for info in fixed:
         t = info.tensor
         if t.buffer != "sbuf":
             continue
-        lo, hi = t.user_span
-        if hi > target.sbuf_bytes:
+        start, end = t.user_span
+        if end > target.sbuf_bytes:
             raise NkiError(
                 "err_allocation_out_of_bounds",
                 t.loc or UNKNOWN_LOC,
-                what=f"bytes [{lo}, {hi}) of each SBUF partition, which has "
+                what=f"bytes [{start}, {end}) of each SBUF partition, which has "
                 f"{target.sbuf_bytes} on {target.name}",
             )
-        top = max(top, hi)
-    return -(-top // target.sbuf_align) * target.sbuf_align
+        lo, hi = min(lo, start), max(hi, end)
+    if hi == 0:
+        return 0, target.sbuf_bytes
+    above = _align(hi, target.sbuf_align)
+    below = lo - lo % target.sbuf_align
+    if below > target.sbuf_bytes - above:
+        return 0, below
+    return above, target.sbuf_bytes - above
 
 
 def _dma_fed(tl) -> frozenset[int]:

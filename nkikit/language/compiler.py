@@ -13,8 +13,9 @@ line.  The allocation is recorded (:func:`user_allocation`) and decides the tens
 tiles aliasing modulo them (a PSUM block takes its whole bank).  The capacity rule and the
 allocator count that span, not the whole tensor (``nkikit/ir/residency.py``); the allocator
 keeps a user's tensor at its address -- one buffer, never spilled -- and places its own tensors
-above the highest user span or bank, and a span past the SBUF of the target compiled for is
-``err_allocation_out_of_bounds`` there (``nkikit/compiler/allocate.py``).  Overlapping user
+beside the user spans (SBUF) or above the highest user bank (PSUM), and a span past the SBUF of
+the target compiled for is ``err_allocation_out_of_bounds`` there
+(``nkikit/compiler/allocate.py``).  Overlapping user
 allocations are allowed: the Beta-1 compiler trusts direct allocation, and the program orders
 the tenants of an address (the attention tutorial reuses PSUM banks that way; the cost model's
 scheduler orders the instructions of overlapping placements).  The simulators keep every block

@@ -1,7 +1,8 @@
 """Direct allocation (``nki.compiler.sbuf`` / ``psum`` ``mod_alloc``) is honoured by the
 allocator: a user's tensor keeps its address (one buffer, never spilled), nkikit's own
-placements stay clear of it, and a span past the SBUF of the target compiled for is
-``err_allocation_out_of_bounds`` at the user's line."""
+placements stay clear of it (above the user spans, or below them when that range is larger),
+and a span past the SBUF of the target compiled for is ``err_allocation_out_of_bounds`` at the
+user's line."""
 
 from __future__ import annotations
 
@@ -61,6 +62,19 @@ def test_user_address_is_kept_and_others_stay_clear():
         if name != "placed" and p.memory == "sbuf":
             assert p.offset >= end, (name, p.offset)
     assert nki.profile_kernel(kernel, x, y, target="trn2").total_us > 0
+
+
+def test_automatic_tensors_go_below_a_user_span_near_the_top():
+    base = get_target("trn2").sbuf_bytes - F * 4  # the last bytes of each partition
+    kernel = _kernel(base)
+    x, y = _inputs()
+    np.testing.assert_allclose(kernel(x, y), x + 2 * y, rtol=1e-6)
+    alloc = allocate(kernel.ir(x, y), get_target("trn2"))
+    by_name = {p.tensor.name: p for p in alloc.placements.values()}
+    assert by_name["placed"].offset == base
+    for name, p in by_name.items():
+        if name != "placed" and p.memory == "sbuf":
+            assert p.end <= base, (name, p.offset, p.end)
 
 
 def test_user_span_past_the_compiled_targets_sbuf_is_rejected():
