@@ -27,8 +27,11 @@ Contract of :func:`allocate`:
   a loop that the tensor is declared outside of keeps it live for the whole loop.  The first
   attempt also refuses to share memory between tensors of a common loop (their iterations
   may overlap once pipelined); only if that does not fit is plain static liveness used.
-* A PSUM tensor placed by a user allocation (``Tensor.user_span``) keeps its banks; the
-  other PSUM tensors go above the highest of them, each taking the most blocks it has in use
+* A tensor placed by a user allocation (``Tensor.user_span``: ``nki.compiler.sbuf`` /
+  ``psum`` ``mod_alloc`` or ``alloc``) keeps its address, one buffer, never spilled; the
+  other SBUF tensors go above the highest user SBUF span or below the lowest, whichever
+  range is larger (:func:`_user_sbuf_free`), the other PSUM tensors above the highest user
+  bank, each taking the most blocks it has in use
   at once (``nkikit/ir/residency.py``: the verifier's capacity rule counts the same).
 * A PSUM tile never straddles a 2 KiB bank: tiles are padded to a power of two and aligned
   to it, and tiles of a bank or more start on a bank boundary [A2, MIG].
@@ -433,17 +436,18 @@ def allocate(kernel: Kernel, target: Target, *, rotation: bool = True) -> Alloca
     tl = timeline(kernel)
     loaded = _dma_fed(tl)
     infos: dict[str, list[_Info]] = {"sbuf": [], "psum": []}
-    fixed: list[_Info] = []  # PSUM tensors a user allocation placed: kept at their banks
+    fixed: list[_Info] = []  # tensors a user allocation placed: kept at their addresses
     for info in tl.lifetimes.values():
         t = info.tensor
-        if t.buffer == "psum" and t.user_span is not None:
+        if t.user_span is not None:
             fixed.append(info)
         else:
             infos[t.buffer].append(info)
     top = psum_user_top(kernel)
+    sbuf_base, sbuf_room = _user_sbuf_free(fixed, target)
     blocks = psum_blocks_in_use(kernel)
-    capacity = {"sbuf": target.sbuf_bytes, "psum": target.psum_bytes - top}
-    base = {"sbuf": 0, "psum": top}
+    capacity = {"sbuf": sbuf_room, "psum": target.psum_bytes - top}
+    base = {"sbuf": sbuf_base, "psum": top}
 
     placements: dict[int, Placement] = {}
     leader: dict[int, int] = {}
@@ -502,9 +506,10 @@ def allocate(kernel: Kernel, target: Target, *, rotation: bool = True) -> Alloca
                 if n > 1:
                     leader[uid] = head
     for info in fixed:
-        lo, hi = info.tensor.user_span
-        placements[info.tensor.uid] = Placement(
-            info.tensor, "psum", 0, info.tensor.partitions, lo, hi - lo, 1, (info.lo, info.hi)
+        t = info.tensor
+        lo, hi = t.user_span
+        placements[t.uid] = Placement(
+            t, t.buffer, 0, t.partitions, lo, hi - lo, 1, (info.lo, info.hi)
         )
     for segs in segments.values():
         segs.sort(key=lambda q: q.live[0])
@@ -512,6 +517,36 @@ def allocate(kernel: Kernel, target: Target, *, rotation: bool = True) -> Alloca
         placements[uid] = segs[0]
     mode = "static" if "static" in modes else "pipelined"
     return Allocation(placements, used, mode, leader, rotated, spills, segments)
+
+
+def _user_sbuf_free(fixed: list[_Info], target: Target) -> tuple[int, int]:
+    """Where automatically placed SBUF tensors go beside the users' SBUF spans: (first byte,
+    bytes) of the larger of the range below the lowest span and the range above the highest
+    (all of SBUF without any), so no placement of nkikit's overlaps a user's.  A span past
+    ``target``'s SBUF (a kernel traced for a bigger SBUF than the one compiled for) is
+    ``err_allocation_out_of_bounds`` at the tensor's line.  User allocations may overlap each
+    other: NKI trusts them, the program orders their tenants."""
+    lo, hi = target.sbuf_bytes, 0
+    for info in fixed:
+        t = info.tensor
+        if t.buffer != "sbuf":
+            continue
+        start, end = t.user_span
+        if end > target.sbuf_bytes:
+            raise NkiError(
+                "err_allocation_out_of_bounds",
+                t.loc or UNKNOWN_LOC,
+                what=f"bytes [{start}, {end}) of each SBUF partition, which has "
+                f"{target.sbuf_bytes} on {target.name}",
+            )
+        lo, hi = min(lo, start), max(hi, end)
+    if hi == 0:
+        return 0, target.sbuf_bytes
+    above = _align(hi, target.sbuf_align)
+    below = lo - lo % target.sbuf_align
+    if below > target.sbuf_bytes - above:
+        return 0, below
+    return above, target.sbuf_bytes - above
 
 
 def _dma_fed(tl) -> frozenset[int]:

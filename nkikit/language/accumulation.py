@@ -15,8 +15,9 @@ traced instruction:
   allocation moves the region (each iteration writes its own): the matmul overwrites;
 * fresh, but some such loop leaves the region in place (a reduction loop): its first
   iteration must overwrite and the others add, which one rolled instruction cannot say, so
-  that loop is split into as many copies as it has iterations (:func:`request_split`, the
-  re-trace ``i % k`` indexing uses) and each copy is decided on its own;
+  that loop is split into as many copies as it has iterations (:func:`request_split`, as
+  ``i % k`` indexing splits it: in place while its first copy is traced) and each copy is
+  decided on its own;
 * otherwise (written before, or an overlap the affine indices cannot settle): it adds.
 
 Regions are compared symbolically: two accesses are disjoint when, along some dimension,
@@ -42,10 +43,12 @@ def matmul_accumulates(b: Builder, op: Op, dst: Access, loc: SourceLoc) -> bool:
         return True
     depth = len(t.scope)
     moved = {s for a in dst.index for s in a.syms if isinstance(s, LoopVar)}
-    for var in b.loops[depth:]:
+    for var in list(b.loops[depth:]):
         if var.trip > 1 and var not in moved:
-            request_split(b, Affine.of(var), var.trip, loc, f"{t.name} += matmul")
-            return True  # loop splitting is off: keep adding
+            # split per iteration; in place, this body copy is the loop's first iteration
+            split = request_split(b, Affine.of(var), var.trip, loc, f"{t.name} += matmul")
+            if split is None:
+                return True  # loop splitting is off: keep adding
     return False
 
 

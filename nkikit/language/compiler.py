@@ -11,14 +11,19 @@ and a PSUM block must fit in one bank -- with ``err_allocation_out_of_bounds`` a
 line.  The allocation is recorded (:func:`user_allocation`) and decides the tensor's footprint,
 ``Tensor.user_span``: the bytes of each partition its blocks occupy, blocks beyond the allocated
 tiles aliasing modulo them (a PSUM block takes its whole bank).  The capacity rule and the
-allocator count that span, not the whole tensor; a PSUM tensor stays at its banks, an SBUF
-tensor is placed by nkikit's allocator in a span of that size (``nkikit/ir/residency.py``).
-The simulators keep every block apart (a kernel that reads a block after an aliasing block
-overwrote it is not modeled).  Overlapping user allocations are allowed: the Beta-1 compiler
-accepts two tensors at the same address when their lifetimes do not meet (the attention tutorial
-reuses PSUM banks that way).  The decorators set kernel options that change nothing in simulation or in the model
-(the model has no middle-end to skip); ``no_reorder`` marks a loop whose instructions keep program
-order, which the simulator always does.
+allocator count that span, not the whole tensor (``nkikit/ir/residency.py``); the allocator
+keeps a user's tensor at its address -- one buffer, never spilled -- and places its own tensors
+beside the user spans (SBUF) or above the highest user bank (PSUM), and a span past the SBUF of
+the target compiled for is ``err_allocation_out_of_bounds`` there
+(``nkikit/compiler/allocate.py``).  Overlapping user
+allocations are allowed: the Beta-1 compiler trusts direct allocation, and the program orders
+the tenants of an address (the attention tutorial reuses PSUM banks that way; the cost model's
+scheduler orders the instructions of overlapping placements).  The simulators keep every block
+apart (a kernel that reads a block after an aliasing block overwrote it is not modeled).
+``force_auto_alloc`` drops the direct allocations of a kernel (its tensors are placed as if
+allocated automatically); the other decorators set kernel options that change nothing in
+simulation or in the model (the model has no middle-end to skip); ``no_reorder`` marks a loop
+whose instructions keep program order, which the simulator always does.
 """
 
 from __future__ import annotations
@@ -248,7 +253,8 @@ def enable_stack_allocator(func: Callable | None = None, log_level: int = 50) ->
 
 
 def force_auto_alloc(func: Callable | None = None) -> Any:
-    """Kernel decorator: ignore direct allocations (nkikit always places tensors itself)."""
+    """Kernel decorator: ignore direct allocations (the kernel's tensors are placed as if
+    allocated automatically; the allocations are still checked where they are made)."""
     return _kernel_option("force_auto_alloc", func)
 
 

@@ -4,11 +4,14 @@ created with ``nl.ndarray(..., buffer=nl.shared_hbm)``)."""
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 
 from ..errors import NkiError, SourceLoc
-from ..ir.core import Tensor
+from ..ir.core import Kernel, Tensor
+from ..targets import get_target
 from ..trace.jit import JitKernel
+from .eviction import evict_oversized_psum
 from .tile import Tile
 
 
@@ -20,6 +23,29 @@ class Beta1Kernel(JitKernel):
 
     def proxy(self, tensor: Tensor) -> Tile:
         return Tile.of(tensor)
+
+    def _trace(self, bound: inspect.BoundArguments, target: str) -> Kernel:
+        """The shared trace; under ``nki.compiler.force_auto_alloc`` direct allocations are
+        dropped (the tensors are placed automatically)."""
+        kernel = super()._trace(bound, target)
+        if self.options.get("force_auto_alloc"):
+            for t in kernel.tensors:
+                t.user_span = None
+        return kernel
+
+    def verify(self, kernel: Kernel, target: str) -> None:
+        """Verify; a kernel whose automatically placed PSUM tensors do not fit PSUM together
+        first has them placed where the compiler would (:mod:`nkikit.language.eviction`:
+        Beta 1 leaves placement to the compiler) and is verified again.  Kernels that fit
+        pay nothing for it."""
+        try:
+            super().verify(kernel, target)
+        except NkiError as e:
+            if e.name != "err_psum_total_capacity_exceeded":
+                raise
+            if not evict_oversized_psum(kernel, get_target(target)):
+                raise
+            super().verify(kernel, target)
 
     def returned(self, value: object, loc: SourceLoc) -> Tensor | None:
         if not isinstance(value, Tile):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 import threading
 from contextlib import contextmanager
@@ -9,7 +10,7 @@ from contextlib import contextmanager
 import numpy as np
 
 from ..errors import NkiError, SourceLoc, caller_loc
-from ..ir.affine import Affine, Axis, LoopVar, Sym
+from ..ir.affine import Affine, Axis, LoopVar, Predicate, Sym
 from ..ir.core import ON_CHIP, Access, Alloc, Loop, Op, Operand, Stmt, Tensor, indirect_index_tiles
 from ..ir.prims import EngineChoiceError, check_op, engine_of
 
@@ -43,6 +44,9 @@ class Builder:
         self.splits = splits
         # the rolled loops traced so far: their ``for`` line and the factor they are split by
         self.loop_sites: dict[LoopVar, tuple[LoopSite, int]] = {}
+        # open rolled loops whose first body copy is being traced: they may split in place
+        # (``nkikit.trace.loops.InPlaceSplit``)
+        self.first_pass: dict[LoopVar, object] = {}
 
     # -- naming ---------------------------------------------------------------------------
     def unique(self, base: str) -> str:
@@ -170,6 +174,27 @@ class Builder:
             self.loops.pop()
             self.last_op = None
 
+    def resplit(self, var: LoopVar, new: LoopVar, k: int, made: tuple[int, int]) -> None:
+        """The innermost open loop, over ``var``, becomes a loop over ``new`` with
+        ``var = k * new`` in the body traced so far (its first copy): its statements, the
+        scopes of the tensors it created and the retargeted temporaries are rewritten.
+        ``made``: the number of tensors and of retargeted temporaries when the loop opened
+        (only those created since can mention ``var``; ``retarget`` removes only temporaries
+        of the innermost body, so the earlier entries keep their positions)."""
+        loop = self.bodies[-2][-1]
+        assert isinstance(loop, Loop) and loop.var is var and self.loops[-1] is var
+        mapping = {var: Affine.of(new) * k}
+        _substitute_body(loop.body, var, mapping)
+        loop.var = new
+        self.loops[-1] = new
+        for t in self.tensors[made[0] :]:
+            if var in t.scope:
+                t.scope = tuple(new if v is var else v for v in t.scope)
+        fresh = len(self.aliases) - made[1]
+        for uid, a in list(itertools.islice(reversed(self.aliases.items()), fresh)):
+            if var in a.syms:
+                self.aliases[uid] = a.substitute(mapping)
+
     def retarget(self, temp: Tensor, dst: Access) -> bool:
         """Make the op that just produced ``temp`` write ``dst`` instead (``dst[...] = op(...)``).
 
@@ -198,6 +223,27 @@ class Builder:
         self.tensors.remove(temp)
         self.fresh.discard(temp.uid)
         return True
+
+
+def _substitute_body(body: list[Stmt], var: LoopVar, mapping: dict[Sym, Affine]) -> None:
+    """Rewrite ``var`` by ``mapping`` in every index, mask and affine attribute of ``body``."""
+    for s in body:
+        if isinstance(s, Loop):
+            _substitute_body(s.body, var, mapping)
+        elif isinstance(s, Op):
+            s.outs = [_sub(a, var, mapping) for a in s.outs]
+            s.ins = [_sub(a, var, mapping) for a in s.ins]
+            if s.mask is not None and var in s.mask.syms:
+                s.mask = s.mask.substitute(mapping)
+            for key, v in s.attrs.items():
+                if isinstance(v, Affine | Predicate | Access):
+                    s.attrs[key] = _sub(v, var, mapping)
+
+
+def _sub(x, var: LoopVar, mapping: dict[Sym, Affine]):
+    if isinstance(x, Access | Affine | Predicate) and var in x.syms:
+        return x.substitute(mapping)
+    return x
 
 
 def _writes_psum_too(op: Op, temp: Tensor, dst: Access) -> bool:

@@ -11,7 +11,7 @@ from ..errors import NkiError, caller_loc
 from ..ir.affine import Affine, Axis, LoopVar, NonAffineError, Predicate, ProgramId, Sym
 from ..ir.core import Access
 from .builder import maybe_current
-from .loops import request_split
+from .loops import split_value
 
 
 def _broadcast_sizes(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
@@ -91,7 +91,7 @@ class Index:
     def _by_const(self, o: object, op: str, fn) -> Index:
         """``self // o`` or ``self % o``: affine when every coefficient is a multiple of the
         constant ``o``; otherwise, when the symbols in the way are variables of rolled loops,
-        the trace is re-run with those loops split (``nkikit.trace.loops``)."""
+        those loops are split (``nkikit.trace.loops``)."""
         expr = f"{_paren(self)} {op} {_paren(o)}"
         if isinstance(o, Index):
             if not o.affine.is_const or o.sizes:
@@ -103,7 +103,9 @@ class Index:
             return Index(fn(self.affine, int(o)), self.sizes)
         except NonAffineError:
             loc = caller_loc()
-            request_split(maybe_current(), self.affine, int(o), loc, expr)
+            got = split_value(maybe_current(), self.affine, int(o), fn, loc, expr)
+            if got is not None:
+                return Index(got, self.sizes)
             raise NkiError("err_non_affine_index", loc, expr=expr) from None
 
     # -- comparisons build predicates (masks) ----------------------------------------------

@@ -109,7 +109,6 @@ class JitKernel:
         """The IR for these arguments, traced for ``target`` (a name or None for the default:
         what ``nl.tile_size`` and ``nisa.get_nc_version()`` return while tracing) and verified
         against its limits.  The target is part of the specialization."""
-        from ..ir.verify import verify
         from ..targets import canonical_name, default_target_name
 
         bound = self.bind(args, kwargs)
@@ -120,9 +119,16 @@ class JitKernel:
         if entry is None:
             with gc_paused():
                 kernel = self._trace(bound, name)
-                verify(kernel, name)
+                self.verify(kernel, name)
             entry = self._cache[key] = kernel
         return entry, bound
+
+    def verify(self, kernel: Kernel, target: str) -> None:
+        """Check the traced ``kernel`` against ``target``'s rules (``nkikit.ir.verify``); a
+        dialect may first do what its compiler does to a kernel that breaks one."""
+        from ..ir.verify import verify
+
+        verify(kernel, target)
 
     def _parameters(self, b: Builder, bound: inspect.BoundArguments, loc: SourceLoc, proxy):
         """The kernel's arguments as the traced function sees them: an HBM input tensor (seen
