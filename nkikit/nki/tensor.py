@@ -872,9 +872,13 @@ def _indirect_access(x: NkiTensor, loc: SourceLoc, what: str) -> Access:
             why="a vector offset indexes rows (indirect_dim=0)",
         )
     # rows of the HBM tensor: the storage as (rows, row size); the pattern's first step is
-    # ignored (the row size is the base tensor's) [NKI 0.x access patterns]
-    rows = root.shape[0]
-    row = math.prod(root.shape[1:]) if len(root.shape) > 1 else 1
+    # ignored (the row size is the base tensor's: the shape ``.ap`` was called on, e.g. a
+    # reshape, not the allocation's) [NKI 0.x access patterns, nki-0x.md §3.6]
+    base_shape = tuple(base_shape)
+    if math.prod(base_shape) != math.prod(root.shape):
+        base_shape = root.shape  # ``.ap`` on a slice: the storage's own rows
+    rows = base_shape[0]
+    row = math.prod(base_shape[1:]) if len(base_shape) > 1 else 1
     layout = _layout_alias(root, (rows, row))
     inner = NkiTensor(layout, (1, *x.shape[1:]), (row, *x.strides[1:]), x.offset)
     direct = _decompose(layout, inner.shape, inner.strides, inner.offset)
