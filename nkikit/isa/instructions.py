@@ -24,10 +24,13 @@ from ..language.operands import (
     access_of,
     as_tile_access,
     broadcast_access,
+    dtype_arg,
     mask_of,
     new_tile,
     operand,
     result_dtype,
+    scalar_arg,
+    shape_arg,
 )
 from ..language.tile import Tile
 from ..targets import default_target as _default_target
@@ -107,7 +110,7 @@ def _result(
     ``ins``, as its record's output spec says, in ``dtype`` (default: the spec's).  A dtype the
     spec does not allow is ``err_unsupported_dtype``."""
     spec = out_specs(prim, ins, attrs or {})[0]
-    dt = spec.dtype if dtype is None else dtypes.as_dtype(dtype)
+    dt = spec.dtype if dtype is None else dtype_arg(dtype, loc, f"nisa.{prim}")
     if spec.dtypes is not None and dtypes.name(dt) not in spec.dtypes:
         raise NkiError(
             "err_unsupported_dtype",
@@ -503,6 +506,7 @@ def iota(expr, dtype, *, mask=None) -> Tile:
             why="expr must be an index expression of aranges",
         )
     shape = tuple(expr.sizes) if len(expr.sizes) > 1 else (expr.sizes[0], 1)
+    shape_arg(shape, loc, "nisa.iota (the shape of expr)")
     tile, out = new_tile(shape, dtype, loc, fallback="iota")
     E.emit_iota(out, expr=expr.affine, mask=mask_of(mask, loc), loc=loc)
     return tile
@@ -511,7 +515,8 @@ def iota(expr, dtype, *, mask=None) -> Tile:
 def memset(shape, value, dtype, *, mask=None, engine=engine.unknown) -> Tile:  # noqa: A002
     """A new tile filled with ``value``."""
     loc = caller_loc()
-    tile, out = new_tile(tuple(shape), dtype, loc, fallback="memset")
+    tile, out = new_tile(shape_arg(shape, loc, "nisa.memset"), dtype, loc, fallback="memset")
+    value = scalar_arg(value, loc, "nisa.memset", "value")
     m = mask_of(mask, loc)
     E.emit_memset(out, value=value, engine=_engine_arg(engine), mask=m, loc=loc)
     return tile
@@ -607,7 +612,7 @@ def select_reduce(
         tile, out = new_tile(p.shape, result_dtype(dtype, on_true), loc, fallback="select")
     else:
         out = _tile(dst, loc, "select_reduce dst")
-        if dtype is not None and dtypes.as_dtype(dtype) != out.dtype:
+        if dtype is not None and dtype_arg(dtype, loc, "nisa.select_reduce") != out.dtype:
             raise _invalid(
                 loc,
                 "select_reduce",
@@ -700,7 +705,7 @@ def nc_stream_shuffle(src, dst, shuffle_mask, *, dtype=None, mask=None) -> None:
     255 keeps dst."""
     loc = caller_loc()
     a, d = _tile(src, loc, "nc_stream_shuffle"), _tile(dst, loc, "nc_stream_shuffle")
-    if dtype is not None and dtypes.as_dtype(dtype) != d.dtype:
+    if dtype is not None and dtype_arg(dtype, loc, "nisa.nc_stream_shuffle") != d.dtype:
         raise _invalid(
             loc,
             "nc_stream_shuffle",
