@@ -40,7 +40,7 @@ private_hbm = Buffer("private_hbm")
 
 def par_dim(n: int) -> ParDim:
     """Mark the partition dimension in a buffer shape: ``(nblocks, nl.par_dim(128), 512)``."""
-    return ParDim(int(n))
+    return ParDim(int_arg(n, "nl.par_dim", "n"))
 
 
 def _buffer_name(buffer: object, loc: SourceLoc) -> str:
@@ -66,6 +66,13 @@ def ndarray(shape, dtype, *, buffer=None, name: str = "") -> Tile:
 def ndarray_at(shape, dtype, buffer, name: str, loc: SourceLoc) -> Tile:
     """``nl.ndarray`` for the user's line ``loc`` (creation functions built on it)."""
     b = current("nl.ndarray")
+    if not isinstance(name, str):
+        raise NkiError(
+            "err_invalid_argument",
+            loc,
+            op="nl.ndarray",
+            why=f"name must be a str, got {type(name).__name__} {name!r}",
+        )
     if not isinstance(shape, tuple | list):
         shape = (shape,)
     par_axis = next((i for i, s in enumerate(shape) if isinstance(s, ParDim)), 0)
@@ -109,15 +116,30 @@ def ones(shape, dtype, *, buffer=None, name: str = "") -> Tile:
     return fill_at(shape, 1.0, dtype, buffer, name, caller_loc(), "nl.ones")
 
 
+def _like(a: object, api: str) -> Tile:
+    """The tile argument ``a`` of ``nl.<api>_like`` (``err_invalid_argument`` otherwise)."""
+    if not isinstance(a, Tile):
+        raise NkiError(
+            "err_invalid_argument",
+            caller_loc(),
+            op=f"nl.{api}_like",
+            why=f"a must be a tile, got {type(a).__name__}",
+        )
+    return a
+
+
 def zeros_like(a: Tile, dtype=None, *, buffer=None, name: str = "") -> Tile:
+    a = _like(a, "zeros")
     return zeros(a.shape, dtype or a.dtype, buffer=buffer, name=name)
 
 
 def ones_like(a: Tile, dtype=None, *, buffer=None, name: str = "") -> Tile:
+    a = _like(a, "ones")
     return ones(a.shape, dtype or a.dtype, buffer=buffer, name=name)
 
 
 def empty_like(a: Tile, dtype=None, *, buffer=None, name: str = "") -> Tile:
+    a = _like(a, "empty")
     return ndarray_at(a.shape, dtype or a.dtype, buffer, name, caller_loc())
 
 
@@ -129,10 +151,12 @@ def shared_constant(constant, dtype=None) -> Tile:
     dt = (
         dtype_arg(dtype, loc, "nl.shared_constant")
         if dtype is not None
-        else dtypes.as_dtype(
+        else dtype_arg(
             {np.dtype(np.float64): np.float32, np.dtype(np.int64): np.int32}.get(
                 value.dtype, value.dtype
-            )
+            ),
+            loc,
+            "nl.shared_constant (the constant's dtype)",
         )
     )
     t = Tensor(

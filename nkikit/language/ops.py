@@ -13,6 +13,7 @@ from ..ir.core import Access
 from ..ir.opnames import op_name
 from ..trace import instructions as E
 from ..trace.builder import current
+from ..trace.index import int_arg
 from .accumulation import matmul_accumulates
 from .operands import (
     Scalar,
@@ -225,7 +226,7 @@ def binary(name: str, x, y, dtype=None, mask=None, loc: SourceLoc | None = None)
     if not x_is_tile and not y_is_tile:
         from ..sim.alu import scalar_alu
 
-        return scalar_alu(name, x, y)
+        return scalar_alu(name, scalar_arg(x, loc, name, "x"), scalar_arg(y, loc, name, "y"))
     out_dtype = result_dtype(dtype, x, y)
     if x_is_tile and y_is_tile:
         a = as_tile_access(access_of(x, loc, name))
@@ -281,7 +282,7 @@ def unary(name: str, x, dtype=None, mask=None, loc: SourceLoc | None = None) -> 
     if not isinstance(x, Tile):
         from ..sim.activations import scalar_activation
 
-        return scalar_activation(name, x)
+        return scalar_activation(name, scalar_arg(x, loc, name, "x"))
     a = as_tile_access(access_of(x, loc, name))
     tile, out = new_tile(a.shape, dtype or a.dtype, loc, fallback=name)
     E.emit_activation(out, a, 0.0, 1.0, op=name, mask=mask_of(mask, loc), loc=loc)
@@ -532,6 +533,13 @@ def matmul(x, y, *, transpose_x: bool = False, mask=None) -> Tile:
     from ..isa import instructions as I
 
     loc = caller_loc()
+    if not isinstance(transpose_x, bool | np.bool_):
+        raise NkiError(
+            "err_invalid_argument",
+            loc,
+            op="nl.matmul",
+            why=f"transpose_x must be a bool, got {type(transpose_x).__name__} {transpose_x!r}",
+        )
     x, y = _to_sbuf(x, loc, "nl.matmul"), _to_sbuf(y, loc, "nl.matmul")
     if not transpose_x:
         xt = I.nc_transpose_at(x, loc)
@@ -616,7 +624,8 @@ def rms_norm(
     a = as_tile_access(access_of(x, loc, "rms_norm"))
     _whole_free_axes(axis, a, loc, "rms_norm")
     dtype = _compute_dtype(dtype, compute_dtype, loc, "rms_norm")
-    count = n or a.free_size
+    count = a.free_size if n is None else int_arg(n, "nl.rms_norm", "n")
+    epsilon = scalar_arg(epsilon, loc, "nl.rms_norm", "epsilon")
     sq, ss = activation_reduce_at("square", x, 0.0, "add", dtypes.float32, loc)
     ms = binary("multiply", ss, 1.0 / count, dtypes.float32, None, loc)
     r = unary(

@@ -197,7 +197,9 @@ class Tile:
 
     def assert_shape(self, shape) -> Tile:
         """Return the tile when its shape is ``shape``; else ``err_invalid_argument``."""
-        if tuple(int(s) for s in shape) != self.shape:
+        from .operands import shape_arg
+
+        if shape_arg(shape, caller_loc(), "assert_shape") != self.shape:
             raise NkiError(
                 "err_invalid_argument",
                 caller_loc(),

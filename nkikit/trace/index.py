@@ -99,6 +99,13 @@ class Index:
             o = o.affine.const
         if not isinstance(o, int | np.integer) or isinstance(o, bool):
             return NotImplemented
+        if o <= 0:
+            raise NkiError(
+                "err_invalid_argument",
+                caller_loc(),
+                op=f"index {op}",
+                why=f"{expr}: the divisor must be a positive int",
+            )
         try:
             return Index(fn(self.affine, int(o)), self.sizes)
         except NonAffineError:
@@ -108,7 +115,11 @@ class Index:
 
     # -- comparisons build predicates (masks) ----------------------------------------------
     def _cmp(self, other: object, op: str) -> Pred:
-        o = other if isinstance(other, Index) else Index(Affine.of(int(other)))  # type: ignore[arg-type]
+        o = (
+            other
+            if isinstance(other, Index)
+            else Index(Affine.of(int_arg(other, "mask", "a bound")))
+        )
         sizes = _broadcast_sizes(self.sizes, o.sizes)
         return Pred(Predicate(((self.affine - o.affine, op),)), sizes)
 

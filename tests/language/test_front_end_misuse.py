@@ -326,3 +326,65 @@ def dtype_not_a_dtype(a):
 def test_a_dtype_argument_that_is_no_dtype_is_unsupported(rejects):
     err = rejects(dtype_not_a_dtype, "err_unsupported_dtype", A)
     assert "dtype" in str(err)
+
+
+# -- every argument is checked where it enters: one bad argument per kernel line ---------------
+# Each of these died in int() / float() / numpy / an enum lookup (or ran) before issue #12.
+
+ARGUMENT_MISUSE = [
+    ("nisa.tensor_copy(t, engine=99)", "err_invalid_argument"),
+    ("nisa.tensor_tensor(t, t, op=np.add, engine=7)", "err_invalid_argument"),
+    ("nisa.local_gather(t, t, num_elem_per_idx='x')", "err_invalid_argument"),
+    ("nisa.nc_stream_shuffle(src=t, dst=t, shuffle_mask='abc')", "err_invalid_argument"),
+    ("nisa.nc_stream_shuffle(src=t, dst=t, shuffle_mask=5)", "err_invalid_argument"),
+    ("nisa.affine_select(nl.arange(128)[:, None] > 3, t, 'x')", "err_invalid_argument"),
+    (
+        "nisa.range_select(on_true_tile=t, comp_op0=np.greater, comp_op1=np.less, bound0=1.0, "
+        "bound1=5.0, on_false_value='x')",
+        "err_invalid_argument",
+    ),
+    ("nisa.nc_match_replace8(data=t, vals=t, imm='x')", "err_invalid_argument"),
+    ("nisa.select_reduce(predicate=t, on_true=t, on_false='x')", "err_invalid_argument"),
+    ("nisa.nc_matmul(t, t, tile_position=5)", "err_invalid_argument"),
+    ("nisa.memset((128, 'x'), 0.0, nl.float32)", "err_invalid_argument"),
+    ("nl.ndarray((128, 4), dtype=nl.float32, buffer=nl.sbuf, name=5)", "err_invalid_argument"),
+    ("nl.shared_constant('abc')", "err_unsupported_dtype"),
+    ("nl.zeros_like('x')", "err_invalid_argument"),
+    ("nl.rms_norm(t, t, epsilon='x')", "err_invalid_argument"),
+    ("nl.rms_norm(t, t, n='x')", "err_invalid_argument"),
+    ("nl.matmul(t, t, transpose_x='yes')", "err_invalid_argument"),
+    ("nl.arange(4) // 0", "err_invalid_argument"),
+    ("nl.arange(128)[:, None] < 'x'", "err_invalid_argument"),
+    ("nl.par_dim('x')", "err_invalid_argument"),
+    ("nl.affine_range(4, directives='x')", "err_invalid_argument"),
+    ("nl.sequential_range(0, 4, 0)", "err_invalid_argument"),
+    ("nl.exp('x')", "err_invalid_argument"),
+    ("nl.exp(None)", "err_invalid_argument"),
+    ("nl.add('x', 1.0)", "err_invalid_argument"),
+    ("t.assert_shape('x')", "err_invalid_argument"),
+    ("t.reshape((2, 'x'))", "err_invalid_argument"),
+    ("nl.num_programs(5)", "err_invalid_argument"),
+    ("nl.mgrid[0:]", "err_invalid_argument"),
+    ("nl.ds(0, '4')", "err_invalid_argument"),
+    ("nl.where(t, 'x', 1.0)", "err_invalid_argument"),
+    ("nisa.memset((128, 4), 'z', dtype=nl.float32)", "err_invalid_argument"),
+    ("nl.exp(t, dtype=5)", "err_unsupported_dtype"),
+    ("nl.program_id('0')", "err_invalid_argument"),
+]
+
+
+@pytest.mark.parametrize("call,name", ARGUMENT_MISUSE, ids=[c for c, _ in ARGUMENT_MISUSE])
+def test_an_argument_of_the_wrong_kind_is_named_at_its_line(call, name):
+    from nkikit.testing.random_kernels import RandomKernel, check_random_kernel
+
+    lines = [
+        "def kernel(a):",
+        "    out = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.shared_hbm)",
+        "    t = nl.load(a)",
+        f"    r = {call}",
+        "    nl.store(out, t)",
+        "    return out",
+    ]
+    a = rng.standard_normal((128, 64)).astype(np.float32)
+    case = RandomKernel(lines, [a], bad_line=4, errors=(name,), what=call)
+    assert check_random_kernel(case) == name
