@@ -20,7 +20,7 @@ has lines an error can point at, and a failure prints the whole kernel.
 
 from __future__ import annotations
 
-import itertools
+import hashlib
 import linecache
 from dataclasses import dataclass, field
 
@@ -37,8 +37,6 @@ STATIONARY_FMAX = 128
 DTYPES = ("float32", "bfloat16", "float16")
 # rounding error allowed per step, relative to the result's scale: a few ulps of the dtype
 _ULPS = {"float32": 2.0**-20, "bfloat16": 2.0**-6, "float16": 2.0**-9}
-
-_counter = itertools.count()
 
 
 @dataclass
@@ -82,8 +80,10 @@ class RandomKernel:
         import nkikit.isa as nisa
         import nkikit.language as nl
 
-        filename = f"<nkikit-random-kernel-{next(_counter)}>"
         text = self.source
+        # named by its text: a replayed example gets the same file name (hypothesis compares
+        # the locations of the failures it replays)
+        filename = f"<nkikit-random-kernel-{hashlib.sha1(text.encode()).hexdigest()[:12]}>"
         # a cache entry without an mtime: linecache.checkcache keeps it
         linecache.cache[filename] = (len(text), None, text.splitlines(True), filename)
         scope = {"nl": nl, "nisa": nisa, "np": np}
@@ -297,10 +297,15 @@ class _Builder:
         ]
         if f % 3:
             cases.append((f"nisa.bn_aggr({x})", "err_invalid_argument"))
-        if not t.psum:
-            cases.append((f"nl.store(a, {x})", "err_cannot_update_immutable_parameter"))
         line, error = self.draw(st.sampled_from(cases))
-        self.fail(f"t_bad = {line}", (error,), f"misuse: {line}")
+        errors = (error,)
+        if not t.psum and self.draw(st.booleans()):
+            # a store into an input not marked mutable (of another shape: either error)
+            line = f"nl.store(a, {x})"
+            errors = ("err_cannot_update_immutable_parameter",)
+            if self.inputs[0].shape != t.shape:
+                errors += ("err_store_dst_shape_smaller_than_other_shape",)
+        self.fail(f"t_bad = {line}", errors, f"misuse: {line}")
 
 
 @st.composite
