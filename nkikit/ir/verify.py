@@ -376,6 +376,21 @@ def prim_bn_stats(site: Site) -> None:
         raise _size_error(site, f"bn_stats input {_tile(a)}", _fsize(a), limit)
 
 
+def prim_bn_aggr(site: Site) -> None:
+    """bn_aggr reads groups of three statistics (count, mean, count * variance) -- what
+    bn_stats writes, six per instruction: its input's free size is a multiple of 3 [nki.md
+    §3, bn_aggr]."""
+    a = site.op.ins[0]
+    assert isinstance(a, Access)
+    if _fsize(a) % 3:
+        raise site.fail(
+            "err_invalid_argument",
+            op="bn_aggr",
+            why=f"its input {_tile(a)} has {_fsize(a)} elements per partition, not a multiple "
+            "of 3; bn_aggr aggregates the (count, mean, variance) groups bn_stats writes",
+        )
+
+
 def _scalar_operands(*positions: int) -> Rule:
     """Operands at ``positions`` are immediates or (P, 1) tiles (one value per partition)."""
 
@@ -573,6 +588,7 @@ PRIM_RULES: dict[str, list[Rule]] = {
     "nc_transpose": [prim_nc_transpose],
     "activation": [prim_activation],
     "bn_stats": [prim_bn_stats],
+    "bn_aggr": [prim_bn_aggr],
     "affine_select": [prim_affine_select],
     "tensor_tensor": [_one_psum_input(0, 1)],
     "tensor_scalar": [_scalar_operands(1, 2)],

@@ -24,15 +24,18 @@ from ..language.operands import (
     access_of,
     as_tile_access,
     broadcast_access,
+    dtype_arg,
     mask_of,
     new_tile,
     operand,
     result_dtype,
+    scalar_arg,
+    shape_arg,
 )
 from ..language.tile import Tile
 from ..targets import default_target as _default_target
 from ..trace import instructions as E
-from ..trace.index import Index, Pred
+from ..trace.index import Index, Pred, int_arg
 
 
 class engine(enum.IntEnum):  # noqa: N801 - NKI's names
@@ -86,7 +89,17 @@ def _engine_arg(e) -> str | None:
     there is its record's business (the emit layer checks)."""
     if e is None or e == engine.unknown or e == 0:
         return None
-    return engine(e).name if not isinstance(e, str) else e
+    if isinstance(e, str):
+        return e
+    try:
+        return engine(e).name
+    except ValueError:
+        raise NkiError(
+            "err_invalid_argument",
+            caller_loc(),
+            op="engine",
+            why=f"engine={e!r} is not a nisa.engine member",
+        ) from None
 
 
 def _tile(x, loc, what):
@@ -107,7 +120,7 @@ def _result(
     ``ins``, as its record's output spec says, in ``dtype`` (default: the spec's).  A dtype the
     spec does not allow is ``err_unsupported_dtype``."""
     spec = out_specs(prim, ins, attrs or {})[0]
-    dt = spec.dtype if dtype is None else dtypes.as_dtype(dtype)
+    dt = spec.dtype if dtype is None else dtype_arg(dtype, loc, f"nisa.{prim}")
     if spec.dtypes is not None and dtypes.name(dt) not in spec.dtypes:
         raise NkiError(
             "err_unsupported_dtype",
@@ -224,6 +237,9 @@ def nc_matmul(
         raise NkiError(
             "err_invalid_argument", loc, op="nisa.nc_matmul", why="is_transpose must be a bool"
         )
+    for arg, v in (("tile_position", tile_position), ("tile_size", tile_size)):
+        if not isinstance(v, tuple | list):
+            raise _invalid(loc, "nc_matmul", f"{arg} must be a tuple, got {v!r}")
     if tuple(tile_position) or tuple(tile_size):
         raise _unsupported(
             loc,
@@ -503,6 +519,7 @@ def iota(expr, dtype, *, mask=None) -> Tile:
             why="expr must be an index expression of aranges",
         )
     shape = tuple(expr.sizes) if len(expr.sizes) > 1 else (expr.sizes[0], 1)
+    shape_arg(shape, loc, "nisa.iota (the shape of expr)")
     tile, out = new_tile(shape, dtype, loc, fallback="iota")
     E.emit_iota(out, expr=expr.affine, mask=mask_of(mask, loc), loc=loc)
     return tile
@@ -511,7 +528,8 @@ def iota(expr, dtype, *, mask=None) -> Tile:
 def memset(shape, value, dtype, *, mask=None, engine=engine.unknown) -> Tile:  # noqa: A002
     """A new tile filled with ``value``."""
     loc = caller_loc()
-    tile, out = new_tile(tuple(shape), dtype, loc, fallback="memset")
+    tile, out = new_tile(shape_arg(shape, loc, "nisa.memset"), dtype, loc, fallback="memset")
+    value = scalar_arg(value, loc, "nisa.memset", "value")
     m = mask_of(mask, loc)
     E.emit_memset(out, value=value, engine=_engine_arg(engine), mask=m, loc=loc)
     return tile
@@ -530,7 +548,8 @@ def affine_select(pred, on_true_tile, on_false_value, *, mask=None, dtype=None) 
         a = copy_at(Tile(a), loc).access
     tile, out = new_tile(a.shape, dtype or a.dtype, loc, fallback="select")
     m = mask_of(mask, loc)
-    E.emit_affine_select(out, a, pred=pred.predicate, on_false=on_false_value, mask=m, loc=loc)
+    on_false = scalar_arg(on_false_value, loc, "nisa.affine_select", "on_false_value")
+    E.emit_affine_select(out, a, pred=pred.predicate, on_false=on_false, mask=m, loc=loc)
     return tile
 
 
@@ -569,8 +588,8 @@ def range_select(
         comp_op1=comp_op1,
         reduce_res=None if reduce_res is None else _tile(reduce_res, loc, "reduce_res"),
         reduce_op=reduce_op,
-        on_false=on_false_value,
-        range_start=range_start,
+        on_false=scalar_arg(on_false_value, loc, "nisa.range_select", "on_false_value"),
+        range_start=int_arg(range_start, "nisa.range_select", "range_start"),
         mask=mask_of(mask, loc),
         loc=loc,
     )
@@ -601,13 +620,13 @@ def select_reduce(
     f = (
         broadcast_access(_tile(on_false, loc, "on_false"), p.shape, loc, "select_reduce")
         if isinstance(on_false, Tile)
-        else float(on_false)
+        else scalar_arg(on_false, loc, "nisa.select_reduce", "on_false")
     )
     if dst is None:
         tile, out = new_tile(p.shape, result_dtype(dtype, on_true), loc, fallback="select")
     else:
         out = _tile(dst, loc, "select_reduce dst")
-        if dtype is not None and dtypes.as_dtype(dtype) != out.dtype:
+        if dtype is not None and dtype_arg(dtype, loc, "nisa.select_reduce") != out.dtype:
             raise _invalid(
                 loc,
                 "select_reduce",
@@ -691,6 +710,7 @@ def nc_match_replace8(*, data, vals, imm, dst_idx=None, mask=None, dtype=None) -
     a, v = _tile(data, loc, "nc_match_replace8"), _tile(vals, loc, "nc_match_replace8")
     tile, out = new_tile(a.shape, dtype or a.dtype, loc, fallback="replaced")
     idx = None if dst_idx is None else _tile(dst_idx, loc, "dst_idx")
+    imm = scalar_arg(imm, loc, "nisa.nc_match_replace8", "imm")
     E.emit_nc_match_replace8(out, a, v, idx, imm=imm, mask=mask_of(mask, loc), loc=loc)
     return tile
 
@@ -700,13 +720,18 @@ def nc_stream_shuffle(src, dst, shuffle_mask, *, dtype=None, mask=None) -> None:
     255 keeps dst."""
     loc = caller_loc()
     a, d = _tile(src, loc, "nc_stream_shuffle"), _tile(dst, loc, "nc_stream_shuffle")
-    if dtype is not None and dtypes.as_dtype(dtype) != d.dtype:
+    if dtype is not None and dtype_arg(dtype, loc, "nisa.nc_stream_shuffle") != d.dtype:
         raise _invalid(
             loc,
             "nc_stream_shuffle",
             f"dtype={dtypes.name(dtypes.as_dtype(dtype))} differs from dst's "
             f"{dtypes.name(d.dtype)}; the result takes dst's dtype",
         )
+    if not isinstance(shuffle_mask, tuple | list):
+        raise _invalid(
+            loc, "nc_stream_shuffle", f"shuffle_mask must be a list of ints, got {shuffle_mask!r}"
+        )
+    shuffle_mask = [int_arg(x, "nisa.nc_stream_shuffle", "shuffle_mask") for x in shuffle_mask]
     m = mask_of(mask, loc)
     E.emit_nc_stream_shuffle(d, a, shuffle_mask=shuffle_mask, mask=m, loc=loc)
 
@@ -720,6 +745,9 @@ def local_gather(
     offsets; the result is (P, num_valid_indices * num_elem_per_idx)."""
     loc = caller_loc()
     s, ix = _tile(src_buffer, loc, "local_gather"), _tile(index, loc, "local_gather")
+    num_elem_per_idx = int_arg(num_elem_per_idx, "nisa.local_gather", "num_elem_per_idx")
+    if num_valid_indices is not None:
+        num_valid_indices = int_arg(num_valid_indices, "nisa.local_gather", "num_valid_indices")
     attrs = {"num_elem_per_idx": int(num_elem_per_idx), "num_valid_indices": num_valid_indices}
     tile, out = _result("local_gather", [s, ix], loc, fallback="gather", attrs=attrs)
     E.emit_local_gather(

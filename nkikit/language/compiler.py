@@ -277,8 +277,13 @@ def no_reorder() -> Directive:
 
 def multi_buffer(factor: int = 2) -> Directive:
     """Multi-buffer the tensors allocated in the loop body ``factor`` times."""
-    if int(factor) < 1:
-        raise ValueError(f"multi_buffer factor must be at least 1, got {factor}")
+    if not isinstance(factor, int | np.integer) or isinstance(factor, bool) or factor < 1:
+        raise NkiError(
+            "err_invalid_argument",
+            caller_loc(),
+            op="nki.compiler.multi_buffer",
+            why=f"factor must be an int of at least 1, got {factor!r}",
+        )
     return Directive("multi_buffer", int(factor))
 
 
@@ -289,7 +294,10 @@ def check_directives(directives: object) -> tuple[Directive, ...]:
     items = directives if isinstance(directives, Sequence) else (directives,)
     for d in items:
         if not isinstance(d, Directive):
-            raise TypeError(
-                f"directives= takes nki.compiler.no_reorder() or multi_buffer(), got {d!r}"
+            raise NkiError(
+                "err_invalid_argument",
+                caller_loc(),
+                op="loop directives",
+                why=f"directives= takes nki.compiler.no_reorder() or multi_buffer(), got {d!r}",
             )
     return tuple(items)

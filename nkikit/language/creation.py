@@ -10,9 +10,9 @@ from .. import dtypes
 from ..errors import NkiError, SourceLoc, caller_loc
 from ..ir.core import Tensor
 from ..trace.builder import current, maybe_current
-from ..trace.index import Index, program_index
+from ..trace.index import Index, int_arg, program_index
 from ..trace.loops import rolled_loop
-from .operands import ParDim
+from .operands import ParDim, dtype_arg, shape_arg
 from .tile import Tile
 
 
@@ -40,7 +40,7 @@ private_hbm = Buffer("private_hbm")
 
 def par_dim(n: int) -> ParDim:
     """Mark the partition dimension in a buffer shape: ``(nblocks, nl.par_dim(128), 512)``."""
-    return ParDim(int(n))
+    return ParDim(int_arg(n, "nl.par_dim", "n"))
 
 
 def _buffer_name(buffer: object, loc: SourceLoc) -> str:
@@ -66,12 +66,19 @@ def ndarray(shape, dtype, *, buffer=None, name: str = "") -> Tile:
 def ndarray_at(shape, dtype, buffer, name: str, loc: SourceLoc) -> Tile:
     """``nl.ndarray`` for the user's line ``loc`` (creation functions built on it)."""
     b = current("nl.ndarray")
+    if not isinstance(name, str):
+        raise NkiError(
+            "err_invalid_argument",
+            loc,
+            op="nl.ndarray",
+            why=f"name must be a str, got {type(name).__name__} {name!r}",
+        )
     if not isinstance(shape, tuple | list):
         shape = (shape,)
     par_axis = next((i for i, s in enumerate(shape) if isinstance(s, ParDim)), 0)
-    dims = tuple(int(s) for s in shape)
+    dims = shape_arg(shape, loc, "nl.ndarray")
     buf = _buffer_name(buffer, loc)
-    dt = dtypes.as_dtype(dtype)
+    dt = dtype_arg(dtype, loc, "nl.ndarray")
     if buf in ("hbm", "shared_hbm", "private_hbm"):
         if b.loops and buf == "shared_hbm":
             raise NkiError("err_shared_hbm_must_in_kernel_level", loc)
@@ -109,15 +116,30 @@ def ones(shape, dtype, *, buffer=None, name: str = "") -> Tile:
     return fill_at(shape, 1.0, dtype, buffer, name, caller_loc(), "nl.ones")
 
 
+def _like(a: object, api: str) -> Tile:
+    """The tile argument ``a`` of ``nl.<api>_like`` (``err_invalid_argument`` otherwise)."""
+    if not isinstance(a, Tile):
+        raise NkiError(
+            "err_invalid_argument",
+            caller_loc(),
+            op=f"nl.{api}_like",
+            why=f"a must be a tile, got {type(a).__name__}",
+        )
+    return a
+
+
 def zeros_like(a: Tile, dtype=None, *, buffer=None, name: str = "") -> Tile:
+    a = _like(a, "zeros")
     return zeros(a.shape, dtype or a.dtype, buffer=buffer, name=name)
 
 
 def ones_like(a: Tile, dtype=None, *, buffer=None, name: str = "") -> Tile:
+    a = _like(a, "ones")
     return ones(a.shape, dtype or a.dtype, buffer=buffer, name=name)
 
 
 def empty_like(a: Tile, dtype=None, *, buffer=None, name: str = "") -> Tile:
+    a = _like(a, "empty")
     return ndarray_at(a.shape, dtype or a.dtype, buffer, name, caller_loc())
 
 
@@ -127,12 +149,14 @@ def shared_constant(constant, dtype=None) -> Tile:
     b = current("nl.shared_constant")
     value = np.asarray(constant)
     dt = (
-        dtypes.as_dtype(dtype)
+        dtype_arg(dtype, loc, "nl.shared_constant")
         if dtype is not None
-        else dtypes.as_dtype(
+        else dtype_arg(
             {np.dtype(np.float64): np.float32, np.dtype(np.int64): np.int32}.get(
                 value.dtype, value.dtype
-            )
+            ),
+            loc,
+            "nl.shared_constant (the constant's dtype)",
         )
     )
     t = Tensor(
@@ -159,14 +183,23 @@ def shared_identity_matrix(n: int, dtype=dtypes.uint8) -> Tile:
 _FOR = re.compile(r"^\s*for\s+([A-Za-z_]\w*)\s+in\b")
 
 
+def _range_args(api: str, start, stop, step) -> tuple[int, int, int]:
+    """A loop's ``(start, stop, step)`` as ints (``stop=None``: ``range(start)``); a value
+    that is not an int, or a zero step, is ``err_invalid_argument`` naming the argument."""
+    if stop is None:
+        start, stop = 0, start
+    start, stop, step = (
+        int_arg(v, api, n) for v, n in ((start, "start"), (stop, "stop"), (step, "step"))
+    )
+    if step == 0:
+        raise NkiError("err_invalid_argument", caller_loc(), op=api, why="step must not be 0")
+    return start, stop, step
+
+
 class _Range:
     def __init__(self, kind: str, start, stop=None, step=1) -> None:
-        if stop is None:
-            start, stop = 0, start
         self.kind = kind
-        self.start, self.stop, self.step = int(start), int(stop), int(step)
-        if self.step == 0:
-            raise ValueError("range step must not be zero")
+        self.start, self.stop, self.step = _range_args(f"nl.{kind}_range", start, stop, step)
         self.trip = len(range(self.start, self.stop, self.step))
 
     def __len__(self) -> int:
@@ -209,37 +242,55 @@ def sequential_range(start, stop=None, step=1, *, directives=None) -> _Range:
 def static_range(start, stop=None, step=1, *, directives=None) -> range:
     """A loop unrolled while the kernel is traced."""
     _directives(directives)
-    if stop is None:
-        start, stop = 0, start
-    return range(int(start), int(stop), int(step))
+    return range(*_range_args("nl.static_range", start, stop, step))
 
 
 # ---------------------------------------------------------------------------------------------
 # SPMD
 
 
-def program_id(axis: int) -> Index:
-    """The index of this kernel instance along launch-grid ``axis``."""
-    b = current("nl.program_id")
-    if not b.grid:  # launched without a grid: one instance
-        return Index(program_index(0).affine * 0)
-    if not 0 <= axis < len(b.grid):
+def _grid_axis(axis: object, grid: tuple[int, ...], api: str) -> int:
+    """``axis`` as an axis of the launch grid ``grid`` (a kernel launched without a grid is
+    one instance of a 1-D grid); ``err_invalid_argument`` naming it otherwise -- never a
+    silent 0 for an axis the launch does not have."""
+    if not isinstance(axis, int | np.integer) or isinstance(axis, bool):
         raise NkiError(
             "err_invalid_argument",
             caller_loc(),
-            op="program_id",
-            why=f"axis {axis} is outside the launch grid {b.grid}",
+            op=api,
+            why=f"axis must be an int, got {type(axis).__name__} {axis!r}",
         )
-    return program_index(int(axis))
+    shape = grid or (1,)
+    if not 0 <= int(axis) < len(shape):
+        launch = f"the launch grid {list(grid)}" if grid else "a launch without a grid"
+        raise NkiError(
+            "err_invalid_argument",
+            caller_loc(),
+            op=api,
+            why=f"axis {int(axis)} is outside {launch} (axes 0 to {len(shape) - 1}); launch "
+            "the kernel as kernel[g0, g1, ...](...) to give it more grid axes",
+        )
+    return int(axis)
+
+
+def program_id(axis: int) -> Index:
+    """The index of this kernel instance along launch-grid ``axis``."""
+    b = current("nl.program_id")
+    k = _grid_axis(axis, b.grid, "nl.program_id")
+    if not b.grid:  # launched without a grid: one instance
+        return Index(program_index(0).affine * 0)
+    return program_index(k)
 
 
 def num_programs(axes: int | None = None) -> int:
-    """The number of kernel instances along ``axes`` of the launch grid."""
+    """The number of kernel instances along ``axes`` (an axis or a tuple of axes; None: all)
+    of the launch grid."""
     b = current("nl.num_programs")
     grid = b.grid or (1,)
     if axes is None:
         return int(np.prod(grid))
-    return grid[int(axes)]
+    items = axes if isinstance(axes, tuple | list) else (axes,)
+    return int(np.prod([grid[_grid_axis(a, b.grid, "nl.num_programs")] for a in items]))
 
 
 def program_ndim() -> int:

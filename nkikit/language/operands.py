@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 
 from .. import dtypes
-from ..errors import NkiError, SourceLoc
+from ..errors import NkiError, SourceLoc, caller_loc
 from ..ir.affine import Affine, Axis, Predicate
 from ..ir.core import Access
-from ..trace.builder import current
+from ..trace.builder import current, maybe_current
 from ..trace.index import Index, Pred
 from .tile import Tile
 
@@ -33,7 +33,67 @@ def canon(shape: tuple[int, ...]) -> tuple[int, ...]:
     return shape
 
 
+def dtype_arg(dtype: object, loc: SourceLoc, api: str) -> np.dtype:
+    """``dtype`` (an ``nl`` dtype, a numpy / ml_dtypes dtype, its name or a torch dtype) as a
+    numpy dtype; a value that is not an NKI dtype is ``err_unsupported_dtype`` naming the
+    ``dtype`` argument of ``api``."""
+    try:
+        return dtypes.as_dtype(dtype)
+    except (TypeError, ValueError) as e:
+        raise NkiError(
+            "err_unsupported_dtype",
+            loc,
+            op=f"{api} (argument dtype)",
+            dtype=repr(dtype),
+            why=str(e),
+        ) from None
+
+
+def scalar_arg(x: object, loc: SourceLoc, api: str, arg: str) -> float:
+    """A Python or numpy number (or bool) as a float; anything else is
+    ``err_invalid_argument`` naming argument ``arg`` of ``api``."""
+    if isinstance(x, Scalar):
+        return float(x)
+    raise NkiError(
+        "err_invalid_argument",
+        loc,
+        op=api,
+        why=f"{arg} must be a number, got {type(x).__name__} {x!r}",
+    )
+
+
+def shape_arg(shape: object, loc: SourceLoc, api: str) -> tuple[int, ...]:
+    """``shape`` (an int, or a tuple / list of ints and ``nl.par_dim``) as a tuple of ints,
+    each positive: a tensor has no zero-sized or negative dimension.  Anything else is
+    ``err_invalid_argument`` naming the shape argument of ``api``."""
+    items = shape if isinstance(shape, tuple | list) else (shape,)
+    dims = []
+    for s in items:
+        if not isinstance(s, int | np.integer) or isinstance(s, bool):
+            raise NkiError(
+                "err_invalid_argument",
+                loc,
+                op=api,
+                why=f"shape must be a tuple of ints, got {shape!r} ({type(s).__name__} {s!r})",
+            )
+        if int(s) <= 0:
+            raise NkiError(
+                "err_invalid_argument",
+                loc,
+                op=api,
+                why=f"shape {tuple(int(x) for x in items)} has a dimension of size {int(s)}; "
+                "every dimension needs at least one element",
+            )
+        dims.append(int(s))
+    return tuple(dims)
+
+
 def access_of(x: object, loc: SourceLoc, what: str = "operand") -> Access:
+    """The IR access of tile ``x``, the operand ``what`` of an API call at ``loc``.  Outside
+    a kernel every API is ``err_nki_api_outside_of_nki_kernel``; inside, a value that is not
+    a tile is ``err_invalid_argument`` naming ``what``."""
+    if maybe_current() is None:
+        raise NkiError("err_nki_api_outside_of_nki_kernel", loc, api=what)
     if isinstance(x, Tile):
         acc = x.access
         current().check_scope(acc.tensor, loc)
@@ -94,7 +154,8 @@ def new_tile(
     fallback: str = "t",
 ) -> tuple[Tile, Access]:
     b = current()
-    t = b.new_tensor(canon(shape), dtypes.as_dtype(dtype), buffer, loc=loc, fallback=fallback)
+    dt = dtype_arg(dtype, loc, fallback)
+    t = b.new_tensor(canon(shape), dt, buffer, loc=loc, fallback=fallback)
     b.fresh.add(t.uid)
     tile = Tile.of(t)
     return tile, tile._access
@@ -129,8 +190,9 @@ def dtype_of(x: object) -> np.dtype:
 
 
 def result_dtype(dtype: object, *xs: object) -> np.dtype:
+    """``dtype`` if given (checked: ``dtype_arg``), else the promotion of the operands'."""
     if dtype is not None:
-        return dtypes.as_dtype(dtype)
+        return dtype_arg(dtype, caller_loc(), "result")
     out = None
     for x in xs:
         if x is None:

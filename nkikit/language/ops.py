@@ -13,6 +13,7 @@ from ..ir.core import Access
 from ..ir.opnames import op_name
 from ..trace import instructions as E
 from ..trace.builder import current
+from ..trace.index import int_arg
 from .accumulation import matmul_accumulates
 from .operands import (
     Scalar,
@@ -20,10 +21,13 @@ from .operands import (
     as_tile_access,
     broadcast_access,
     canon,
+    dtype_arg,
     mask_of,
     new_tile,
     operand,
     result_dtype,
+    scalar_arg,
+    shape_arg,
 )
 from .tile import Tile
 
@@ -36,6 +40,7 @@ def load(src: Tile, *, mask=None, dtype=None) -> Tile:
     indexed by an SBUF tile of integers on its partition dimension, ``t[idx_tile, i_f]``
     (an indirect DMA: a gather of one row per partition, bounds checked when it runs)."""
     loc = caller_loc()
+    current("nl.load")
     a = access_of(src, loc, "load")
     if not a.tensor.is_hbm:
         raise NkiError(
@@ -82,6 +87,7 @@ def store(dst: Tile, value, *, mask=None) -> None:
     tile, ``t[idx_tile, i_f]`` (an indirect DMA: a scatter; rows sharing an index: the last
     partition's wins in simulation, unspecified on hardware)."""
     loc = caller_loc()
+    current("nl.store")
     d = _hbm_dst(dst, loc, "store")
     d2, v = _fit_value(d, value, loc, "store", d.dtype)
     E.emit_dma_copy(d2, v, mask=mask_of(mask, loc), loc=loc)
@@ -191,7 +197,7 @@ def broadcast_to(src, shape) -> Tile:
     """Broadcast a tile: free dims of size 1 by repeated reads, the partition dim (1 -> P)
     through the TensorE as the hardware does."""
     loc = caller_loc()
-    shape = canon(tuple(int(s) for s in shape))
+    shape = canon(shape_arg(shape, loc, "nl.broadcast_to"))
     a = as_tile_access(access_of(src, loc, "broadcast_to"))
     if a.shape[0] != shape[0]:
         if a.shape[0] != 1:
@@ -220,7 +226,7 @@ def binary(name: str, x, y, dtype=None, mask=None, loc: SourceLoc | None = None)
     if not x_is_tile and not y_is_tile:
         from ..sim.alu import scalar_alu
 
-        return scalar_alu(name, x, y)
+        return scalar_alu(name, scalar_arg(x, loc, name, "x"), scalar_arg(y, loc, name, "y"))
     out_dtype = result_dtype(dtype, x, y)
     if x_is_tile and y_is_tile:
         a = as_tile_access(access_of(x, loc, name))
@@ -231,11 +237,7 @@ def binary(name: str, x, y, dtype=None, mask=None, loc: SourceLoc | None = None)
             return _tensor_scalar(b, name, a, True, out_dtype, m, loc)
         if b.free_size == 1 and a.free_size > 1:
             return _tensor_scalar(a, name, b, False, out_dtype, m, loc)
-        shape = (
-            tuple(np.broadcast_shapes(a.shape, b.shape))
-            if len(a.shape) == len(b.shape)
-            else a.shape
-        )
+        shape = _broadcast_shape(a.shape, b.shape, loc, name)
         a, b = broadcast_access(a, shape, loc, name), broadcast_access(b, shape, loc, name)
         tile, out = new_tile(shape, out_dtype, loc, fallback=name)
         E.emit_tensor_tensor(out, a, b, op=name, mask=m, loc=loc)
@@ -247,6 +249,25 @@ def binary(name: str, x, y, dtype=None, mask=None, loc: SourceLoc | None = None)
     return _tensor_scalar(
         as_tile_access(access_of(y, loc, name)), name, operand(x, loc), True, out_dtype, m, loc
     )
+
+
+def _broadcast_shape(
+    a: tuple[int, ...], b: tuple[int, ...], loc: SourceLoc, op: str
+) -> tuple[int, ...]:
+    """The shape two tile operands of an elementwise op broadcast to (numpy's rule, along
+    free dimensions); ``err_invalid_argument`` naming both shapes when they do not."""
+    if len(a) != len(b):
+        return a  # one is re-expressed in the other's shape, or rejected (broadcast_access)
+    try:
+        return tuple(np.broadcast_shapes(a, b))
+    except ValueError:
+        raise NkiError(
+            "err_invalid_argument",
+            loc,
+            op=op,
+            why=f"tile shapes {list(a)} and {list(b)} do not broadcast: free sizes must "
+            "match or be 1",
+        ) from None
 
 
 def _tensor_scalar(data: Access, name: str, operand0, reverse: bool, dtype, mask, loc) -> Tile:
@@ -261,7 +282,7 @@ def unary(name: str, x, dtype=None, mask=None, loc: SourceLoc | None = None) -> 
     if not isinstance(x, Tile):
         from ..sim.activations import scalar_activation
 
-        return scalar_activation(name, x)
+        return scalar_activation(name, scalar_arg(x, loc, name, "x"))
     a = as_tile_access(access_of(x, loc, name))
     tile, out = new_tile(a.shape, dtype or a.dtype, loc, fallback=name)
     E.emit_activation(out, a, 0.0, 1.0, op=name, mask=mask_of(mask, loc), loc=loc)
@@ -367,7 +388,7 @@ def where(condition, x, y, *, dtype=None, mask=None) -> Tile:
         ins.append(
             broadcast_access(as_tile_access(access_of(v, loc, "where")), shape, loc, "where")
             if isinstance(v, Tile)
-            else float(v)
+            else scalar_arg(v, loc, "nl.where", "x and y")
         )
     tile, out = new_tile(shape, result_dtype(dtype, x, y), loc, fallback="where")
     E.emit_select(out, *ins, mask=mask_of(mask, loc), loc=loc)
@@ -379,13 +400,39 @@ def where(condition, x, y, *, dtype=None, mask=None) -> Tile:
 
 
 def _axes(axis, ndim: int, loc) -> tuple[int, ...]:
+    """The free axes ``axis`` names (None: all of them) of a tile of ``ndim`` dimensions,
+    sorted.  An axis is an int (or a tuple / list of ints) in ``[-ndim, ndim)`` named once;
+    anything else is ``err_invalid_argument`` (never wrapped around: ``axis=5`` of a 2-D
+    tile is not axis 1)."""
     if axis is None:
-        axes = tuple(range(1, ndim))
-    elif isinstance(axis, int | np.integer):
-        axes = (int(axis),)
-    else:
-        axes = tuple(int(a) for a in axis)
-    axes = tuple(sorted(a % ndim for a in axes))
+        return tuple(range(1, ndim))
+    items = axis if isinstance(axis, tuple | list) else (axis,)
+    axes = []
+    for a in items:
+        if not isinstance(a, int | np.integer) or isinstance(a, bool):
+            raise NkiError(
+                "err_invalid_argument",
+                loc,
+                op="reduction",
+                why=f"axis must be an int or a tuple of ints, got {type(a).__name__} {a!r}",
+            )
+        if not -ndim <= int(a) < ndim:
+            raise NkiError(
+                "err_invalid_argument",
+                loc,
+                op="reduction",
+                why=f"axis {int(a)} is out of range for a tile of {ndim} dimensions "
+                f"(its free axes are {list(range(1, ndim))}, or {list(range(1 - ndim, 0))})",
+            )
+        axes.append(int(a) % ndim)
+    if not axes or len(set(axes)) != len(axes):
+        raise NkiError(
+            "err_invalid_argument",
+            loc,
+            op="reduction",
+            why=f"axis={axis!r} must name each axis once, and at least one",
+        )
+    axes = sorted(axes)
     if 0 in axes:
         raise NkiError(
             "err_invalid_argument",
@@ -393,7 +440,7 @@ def _axes(axis, ndim: int, loc) -> tuple[int, ...]:
             op="reduction",
             why="cannot reduce along the partition dimension (axis 0); use nisa.tensor_partition_reduce or transpose first",
         )
-    return axes
+    return tuple(axes)
 
 
 def reduce(name, x, axis, dtype=None, mask=None, keepdims=False, negate=False, loc=None) -> Tile:
@@ -486,6 +533,13 @@ def matmul(x, y, *, transpose_x: bool = False, mask=None) -> Tile:
     from ..isa import instructions as I
 
     loc = caller_loc()
+    if not isinstance(transpose_x, bool | np.bool_):
+        raise NkiError(
+            "err_invalid_argument",
+            loc,
+            op="nl.matmul",
+            why=f"transpose_x must be a bool, got {type(transpose_x).__name__} {transpose_x!r}",
+        )
     x, y = _to_sbuf(x, loc, "nl.matmul"), _to_sbuf(y, loc, "nl.matmul")
     if not transpose_x:
         xt = I.nc_transpose_at(x, loc)
@@ -536,7 +590,9 @@ def _compute_dtype(dtype, compute_dtype, loc: SourceLoc, api: str):
     return dtype"; one of them, or both equal."""
     if compute_dtype is None:
         return dtype
-    if dtype is not None and dtypes.as_dtype(dtype) != dtypes.as_dtype(compute_dtype):
+    if dtype is not None and dtype_arg(dtype, loc, f"nl.{api}") != dtype_arg(
+        compute_dtype, loc, f"nl.{api}"
+    ):
         raise NkiError(
             "err_invalid_argument",
             loc,
@@ -568,7 +624,8 @@ def rms_norm(
     a = as_tile_access(access_of(x, loc, "rms_norm"))
     _whole_free_axes(axis, a, loc, "rms_norm")
     dtype = _compute_dtype(dtype, compute_dtype, loc, "rms_norm")
-    count = n or a.free_size
+    count = a.free_size if n is None else int_arg(n, "nl.rms_norm", "n")
+    epsilon = scalar_arg(epsilon, loc, "nl.rms_norm", "epsilon")
     sq, ss = activation_reduce_at("square", x, 0.0, "add", dtypes.float32, loc)
     ms = binary("multiply", ss, 1.0 / count, dtypes.float32, None, loc)
     r = unary(
@@ -614,10 +671,11 @@ def fill_at(shape, fill_value, dtype, buffer, name: str, loc: SourceLoc, api: st
     """``nl.full`` (``nl.zeros``, ``nl.ones``: ``api``) for the user's line ``loc``."""
     from .creation import ndarray_at
 
+    value = scalar_arg(fill_value, loc, api, "fill_value")
     t = ndarray_at(shape, dtype or dtypes.float32, buffer, name, loc)
     if t.tensor.is_hbm:
         raise NkiError("err_hbm_tensor_with_init_value_not_supported", loc, api=api)
-    memset_into(t.access, fill_value, loc=loc)
+    memset_into(t.access, value, loc=loc)
     return t
 
 
@@ -639,6 +697,14 @@ def expand_dims(x, axis: int) -> Tile:
     """A view with a new unit axis."""
     if not isinstance(x, Tile):
         return np.expand_dims(x, axis)
+    if not isinstance(axis, int | np.integer) or not -x.ndim - 1 <= axis <= x.ndim:
+        raise NkiError(
+            "err_invalid_argument",
+            caller_loc(),
+            op="nl.expand_dims",
+            why=f"axis must be an int from {-x.ndim - 1} to {x.ndim} for a tile of "
+            f"{x.ndim} dimensions, got {axis!r}",
+        )
     key = [slice(None)] * x.ndim
-    key.insert(axis if axis >= 0 else x.ndim + 1 + axis, None)
+    key.insert(int(axis) if axis >= 0 else x.ndim + 1 + int(axis), None)
     return x[tuple(key)]

@@ -142,9 +142,11 @@ class Tile:
     # -- views ------------------------------------------------------------------------------
     def reshape(self, shape) -> Tile:
         """Reshape an HBM tensor (row-major, same number of elements)."""
-        shape = tuple(int(s) for s in (shape if isinstance(shape, tuple | list) else (shape,)))
-        a = self.access
+        from .operands import shape_arg
+
         loc = caller_loc()
+        shape = shape_arg(shape, loc, "reshape")
+        a = self.access
         if not a.tensor.is_hbm or not a.is_whole:
             raise NkiError(
                 "err_invalid_argument",
@@ -195,7 +197,9 @@ class Tile:
 
     def assert_shape(self, shape) -> Tile:
         """Return the tile when its shape is ``shape``; else ``err_invalid_argument``."""
-        if tuple(int(s) for s in shape) != self.shape:
+        from .operands import shape_arg
+
+        if shape_arg(shape, caller_loc(), "assert_shape") != self.shape:
             raise NkiError(
                 "err_invalid_argument",
                 caller_loc(),

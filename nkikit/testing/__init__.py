@@ -12,11 +12,13 @@
   registry's parser) matches its code and its example runs against the reference in every
   declared dtype; ``load_manifest``, ``manifest_problems``.
 * ``nkikit.testing.strategies`` (needs hypothesis): tile-legal shapes, NKI dtypes, inputs.
+* ``nkikit.testing.random_kernels`` (needs hypothesis): random Beta-1 kernels, legal and
+  illegal, with a numpy model's verdict, and ``check_random_kernel`` (the front end's fuzz).
 * ``load_profile()`` / ``register_profiles()`` (needs hypothesis): the ``ci``/``dev``
   settings profiles.
 
-Importing this package does not import hypothesis; ``strategies``, ``load_profile`` and
-``register_profiles`` do, on first use.
+Importing this package does not import hypothesis; ``strategies``, ``random_kernels``,
+``load_profile`` and ``register_profiles`` do, on first use.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from .tolerances import DTYPE_TOLERANCES, OP_KINDS, Tolerance, loosest_tolerance
 
 _LAZY = {
     "strategies": ("nkikit.testing.strategies", None),
+    "random_kernels": ("nkikit.testing.random_kernels", None),
     "load_profile": ("nkikit.testing.profiles", "load_profile"),
     "register_profiles": ("nkikit.testing.profiles", "register_profiles"),
     "profile_name": ("nkikit.testing.profiles", "profile_name"),
@@ -62,6 +65,7 @@ __all__ = [
     "profile_name",
     "random_inputs",
     "register_profiles",
+    "random_kernels",
     "round_to",
     "strategies",
     "tolerance",

@@ -30,7 +30,7 @@ def _broadcast_sizes(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
                 op="index",
                 why=f"index shapes {a} and {b} differ",
             )
-        out.append(max(x, y))
+        out.append(y if x == 1 else x)
     return tuple(out)
 
 
@@ -99,6 +99,13 @@ class Index:
             o = o.affine.const
         if not isinstance(o, int | np.integer) or isinstance(o, bool):
             return NotImplemented
+        if o <= 0:
+            raise NkiError(
+                "err_invalid_argument",
+                caller_loc(),
+                op=f"index {op}",
+                why=f"{expr}: the divisor must be a positive int",
+            )
         try:
             return Index(fn(self.affine, int(o)), self.sizes)
         except NonAffineError:
@@ -110,7 +117,11 @@ class Index:
 
     # -- comparisons build predicates (masks) ----------------------------------------------
     def _cmp(self, other: object, op: str) -> Pred:
-        o = other if isinstance(other, Index) else Index(Affine.of(int(other)))  # type: ignore[arg-type]
+        o = (
+            other
+            if isinstance(other, Index)
+            else Index(Affine.of(int_arg(other, "mask", "a bound")))
+        )
         sizes = _broadcast_sizes(self.sizes, o.sizes)
         return Pred(Predicate(((self.affine - o.affine, op),)), sizes)
 
@@ -162,7 +173,7 @@ class Index:
                 sizes.append(1)
             elif isinstance(item, slice) and item == slice(None):
                 if old >= len(self.sizes):
-                    raise IndexError("too many ':' for this index")
+                    raise _placement_error(self, key)
                 mapping[Axis(old)] = Affine.of(Axis(len(sizes)))
                 sizes.append(self.sizes[old])
                 old += 1
@@ -174,7 +185,7 @@ class Index:
                     why="only ':' and None may index an arange, e.g. nl.arange(n)[:, None]",
                 )
         if old != len(self.sizes):
-            raise IndexError("every axis of the arange must be placed with ':'")
+            raise _placement_error(self, key)
         return Index(self.affine.substitute(mapping), tuple(sizes))
 
     @property
@@ -217,18 +228,58 @@ def _paren(x: object) -> str:
     return repr(x) if isinstance(x, Pred) else str(x)
 
 
+def _placement_error(index: Index, key: tuple) -> NkiError:
+    """``nl.arange(n)[key]`` with a ':' count other than the arange's number of axes."""
+    return NkiError(
+        "err_invalid_argument",
+        caller_loc(),
+        op="arange indexing",
+        why=f"an index of {len(index.sizes)} axes needs exactly {len(index.sizes)} ':' "
+        f"(and any number of None) to place its axes, got {len(key)} items",
+    )
+
+
 def _control_flow_error(syms, expr: str) -> NkiError:
     if any(isinstance(s, Axis) for s in syms):
         return NkiError("err_control_flow_condition_depending_on_arange", caller_loc(), expr=expr)
     return NkiError("err_dynamic_control_flow_not_supported", caller_loc(), expr=expr)
 
 
+def int_arg(x: object, api: str, arg: str) -> int:
+    """``x`` as a Python int: an int, a numpy integer or a constant index; anything else
+    (a float, a string, a tile, a loop variable) is ``err_invalid_argument`` naming ``arg``."""
+    if isinstance(x, int | np.integer) and not isinstance(x, bool):
+        return int(x)
+    if isinstance(x, Index) and not x.sizes and x.affine.is_const:
+        return x.affine.const
+    raise NkiError(
+        "err_invalid_argument",
+        caller_loc(),
+        op=api,
+        why=f"{arg} must be a Python int known while tracing, got {type(x).__name__} {x!r}",
+    )
+
+
+def _range(start: int, stop: int, step: int, api: str) -> range:
+    """``range(start, stop, step)`` with a nonzero step.  It may be empty: an empty arange
+    can be made (a kernel may build one it never uses) but not index anything."""
+    if step == 0:
+        raise NkiError("err_invalid_argument", caller_loc(), op=api, why="step must not be 0")
+    return range(start, stop, step)
+
+
 def arange(start: int, stop: int | None = None, step: int = 1) -> Index:
-    """``nl.arange``: a 1-D index; place it with ``[:, None]`` (partition) or ``[None, :]``."""
+    """``nl.arange``: a 1-D index; place it with ``[:, None]`` (partition) or ``[None, :]``.
+    Its arguments are ints.  An empty arange may be made, but indexing with it is
+    ``err_invalid_argument`` (a tile has no zero-sized dimension)."""
+    start = int_arg(start, "nl.arange", "start")
     if stop is None:
         start, stop = 0, start
-    n = len(range(int(start), int(stop), int(step)))
-    return Index(Affine.of(Axis(0)) * int(step) + int(start), (n,))
+    else:
+        stop = int_arg(stop, "nl.arange", "stop")
+    step = int_arg(step, "nl.arange", "step")
+    n = len(_range(start, stop, step, "nl.arange"))
+    return Index(Affine.of(Axis(0)) * step + start, (n,))
 
 
 class MgridResult(tuple):
@@ -257,9 +308,18 @@ class _Mgrid:
             key = (key,)
         ranges = []
         for s in key:
-            if not isinstance(s, slice):
-                raise TypeError("nl.mgrid takes slices, e.g. nl.mgrid[0:128, 0:512]")
-            ranges.append(range(s.start or 0, s.stop, s.step or 1))
+            if not isinstance(s, slice) or s.stop is None:
+                raise NkiError(
+                    "err_invalid_argument",
+                    caller_loc(),
+                    op="nl.mgrid",
+                    why=f"nl.mgrid takes slices with a stop, e.g. nl.mgrid[0:128, 0:512]; "
+                    f"got {s!r}",
+                )
+            start = 0 if s.start is None else int_arg(s.start, "nl.mgrid", "a slice start")
+            step = 1 if s.step is None else int_arg(s.step, "nl.mgrid", "a slice step")
+            stop = int_arg(s.stop, "nl.mgrid", "a slice stop")
+            ranges.append(_range(start, stop, step, "nl.mgrid"))
         sizes = tuple(len(r) for r in ranges)
         return MgridResult(
             Index(
@@ -282,7 +342,16 @@ class DynSlice:
 
 
 def ds(start: object, size: int) -> DynSlice:
-    return DynSlice(start, int(size))
+    """``nl.ds(start, size)``: ``size`` elements from ``start`` (an int or a loop index
+    expression); ``size`` is a positive int."""
+    n = int_arg(size, "nl.ds", "size")
+    if n <= 0:
+        raise NkiError(
+            "err_invalid_argument", caller_loc(), op="nl.ds", why=f"size must be positive, got {n}"
+        )
+    if not isinstance(start, Index):
+        start = int_arg(start, "nl.ds", "start")
+    return DynSlice(start, n)
 
 
 class RuntimeIndex:
@@ -340,6 +409,15 @@ def index_access(base: Access, key: object) -> Access:
             op="indexing",
             why=f"{n_real} indices for a tensor of {ndim} dimensions",
         )
+    for k in key:
+        if isinstance(k, Index) and 0 in k.sizes:
+            raise NkiError(
+                "err_invalid_argument",
+                caller_loc(),
+                op="indexing",
+                why=f"an index of shape {list(k.sizes)} selects no elements (an empty "
+                "nl.arange); a tile needs at least one element along every axis",
+            )
     advanced = any((isinstance(k, Index) and k.sizes) or isinstance(k, RuntimeIndex) for k in key)
     if advanced:
         return _advanced(base, key)
@@ -431,6 +509,51 @@ def _indirect(
     return Access(acc.tensor, acc.shape, acc.index, ind, dims[0][0]).remap(acc.shape, {})
 
 
+def _out_of_bound(base: Access, dim: int, index: int) -> NkiError:
+    extent = base.shape[dim]
+    return NkiError(
+        "err_tensor_access_out_of_bound",
+        caller_loc(),
+        tensor=base.tensor.name,
+        dim=dim,
+        index=f"{index} (valid indices are 0 to {extent - 1}, or -{extent} to -1)",
+        size=extent,
+    )
+
+
+def _bound(x: object, what: str) -> int | Index | None:
+    """A slice bound as the user wrote it: None, an int, or a loop index expression."""
+    if x is None or isinstance(x, Index):
+        return x
+    return int_arg(x, "slicing", f"a slice {what}")
+
+
+def _const_slice(base: Access, dim: int, start, stop, step: int) -> tuple[int, int]:
+    """``(first index, element count)`` of the constant slice ``start:stop:step`` of
+    dimension ``dim``: negative bounds count from the end (as in numpy), but a bound outside
+    the dimension is ``err_tensor_access_out_of_bound`` and an empty slice
+    ``err_invalid_argument`` -- never clamped, as numpy would, into another shape
+    [nki.md §1.5: out-of-bounds is a compile-time error for static indices]."""
+    extent = base.shape[dim]
+    lo = 0 if start is None else start
+    hi = extent if stop is None else stop
+    lo_n = lo + extent if lo < 0 else lo
+    hi_n = hi + extent if hi < 0 else hi
+    if not 0 <= lo_n < extent:
+        raise _out_of_bound(base, dim, lo)
+    if not 0 <= hi_n <= extent:
+        raise _out_of_bound(base, dim, hi - 1 if hi > 0 else hi)
+    size = len(range(lo_n, hi_n, step))
+    if size == 0:
+        raise NkiError(
+            "err_invalid_argument",
+            caller_loc(),
+            op="slicing",
+            why=f"the slice {lo}:{hi} of dimension {dim} (size {extent}) selects no elements",
+        )
+    return lo_n, size
+
+
 def _basic(base: Access, key: tuple) -> Access:
     new: list[Affine] = []
     sizes: list[int] = []
@@ -441,8 +564,8 @@ def _basic(base: Access, key: tuple) -> Access:
             continue
         extent = base.shape[dim]
         if isinstance(k, slice):
-            start, stop, step = k.start, k.stop, k.step
-            step = 1 if step is None else int(step)
+            start, stop = _bound(k.start, "start"), _bound(k.stop, "stop")
+            step = 1 if k.step is None else int_arg(k.step, "slicing", "a slice step")
             if step <= 0:
                 raise NkiError(
                     "err_invalid_argument",
@@ -462,9 +585,17 @@ def _basic(base: Access, key: tuple) -> Access:
                         why=f"slice size {span} must not depend on a loop variable",
                     )
                 size = len(range(0, span.const, step))
+                if size == 0:
+                    raise NkiError(
+                        "err_invalid_argument",
+                        caller_loc(),
+                        op="slicing",
+                        why=f"the slice {a0}:{a1} of dimension {dim} selects no elements",
+                    )
+                # a start that depends on a loop index is bounded by the verifier
             else:
-                r = range(extent)[slice(start, stop, step)]
-                a0, size = Affine.of(r.start if len(r) else 0), len(r)
+                first, size = _const_slice(base, dim, start, stop, step)
+                a0 = Affine.of(first)
             new.append(a0 + Affine.of(Axis(len(sizes))) * step)
             sizes.append(size)
         elif isinstance(k, DynSlice):
@@ -472,8 +603,11 @@ def _basic(base: Access, key: tuple) -> Access:
             sizes.append(k.size)
         else:
             a = _scalar_affine(k)
-            if a.is_const and a.const < 0:
-                a = Affine.of(a.const + extent)
+            if a.is_const:
+                if not -extent <= a.const < extent:
+                    raise _out_of_bound(base, dim, a.const)
+                if a.const < 0:
+                    a = Affine.of(a.const + extent)
             new.append(a)
         dim += 1
     while dim < len(base.shape):

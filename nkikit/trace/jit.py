@@ -36,6 +36,14 @@ _MAX_RETRACES = 16
 
 
 def _const_key(v: object) -> object:
+    """The cache key of a non-array argument: equal keys trace to the same IR.  Floats are
+    keyed by their bits, as the trace embeds them: ``-0.0 == 0.0`` and ``nan != nan`` in
+    Python, but a kernel scaled by ``-0.0`` writes negative zeros and one scaled by nan
+    should reuse its trace.  Tuples and lists are keyed element by element."""
+    if isinstance(v, float | np.floating):
+        return (type(v).__name__, np.asarray(v).tobytes())
+    if isinstance(v, tuple | list):
+        return (type(v).__name__, tuple(_const_key(x) for x in v))
     try:
         hash(v)
         return (type(v).__name__, v)

@@ -19,6 +19,7 @@ import pytest
 import nkikit as nki
 import nkikit.isa as nisa
 import nkikit.language as nl
+from nkikit.errors import ErrInvalidArgument
 from nkikit.language.compiler import Allocation, user_allocation
 
 rng = np.random.default_rng(3)
@@ -154,9 +155,10 @@ def test_directives_and_decorators_change_no_result():
 
 
 def test_a_directive_must_be_one():
-    with pytest.raises(TypeError, match="directives="):
+    # named NKI errors, not Python's TypeError / ValueError from inside nkikit (issue #12)
+    with pytest.raises(ErrInvalidArgument, match="directives="):
         nl.affine_range(4, directives="no_reorder")
-    with pytest.raises(ValueError):
+    with pytest.raises(ErrInvalidArgument, match="factor"):
         nki.compiler.multi_buffer(0)
 
 
