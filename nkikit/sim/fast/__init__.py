@@ -43,6 +43,7 @@ from collections import OrderedDict
 
 import numpy as np
 
+from ...collector import gc_paused
 from ...ir.core import Kernel
 from .codegen import Compiler
 from .runtime import Program
@@ -71,7 +72,8 @@ def compile_kernel(kernel: Kernel) -> Program:
         if hit is not None and hit[0] is kernel:
             _CACHE.move_to_end(key)
             return hit[1]
-    prog = Compiler(kernel).build()
+    with gc_paused():  # see nkikit/collector.py
+        prog = Compiler(kernel).build()
     with _LOCK:
         _CACHE[key] = (kernel, prog)
         if len(_CACHE) > _CACHE_SIZE:
