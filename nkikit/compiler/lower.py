@@ -253,6 +253,8 @@ class LoweredOp:
     instr: StaticInstr
 
     def __getattr__(self, name: str):
+        if name in ("op", "instr"):  # not set yet (copy, pickle): no recursion
+            raise AttributeError(name)
         return getattr(self.instr, name)
 
 
