@@ -77,6 +77,28 @@ def _rss_mb() -> float:
         return 0.0
 
 
+def _reset_peak() -> bool:
+    """Start a new peak-RSS window (Linux: ``/proc/self/clear_refs`` 5 resets VmHWM)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _window_peak_mb() -> float:
+    """Peak resident memory since the last :func:`_reset_peak` (VmHWM; 0 if unknown)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 2**10
+    except (OSError, ValueError):
+        pass
+    return 0.0
+
+
 def _peak_mb() -> float:
     """Peak resident memory of this process so far (ru_maxrss: KiB on Linux, B on macOS)."""
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -97,6 +119,8 @@ def measure(ops: int, blocks: int = BLOCKS, check: bool = False) -> dict[str, An
     w = rng.standard_normal((P, F), dtype=np.float32)
     row: dict[str, Any] = {"steps": steps, "ir_ops": ops_for(steps)}
     rss = {"start": _rss_mb()}
+    peak_rise: dict[str, float] = {}  # per stage: its peak RSS above the RSS it started at
+    overall_peak = 0.0
     times: dict[str, float] = {}
 
     cpu: dict[str, float] = {}
@@ -106,12 +130,18 @@ def measure(ops: int, blocks: int = BLOCKS, check: bool = False) -> dict[str, An
         # trace + verify, a kernel call: the first run, build_program: compile); left on,
         # each full collection walks the whole IR (1.2 s in verify at 10^5 ops, ~10x that
         # at 10^6), which is the collector's cost, not the stage's
+        nonlocal overall_peak
+        overall_peak = max(overall_peak, _window_peak_mb())
+        before = _rss_mb()
+        windowed = _reset_peak()
         with gc_paused():
             t, c = time.perf_counter(), time.process_time()
             out = fn()
             times[name] = time.perf_counter() - t
             cpu[name] = time.process_time() - c
         rss[name] = _rss_mb()
+        if windowed:
+            peak_rise[name] = _window_peak_mb() - before
         return out
 
     bound = kernel.bind((a, w), {})
@@ -136,7 +166,12 @@ def measure(ops: int, blocks: int = BLOCKS, check: bool = False) -> dict[str, An
         1e6 * (times["compile"] + times["profile"]) / max(len(program), 1)
     )
     row["rss_mb"] = rss
-    row["peak_rss_mb"] = _peak_mb()
+    if peak_rise:
+        # the peak windows were reset per stage: the process's peak is the highest of them
+        row["stage_peak_rise_mb"] = peak_rise
+        row["peak_rss_mb"] = max(overall_peak, _window_peak_mb())
+    else:
+        row["peak_rss_mb"] = _peak_mb()
     expect = _expected(a, w, steps, blocks)
     row["matches_numpy"] = bool(np.allclose(outs[0], expect, rtol=1e-4, atol=1e-3, equal_nan=True))
     if check:
@@ -205,6 +240,15 @@ def _fmt_s(x: float) -> str:
     return f"{x * 1000:.0f} ms" if x < 1 else f"{x:.1f} s"
 
 
+def _compile_peak(r: dict[str, Any]) -> str:
+    """Compile and profile's peak above the RSS compile started at (``-`` if not measured)."""
+    rise = r.get("stage_peak_rise_mb")
+    if not rise or "compile" not in rise:
+        return "-"
+    after = r["rss_mb"]["compile"] - r["rss_mb"]["first_run"]  # what compile kept
+    return f"{max(rise['compile'], after + rise.get('profile', 0.0)):,.0f} MB"
+
+
 def render_markdown(results: dict[str, Any]) -> str:
     meta = results["meta"]
     lines = [
@@ -216,18 +260,20 @@ def render_markdown(results: dict[str, Any]) -> str:
         "4 IR ops per step) per row, each in its own process; *instructions* are the "
         "scheduled ones (each DMA split over 16 queues); *µs/op* is all six stages over the "
         "IR ops (*CPU µs/op*: the same in CPU time, which other processes on a busy machine do "
-        "not inflate); peak RSS is the process's.",
+        "not inflate); peak RSS is the process's, *compile peak* how far compile (with "
+        "profile) took it above the RSS compile started at.",
         "",
         "| IR ops | instructions | trace | verify | fast-path codegen | first run | compile "
-        "| profile | µs/op | CPU µs/op | peak RSS |",
-        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| profile | µs/op | CPU µs/op | peak RSS | compile peak |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in results["rows"]:
         lines.append(
             f"| {r['ir_ops']:,} | {r['instructions']:,} | {_fmt_s(r['trace_s'])} "
             f"| {_fmt_s(r['verify_s'])} | {_fmt_s(r['codegen_s'])} | {_fmt_s(r['first_run_s'])} "
             f"| {_fmt_s(r['compile_s'])} | {_fmt_s(r['profile_s'])} | {r['us_per_op']:.0f} "
-            f"| {r.get('cpu_us_per_op', float('nan')):.0f} | {r['peak_rss_mb']:,.0f} MB |"
+            f"| {r.get('cpu_us_per_op', float('nan')):.0f} | {r['peak_rss_mb']:,.0f} MB "
+            f"| {_compile_peak(r)} |"
         )
     rot = results.get("rotation") or []
     if rot:

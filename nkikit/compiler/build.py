@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import gc
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import numpy as np
 
+from ..collector import gc_paused
 from ..ir.core import Kernel
 from ..targets import Target, get_target
 from .allocate import allocate
@@ -16,21 +14,9 @@ from .lower import DMA, ENGINES, count_instructions, lower
 from .program import Deps, EngineNames, InstrInfo, Program
 from .schedule import schedule
 
+__all__ = ["MAX_INSTRUCTIONS", "build_program", "gc_paused"]
+
 MAX_INSTRUCTIONS = 20_000_000  # below 2^31: the schedule's columns are 32-bit
-
-
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector.  Compiling creates objects that live as long as
-    the program (regions, instructions) and no cycles; with a million of them the
-    collector's repeated passes over everything alive cost more than the work itself."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def build_program(

@@ -161,17 +161,20 @@ class InstrKind:
     wait_ns: float = 0.0  # semaphore latency when waiting on another engine
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class StaticInstr:
-    """One IR op, lowered: its :class:`InstrKind` plus what is its own, the operand regions
-    and the HBM offset.  Compute ops have a fixed duration; a DMA has a duration per
-    partition and is split over the queues at schedule time.  The kind's fields the
-    scheduler reads per instruction are copied here; the rest are properties."""
+    """An IR op, lowered: its :class:`InstrKind` plus its operand regions and HBM offset.
+    Compute ops have a fixed duration; a DMA has a duration per partition and is split over
+    the queues at schedule time.  The kind's fields the scheduler reads per instruction are
+    copied here; the rest are properties.
+
+    Ops lowered to the same kind, regions and HBM offset share one (the steps of unrolled
+    code touch the same few tiles again and again): a kernel of a million ops holds a
+    handful of these, not one per op (:attr:`LoweredKernel.instrs` pairs them with ops)."""
 
     kind: InstrKind
-    op: Op
-    reads: list[Region]
-    writes: list[Region]
+    reads: tuple[Region, ...]
+    writes: tuple[Region, ...]
     hbm_const: int = 0  # byte offset of the first HBM element at env = 0
     hbm_terms: Terms = ()
     index: int = 0  # the kind's index
@@ -185,12 +188,11 @@ class StaticInstr:
 
     @classmethod
     def of(
-        cls, kind: InstrKind, op: Op, reads: list, writes: list, hconst: int, hterms: Terms
+        cls, kind: InstrKind, reads: tuple, writes: tuple, hconst: int, hterms: Terms
     ) -> StaticInstr:
         k = kind
         return cls(
             k,
-            op,
             reads,
             writes,
             hconst,
@@ -250,23 +252,47 @@ class StaticInstr:
         return self.kind.cycles
 
 
+@dataclass(frozen=True, slots=True)
+class LoweredOp:
+    """One IR op (``op``) and the :class:`StaticInstr` it lowered to; reads the instruction's
+    fields (``engine``, ``opcode``, ...) through."""
+
+    op: Op
+    instr: StaticInstr
+
+    def __getattr__(self, name: str):
+        if name in ("op", "instr"):  # not set yet (copy, pickle): no recursion
+            raise AttributeError(name)
+        return getattr(self.instr, name)
+
+
 # A step of the lowered program: (OP, StaticInstr) | (ALLOC, Tracked, lane) |
-# (LOOP, env slot, trip, steps)
+# (LOOP, env slot, trip, steps).  OP and ALLOC steps are shared like their StaticInstr.
 OP, ALLOC, LOOP = 0, 1, 2
 
 
 @dataclass(slots=True)
 class LoweredKernel:
+    """The lowered program: the step tree the scheduler replays, the instruction kinds and
+    the tracked buffers.  ``ops[i]`` lowered to ``lowered[i]`` (spill saves and reloads
+    included, as DMA ops made by the compiler)."""
+
     kernel: Kernel
     target: Target
     allocation: Allocation
     steps: list
-    instrs: list[StaticInstr]  # one per lowered IR op
+    ops: list[Op]
+    lowered: list[StaticInstr]
     kinds: list[InstrKind]  # what they share, indexed by StaticInstr.index
     tracked: list[Tracked]
     env_size: int
     grid: tuple[int, ...]
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def instrs(self) -> list[LoweredOp]:
+        """One :class:`LoweredOp` per lowered IR op, in program order (made when asked)."""
+        return [LoweredOp(op, si) for op, si in zip(self.ops, self.lowered)]
 
 
 class _Lowerer:
@@ -279,7 +305,10 @@ class _Lowerer:
             self.env[ProgramId(i)] = i
         self.tracked: dict[int, Tracked] = {}
         self.regions: dict[tuple, Region] = {}
-        self.instrs: list[StaticInstr] = []
+        self.ops: list[Op] = []  # every lowered op, and its instruction (shared)
+        self.lowered: list[StaticInstr] = []
+        self.shared: dict[tuple, tuple] = {}  # what identifies an instruction -> its OP step
+        self.alloc_steps: dict[tuple[int, int], tuple] = {}  # (tracked, lane) -> ALLOC step
         self.kinds: list[InstrKind] = []
         self.kind_of: dict[tuple, InstrKind] = {}
         self.names: dict[int, str] = {}  # tensor uid -> name it is described by
@@ -373,19 +402,14 @@ class _Lowerer:
         )
         steps: list = []
         if not save:
-            tr = self.track(t)
-            steps.append((ALLOC, tr, 0))
+            steps.append(self._alloc_step(self.track(t), 0))
         key = ("spill", save, self._access_key(tile), self._access_key(area), loc)
         kind = self.kind_of.get(key)
         if kind is None:
             kind = self.kind_of[key] = self._dma_kind(op)
             kind.opcode += "_SPILL_SAVE" if save else "_SPILL_RELOAD"
             kind.tensor_name = ""  # not the kernel's data: no input-reload analysis
-        reads, writes = self._regions(op)
-        hconst, hterms = self._hbm_offset(op)
-        si = StaticInstr.of(kind, op, reads, writes, hconst, hterms)
-        self.instrs.append(si)
-        steps.append((OP, si))
+        steps.append(self._op_step(kind, op, *self._hbm_offset(op)))
         return steps
 
     def region(self, a: Access) -> Region | None:
@@ -444,7 +468,8 @@ class _Lowerer:
         return reg
 
     # -- ops ---------------------------------------------------------------------------------
-    def lower_op(self, op: Op) -> StaticInstr | None:
+    def lower_op(self, op: Op) -> tuple | None:
+        """The OP step of ``op`` (None if it lowers to nothing)."""
         if op.prim in SKIPPED or id(op) in self.folded:
             return None
         key = self._key(op)
@@ -453,11 +478,30 @@ class _Lowerer:
             kind = self._kind(op)
             if key is not None:
                 self.kind_of[key] = kind
-        reads, writes = self._regions(op)
         hconst, hterms = self._hbm_offset(op) if kind.engine == DMA else (0, ())
-        si = StaticInstr.of(kind, op, reads, writes, hconst, hterms)
-        self.instrs.append(si)
-        return si
+        return self._op_step(kind, op, hconst, hterms)
+
+    def _op_step(self, kind: InstrKind, op: Op, hconst: int, hterms: Terms) -> tuple:
+        """``(OP, instruction)`` for ``op`` lowered to ``kind``, shared with every op lowered
+        alike; records the pair in ``ops`` / ``lowered``."""
+        reads, writes = self._regions(op)
+        # regions are unique per footprint (see _region), so their ids identify them
+        key = (kind.index, *map(id, reads), None, *map(id, writes), hconst, hterms)
+        step = self.shared.get(key)
+        if step is None:
+            step = self.shared[key] = (
+                OP,
+                StaticInstr.of(kind, tuple(reads), tuple(writes), hconst, hterms),
+            )
+        self.ops.append(op)
+        self.lowered.append(step[1])
+        return step
+
+    def _alloc_step(self, tr: Tracked, lane: int) -> tuple:
+        step = self.alloc_steps.get((tr.index, lane))
+        if step is None:
+            step = self.alloc_steps[tr.index, lane] = (ALLOC, tr, lane)
+        return step
 
     def _key(self, op: Op) -> tuple | None:
         """What the kind of ``op`` depends on: everything but where its operands are (the
@@ -683,21 +727,21 @@ class _Lowerer:
                 steps.extend(self._spill_ops(spill, save=False))
             if isinstance(s, Op):
                 seen = len(self.tracked)
-                si = self.lower_op(s)
-                if si is not None:
+                step = self.lower_op(s)
+                if step is not None:
                     # an on-chip tensor first seen here had no Alloc: it claims its memory
                     # from the scheduler just before this first use
                     new = len(self.tracked) > seen
                     for tr in itertools.islice(self.tracked.values(), seen, None) if new else ():
                         if tr.placement is not None:
                             tr.implicit = True
-                            steps.append((ALLOC, tr, 0))
-                    steps.append((OP, si))
+                            steps.append(self._alloc_step(tr, 0))
+                    steps.append(step)
             elif isinstance(s, Alloc):
                 if s.tensor.buffer in ("sbuf", "psum"):
                     tr = self.track(s.tensor)
                     if tr is not None:
-                        steps.append((ALLOC, tr, self._lane(s.tensor, tr)))
+                        steps.append(self._alloc_step(tr, self._lane(s.tensor, tr)))
             elif isinstance(s, Loop):
                 slot = self.env[s.var] = len(self.env)
                 inner = self.body(s.body, depth + 1)
@@ -983,7 +1027,8 @@ def lower(kernel: Kernel, target: Target, allocation: Allocation) -> LoweredKern
         target,
         allocation,
         steps,
-        lw.instrs,
+        lw.ops,
+        lw.lowered,
         lw.kinds,
         tracked,
         len(lw.env),

@@ -414,18 +414,10 @@ class ProgramInstructions(Sequence[Instruction]):
         parts = p.partitions
         start = p.start - self.t0
         end = p.end - self.t0
-        info_parts = np.array([x.partitions for x in infos], np.float64)
-        # a DMA piece on fewer partitions gets its share of the bytes, rounded as
-        # Program.instruction rounds them (half to even)
-        scale = np.where(
-            info_parts[sid] > 0, parts / np.where(info_parts > 0, info_parts, 1)[sid], 1.0
-        )
         # ids, counts and string codes in 32 bits (millions of instructions, a few hundred
-        # distinct strings); bytes in 64
+        # distinct strings); bytes in 32 bits when every count fits, else 64
         ints: dict[str, np.ndarray] = {"id": np.arange(len(sid), dtype=np.int32)}
-        for k in BYTE_FIELDS:
-            table = np.array([x.bytes[k] for x in infos], np.float64)
-            ints[k] = np.rint(table[sid] * scale).astype(np.int64)
+        ints.update(_byte_columns(infos, sid, parts))
         ints["partitions"] = parts.astype(np.int32, copy=False)
         ints["elements"] = np.array([x.elements for x in infos], np.int32)[sid]
         ints["hbm_offset"] = p.hbm_offset.astype(np.int64, copy=False)
@@ -459,6 +451,50 @@ class ProgramInstructions(Sequence[Instruction]):
             dtype=dtype,
             dtypes=dtypes,
         )
+
+
+# The byte columns come from a table by (static row, partitions) when it has at most this
+# many entries per instruction (a few hundred rows x 129 partition counts, usually).
+_BYTE_TABLE_PER_INSTR = 1
+
+
+def _byte_columns(
+    infos: list[InstrInfo], sid: np.ndarray, parts: np.ndarray
+) -> dict[str, np.ndarray]:
+    """Per instruction, the bytes of each memory field: a DMA piece on fewer partitions than
+    its static row gets its share, rounded as :meth:`Program.instruction` rounds it (half to
+    even).  The bytes depend only on (row, partitions), so they are computed once per pair in
+    a table and gathered, not per instruction in floats (this view's peak memory is the
+    profile's at 10^6 instructions)."""
+    info_parts = np.array([x.partitions for x in infos], np.float64)
+    top = int(parts.max()) if len(parts) else 0
+    width = top + 1
+    if (
+        len(parts)
+        and int(parts.min()) >= 0
+        and len(infos) * width <= max(_BYTE_TABLE_PER_INSTR * len(sid), 1 << 16)
+    ):
+        # scale[row, p] = p / partitions of the row (1 where the row has none), as below
+        p = np.arange(width, dtype=np.float64)
+        scale = np.where(
+            info_parts[:, None] > 0,
+            p[None, :] / np.where(info_parts > 0, info_parts, 1)[:, None],
+            1.0,
+        )
+        index = sid.astype(np.int64) * width + parts
+        out = {}
+        for k in BYTE_FIELDS:
+            table = np.array([x.bytes[k] for x in infos], np.float64)
+            lut = np.rint(table[:, None] * scale).ravel()
+            fits = not len(lut) or float(np.abs(lut).max()) < 2**31
+            out[k] = lut.astype(np.int32 if fits else np.int64)[index]
+        return out
+    scale = np.where(info_parts[sid] > 0, parts / np.where(info_parts > 0, info_parts, 1)[sid], 1.0)
+    out = {}
+    for k in BYTE_FIELDS:
+        table = np.array([x.bytes[k] for x in infos], np.float64)
+        out[k] = np.rint(table[sid] * scale).astype(np.int64)
+    return out
 
 
 def _first_seen(codes: np.ndarray, names: list[str]) -> tuple[np.ndarray, list[str]]:

@@ -395,6 +395,8 @@ class Scheduler:
                     if hi - (s + d) > _MIN_GAP_NS:
                         gs.insert(i + 1, s + d)
                         ge.insert(i + 1, hi)
+                        if len(gs) > _MAX_GAPS:  # the bound holds here too: the list
+                            del gs[0], ge[0]  # stays short, each call O(_MAX_GAPS)
                 elif hi - (s + d) > _MIN_GAP_NS:
                     gs[i] = s + d
                 else:

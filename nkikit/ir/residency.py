@@ -117,27 +117,33 @@ def timeline(kernel: Kernel) -> Timeline:
         lt.hi = max(lt.hi, use[1])
         lt.outer_end = max(lt.outer_end, lt.hi)
 
-    def walk(body: list[Stmt], loops: tuple[Loop, ...]) -> None:
-        for s in body:
-            point = len(stmts)
-            stmts.append(s)
-            if isinstance(s, Alloc):
-                t = s.tensor
-                if t.buffer in ON_CHIP:
-                    execs = prod(lp.trip for lp in loops)
-                    pipelined = bool(loops) and loops[-1].kind == "affine"
-                    end = ends[id(loops[0])] if loops else point
-                    lifetimes[t.uid] = Lifetime(t, point, point, execs, pipelined, end)
-            elif isinstance(s, Op):
-                for a in (*s.outs, *s.ins):
-                    if isinstance(a, Access):
-                        touch(a.tensor, point, loops)
-            elif isinstance(s, Loop):
-                starts[id(s)] = point
-                ends[id(s)] = point + _count(s.body)
-                walk(s.body, loops + (s,))
-
-    walk(kernel.body, ())
+    # depth first with a stack, not a recursive closure: a closure that calls itself is a
+    # reference cycle, and with the collector paused (as the compiler and the verifier run)
+    # it would keep every lifetime alive long after the timeline
+    stack: list[tuple] = [(iter(kernel.body), ())]
+    while stack:
+        body, loops = stack[-1]
+        s = next(body, None)
+        if s is None:
+            stack.pop()
+            continue
+        point = len(stmts)
+        stmts.append(s)
+        if isinstance(s, Alloc):
+            t = s.tensor
+            if t.buffer in ON_CHIP:
+                execs = prod(lp.trip for lp in loops)
+                pipelined = bool(loops) and loops[-1].kind == "affine"
+                end = ends[id(loops[0])] if loops else point
+                lifetimes[t.uid] = Lifetime(t, point, point, execs, pipelined, end)
+        elif isinstance(s, Op):
+            for a in (*s.outs, *s.ins):
+                if isinstance(a, Access):
+                    touch(a.tensor, point, loops)
+        elif isinstance(s, Loop):
+            starts[id(s)] = point
+            ends[id(s)] = point + _count(s.body)
+            stack.append((iter(s.body), loops + (s,)))
     return Timeline(stmts, lifetimes)
 
 

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from math import prod
 
 from .. import dtypes
+from ..collector import gc_paused
 from ..errors import UNKNOWN_LOC, NkiError, SourceLoc
 from ..targets import TARGETS, Target, get_target
 from .affine import Affine, Axis, LoopVar, Predicate, ProgramId, Sym
@@ -1303,4 +1304,5 @@ def verify(kernel: Kernel, target: str | Target | None = None) -> None:
 
     ``target`` (a name or alias in ``nkikit.targets.TARGETS``, or a ``Target``; default: the
     ``NEURON_PLATFORM_TARGET_OVERRIDE`` target, else trn2) sets the capacity and tile limits.  Returns None when the kernel is legal."""
-    _Walk(kernel, get_target(target)).run()
+    with gc_paused():  # see nkikit/collector.py
+        _Walk(kernel, get_target(target)).run()

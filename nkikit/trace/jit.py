@@ -14,17 +14,16 @@ argument (:meth:`JitKernel.proxy`) and which HBM tensor a returned value stands 
 from __future__ import annotations
 
 import functools
-import gc
 import inspect
 import math
 import os
 from collections.abc import Callable
-from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 
 from ..arrays import TensorSpec, as_kind_of, as_numpy, is_torch, spec_of
+from ..collector import gc_paused
 from ..errors import NkiError, SourceLoc, hide_internal_frames, raised_in_user_code
 from ..ir.core import Kernel, Tensor
 from ..targets import target_scope
@@ -271,22 +270,6 @@ class JitKernel:
             if raised_in_user_code(e):
                 raise hide_internal_frames(e) from None
             raise
-
-
-@contextmanager
-def gc_paused():
-    """Pause Python's cyclic garbage collector for the block.  Tracing, verifying and code
-    generation create objects that all stay alive (the IR of an unrolled kernel holds 10^5 -
-    10^6 ops); each full collection walks all of them again, which makes the work grow
-    quadratically.  Nothing here makes reference cycles that need the collector."""
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 def run(kernel: Kernel, bound: inspect.BoundArguments):

@@ -44,6 +44,7 @@ from collections import OrderedDict
 
 import numpy as np
 
+from ...collector import gc_paused
 from ...ir.core import Kernel, Loop
 from .codegen import Compiler
 from .runtime import Program
@@ -95,7 +96,8 @@ def compile_kernel(kernel: Kernel) -> Program:
             if hit is not None and hit[0] is kernel:
                 return hit[1]
         try:
-            prog = Compiler(kernel).build()
+            with gc_paused():  # see nkikit/collector.py
+                prog = Compiler(kernel).build()
             with _LOCK:
                 _CACHE[key] = (kernel, prog)
                 if len(_CACHE) > _CACHE_SIZE:
