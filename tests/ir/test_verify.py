@@ -635,15 +635,20 @@ def sbuf_dead_tiles_free_space(a):
 
 @nki.jit
 def psum_overflow(x, y):
+    # accumulation groups stay in PSUM (the compiler does not move a tensor that is added into),
+    # so nine live 2 KiB groups cannot fit eight banks
     out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
     xs, ys = nl.load(x), nl.load(y)
-    p0, p1, p2 = nisa.nc_matmul(xs, ys), nisa.nc_matmul(xs, ys), nisa.nc_matmul(xs, ys)
-    p3, p4, p5 = nisa.nc_matmul(xs, ys), nisa.nc_matmul(xs, ys), nisa.nc_matmul(xs, ys)
-    p6, p7 = nisa.nc_matmul(xs, ys), nisa.nc_matmul(xs, ys)
-    p8 = nisa.nc_matmul(xs, ys)  # BAD
-    acc = nl.copy(p0)
-    for p in (p1, p2, p3, p4, p5, p6, p7, p8):
-        acc = nl.add(acc, p)
+    groups = []
+    for _ in range(8):
+        g = nl.zeros((128, 512), dtype=nl.float32, buffer=nl.psum)
+        g += nisa.nc_matmul(xs, ys)
+        groups.append(g)
+    last = nl.zeros((128, 512), dtype=nl.float32, buffer=nl.psum)  # BAD
+    last += nisa.nc_matmul(xs, ys)
+    acc = nl.copy(last)
+    for g in groups:
+        acc = nl.add(acc, g)
     nl.store(out, value=acc)
     return out
 
