@@ -561,7 +561,7 @@ def dma_transpose(
     axis i; default: reversed).  ``dst`` is SBUF and has the permuted shape exactly."""
     loc = caller_loc()
     _dst_chip(dst, loc, "dma_transpose", ("sbuf",))
-    axes = tuple(range(src.ndim - 1, -1, -1)) if axes is None else tuple(int(a) for a in axes)
+    axes = _default_transpose_axes(src.ndim) if axes is None else tuple(int(a) for a in axes)
     if sorted(axes) != list(range(src.ndim)) or axes == tuple(range(src.ndim)):
         raise NkiError(
             "err_invalid_argument",
@@ -576,16 +576,34 @@ def dma_transpose(
             op="nisa.dma_transpose",
             why=f"src and dst dtypes must match, got {dtypes.name(src.dtype)} and {dtypes.name(dst.dtype)}",
         )
-    permuted = src._with([src.shape[a] for a in axes], [src.strides[a] for a in axes])
-    if permuted.shape != dst.shape:
+    shape = tuple(src.shape[a] for a in axes)
+    if shape != dst.shape:
         raise NkiError(
             "err_invalid_argument",
             loc,
             op="nisa.dma_transpose",
-            why=f"dst shape {dst.shape} must be the permuted src shape {permuted.shape}",
+            why=f"dst shape {dst.shape} must be the permuted src shape {shape} (axes {axes})",
         )
-    d, s = _acc(dst, loc, "dma_transpose dst"), _acc(permuted, loc, "dma_transpose src")
-    return _done(E.emit_dma_copy(d, s, loc=loc))
+    d = _acc(dst, loc, "dma_transpose dst")
+    if src.is_indirect():
+        # a gather-transpose (``.ap(vector_offset=)`` on HBM): the rows are gathered along
+        # src's axis 0 and land on dst axis ``axes.index(0)`` [nki-0x.md §4.3 dma_transpose,
+        # "Indirect transpose"]; the gathered access with its tile axes renamed
+        s = _acc(src, loc, "dma_transpose src")
+        s = s.remap(shape, {Axis(a): Affine.of(Axis(i)) for i, a in enumerate(axes)})
+    else:
+        permuted = src._with(shape, [src.strides[a] for a in axes])
+        s = _acc(permuted, loc, "dma_transpose src")
+    skip = _oob_skip(oob_mode, loc, "dma_transpose") and src.is_indirect()
+    return _done(E.emit_dma_copy(d, s, oob_skip=skip, loc=loc))
+
+
+def _default_transpose_axes(ndim: int) -> tuple[int, ...]:
+    """``dma_transpose``'s permutation when ``axes`` is not given: 2-D ``(1, 0)``, 3-D
+    ``(2, 1, 0)``, 4-D ``(3, 1, 2, 0)`` (the middle axes keep their order) [nki-0x.md §4.3]."""
+    if ndim == 4:
+        return (3, 1, 2, 0)
+    return tuple(range(ndim - 1, -1, -1))
 
 
 # -- copies and fills ------------------------------------------------------------------------------
