@@ -116,6 +116,8 @@ PRIMS: dict[str, Lowering] = {
     "tensor_partition_reduce": Lowering("PARTITION_REDUCE", c_partition_reduce),
     "local_gather": Lowering("LOCAL_GATHER", c_local_gather),
     "nc_n_gather": Lowering("N_GATHER", c_gpsimd),
+    # guess: one GpSimd pass over each core's partition, as iota's cost
+    "nonzero_with_count": Lowering("NONZERO_WITH_COUNT", c_gpsimd),
 }
 """Compute primitives.  DMA primitives run on the DMA queues (see :func:`_lower_dma`);
 the ones no engine runs (``device_print``) exist only in simulation and lower to nothing."""

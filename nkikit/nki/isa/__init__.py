@@ -1209,6 +1209,19 @@ def nc_n_gather(dst, data, indices, name=None) -> NkiInstruction:
     return _done(E.emit_nc_n_gather(d, a, ix, loc=loc))
 
 
+def nonzero_with_count(dst, src, index_offset=0, padding_val=-1, name=None) -> NkiInstruction:
+    """GpSimd: on partitions 0, 16, ..., 112 of the tile (the first of each core) ``dst`` gets
+    the positions (plus ``index_offset``) of the partition's non-zero ``src`` elements, then
+    ``padding_val``, and the count as its last element; other partitions are untouched.
+    ``src`` fp32/int32 SBUF, ``dst`` int32 SBUF with one more element per partition."""
+    loc = caller_loc()
+    _dst_chip(dst, loc, "nonzero_with_count", allowed=("sbuf",))
+    d, s = _acc(dst, loc, "nonzero_with_count dst"), _acc(src, loc, "nonzero_with_count src")
+    return _done(
+        E.emit_nonzero_with_count(d, s, index_offset=index_offset, padding_val=padding_val, loc=loc)
+    )
+
+
 def dropout(dst, data, prob, name=None) -> NkiInstruction:
     """Zero each element with probability ``prob`` (deterministic per simulated call)."""
     loc = caller_loc()
@@ -1353,7 +1366,6 @@ _NOT_MODELED = {
     "activate2": "the NC-v4 two-stage activation is not modeled",
     "exponential": "the NC-v4 VectorE exponential is not modeled",
     "tensor_scalar_cumulative": "not modeled",
-    "nonzero_with_count": "not modeled",
     "topk": "not modeled",
     "sequence_bounds": "not modeled",
     "rng": "random number generation is not modeled",
