@@ -124,6 +124,8 @@ PRIMS: dict[str, Lowering] = {
     # a register instruction on the engine's sequencer, charged as a one-element GpSimd op
     "register_move": Lowering("REGISTER_MOVE", c_gpsimd),
     "rank_id": Lowering("RANK_ID", c_gpsimd),
+    # guess: one GpSimd pass over each core's partition, as iota's cost
+    "nonzero_with_count": Lowering("NONZERO_WITH_COUNT", c_gpsimd),
 }
 """Compute primitives.  DMA primitives run on the DMA queues (see :func:`_lower_dma`);
 the ones no engine runs (``device_print``) exist only in simulation and lower to nothing."""

@@ -327,6 +327,13 @@ def _quantize_mx_out(ins: Sequence[Operand], attrs: Mapping[str, Any]) -> tuple[
     )
 
 
+def _nonzero_out(ins: Sequence[Operand], attrs: Mapping[str, Any]) -> tuple[OutSpec, ...]:
+    # int32 indices, one more element per partition than src: the count goes last
+    # [nki-0x.md §4.8 nonzero_with_count]
+    p, f = _pf(_tile(ins[0]))
+    return (OutSpec(p, f + 1, dtype=np.dtype(np.int32), dtypes=frozenset({"int32"})),)
+
+
 # ---------------------------------------------------------------------------------------------
 # dtype sets [ISA]
 
@@ -769,6 +776,19 @@ _RECORDS = (
             ("all_to_all", _collective_out(1, 1), (_GROUPS, Attr("dim", _INT)), True),
             ("collective_permute", _collective_out(1, 1), (Attr("pairs", (tuple,)),), True),
         )
+    ),
+    Prim(
+        "nonzero_with_count",
+        ins=("src",),
+        outs=("dst",),
+        out_spec=_nonzero_out,
+        engines=("gpsimd",),
+        attrs=(Attr("index_offset", _INT, 0), Attr("padding_val", _INT, -1)),
+        in_dtypes=(("src", frozenset({"float32", "int32"})),),
+        # only the first partition of each GpSimd core (0, 16, ..., 112) is written [ISA]
+        reads_dst=True,
+        partial_write=True,
+        raw=True,
     ),
     # -- simulation only ---------------------------------------------------------------------
     Prim(

@@ -209,7 +209,12 @@ def rule_indirect(site: Site) -> None:
             # the access along its dimension; no per-partition pairing to check.  (Beta 1 has
             # no such form: there an index tile gives each partition its own index.)
             continue
-        free = [k for k, n in enumerate(ind.shape) if k > 0 and n > 1]
+        # the tile axis the index tile varies along: axis 0 (its partitions), or in an NKI 0.x
+        # gather-transpose the dst axis that src's gathered axis 0 became [nki-0x.md §4.3]
+        row = 0
+        if site.kernel.dialect == "nki-0.x" and op.prim == "dma_copy":
+            row = next((k for k, n in enumerate(ind.shape) if n > 1), 0)
+        free = [k for k, n in enumerate(ind.shape) if k != row and n > 1]
         if free:
             raise site.fail(
                 "err_indirect_indices_free_dim",
@@ -217,16 +222,17 @@ def rule_indirect(site: Site) -> None:
                 why=f"index tile {ind.tensor.name!r} varies along free tile axis {free[0]} "
                 f"(extent {ind.shape[free[0]]})",
             )
-        if ind.partitions != a.partitions:
+        rows = a.shape[row] if len(a.shape) > row else 1
+        if ind.shape[row] != rows:
             raise site.fail(
                 "err_num_partition_mismatch",
                 op=f"{op.prim} (index tile {ind.tensor.name!r} of {role} {a.tensor.name!r})",
-                a=ind.partitions,
-                b=a.partitions,
+                a=ind.shape[row],
+                b=rows,
             )
-        if a.partitions > 1:
+        if rows > 1:
             walked = [
-                d for d, x in enumerate(a.index) if d != a.indirect_dim and x.coef(Axis(0)) != 0
+                d for d, x in enumerate(a.index) if d != a.indirect_dim and x.coef(Axis(row)) != 0
             ]
             if walked:
                 raise site.fail(
@@ -755,15 +761,35 @@ def _partition_axis_problem(a: Access, lead: int) -> str | None:
     return None
 
 
+def _dma_partition_axis(a: Access, lead: int) -> int:
+    """The tile axis that walks the partitions of a DMA's on-chip access ``a``: the one
+    axis (of extent > 1) its partition index uses, else ``lead``."""
+    par = a.tensor.par_axis
+    if par >= len(a.index):
+        return lead
+    used = [
+        s.k
+        for s in a.index[par].syms
+        if isinstance(s, Axis) and s.k < len(a.shape) and a.shape[s.k] > 1
+    ]
+    return used[0] if len(used) == 1 else lead
+
+
 def rule_partition_axis(site: Site) -> None:
     """Tile axis 0 of every on-chip access is the tensor's partition dimension, stride 1.
 
     For a DMA only the on-chip side is constrained: HBM has no partitions, so a DMA may
-    read HBM in any order (that is how load_transpose2d works)."""
+    read HBM in any order (that is how load_transpose2d works).  A DMA sees SBUF as memory
+    too, so any one tile axis may walk its partitions (an SBUF-to-SBUF ``dma_transpose``
+    reads partitions along its last axis [nki-0x.md §4.3]); they still may not be strided."""
+    dma = engine_of(site.op) == "dma"
     for role, a, _ in site.operands:
         if not _on_chip(a):
             continue
-        why = _partition_axis_problem(a, _lead(site.op, a))
+        lead = _lead(site.op, a)
+        if dma:
+            lead = _dma_partition_axis(a, lead)
+        why = _partition_axis_problem(a, lead)
         if why is not None:
             raise site.fail(
                 "err_leading_dimension_of_tensor_must_be_partition",

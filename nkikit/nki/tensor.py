@@ -871,15 +871,23 @@ def _indirect_access(x: NkiTensor, loc: SourceLoc, what: str) -> Access:
             api=f".ap(vector_offset=..., indirect_dim={dim})",
             why="a vector offset indexes rows (indirect_dim=0)",
         )
-    # rows of the HBM tensor: the storage as (rows, row size); the pattern's first step is
-    # ignored (the row size is the base tensor's: the shape ``.ap`` was called on, e.g. a
-    # reshape, not the allocation's) [NKI 0.x access patterns, nki-0x.md §3.6]
+    # rows of the HBM tensor: the storage as (rows, row size), the row size that of the tensor
+    # ``.ap`` was called on (a reshape of the argument indexes rows of its own shape); the
+    # pattern's first step is ignored [nki-0x.md §3.6 "vector_offset"]
     base_shape = tuple(base_shape)
     if math.prod(base_shape) != math.prod(root.shape):
         base_shape = root.shape  # ``.ap`` on a slice: the storage's own rows
-    rows = base_shape[0]
     row = math.prod(base_shape[1:]) if len(base_shape) > 1 else 1
-    layout = _layout_alias(root, (rows, row))
+    size = math.prod(root.shape)
+    if row == 0 or size % row:
+        raise NkiError(
+            "err_unsupported_api",
+            loc,
+            api=".ap(vector_offset=...) on a view",
+            why=f"rows of {tuple(base_shape)} do not tile {root.name}; call .ap on the whole "
+            "tensor (or a reshape of it)",
+        )
+    layout = _layout_alias(root, (size // row, row))
     inner = NkiTensor(layout, (1, *x.shape[1:]), (row, *x.strides[1:]), x.offset)
     direct = _decompose(layout, inner.shape, inner.strides, inner.offset)
     if direct is None:

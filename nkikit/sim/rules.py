@@ -376,6 +376,25 @@ def _n_gather(op, ins, ctx):
     return [np.take_along_axis(flat, idx, axis=1)]
 
 
+@rule("nonzero_with_count")
+def _nonzero_with_count(op, ins, ctx):
+    # one GpSimd core per 16 partitions reads and writes only its first partition; the rest
+    # of dst keeps its value [nki-0x.md §4.8 nonzero_with_count]
+    src = ins[0]
+    p = src.shape[0]
+    flat = src.reshape(p, -1)
+    n = flat.shape[1]
+    out = ctx.dst(0).reshape(p, -1).copy()
+    offset, pad = op.attrs["index_offset"], op.attrs["padding_val"]
+    for q in range(0, p, 16):
+        (hits,) = np.nonzero(flat[q])
+        row = np.full(n + 1, pad, dtype=np.int64)
+        row[: hits.size] = hits + offset
+        row[n] = hits.size
+        out[q] = row.astype(out.dtype)
+    return [out]
+
+
 @rule("affine_select")
 def _affine_select(op, ins, ctx):
     shape = op.outs[0].shape

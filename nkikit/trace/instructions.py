@@ -831,6 +831,28 @@ def emit_nc_n_gather(
     return _emit("nc_n_gather", [dst], [data, indices], {}, mask, loc)
 
 
+def emit_nonzero_with_count(
+    dst: Access,
+    src: Access,
+    *,
+    index_offset: int = 0,
+    padding_val: int = -1,
+    mask: Predicate | None = None,
+    loc: SourceLoc,
+) -> Op:
+    """GpSimd: on the first partition of each core (tile partitions 0, 16, ..., 112) ``dst``
+    gets the positions (plus ``index_offset``) of ``src``'s non-zero elements in that
+    partition's free elements, in order, then ``padding_val``, and as its last element the
+    count; the other partitions of ``dst`` keep their values.  ``dst`` is int32 with one more
+    element per partition than ``src`` [nki-0x.md §4.8]."""
+    for name, v in (("index_offset", index_offset), ("padding_val", padding_val)):
+        if isinstance(v, bool) or not isinstance(v, int | np.integer):
+            raise _invalid("nonzero_with_count", loc, f"{name} must be an int, got {v!r}")
+    _same_partitions("nonzero_with_count", loc, src, dst)
+    attrs = {"index_offset": int(index_offset), "padding_val": int(padding_val)}
+    return _emit("nonzero_with_count", [dst], [src], attrs, mask, loc)
+
+
 # ---------------------------------------------------------------------------------------------
 # simulation only
 

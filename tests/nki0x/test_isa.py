@@ -374,6 +374,24 @@ def test_sendrecv_and_core_barrier_between_the_two_programs():
     np.testing.assert_array_equal(scratch, np.concatenate([x[:128], x[128:]]))
 
 
+def test_sendrecv_with_uneven_shards_matches_each_src_to_the_peers_dst():
+    # program 0 owns 2 rows and program 1 owns 3: each sends its own and receives the other's
+    @nki.jit
+    def k(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        me = nl.program_id(0)
+        start, n, other = (0, 2, 3) if me == 0 else (2, 3, 2)
+        mine = _load(x[start : start + n, :])
+        theirs = nl.ndarray((other, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.sendrecv(src=mine, dst=theirs, send_to_rank=1 - me, recv_from_rank=1 - me, pipe_id=0)
+        first = 0 if me == 0 else 3  # out is x with its two shards swapped
+        nisa.dma_copy(dst=out[first : first + other, :], src=theirs)
+        return out
+
+    x = rng.standard_normal((5, 4)).astype(np.float32)
+    np.testing.assert_array_equal(nki.cpu_simulate(k)[2](x=x), np.concatenate([x[2:], x[:2]]))
+
+
 def test_a_barrier_only_one_program_reaches_is_an_error():
     @nki.jit
     def k(x):

@@ -93,6 +93,7 @@ SAMPLES: dict[str, Callable[[Access], tuple]] = {
     "affine_select": lambda a: ((sb(P, F), sb(P, F)), {"pred": _GE, "on_false": 0.0}),
     "local_gather": lambda a: ((sb(P, 64), sb(P, F), sb(P, 4, dtype=np.uint16)), {}),
     "nc_n_gather": lambda a: ((sb(P, 4), sb(P, F), sb(P, 4, dtype=np.uint32)), {}),
+    "nonzero_with_count": lambda a: ((sb(P, F + 1, dtype=np.int32), sb(P, F)), {}),
     "device_print": lambda a: ((sb(P, F),), {"prefix": "x"}),
     "register_move": lambda a: ((sb(1, 1, dtype=np.int32), 3), {}),
     "rank_id": lambda a: ((sb(1, 1, dtype=np.int32),), {}),

@@ -570,7 +570,7 @@ def dma_transpose(
     axis i; default: reversed).  ``dst`` is SBUF and has the permuted shape exactly."""
     loc = caller_loc()
     _dst_chip(dst, loc, "dma_transpose", ("sbuf",))
-    axes = tuple(range(src.ndim - 1, -1, -1)) if axes is None else tuple(int(a) for a in axes)
+    axes = _default_transpose_axes(src.ndim) if axes is None else tuple(int(a) for a in axes)
     if sorted(axes) != list(range(src.ndim)) or axes == tuple(range(src.ndim)):
         raise NkiError(
             "err_invalid_argument",
@@ -585,16 +585,34 @@ def dma_transpose(
             op="nisa.dma_transpose",
             why=f"src and dst dtypes must match, got {dtypes.name(src.dtype)} and {dtypes.name(dst.dtype)}",
         )
-    permuted = src._with([src.shape[a] for a in axes], [src.strides[a] for a in axes])
-    if permuted.shape != dst.shape:
+    shape = tuple(src.shape[a] for a in axes)
+    if shape != dst.shape:
         raise NkiError(
             "err_invalid_argument",
             loc,
             op="nisa.dma_transpose",
-            why=f"dst shape {dst.shape} must be the permuted src shape {permuted.shape}",
+            why=f"dst shape {dst.shape} must be the permuted src shape {shape} (axes {axes})",
         )
-    d, s = _acc(dst, loc, "dma_transpose dst"), _acc(permuted, loc, "dma_transpose src")
-    return _done(E.emit_dma_copy(d, s, loc=loc))
+    d = _acc(dst, loc, "dma_transpose dst")
+    if src.is_indirect():
+        # a gather-transpose (``.ap(vector_offset=)`` on HBM): the rows are gathered along
+        # src's axis 0 and land on dst axis ``axes.index(0)`` [nki-0x.md §4.3 dma_transpose,
+        # "Indirect transpose"]; the gathered access with its tile axes renamed
+        s = _acc(src, loc, "dma_transpose src")
+        s = s.remap(shape, {Axis(a): Affine.of(Axis(i)) for i, a in enumerate(axes)})
+    else:
+        permuted = src._with(shape, [src.strides[a] for a in axes])
+        s = _acc(permuted, loc, "dma_transpose src")
+    skip = _oob_skip(oob_mode, loc, "dma_transpose") and src.is_indirect()
+    return _done(E.emit_dma_copy(d, s, oob_skip=skip, loc=loc))
+
+
+def _default_transpose_axes(ndim: int) -> tuple[int, ...]:
+    """``dma_transpose``'s permutation when ``axes`` is not given: 2-D ``(1, 0)``, 3-D
+    ``(2, 1, 0)``, 4-D ``(3, 1, 2, 0)`` (the middle axes keep their order) [nki-0x.md §4.3]."""
+    if ndim == 4:
+        return (3, 1, 2, 0)
+    return tuple(range(ndim - 1, -1, -1))
 
 
 # -- copies and fills ------------------------------------------------------------------------------
@@ -1258,6 +1276,19 @@ def nc_n_gather(dst, data, indices, name=None) -> NkiInstruction:
     return _done(E.emit_nc_n_gather(d, a, ix, loc=loc))
 
 
+def nonzero_with_count(dst, src, index_offset=0, padding_val=-1, name=None) -> NkiInstruction:
+    """GpSimd: on partitions 0, 16, ..., 112 of the tile (the first of each core) ``dst`` gets
+    the positions (plus ``index_offset``) of the partition's non-zero ``src`` elements, then
+    ``padding_val``, and the count as its last element; other partitions are untouched.
+    ``src`` fp32/int32 SBUF, ``dst`` int32 SBUF with one more element per partition."""
+    loc = caller_loc()
+    _dst_chip(dst, loc, "nonzero_with_count", allowed=("sbuf",))
+    d, s = _acc(dst, loc, "nonzero_with_count dst"), _acc(src, loc, "nonzero_with_count src")
+    return _done(
+        E.emit_nonzero_with_count(d, s, index_offset=index_offset, padding_val=padding_val, loc=loc)
+    )
+
+
 def dropout(dst, data, prob, name=None) -> NkiInstruction:
     """Zero each element with probability ``prob`` (deterministic per simulated call)."""
     loc = caller_loc()
@@ -1343,12 +1374,15 @@ def sendrecv(
                 allowed="SBUF",
                 got=getattr(getattr(x, "tensor", None), "buffer", type(x).__name__),
             )
-    if src.shape != dst.shape or src.dtype != dst.dtype:
+    # what one program sends lands in the other's dst, so src and dst of one call may differ
+    # in shape (uneven shards: (2, k) out, (3, k) in); the peer's src is checked against this
+    # dst when the programs meet
+    if src.dtype != dst.dtype:
         raise NkiError(
             "err_invalid_argument",
             loc,
             op="nisa.sendrecv",
-            why=f"src {src.shape} {dtypes.name(src.dtype)} and dst {dst.shape} {dtypes.name(dst.dtype)} must match",
+            why=f"src {dtypes.name(src.dtype)} and dst {dtypes.name(dst.dtype)} dtypes must match",
         )
 
     def complete(payloads: dict) -> None:
@@ -1400,7 +1434,6 @@ _NOT_MODELED = {
     "activate2": "the NC-v4 two-stage activation is not modeled",
     "exponential": "the NC-v4 VectorE exponential is not modeled",
     "tensor_scalar_cumulative": "not modeled",
-    "nonzero_with_count": "not modeled",
     "topk": "not modeled",
     "sequence_bounds": "not modeled",
     "rng": "random number generation is not modeled",
