@@ -18,7 +18,16 @@ ROOT = Path(importlib.util.find_spec("nkikit").submodule_search_locations[0])
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # the vocabulary every layer speaks: named errors, dtypes, the arrays a kernel is called
     # with, and the hardware numbers a profile carries
-    ("vocabulary", ("nkikit.errors", "nkikit.dtypes", "nkikit.arrays", "nkikit.target_info")),
+    (
+        "vocabulary",
+        (
+            "nkikit.errors",
+            "nkikit.dtypes",
+            "nkikit.arrays",
+            "nkikit.target_info",
+            "nkikit.collector",
+        ),
+    ),
     # the IR (data model, primitive records, verifier) and the targets it is verified against
     ("ir", ("nkikit.ir", "nkikit.targets")),
     # what builds IR and what runs it; neither knows a dialect
