@@ -5,6 +5,8 @@ NKI 0.7 traces kernels with Python, so every loop unrolls: a kernel at productio
 10^5 - 10^6 instructions.  The kernel here is the step the NKI Library repeats most -- a DMA
 of an input tile into SBUF, a TensorE matmul into PSUM, a PSUM -> SBUF copy, a DMA out -- in a
 Python ``for`` loop (4 IR ops per step), written in the dst-first dialect (``nkikit.nki``).
+Tiles are 128 x 128 fp32, as in the Beta-1 scale benchmark (``benchmarks/scale``), so the two
+rows of a size run the same computation: their first runs do the same BLAS work.
 
 ``python -m benchmarks.nki0x`` runs 10^3, 10^4 and 10^5 IR ops (each size in a subprocess of
 its own, so that its peak memory is its own); ``--million`` adds 10^6; ``--tiny`` is a smoke
@@ -33,7 +35,9 @@ if str(ROOT) not in sys.path:
 
 import numpy as np  # noqa: E402
 
-P, F, BLOCKS = 128, 512, 16
+# the tile shape of benchmarks/scale/kernels.py (a 128 x 512 tile would make the first run
+# four times the BLAS work of the Beta-1 row it is compared with)
+P, F, BLOCKS = 128, 128, 16
 DEFAULT_SIZES = (1_000, 10_000, 100_000)
 MILLION = 1_000_000
 TINY_SIZES = (100, 400)
