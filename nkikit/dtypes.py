@@ -222,8 +222,16 @@ def cast(x: np.ndarray, dt: np.dtype) -> np.ndarray:
 
 def to_f32(x: np.ndarray) -> np.ndarray:
     """Widen to fp32 for computation (engines compute in fp32)."""
-    if x.dtype == np.float32:
+    dt = x.dtype
+    if dt == np.float32:
         return x
+    if dt == bfloat16:
+        # a bf16 value is the top half of the fp32 with the same bits: widening by a shift
+        # gives exactly ``astype``'s bits (every one of the 65536 patterns, NaNs included)
+        # in ``astype``'s layout, at about twice its speed
+        u = x.view(np.uint16).astype(np.uint32)
+        u <<= 16
+        return u.view(np.float32)
     return x.astype(np.float32)
 
 

@@ -59,19 +59,32 @@ def _is_internal(filename: str) -> bool:
 def caller_loc() -> SourceLoc:
     """The innermost stack frame outside the nkikit package: the user's kernel line."""
     frame = sys._getframe(1)
-    while frame is not None and _is_internal(frame.f_code.co_filename):
+    internal = _INTERNAL
+    while frame is not None:
+        code = frame.f_code
+        # one dict look-up per frame (every traced instruction and tensor walks the stack)
+        flag = internal.get(code.co_filename)
+        if flag is None:
+            flag = internal[code.co_filename] = _is_internal(code.co_filename)
+        if not flag:
+            break
         frame = frame.f_back
     if frame is None:
         return UNKNOWN_LOC
-    code = frame.f_code
-    key = (code.co_filename, frame.f_lineno, code.co_name)
-    loc = _LOCS.get(key)
-    if loc is None:  # one object per source line: an unrolled loop's ops share theirs
-        loc = _LOCS[key] = SourceLoc(*key)
+    # keyed by the code object's id (hashing a code object hashes its contents); the entry
+    # holds the code object, so the id stays its own
+    key = (id(code), frame.f_lineno)
+    hit = _LOCS.get(key)
+    if hit is not None:
+        return hit[1]
+    loc = SourceLoc(code.co_filename, frame.f_lineno, code.co_name)
+    # one object per source line: an unrolled loop's ops share theirs
+    _LOCS[key] = (code, loc)
     return loc
 
 
-_LOCS: dict[tuple[str, int, str], SourceLoc] = {}
+_LOCS: dict[tuple[int, int], tuple[types.CodeType, SourceLoc]] = {}
+_INTERNAL: dict[str, bool] = {}  # file name -> _is_internal(file name)
 
 
 class NkiInternalError(RuntimeError):

@@ -5,6 +5,8 @@ NKI 0.7 traces kernels with Python, so every loop unrolls: a kernel at productio
 10^5 - 10^6 instructions.  The kernel here is the step the NKI Library repeats most -- a DMA
 of an input tile into SBUF, a TensorE matmul into PSUM, a PSUM -> SBUF copy, a DMA out -- in a
 Python ``for`` loop (4 IR ops per step), written in the dst-first dialect (``nkikit.nki``).
+Tiles are 128 x 128 fp32, as in the Beta-1 scale benchmark (``benchmarks/scale``), so the two
+rows of a size run the same computation: their first runs do the same BLAS work.
 
 ``python -m benchmarks.nki0x`` runs 10^3, 10^4 and 10^5 IR ops (each size in a subprocess of
 its own, so that its peak memory is its own); ``--million`` adds 10^6; ``--tiny`` is a smoke
@@ -33,7 +35,9 @@ if str(ROOT) not in sys.path:
 
 import numpy as np  # noqa: E402
 
-P, F, BLOCKS = 128, 512, 16
+# the tile shape of benchmarks/scale/kernels.py (a 128 x 512 tile would make the first run
+# four times the BLAS work of the Beta-1 row it is compared with)
+P, F, BLOCKS = 128, 128, 16
 DEFAULT_SIZES = (1_000, 10_000, 100_000)
 MILLION = 1_000_000
 TINY_SIZES = (100, 400)
@@ -139,25 +143,35 @@ def _child(ops: int) -> dict[str, Any]:
 def _markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     head = (
         "| IR ops | trace s | verify s | codegen s | first run s | compile s | profile s "
-        "| µs/op (all) | µs/op (trace+verify) | CPU µs/op (trace+verify) | peak MB "
+        "| µs/op (all) | µs/op (trace+verify) | CPU µs/op (trace+verify) "
+        "| CPU s trace / verify / codegen / first run | CPU s call→result | peak MB "
         "| matches numpy |\n"
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---:|\n"
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---:|\n"
     )
-    lines = [
-        f"| {r['ir_ops']:,} | {r['trace_s']:.2f} | {r['verify_s']:.2f} | {r['codegen_s']:.2f} "
-        f"| {r['first_run_s']:.2f} | {r['compile_s']:.2f} | {r['profile_s']:.2f} "
-        f"| {r['us_per_op']:.0f} | {r['trace_verify_us_per_op']:.0f} "
-        f"| {r['cpu_trace_verify_us_per_op']:.0f} | {r['peak_rss_mb']:.0f} "
-        f"| {'yes' if r['matches_numpy'] else 'NO'} |"
-        for r in rows
-    ]
+    lines = []
+    for r in rows:
+        c = r["cpu_s"]
+        call = c["trace"] + c["verify"] + c["codegen"] + c["first_run"]
+        lines.append(
+            f"| {r['ir_ops']:,} | {r['trace_s']:.2f} | {r['verify_s']:.2f} | {r['codegen_s']:.2f} "
+            f"| {r['first_run_s']:.2f} | {r['compile_s']:.2f} | {r['profile_s']:.2f} "
+            f"| {r['us_per_op']:.0f} | {r['trace_verify_us_per_op']:.0f} "
+            f"| {r['cpu_trace_verify_us_per_op']:.0f} "
+            f"| {c['trace']:.2f} / {c['verify']:.2f} / {c['codegen']:.2f} / {c['first_run']:.2f} "
+            f"| {call:.2f} | {r['peak_rss_mb']:.0f} "
+            f"| {'yes' if r['matches_numpy'] else 'NO'} |"
+        )
+    load = meta.get("load")
     return (
         "# NKI 0.x size benchmark\n\n"
         f"`python -m benchmarks.nki0x` on {meta['machine']} ({meta['cpus']} CPUs), "
-        f"{meta['date']}. One subprocess per size; an unrolled load -> matmul -> copy -> store "
-        "loop written dst-first (`nkikit.nki`).  Times are wall clock; the CPU column is "
-        "the process's own CPU time, which other processes on a busy machine do not "
-        "inflate.\n\n" + head + "\n".join(lines) + "\n"
+        f"{meta['date']}"
+        + (f", load average {load} at the start" if load else "")
+        + ". One subprocess per size; an unrolled load -> matmul -> copy -> store "
+        "loop written dst-first (`nkikit.nki`), 128 x 128 fp32 tiles as in "
+        "`benchmarks/scale`.  Times are wall clock; the CPU columns are the process's own "
+        "CPU time, which other processes on a busy machine do not inflate (*call→result*: "
+        "trace + verify + fast-path codegen + first run).\n\n" + head + "\n".join(lines) + "\n"
     )
 
 
@@ -167,11 +181,19 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--tiny", action="store_true", help="two small sizes (a smoke test)")
     ap.add_argument("--out", type=Path, default=HERE, help="folder for results.{json,md}")
     ap.add_argument("--one", type=int, help=argparse.SUPPRESS)
+    ap.add_argument(
+        "--markdown", action="store_true", help="rewrite results.md from results.json in --out"
+    )
     args = ap.parse_args(argv)
+    if args.markdown:
+        data = json.loads((args.out / "results.json").read_text())
+        (args.out / "results.md").write_text(_markdown(data["rows"], data["meta"]))
+        return
     if args.one:
         print(json.dumps(measure(args.one)))
         return
     sizes = TINY_SIZES if args.tiny else DEFAULT_SIZES + ((MILLION,) if args.million else ())
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else ""
     rows = []
     for ops in sizes:
         row = _child(ops)
@@ -182,6 +204,7 @@ def main(argv: list[str] | None = None) -> None:
             flush=True,
         )
     meta = {
+        "load": load,
         "machine": platform.machine(),
         "cpus": os.cpu_count(),
         "date": time.strftime("%Y-%m-%d"),

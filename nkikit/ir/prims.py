@@ -25,6 +25,7 @@ by the primitive's name as JAX keys its rules by primitive: the simulation rule
 
 from __future__ import annotations
 
+import enum
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -948,8 +949,26 @@ def check_op(
     required one or a value of the wrong type, and ``EngineChoiceError`` for an engine the
     primitive does not run on."""
     p = PRIMS.get(name) or prim(name)
-    # an unrolled kernel checks the same few kinds of op again and again: the record checks
-    # read only the operand types and the attribute names and types
+    # an unrolled kernel emits the same few kinds of op again and again: the checks read only
+    # the operand types and the attribute names and types, and the complete attributes
+    # depend on the given values only.  Both are remembered under one key when every value
+    # is a plain scalar, keyed with its type (1, 1.0 and True stay apart; floats by repr, so
+    # 0.0 and -0.0 do too); other values (dtypes, whose equality ignores metadata; tuples;
+    # arrays) are completed each time.
+    vkey: tuple | None = (name, *map(type, outs), None, *map(type, ins))
+    for k, v in attrs.items():
+        t = type(v)
+        if t is float:
+            vkey += ((k, t, repr(v)),)
+        elif t in _PLAIN_ATTR or isinstance(v, enum.Enum):
+            vkey += ((k, t, v),)
+        else:
+            vkey = None
+            break
+    if vkey is not None:
+        done = _FULL.get(vkey)
+        if done is not None:
+            return dict(done)
     key = (
         name,
         *[type(o) for o in outs],
@@ -960,6 +979,14 @@ def check_op(
     if key not in _CHECKED:
         _check_record(p, outs, ins, attrs)
         _CHECKED.add(key)
+    full = _complete(name, p, attrs)
+    if vkey is not None and len(_FULL) < _FULL_MAX:
+        _FULL[vkey] = dict(full)
+    return full
+
+
+def _complete(name: str, p: Prim, attrs: Mapping[str, Any]) -> dict[str, Any]:
+    """``check_op``'s complete attributes for ``attrs`` (engine rules applied)."""
     full: dict[str, Any] = {}
     for k, value in attrs.items():
         a = p.attr_index[k]
@@ -980,6 +1007,11 @@ def check_op(
 
 # (primitive, output types, None, input types, (attribute, type) ...) that passed _check_record
 _CHECKED: set[tuple] = set()
+# (name, output types, None, input types, (attribute, type, value)...) -> complete
+# attributes of an op that passed _check_record, for check_op
+_FULL: dict[tuple, dict[str, Any]] = {}
+_FULL_MAX = 1 << 16
+_PLAIN_ATTR = frozenset({str, int, bool, type(None)})
 
 
 def _check_record(

@@ -41,3 +41,16 @@ def test_an_engine_is_checked_on_every_op_of_a_kind():
     prims.check_op("memset", [tile(128, 8)], [], {"value": 1.0, "engine": "gpsimd"})
     with pytest.raises(EngineChoiceError):
         prims.check_op("memset", [tile(128, 8)], [], {"value": 1.0, "engine": "tensor"})
+
+
+def test_a_repeated_op_gets_a_dict_of_its_own():
+    first = prims.check_op("memset", [tile(128, 8)], [], {"value": 2.0})
+    first["value"] = 99.0  # a later pass may rewrite an op's attributes
+    again = prims.check_op("memset", [tile(128, 8)], [], {"value": 2.0})
+    assert again == {"value": 2.0, "engine": "vector"}
+
+
+def test_values_that_compare_equal_keep_their_types():
+    for value in (1.0, 1, True, 1.0, 1):
+        got = prims.check_op("memset", [tile(128, 8)], [], {"value": value})
+        assert type(got["value"]) is type(value)

@@ -105,6 +105,40 @@ def test_matmul_accumulates_after_first_write_and_transpose():
     np.testing.assert_array_equal(tt, res.T)
 
 
+def test_matmul_over_regions_written_in_parts():
+    """A matmul whose PSUM region earlier writes covered piece by piece: it accumulates where
+    matmuls wrote every element, overwrites where another instruction wrote last."""
+    M, N = 64, 32
+    a = rng.standard_normal((128, M)).astype(np.float32)
+    b = rng.standard_normal((128, N)).astype(np.float32)
+
+    @nki.jit
+    def k(lhsT, rhs):
+        s, m = _load(lhsT), _load(rhs)
+        acc = nl.ndarray((M, 2 * N), dtype=nl.float32, buffer=nl.psum)
+        nisa.nc_matmul(dst=acc[:, 0:N], stationary=s, moving=m)
+        nisa.nc_matmul(dst=acc[:, N : 2 * N], stationary=s, moving=m)
+        both = nl.ndarray((128, 2 * N), dtype=nl.float32, buffer=nl.sbuf)  # rhs twice
+        nisa.tensor_copy(dst=both[:, 0:N], src=m)
+        nisa.tensor_copy(dst=both[:, N : 2 * N], src=m)
+        nisa.nc_matmul(dst=acc, stationary=s, moving=both)  # every element: a matmul's
+        first = nl.ndarray((M, 2 * N), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=first, src=acc)
+        nisa.memset(dst=acc[:, 0:N], value=0.0)
+        nisa.memset(dst=acc[:, N : 2 * N], value=0.0)
+        nisa.nc_matmul(dst=acc[:, N // 2 : N + N // 2], stationary=s, moving=both[:, 0:N])
+        second = nl.ndarray((M, 2 * N), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=second, src=acc)
+        return _store(first), _store(second)
+
+    first, second = k(a, b)
+    ab = a.T @ b
+    np.testing.assert_allclose(first, np.hstack([2 * ab, 2 * ab]), rtol=1e-4, atol=1e-4)
+    want = np.zeros((M, 2 * N), np.float32)
+    want[:, N // 2 : N + N // 2] = ab
+    np.testing.assert_allclose(second, want, rtol=1e-4, atol=1e-4)
+
+
 def test_reduce_iota_select_memset_reciprocal():
     @nki.jit
     def k(x):

@@ -401,11 +401,17 @@ def _matmul_written(d: Access):
     if all(r[:3] == q[:3] for r, _ in writes):
         return writes[-1][1]  # the same region written before: its last writer decides
     mine = _elements(d)
-    pos = {int(e): i for i, e in enumerate(mine)}
+    # each element of ``mine`` by value, at the last position it takes there; found per write
+    # by a binary search (element by element in Python, a large tile against many writes
+    # made tracing a flash-attention backward kernel take seconds)
+    rev = mine[::-1]
+    elems, first_rev = np.unique(rev, return_index=True)
+    last_pos = len(mine) - 1 - first_rev
     state = np.zeros(mine.shape, dtype=bool)
-    for r, m in writes:
-        hit = [pos[int(e)] for e in _elements(r[4]) if int(e) in pos]
-        state[hit] = m
+    for r, m in writes if len(elems) else ():
+        e = _elements(r[4])
+        k = np.minimum(np.searchsorted(elems, e), len(elems) - 1)
+        state[last_pos[k[elems[k] == e]]] = m
     return True if state.all() else False if not state.any() else state
 
 

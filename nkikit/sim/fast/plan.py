@@ -38,6 +38,13 @@ def writes_all(op: Op) -> bool:
     return bool(PRIMS[op.prim].outs) and not writes_partially(op)
 
 
+def _find(stmts: list, s: object, start: int) -> int | None:
+    """The position of statement ``s`` (by identity) in ``stmts`` from ``start`` on."""
+    if start < len(stmts) and stmts[start] is s:
+        return start
+    return next((j for j in range(start + 1, len(stmts)) if stmts[j] is s), None)
+
+
 def _loops_in(s: Loop):
     """(loop, depth) for ``s`` and every loop nested in it."""
     out = [(s, 0)]
@@ -89,7 +96,13 @@ class Planner(Accesses):
 
     def _mark(self, cov: np.ndarray, t: Tensor, writes: list[Access], free: set[Sym]) -> bool:
         """Set ``cov`` where ``writes`` write; False when that cannot be enumerated."""
+        seen: set[tuple] = set()
         for acc in writes:
+            # an unrolled kernel writes the same few regions again and again: mark each once
+            key = (acc.tensor.uid, acc.shape, acc.index)
+            if key in seen:
+                continue
+            seen.add(key)
             syms = [s for s in acc.syms if not isinstance(s, Axis)]
             if any(s not in free for s in syms):
                 return False
@@ -334,8 +347,11 @@ class Planner(Accesses):
             w = ws[0]
             # the writer must be a plain statement of this body, after the Alloc, with no
             # read of t in between (that read would see the poison)
-            pos = next((j for j in range(i + 1, len(stmts)) if stmts[j] is w), None)
-            if pos is None or any(self._mentions(x, t, True) for x in stmts[i + 1 : pos]):
+            # (an unrolled kernel writes most tiles in the statement after their Alloc)
+            pos = _find(stmts, w, i + 1)
+            if pos is None or (
+                pos > i + 1 and any(self._mentions(x, t, True) for x in stmts[i + 1 : pos])
+            ):
                 continue
             out = w.outs[0] if len(w.outs) == 1 else None
             if self._plain_copy(w) and out is not None and out.tensor is t and self.whole(out):
@@ -357,7 +373,7 @@ class Planner(Accesses):
             if len(rs) != 1 or not any(o.tensor is t and self.whole(o) for o in w.outs):
                 continue
             st_op = rs[0]
-            spos = next((j for j in range(pos + 1, len(stmts)) if stmts[j] is st_op), None)
+            spos = _find(stmts, st_op, pos + 1)
             if spos is None or not self._plain_copy(st_op) or st_op.ins[0].tensor is not t:
                 continue
             src, dst = st_op.ins[0], st_op.outs[0]
@@ -380,8 +396,9 @@ class Planner(Accesses):
                 or executor(w.prim).reference
             ):
                 continue
-            between = stmts[pos + 1 : spos]
-            if any(self._mentions(x, droot, False) for x in between):
+            if spos > pos + 1 and any(
+                self._mentions(x, droot, False) for x in stmts[pos + 1 : spos]
+            ):
                 continue
             code = self.static_access(dst, True)
             if code is None or not code.layout_exact:
