@@ -50,7 +50,8 @@ CHILD = textwrap.dedent(
         from huggingface_hub import HfApi  # HTTP client, whose SSL context loads the CA store
         from huggingface_hub.utils import get_session
         get_session()
-    kw = dict(endpoint=url, cache_dir=cache, lockfile=False)
+    # the bench's own loopback hub: trust is tied to an endpoint, so it is granted per call
+    kw = dict(endpoint=url, cache_dir=cache, lockfile=False, trust_remote_code=True)
     if mode == "commit":
         kw["revision"] = sys.argv[5]
     else:
@@ -185,13 +186,18 @@ def main() -> int:
     disable_progress_bars()
     with tempfile.TemporaryDirectory(prefix="nkikit-bench-") as tmp:
         work = Path(tmp)
-        with running_hub(work / "hub") as url:
+        with running_hub(work / "hub", reserved_namespaces=()) as url:
             pub = kernels.publish(
                 ROOT / "kernels" / "rmsnorm", "nkikit/rmsnorm", endpoint=url, run_tests=False
             )
             pulls = pull_latency(url, pub.commit, work)
             k = kernels.pull(
-                "nkikit/rmsnorm", version=1, endpoint=url, cache_dir=work / "cache0", lockfile=False
+                "nkikit/rmsnorm",
+                version=1,
+                endpoint=url,
+                cache_dir=work / "cache0",
+                lockfile=False,
+                trust_remote_code=True,
             )
         calls = op_overhead(k)
     results = {**pulls, **calls}
