@@ -119,7 +119,10 @@ def create_app(
 
 
 def _header_safe(text: str) -> str:
-    return text.encode("ascii", "replace").decode().replace("\r", " ").replace("\n", " ")[:1000]
+    # ASCII without control characters: a NUL or newline from a client's input (echoed in the
+    # message) would make the header line illegal, and the client would see no answer at all.
+    ascii_text = text.encode("ascii", "replace").decode()
+    return "".join(c if 32 <= ord(c) < 127 else " " for c in ascii_text)[:1000]
 
 
 def _error_response(err: HubError) -> Response:

@@ -20,7 +20,6 @@ from huggingface_hub.errors import HfHubHTTPError
 from huggingface_hub.utils import get_session
 
 from nkikit.hub import running_hub
-from nkikit.hub.server import reserved_namespaces
 
 
 def _session():
@@ -57,6 +56,8 @@ def test_a_hub_without_token_keeps_the_trusted_namespace_read_only(hub_root: Pat
 
 
 def test_hub_serve_reserves_default_and_advertised_namespaces() -> None:
+    from nkikit.hub.server import reserved_namespaces
+
     assert reserved_namespaces([], []) == ("nkikit",)
     assert reserved_namespaces(["acme"], []) == ("nkikit", "acme")
     assert reserved_namespaces(["acme"], ["nkikit"]) == ("acme",)

@@ -44,6 +44,16 @@ def _isolated_env(monkeypatch: pytest.MonkeyPatch, hub_url: str) -> None:
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _trust_the_session_hub(hub_url: str) -> Iterator[None]:
+    """The same trust list for session- and module-scoped fixtures, which pull before any
+    function-scoped fixture has run."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("NKIKIT_TRUSTED_ORGS", f"nkikit@{hub_url}")
+    yield
+    mp.undo()
+
+
 @pytest.fixture(scope="session")
 def hub_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """An open (no token) hub on a free loopback port for the whole session, with `nkikit/*`

@@ -16,23 +16,18 @@ from pathlib import Path
 import pytest
 from huggingface_hub import constants
 
-from nkikit.registry.anchor import TREES_DIR
 from nkikit.registry.digests import METADATA_FILE, digest_folder, git_blob_sha1
 from nkikit.registry.errors import IntegrityError, LockMismatchError, UntrustedKernelError
 from nkikit.registry.lock import lock
 from nkikit.registry.names import parse_repo_id
 from nkikit.registry.pull import pull
 from nkikit.registry.resolve import repo_cache_dir
-from nkikit.registry.trust import (
-    DEFAULT_TRUSTED_ORGS,
-    PUBLIC_ENDPOINT,
-    TRUSTED_ORGS_ENV,
-    is_trusted,
-    normalize_endpoint,
-)
+from nkikit.registry.trust import DEFAULT_TRUSTED_ORGS, TRUSTED_ORGS_ENV, is_trusted
 
 REPO = "nkikit/tiny-rmsnorm"
 DEAD = "http://127.0.0.1:9"
+PUBLIC_ENDPOINT = "https://huggingface.co"
+TREES_DIR = "nkikit-trees"  # where a pull records the commit's tree (nkikit.registry.anchor)
 
 
 # -- trust ---------------------------------------------------------------------------------
@@ -74,6 +69,8 @@ def test_a_bad_endpoint_in_an_entry_is_an_error(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setenv(TRUSTED_ORGS_ENV, "acme@hub.internal")
     with pytest.raises(ValueError, match="acme@hub.internal"):
         is_trusted(parse_repo_id("acme/k"), PUBLIC_ENDPOINT)
+    from nkikit.registry.trust import normalize_endpoint
+
     assert normalize_endpoint("HTTPS://[::1]:443/x/") == "https://[::1]/x"
 
 
