@@ -7,7 +7,13 @@ branch 'release' followed by a folder 'v1'. Every route below is one `case` of `
 Errors leave as `{"error": message}` with the `X-Error-Code` / `X-Error-Message` headers the client
 maps to its named exceptions (see errors.py). Auth: with a token configured, writes, whoami and
 private repos need `Authorization: Bearer <token>`; a private repo hidden from a caller answers
-exactly like a missing one. With no token configured the hub is open.
+exactly like a missing one. With no token configured the hub is open, except for its reserved
+namespaces (by default the ones nkikit's client trusts): they are read-only, since anyone could
+otherwise publish under a trusted name.
+
+Limits: a request body is read in chunks up to `max_upload_bytes` (413 beyond; commits are
+streamed to disk, see upload.py), card metadata is parsed with a size and an expanded-node limit,
+and malformed input of any kind is a 4xx: a 500 means a bug or corrupt storage.
 """
 
 from __future__ import annotations

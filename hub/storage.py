@@ -21,6 +21,10 @@ Contract:
   across threads and processes; reads take no lock.
 - A commit is a full snapshot: path -> (git blob sha1, sha256, size). The git sha1 is what the Hub
   reports as a regular file's `oid` and `ETag`, so `huggingface_hub` can skip unchanged uploads.
+- A repo whose path under the root goes through a symlink does not exist: a link out of the root
+  would read and write elsewhere, a link to another repo would give it two names and two locks.
+- A blob is served only after its size and sha256 are checked against the commit (once per
+  version of the file on disk), so storage corruption is an error, never wrong bytes.
 """
 
 from __future__ import annotations
