@@ -56,6 +56,12 @@ def _ok(response) -> None:  # noqa: ANN001
     )
 
 
+def _cursor(sha: str, offset: str) -> str:
+    import base64
+
+    return base64.urlsafe_b64encode(f"{sha}:{offset}".encode()).decode()
+
+
 # -- the faults found by hand, as fixed cases ---------------------------------------------------
 
 
@@ -65,6 +71,9 @@ def _ok(response) -> None:  # noqa: ANN001
         ("GET", "/api/models?limit=%C2%B2", None),  # '²'.isdigit() is True, int('²') fails
         ("GET", "/api/models?limit=%D9%A3", None),  # an Arabic-Indic digit
         ("GET", "/api/models/org/k/tree/main?cursor=%C2%B2", None),
+        # a well-formed cursor whose offset is a unicode digit: "<40 hex>:²", base64
+        ("GET", f"/api/models/org/k/tree/main?cursor={_cursor('a' * 40, '²')}", None),
+        ("GET", f"/api/models/org/k/commits/main?cursor={_cursor('a' * 40, '٣')}", None),
         ("POST", "/api/repos/create", {"name": ["k"], "type": "model"}),
         ("POST", "/api/repos/create", {"name": "x", "type": ["model"]}),
         ("POST", "/api/repos/create", {"name": "x", "organization": 7}),
