@@ -225,3 +225,12 @@ def test_fuzz_commit_payloads_never_answer_500(fuzz_hub, lines, raw, cut) -> Non
 def test_fuzz_card_metadata_never_answers_500(fuzz_hub, card, head) -> None:  # noqa: ANN001
     r = get_session().post(f"{fuzz_hub}/api/validate-yaml", json={"content": head + card})
     _ok(r)
+
+
+@pytest.mark.slow
+@settings(FUZZ, max_examples=3000)
+@given(route=st.sampled_from(ROUTES), segments=st.tuples(_segment, _segment), query=_query,
+       body=_bodies)  # fmt: skip
+def test_fuzz_routes_long(fuzz_hub, route, segments, query, body) -> None:  # noqa: ANN001
+    """The slow suite's longer run of the route fuzz (all routes drawn together)."""
+    test_fuzz_routes_never_answer_500.hypothesis.inner_test(fuzz_hub, *route, segments, query, body)
