@@ -24,9 +24,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .digests import METADATA_FILE, git_blob_sha1, variant_files
 from .errors import IntegrityError
@@ -78,6 +79,25 @@ def remote_trees(
         )
         out.setdefault(parts[1], {})[rel] = str(oid).lower()
     return out
+
+
+def tree_from_listing(entries: Iterable[Mapping[str, Any]], folder: str) -> dict[str, str]:
+    """{path relative to `folder`: oid} from the Hub's JSON tree entries (files only; the LFS
+    sha256 for an LFS file, the git blob id otherwise; bytecode skipped)."""
+    files: dict[str, str] = {}
+    prefix = folder.rstrip("/") + "/"
+    for e in entries:
+        path = e.get("path")
+        if e.get("type") != "file" or not isinstance(path, str) or not path.startswith(prefix):
+            continue
+        rel = path[len(prefix) :]
+        if rel.endswith(".pyc") or "__pycache__" in rel.split("/"):
+            continue
+        lfs = e.get("lfs")
+        oid = (lfs.get("oid") or lfs.get("sha256")) if isinstance(lfs, dict) else e.get("oid")
+        if isinstance(oid, str):
+            files[rel] = oid.lower()
+    return files
 
 
 def _record_path(cache_dir: Path, repo: RepoId, sha: str, variant: str) -> Path:

@@ -12,7 +12,7 @@ import json
 from collections.abc import Mapping
 from pathlib import Path
 
-from .anchor import Tree, remote_trees, tree_files_present
+from .anchor import Tree, tree_files_present, tree_from_listing
 from .digests import METADATA_FILE
 from .errors import (
     DownloadError,
@@ -21,7 +21,7 @@ from .errors import (
     RevisionNotFoundError,
     VariantNotFoundError,
 )
-from .hubclient import transport_errors
+from .hubclient import endpoint_url, list_tree, transport_errors
 from .names import REPO_TYPE, RepoId
 from .resolve import repo_cache_dir
 
@@ -104,23 +104,36 @@ def fetch_variant(
     return variant_dir
 
 
-def fetch_tree(api, repo: RepoId, sha: str, variant: str, origin: str) -> Tree | None:  # noqa: ANN001
+def fetch_tree(
+    api,
+    repo: RepoId,
+    sha: str,
+    variant: str,
+    origin: str,
+    *,
+    endpoint: str | None,
+    token: str | None,
+) -> Tree | None:  # noqa: ANN001
     """The variant's tree at commit `sha` as the Hub reports it; None when the Hub cannot be
-    reached (the caller falls back to what the cache recorded).
+    reached (the caller falls back to what the cache recorded). One request, made without
+    importing huggingface_hub's HfApi (`api` is used only to word a missing-variant error).
 
     Raises KernelNotFoundError, RevisionNotFoundError, VariantNotFoundError, DownloadError.
     """
     from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError, RepositoryNotFoundError
     from huggingface_hub.errors import RevisionNotFoundError as HfRevisionNotFound
 
+    where = endpoint_url(endpoint)
+    folder = f"build/{variant}"
     try:
-        files = remote_trees(api, str(repo), sha, variant).get(variant)
+        entries = list_tree(endpoint, token, REPO_TYPE, str(repo), sha, folder)
+        files = tree_from_listing(entries, folder)
     except RepositoryNotFoundError:
-        raise KernelNotFoundError(f"kernel repo {repo} not found at {api.endpoint}") from None
+        raise KernelNotFoundError(f"kernel repo {repo} not found at {where}") from None
     except HfRevisionNotFound:
-        raise RevisionNotFoundError(f"{repo} has no revision {sha!r} at {api.endpoint}") from None
+        raise RevisionNotFoundError(f"{repo} has no revision {sha!r} at {where}") from None
     except EntryNotFoundError:
-        files = None
+        files = {}
     except HfHubHTTPError as e:
         raise DownloadError(
             f"listing the files of {repo}@{sha[:12]} ({variant}) failed: {_first_line(e)}"

@@ -159,11 +159,13 @@ def _anchor_tree(
     cache: Path,
     offline: bool,
     origin: str,
+    endpoint: str | None,
+    token: str | None,
 ) -> Tree | None:  # noqa: ANN001
     """The commit's tree to check the variant against: from the Hub when it can be asked
     (recorded for later), else the record of the last online pull (None: none recorded)."""
     if not offline:
-        tree = fetch_tree(api, repo, sha, variant, origin)
+        tree = fetch_tree(api, repo, sha, variant, origin, endpoint=endpoint, token=token)
         if tree is not None:
             record_tree(cache, repo, sha, variant, tree)
             return tree
@@ -196,7 +198,7 @@ def _locate(
     api = LazyHfApi(endpoint, token)
     found = _resolve(api, repo, version, revision, lock, cache, offline)
     here = effective_endpoint(endpoint)
-    tree = _anchor_tree(api, repo, found.sha, variant, cache, offline, here)
+    tree = _anchor_tree(api, repo, found.sha, variant, cache, offline, here, endpoint, token)
     variant_dir = fetch_variant(
         api,
         repo,
