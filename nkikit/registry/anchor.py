@@ -5,12 +5,14 @@ cache folder as the code it describes: whoever can change one can change both. T
 commit. For every file of `build/<variant>/` at a commit the Hub reports a git blob id (or, for an
 LFS file, its sha256); a file's content either hashes to that id or it is not the published file.
 
-  - Online, every pull asks the Hub for the variant's tree at the resolved commit (one request)
+  - A pull that asks the Hub anyway (it resolves a version, branch or tag), or that finds no
+    record, asks for the variant's tree at the resolved commit (one request, no HfApi import)
     and records it, with the endpoint it came from, beside the HF cache's own records
     (`<repo cache>/nkikit-trees/<commit>/<variant>.json`).
-  - Offline (or with the Hub unreachable) the recorded tree is used; without one (a cache filled
-    by another client), the ids the HF cache itself recorded: each snapshot file links to
-    `blobs/<etag>`, the etag being the git blob id or LFS sha256.
+  - A pull by exact commit or lockfile (which makes no request by design), offline, or with the
+    Hub unreachable, uses the recorded tree; without one (a cache filled by another client), the
+    ids the HF cache itself recorded: each snapshot file links to `blobs/<etag>`, the etag being
+    the git blob id or LFS sha256.
   - Every file is checked against its id at every load, metadata.json included; a file present
     but not in the tree, or in the tree but missing, is refused too.
 

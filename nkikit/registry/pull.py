@@ -154,7 +154,7 @@ def _check_backend(variant: str, variant_dir: Path) -> None:
 def _anchor_tree(
     api,
     repo: RepoId,
-    sha: str,
+    found: Resolved,
     variant: str,
     cache: Path,
     offline: bool,
@@ -162,14 +162,21 @@ def _anchor_tree(
     endpoint: str | None,
     token: str | None,
 ) -> Tree | None:  # noqa: ANN001
-    """The commit's tree to check the variant against: from the Hub when it can be asked
-    (recorded for later), else the record of the last online pull (None: none recorded)."""
-    if not offline:
-        tree = fetch_tree(api, repo, sha, variant, origin, endpoint=endpoint, token=token)
-        if tree is not None:
-            record_tree(cache, repo, sha, variant, tree)
-            return tree
-    return recorded_tree(cache, repo, sha, variant)
+    """The commit's tree to check the variant against (None: nothing recorded, offline).
+
+    A pull that resolved a version, branch or tag has just asked the Hub, so it asks for the
+    tree too (one more request) and records it. A pull by exact commit or lockfile makes no
+    request by design: it uses the tree recorded at the pull that downloaded the build, and asks
+    the Hub only when there is none. Offline, or with the Hub unreachable: the record.
+    """
+    recorded = recorded_tree(cache, repo, found.sha, variant)
+    if offline or (found.ref is None and recorded is not None):
+        return recorded
+    tree = fetch_tree(api, repo, found.sha, variant, origin, endpoint=endpoint, token=token)
+    if tree is None:
+        return recorded
+    record_tree(cache, repo, found.sha, variant, tree)
+    return tree
 
 
 def _locate(
@@ -198,7 +205,7 @@ def _locate(
     api = LazyHfApi(endpoint, token)
     found = _resolve(api, repo, version, revision, lock, cache, offline)
     here = effective_endpoint(endpoint)
-    tree = _anchor_tree(api, repo, found.sha, variant, cache, offline, here, endpoint, token)
+    tree = _anchor_tree(api, repo, found, variant, cache, offline, here, endpoint, token)
     variant_dir = fetch_variant(
         api,
         repo,
