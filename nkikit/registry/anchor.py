@@ -33,6 +33,7 @@ from typing import Any
 
 from .digests import METADATA_FILE, git_blob_sha1, variant_files
 from .errors import IntegrityError
+from .hubclient import list_tree
 from .names import REPO_TYPE, RepoId
 from .resolve import repo_cache_dir
 
@@ -52,35 +53,21 @@ class Tree:
 
 
 def remote_trees(
-    api, repo_id: str, sha: str, variant: str | None = None
-) -> dict[str, dict[str, str]]:  # noqa: ANN001
-    """{variant: {path relative to the variant: oid}} from the Hub's listing of `build/` (or of
-    `build/<variant>/`) at commit `sha`; bytecode is skipped, as it never belongs to a build.
+    endpoint: str | None, token: str | None, repo_id: str, sha: str
+) -> dict[str, dict[str, str]]:
+    """{variant: {path relative to the variant: oid}} for every variant under `build/` at commit
+    `sha`, from the Hub's listing (one request per page).
 
-    Raises what `HfApi.list_repo_tree` raises (EntryNotFoundError when the folder is missing).
+    Raises what `hubclient.list_tree` raises (EntryNotFoundError when there is no `build/`).
     """
-    folder = "build" if variant is None else f"build/{variant}"
-    out: dict[str, dict[str, str]] = {}
-    for e in api.list_repo_tree(
-        repo_id, path_in_repo=folder, recursive=True, revision=sha, repo_type=REPO_TYPE
-    ):
-        blob_id = getattr(e, "blob_id", None)
-        if blob_id is None:  # a folder
-            continue
-        parts = e.path.split("/")
-        if len(parts) < 3:
-            continue
-        rel = "/".join(parts[2:])
-        if rel.endswith(".pyc") or "__pycache__" in parts:
-            continue
-        lfs = getattr(e, "lfs", None)
-        oid = (
-            getattr(lfs, "sha256", None)
-            or (lfs.get("sha256") if isinstance(lfs, dict) else None)
-            or blob_id
-        )
-        out.setdefault(parts[1], {})[rel] = str(oid).lower()
-    return out
+    entries = list(list_tree(endpoint, token, REPO_TYPE, repo_id, sha, "build"))
+    variants = {
+        e["path"].split("/")[1]
+        for e in entries
+        if e.get("type") == "file" and isinstance(e.get("path"), str) and e["path"].count("/") >= 2
+    }
+    trees = {v: tree_from_listing(entries, f"build/{v}") for v in sorted(variants)}
+    return {v: files for v, files in trees.items() if files}
 
 
 def tree_from_listing(entries: Iterable[Mapping[str, Any]], folder: str) -> dict[str, str]:

@@ -138,12 +138,14 @@ def parse_dependencies(deps: object) -> dict[str, int | None]:
     return out
 
 
-def remote_variant_hashes(api, repo_id: str, sha: str) -> dict[str, str]:  # noqa: ANN001
+def remote_variant_hashes(
+    endpoint: str | None, token: str | None, repo_id: str, sha: str
+) -> dict[str, str]:
     """Per variant under `build/`, its lock hash computed from the Hub's tree listing at `sha`."""
     from huggingface_hub.errors import EntryNotFoundError
 
     try:
-        trees = remote_trees(api, repo_id, sha)
+        trees = remote_trees(endpoint, token, repo_id, sha)
     except EntryNotFoundError:
         return {}
     return {v: lock_hash(files.items()) for v, files in trees.items()}
