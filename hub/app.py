@@ -7,7 +7,13 @@ branch 'release' followed by a folder 'v1'. Every route below is one `case` of `
 Errors leave as `{"error": message}` with the `X-Error-Code` / `X-Error-Message` headers the client
 maps to its named exceptions (see errors.py). Auth: with a token configured, writes, whoami and
 private repos need `Authorization: Bearer <token>`; a private repo hidden from a caller answers
-exactly like a missing one. With no token configured the hub is open.
+exactly like a missing one. With no token configured the hub is open, except for its reserved
+namespaces (by default the ones nkikit's client trusts): they are read-only, since anyone could
+otherwise publish under a trusted name.
+
+Limits: a request body is read in chunks up to `max_upload_bytes` (413 beyond; commits are
+streamed to disk, see upload.py), card metadata is parsed with a size and an expanded-node limit,
+and malformed input of any kind is a 4xx: a 500 means a bug or corrupt storage.
 """
 
 from __future__ import annotations
@@ -27,11 +33,15 @@ from urllib.parse import quote, unquote_to_bytes, urlencode, urlsplit
 import yaml
 from flask import Flask, Request, Response, jsonify, request, send_file
 from werkzeug.exceptions import HTTPException
+from werkzeug.http import parse_range_header
+
+from nkikit.registry.trust import DEFAULT_TRUSTED_ORGS
 
 from . import names
 from .errors import (
     BadRequest,
     EntryNotFound,
+    Forbidden,
     HubError,
     NotFound,
     RepoNotFound,
@@ -40,10 +50,14 @@ from .errors import (
 )
 from .names import RepoRef, check_folder_path, check_repo_path, is_commit_sha
 from .storage import AddFile, Commit, CommitOp, DeleteFile, DeleteFolder, RepoMeta, Storage
+from .upload import decode_base64_file, ndjson_lines, read_body, read_small_body
 
 log = logging.getLogger("nkikit.hub")
 
 DEFAULT_USER = "local"
+DEFAULT_MAX_UPLOAD = 1 << 30  # 1 GiB per request body
+MAX_CARD_METADATA = 64 << 10  # bytes of a card's YAML front matter
+MAX_CARD_NODES = 10_000  # YAML nodes of card metadata once aliases are expanded
 _PLURALS = tuple(names.TYPE_BY_PLURAL)  # ("models", "datasets", "spaces", "kernels")
 _TYPED_PREFIXES = ("datasets", "spaces", "kernels")  # download URLs of models have no prefix
 _ALL_METHODS = ["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH"]
@@ -57,6 +71,8 @@ def create_app(
     trusted_orgs: Iterable[str] = (),
     page_size: int = 1000,
     failpoint: str | None = None,
+    reserved_namespaces: Iterable[str] | None = None,
+    max_upload_bytes: int = DEFAULT_MAX_UPLOAD,
 ) -> Flask:
     """A WSGI app serving the repos stored under `root` (created if missing).
 
@@ -65,8 +81,23 @@ def create_app(
     trusted_orgs: namespaces reported as `trustedKernelPublisher` ("*" = every namespace).
     page_size: entries per page of tree listings (the Hub uses 1000; 50 when expanded).
     failpoint: testing only, see storage.Failpoint.
+    reserved_namespaces: namespaces that only an authenticated writer may write to, so that on
+      a hub without a token they are read-only (the default, None: the namespaces nkikit's
+      client trusts by default, plus `trusted_orgs`; "*" reserves every namespace; () none).
+    max_upload_bytes: the largest request body accepted (413 beyond).
     """
-    api = HubApi(Storage(root, failpoint=failpoint), token, user, trusted_orgs, page_size)
+    trusted_orgs = list(trusted_orgs)
+    if reserved_namespaces is None:
+        reserved_namespaces = (*DEFAULT_TRUSTED_ORGS, *trusted_orgs)
+    api = HubApi(
+        Storage(root, failpoint=failpoint),
+        token,
+        user,
+        trusted_orgs,
+        page_size,
+        reserved=reserved_namespaces,
+        max_upload=max_upload_bytes,
+    )
     app = Flask("nkikit.hub")
     app.url_map.merge_slashes = False  # 'a//b' must reach the path check, not be redirected
 
@@ -94,7 +125,10 @@ def create_app(
 
 
 def _header_safe(text: str) -> str:
-    return text.encode("ascii", "replace").decode().replace("\r", " ").replace("\n", " ")[:1000]
+    # ASCII without control characters: a NUL or newline from a client's input (echoed in the
+    # message) would make the header line illegal, and the client would see no answer at all.
+    ascii_text = text.encode("ascii", "replace").decode()
+    return "".join(c if 32 <= ord(c) < 127 else " " for c in ascii_text)[:1000]
 
 
 def _error_response(err: HubError) -> Response:
@@ -110,6 +144,21 @@ def _error_response(err: HubError) -> Response:
 
 def _truthy(value: str | None) -> bool:
     return value is not None and value.lower() in ("1", "true", "yes", "on")
+
+
+def _flag(body: dict, key: str) -> bool:
+    """A boolean field of a JSON body (absent or null: False). Raises BadRequest otherwise."""
+    value = body.get(key)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise BadRequest(f"{key!r} must be true or false")
+    return value
+
+
+def _is_count(text: str) -> bool:
+    """True for a non-negative decimal integer in ASCII digits ('²' and '٣' are digits too)."""
+    return text.isascii() and text.isdigit() and len(text) <= 18
 
 
 def _raw_path(environ: dict) -> str:
@@ -139,19 +188,61 @@ def _route_segments(environ: dict) -> list[str]:
 
 
 def _front_matter(text: str) -> dict | None:
-    """The YAML block at the top of a model card, or None if it has none. Raises yaml.YAMLError."""
+    """The YAML block at the top of a model card, or None if it has none. Raises yaml.YAMLError.
+
+    The block is held to MAX_CARD_METADATA bytes and MAX_CARD_NODES nodes *after* aliases are
+    expanded: a few hundred bytes of nested aliases ("billion laughs") would otherwise expand
+    into gigabytes when the metadata is turned into JSON.
+    """
     lines = text.replace("\r\n", "\n").split("\n")
     if not lines or lines[0].strip() != "---":
         return None
     for i in range(1, len(lines)):
         if lines[i].strip() == "---":
-            data = yaml.safe_load("\n".join(lines[1:i]))
+            block = "\n".join(lines[1:i])
+            if len(block.encode()) > MAX_CARD_METADATA:
+                raise yaml.YAMLError(f"metadata is larger than {MAX_CARD_METADATA} bytes")
+            data = _safe_yaml(block)
             if data is None:
                 return {}
             if not isinstance(data, dict):
                 raise yaml.YAMLError("metadata must be a YAML mapping")
             return data
     raise yaml.YAMLError("metadata block is not closed by a '---' line")
+
+
+def _safe_yaml(text: str) -> object:
+    """yaml.safe_load, refusing documents that expand past MAX_CARD_NODES nodes."""
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        sizes: dict[int, int] = {}
+
+        def expanded(n: yaml.Node) -> int:
+            # Memoized by node identity: an alias is the anchored node itself, counted again.
+            if id(n) in sizes:
+                return sizes[id(n)]
+            sizes[id(n)] = MAX_CARD_NODES + 1  # a cycle (recursive alias) is too large
+            if isinstance(n, yaml.SequenceNode):
+                total = 1 + sum(expanded(c) for c in n.value)
+            elif isinstance(n, yaml.MappingNode):
+                total = 1 + sum(expanded(k) + expanded(v) for k, v in n.value)
+            else:
+                total = 1
+            sizes[id(n)] = total = min(total, MAX_CARD_NODES + 1)
+            return total
+
+        if expanded(node) > MAX_CARD_NODES:
+            raise yaml.YAMLError(
+                f"metadata expands to more than {MAX_CARD_NODES} YAML nodes (aliases included)"
+            )
+        return loader.construct_document(node)
+    except RecursionError:
+        raise yaml.YAMLError("metadata is nested too deeply") from None
+    finally:
+        loader.dispose()
 
 
 class HubApi:
@@ -164,12 +255,17 @@ class HubApi:
         user: str,
         trusted_orgs: Iterable[str],
         page_size: int,
+        *,
+        reserved: Iterable[str] = (),
+        max_upload: int = DEFAULT_MAX_UPLOAD,
     ):
         self.storage = storage
         self.token = token
         self.user = user
         self.trusted = set(trusted_orgs)
         self.page_size = max(1, page_size)
+        self.reserved = {r.lower() for r in reserved}
+        self.max_upload = max_upload
 
     # -- auth --------------------------------------------------------------------------------
 
@@ -187,7 +283,15 @@ class HubApi:
             presented.encode(), self.token.encode()
         )
 
-    def _require_write(self, req: Request) -> None:
+    def _require_write(self, req: Request, namespace: str) -> None:
+        if self.token is None and ("*" in self.reserved or namespace.lower() in self.reserved):
+            # Without a token nobody is authenticated, so a reserved namespace is read-only:
+            # clients may trust it by name, and anyone could otherwise publish under it.
+            raise Forbidden(
+                f"Namespace {namespace!r} is reserved on this hub: it takes writes only from an "
+                "authenticated writer. Start the hub with a token (--token or NKIKIT_HUB_TOKEN), "
+                f"or with --unreserve {namespace} to let anyone write to it."
+            )
         if self._authorized(req):
             return
         if self._presented_token(req) is None:
@@ -216,19 +320,22 @@ class HubApi:
         return self._readable(req, self.storage.meta(self._ref(plural, ns, name)))
 
     def _write_repo(self, req: Request, plural: str, ns: str, name: str) -> RepoRef:
-        self._require_write(req)
+        self._require_write(req, ns)
         ref = self._ref(plural, ns, name)
         self.storage.meta(ref)  # RepoNotFound before any work
         return ref
 
     @staticmethod
     def _json_body(req: Request) -> dict:
-        if not req.get_data():
+        data = read_small_body(req)
+        if not data.strip():
             return {}
         try:
-            body = json.loads(req.get_data())
+            body = json.loads(data)
         except ValueError as e:
             raise BadRequest(f"Request body is not valid JSON: {e}") from None
+        except RecursionError:
+            raise BadRequest("Request body is nested too deeply") from None
         if not isinstance(body, dict):
             raise BadRequest("Request body must be a JSON object")
         return body
@@ -368,16 +475,18 @@ class HubApi:
     # -- repos -------------------------------------------------------------------------------
 
     def create_repo(self, req: Request) -> Response:
-        self._require_write(req)
         body = self._json_body(req)
         repo_type = body.get("type") or "model"
         namespace = body.get("organization") or self.user
         name = body.get("name")
-        if not isinstance(name, str) or not isinstance(namespace, str):
-            raise BadRequest("'name' (and 'organization' if given) must be strings")
+        if not all(isinstance(v, str) for v in (name, namespace, repo_type)):
+            raise BadRequest("'name' (and 'organization', 'type' if given) must be strings")
+        self._require_write(req, namespace)
         ref = names.repo_ref(repo_type, namespace, name)
         visibility = body.get("visibility")
-        private = visibility == "private" if visibility is not None else bool(body.get("private"))
+        if visibility is not None and visibility not in ("public", "private"):
+            raise BadRequest("'visibility' must be 'public' or 'private'")
+        private = visibility == "private" if visibility is not None else _flag(body, "private")
         url = f"{self._base_url(req)}/{ref.url_path}"
         try:
             self.storage.create_repo(ref, private=private, author=self.user)
@@ -388,15 +497,16 @@ class HubApi:
         return jsonify({"url": url, "name": ref.id, "id": ref.id})
 
     def delete_repo(self, req: Request) -> Response:
-        self._require_write(req)
         body = self._json_body(req)
         repo_type = body.get("type") or "model"
-        if repo_type not in names.REPO_TYPES:
+        if not isinstance(repo_type, str) or repo_type not in names.REPO_TYPES:
             raise BadRequest(f"Invalid repo type {repo_type!r}")
         name = body.get("name")
-        if not isinstance(name, str):
-            raise BadRequest("'name' is required")
-        ref = self._ref(names.REPO_TYPES[repo_type], body.get("organization") or self.user, name)
+        namespace = body.get("organization") or self.user
+        if not isinstance(name, str) or not isinstance(namespace, str):
+            raise BadRequest("'name' (and 'organization' if given) must be strings")
+        self._require_write(req, namespace)
+        ref = self._ref(names.REPO_TYPES[repo_type], namespace, name)
         self.storage.delete_repo(ref)
         return jsonify({"deleted": ref.id})
 
@@ -408,12 +518,15 @@ class HubApi:
                 raise BadRequest("'visibility' must be 'public' or 'private'")
             self.storage.set_private(ref, body["visibility"] == "private")
         elif "private" in body:
-            self.storage.set_private(ref, bool(body["private"]))
+            self.storage.set_private(ref, _flag(body, "private"))
         return jsonify({})
 
     def list_repos(self, req: Request, plural: str) -> Response:
         author = req.args.get("author")
         search = (req.args.get("search") or "").lower()
+        limit = req.args.get("limit")
+        if limit and not _is_count(limit):
+            raise BadRequest(f"Invalid limit {limit!r}: expected a non-negative integer")
         visible_all = self._authorized(req)
         out = []
         for meta in self.storage.list_repos(names.TYPE_BY_PLURAL[plural]):
@@ -428,8 +541,7 @@ class HubApi:
             except HubError:
                 continue  # deleted while listing
             out.append(self._repo_summary(meta, head))
-        limit = req.args.get("limit")
-        if limit and limit.isdigit():
+        if limit:
             out = out[: int(limit)]
         return jsonify(out)
 
@@ -528,6 +640,8 @@ class HubApi:
         if not isinstance(tag, str):
             raise BadRequest("'tag' is required")
         message = body.get("message")
+        if message is not None and not isinstance(message, str):
+            raise BadRequest("'message' must be a string")
         self.storage.create_tag(ref, tag, rev, message if isinstance(message, str) else None)
         return jsonify({})
 
@@ -595,9 +709,9 @@ class HubApi:
     def _decode_cursor(cursor: str) -> tuple[str, int]:
         try:
             sha, _, offset = base64.urlsafe_b64decode(cursor.encode()).decode().partition(":")
-            if is_commit_sha(sha) and offset.isdigit():
+            if is_commit_sha(sha) and _is_count(offset):
                 return sha, int(offset)
-        except (binascii.Error, UnicodeDecodeError):
+        except (binascii.Error, ValueError):
             pass
         raise BadRequest("Invalid cursor")
 
@@ -606,7 +720,9 @@ class HubApi:
         commit = self.storage.resolve(meta.ref, rev)
         if req.is_json:
             body = self._json_body(req)
-            paths, expand = body.get("paths") or [], bool(body.get("expand"))
+            paths, expand = body.get("paths") or [], _flag(body, "expand")
+            if not isinstance(paths, list):
+                raise BadRequest("'paths' must be a list of strings")
         else:
             paths, expand = req.form.getlist("paths"), _truthy(req.form.get("expand"))
         out = []
@@ -664,11 +780,14 @@ class HubApi:
             raise RevisionNotFound(f"Invalid rev id: {rev}")
         head = self.storage.read_commit(ref, refs.branches[rev])
         files = self._json_body(req).get("files") or []
+        if not isinstance(files, list):
+            raise BadRequest("'files' must be a list")
         out = []
         for item in files:
             path = item.get("path") if isinstance(item, dict) else None
             if not isinstance(path, str):
                 raise BadRequest("each file needs a 'path'")
+            check_repo_path(path)
             existing = head.files.get(path)
             # Everything is uploaded inline ("regular"): no LFS or Xet round trips. Paths are
             # checked at commit time, where they would take effect.
@@ -686,16 +805,17 @@ class HubApi:
         ref = self._write_repo(req, plural, ns, name)
         if _truthy(req.args.get("create_pr")):
             raise BadRequest("Pull requests are not supported by this hub")
-        header, ops = self._parse_commit_body(req)
-        commit = self.storage.commit(
-            ref,
-            rev,
-            ops,
-            title=str(header.get("summary") or "update"),
-            message=str(header.get("description") or ""),
-            author=self.user,
-            parent_commit=header.get("parentCommit"),
-        )
+        with self.storage.staging_area() as area:
+            header, ops = self._parse_commit_body(req, area)
+            commit = self.storage.commit(
+                ref,
+                rev,
+                ops,
+                title=header.get("summary") or "update",
+                message=header.get("description") or "",
+                author=self.user,
+                parent_commit=header.get("parentCommit"),
+            )
         return jsonify(
             {
                 "success": True,
@@ -706,60 +826,78 @@ class HubApi:
             }
         )
 
-    def _parse_commit_body(self, req: Request) -> tuple[dict, list[CommitOp]]:
-        """Decode the NDJSON commit payload: one header line, then one operation per line."""
+    def _parse_commit_body(self, req: Request, area: Path) -> tuple[dict, list[CommitOp]]:
+        """Decode the NDJSON commit payload: one header line, then one operation per line.
+
+        The body is streamed (upload.py): file contents larger than a few KiB are staged as files
+        in `area`, so memory does not grow with the upload.
+        """
         header: dict | None = None
         ops: list[CommitOp] = []
-        for lineno, line in enumerate(req.get_data().splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                item = json.loads(line)
-                key, value = item["key"], item["value"]
-            except (ValueError, KeyError, TypeError):
+        for lineno, item, spills in ndjson_lines(read_body(req, self.max_upload), area):
+            if not isinstance(item, dict) or "key" not in item or "value" not in item:
                 raise BadRequest(
                     f"Commit payload line {lineno} is not a {{key, value}} JSON object"
-                ) from None
+                )
+            key, value = item["key"], item["value"]
             if not isinstance(value, dict):
                 raise BadRequest(f"Commit payload line {lineno}: 'value' must be an object")
             if key == "header":
                 header = value
             elif key == "file":
-                ops.append(AddFile(check_repo_path(value.get("path")), self._file_content(value)))
+                path = check_repo_path(value.get("path"))
+                ops.append(AddFile(path, self._file_content(value, spills, area, len(ops))))
             elif key == "deletedFile":
                 ops.append(DeleteFile(check_repo_path(value.get("path"))))
             elif key == "deletedFolder":
-                ops.append(DeleteFolder(check_folder_path(value.get("path") or "")))
+                folder = value.get("path") or ""
+                ops.append(DeleteFolder(check_folder_path(folder)))
             elif key == "lfsFile":
                 raise BadRequest(
                     "LFS uploads are not supported by this hub: it asks for every file inline "
                     "(uploadMode 'regular')"
                 )
             else:
-                raise BadRequest(f"Unknown commit operation {key!r} on line {lineno}")
+                raise BadRequest(f"Unknown commit operation {str(key)[:100]!r} on line {lineno}")
+            if key != "file" and spills:
+                raise BadRequest(f"Commit payload line {lineno}: a string is too long")
         if header is None:
             raise BadRequest("Commit payload has no header line")
+        for field in ("summary", "description"):
+            if header.get(field) is not None and not isinstance(header[field], str):
+                raise BadRequest(f"Commit header: {field!r} must be a string")
         parent = header.get("parentCommit")
         if parent is not None and not (isinstance(parent, str) and is_commit_sha(parent)):
             raise BadRequest(f"Invalid parentCommit {parent!r}: expected a 40-hex commit id")
         return header, ops
 
     @staticmethod
-    def _file_content(value: dict) -> bytes:
+    def _file_content(value: dict, spills: dict[str, Path], area: Path, n: int) -> bytes | Path:
+        """A file operation's content: bytes, or a staged file for a long one."""
         content = value.get("content")
+        path = value.get("path")
         if not isinstance(content, str):
-            raise BadRequest(f"File {value.get('path')!r} has no 'content'")
+            raise BadRequest(f"File {path!r} has no 'content'")
         encoding = value.get("encoding", "base64")
+        if encoding not in ("base64", "utf-8", "utf8"):
+            raise BadRequest(f"File {path!r}: unknown encoding {str(encoding)[:100]!r}")
+        spilled = spills.get(content)
+        if spilled is not None:
+            if encoding != "base64":
+                return spilled  # the spill file holds the text, unescaped: the content
+            target = area / f"file-{n}"
+            decode_base64_file(spilled, target)
+            spilled.unlink()
+            return target
         if encoding == "base64":
             try:
                 return base64.b64decode(content, validate=True)
             except (binascii.Error, ValueError):
-                raise BadRequest(
-                    f"File {value.get('path')!r}: content is not valid base64"
-                ) from None
-        if encoding in ("utf-8", "utf8"):
+                raise BadRequest(f"File {path!r}: content is not valid base64") from None
+        try:
             return content.encode()
-        raise BadRequest(f"File {value.get('path')!r}: unknown encoding {encoding!r}")
+        except UnicodeEncodeError:  # a lone surrogate from a \\uD800 escape
+            raise BadRequest(f"File {path!r}: content is not valid UTF-8") from None
 
     # -- downloads ---------------------------------------------------------------------------
 
@@ -785,7 +923,13 @@ class HubApi:
             )
             resp.headers["X-Repo-Commit"] = commit.sha
             return resp
-        blob = self.storage.blob_path(meta.ref, entry)
+        blob = self.storage.checked_blob(meta.ref, entry)
+        if "HTTP_RANGE" in req.environ:
+            parsed = parse_range_header(req.environ["HTTP_RANGE"])
+            if parsed is None or parsed.units != "bytes":
+                # A Range header that is malformed or in another unit is ignored (RFC 9110
+                # §14.2): the whole file is sent. A well-formed unsatisfiable one is still a 416.
+                del req.environ["HTTP_RANGE"]
         if req.method == "GET" and self.storage.failpoint.armed("mid-download"):
             resp = self._broken_download(blob, entry.size)
         else:

@@ -82,3 +82,10 @@ class NotFound(HubError):
     """A route or organization this hub does not have (no X-Error-Code)."""
 
     status = 404
+
+
+class CorruptBlob(HubError):
+    """A stored file no longer matches what its commit recorded (size or sha256): the hub
+    refuses to serve it rather than send bytes the commit never held."""
+
+    status = 500

@@ -30,12 +30,12 @@ TYPE_BY_PLURAL: dict[str, str] = {plural: t for t, plural in REPO_TYPES.items()}
 
 # One path segment of a repo id: letters, digits, '.', '_', '-', not starting or ending with
 # punctuation. The Hub also forbids '--' and '..' (the cache folder name uses '--' as separator).
-_NAME_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9])?$")
+_NAME_RE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9])?")
 # Namespaces that would make download URLs ambiguous with typed prefixes or the API.
 _RESERVED_NAMESPACES = {"api", "models", "datasets", "spaces", "kernels", "resolve"}
 
-_COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
-_REF_CHARS_RE = re.compile(r"^[A-Za-z0-9._/+-]+$")
+_COMMIT_RE = re.compile(r"[0-9a-f]{40}")
+_REF_CHARS_RE = re.compile(r"[A-Za-z0-9._/+-]+")
 
 
 @dataclass(frozen=True)
@@ -62,12 +62,18 @@ class RepoRef:
 
 def is_valid_name(segment: str) -> bool:
     """True if `segment` is acceptable as a namespace or repo name."""
-    return bool(_NAME_RE.match(segment)) and "--" not in segment and ".." not in segment
+    # fullmatch, not match: '$' also matches before a trailing newline ("name\n").
+    return (
+        isinstance(segment, str)
+        and bool(_NAME_RE.fullmatch(segment))
+        and "--" not in segment
+        and ".." not in segment
+    )
 
 
 def repo_ref(repo_type: str, namespace: str, name: str) -> RepoRef:
     """Build a RepoRef, refusing names that are not valid (BadRequest)."""
-    if repo_type not in REPO_TYPES:
+    if not isinstance(repo_type, str) or repo_type not in REPO_TYPES:
         raise BadRequest(f"Invalid repo type {repo_type!r}: expected one of {sorted(REPO_TYPES)}")
     for label, value in (("namespace", namespace), ("name", name)):
         if not is_valid_name(value):
@@ -82,7 +88,7 @@ def repo_ref(repo_type: str, namespace: str, name: str) -> RepoRef:
 
 def is_commit_sha(rev: str) -> bool:
     """True for a full 40-hex commit id (the only form of sha this hub resolves)."""
-    return bool(_COMMIT_RE.match(rev))
+    return isinstance(rev, str) and bool(_COMMIT_RE.fullmatch(rev))
 
 
 def check_repo_path(path: str) -> str:
@@ -113,6 +119,8 @@ def check_repo_path(path: str) -> str:
 
 def check_folder_path(path: str) -> str:
     """Like check_repo_path, for a folder: a trailing '/' is allowed and stripped."""
+    if not isinstance(path, str):
+        raise BadRequest("Invalid path: not a string")
     return check_repo_path(path[:-1] if path.endswith("/") else path)
 
 
@@ -124,9 +132,10 @@ def check_ref_name(name: str, kind: str = "branch") -> str:
     outside [A-Za-z0-9._/+-].
     """
     bad = (
-        not name
+        not isinstance(name, str)
+        or not name
         or len(name) > 255
-        or not _REF_CHARS_RE.match(name)
+        or not _REF_CHARS_RE.fullmatch(name)
         or name == "HEAD"
         or name.startswith(("refs/", "/", "."))
         or name.endswith(("/", ".", ".lock"))

@@ -21,10 +21,17 @@ from typing import Any
 
 from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 
-from .app import DEFAULT_USER, create_app
+from nkikit.registry.trust import DEFAULT_TRUSTED_ORGS
+
+from .app import DEFAULT_MAX_UPLOAD, DEFAULT_USER, create_app
 from .storage import FAILPOINT_ENV
 
 TOKEN_ENV = "NKIKIT_HUB_TOKEN"
+
+
+#: Seconds a connection may sit idle (no bytes arriving) before the server drops it, so a
+#: half-open or stalled client cannot hold a server thread forever.
+DEFAULT_TIMEOUT = 60.0
 
 
 class _QuietHandler(WSGIRequestHandler):
@@ -38,8 +45,9 @@ class HubServer:
     """A hub serving `root` from a daemon thread.
 
     `start()` binds (port 0 = a free port) and returns the base URL; `stop()` shuts the server down
-    and waits for it. Usable as a context manager. Extra keyword options go to `create_app`
-    (user, trusted_orgs, page_size, failpoint).
+    and waits for it. Usable as a context manager. `timeout`: seconds of silence after which a
+    connection is dropped. Extra keyword options go to `create_app` (user, trusted_orgs,
+    page_size, failpoint, reserved_namespaces, max_upload_bytes).
     """
 
     def __init__(
@@ -50,10 +58,12 @@ class HubServer:
         port: int = 0,
         token: str | None = None,
         quiet: bool = True,
+        timeout: float = DEFAULT_TIMEOUT,
         **app_options: Any,
     ):
         self.app = create_app(root, token=token, **app_options)
         self._host, self._port, self._quiet = host, port, quiet
+        self._timeout = timeout
         self._server: BaseWSGIServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -70,7 +80,9 @@ class HubServer:
     def start(self) -> str:
         if self._server is not None:
             return self.url
-        handler = _QuietHandler if self._quiet else WSGIRequestHandler
+        base = _QuietHandler if self._quiet else WSGIRequestHandler
+        # socketserver's StreamRequestHandler applies `timeout` to every read and write.
+        handler = type("HubRequestHandler", (base,), {"timeout": self._timeout})
         try:
             self._server = make_server(
                 self._host, self._port, self.app, threaded=True, request_handler=handler
@@ -184,8 +196,38 @@ def _parser() -> argparse.ArgumentParser:
         metavar="ORG",
         help="report ORG as a trusted kernel publisher (repeatable; '*' for all)",
     )
+    p.add_argument(
+        "--unreserve",
+        action="append",
+        default=[],
+        metavar="ORG",
+        help="let anyone write to ORG on a hub without a token (repeatable; '*' for all). By "
+        f"default the namespaces nkikit trusts ({', '.join(DEFAULT_TRUSTED_ORGS)}) and those given "
+        "with --trust take writes only from a token holder, so without --token they are read-only",
+    )
+    p.add_argument(
+        "--max-upload-mb",
+        type=float,
+        default=DEFAULT_MAX_UPLOAD / (1 << 20),
+        help=f"largest request body in MiB (default {DEFAULT_MAX_UPLOAD >> 20}; 413 beyond)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT,
+        help=f"seconds an idle connection is kept (default {DEFAULT_TIMEOUT:g})",
+    )
     p.add_argument("--verbose", action="store_true", help="log every request")
     return p
+
+
+def reserved_namespaces(trusted: Sequence[str], unreserved: Sequence[str]) -> tuple[str, ...]:
+    """What `nkikit hub serve` reserves: the default-trusted and `--trust` namespaces, less those
+    given with `--unreserve` ('*' lifts all)."""
+    if "*" in unreserved:
+        return ()
+    lifted = {u.lower() for u in unreserved}
+    return tuple(n for n in (*DEFAULT_TRUSTED_ORGS, *trusted) if n.lower() not in lifted)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -200,6 +242,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             quiet=not args.verbose,
             user=args.user,
             trusted_orgs=args.trust,
+            reserved_namespaces=reserved_namespaces(args.trust, args.unreserve),
+            max_upload_bytes=int(args.max_upload_mb * (1 << 20)),
+            timeout=args.timeout,
             failpoint=os.environ.get(FAILPOINT_ENV),
         )
     except OSError as e:  # port taken, root not writable, ...

@@ -21,20 +21,27 @@ Contract:
   across threads and processes; reads take no lock.
 - A commit is a full snapshot: path -> (git blob sha1, sha256, size). The git sha1 is what the Hub
   reports as a regular file's `oid` and `ETag`, so `huggingface_hub` can skip unchanged uploads.
+- A repo whose path under the root goes through a symlink does not exist: a link out of the root
+  would read and write elsewhere, a link to another repo would give it two names and two locks.
+- A blob is served only after its size and sha256 are checked against the commit (once per
+  version of the file on disk), so storage corruption is an error, never wrong bytes.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import shutil
+import stat
 import tempfile
 import threading
 import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cached_property
@@ -43,6 +50,7 @@ from pathlib import Path
 from .errors import (
     BadRequest,
     Conflict,
+    CorruptBlob,
     EntryNotFound,
     Forbidden,
     PreconditionFailed,
@@ -53,6 +61,8 @@ from .locks import RepoLocks
 from .names import REPO_TYPES, RepoRef, check_ref_name, is_commit_sha
 
 DEFAULT_BRANCH = "main"
+
+log = logging.getLogger("nkikit.hub")
 
 #: Environment variable naming a failpoint, for crash tests of a server running in a subprocess.
 FAILPOINT_ENV = "NKIKIT_HUB_FAILPOINT"
@@ -128,8 +138,11 @@ class RepoMeta:
 
 @dataclass(frozen=True)
 class AddFile:
+    """Add or replace `path`; `data` is the content, or a staged file holding it (large uploads
+    are streamed to disk and moved into the blob store without being read into memory)."""
+
     path: str
-    data: bytes
+    data: bytes | Path
 
 
 @dataclass(frozen=True)
@@ -232,12 +245,20 @@ class Storage:
         self.failpoint = Failpoint(failpoint)
         self._cache: OrderedDict[tuple[str, str], Commit] = OrderedDict()
         self._cache_guard = threading.Lock()
+        self._verified: set[tuple] = set()  # blob files whose content was checked (checked_blob)
         self._sweep()
 
     # -- paths -------------------------------------------------------------------------------
 
     def _repo_dir(self, ref: RepoRef) -> Path:
-        return self.root / "repos" / ref.plural / ref.namespace / ref.name
+        """The repo's folder, refused (RepoNotFound) when any part of its path below the root is
+        a symlink: a link leaving the root would serve or write outside it, and a link to another
+        repo would give one repo two names, two locks and lost commits."""
+        path = self.root / "repos" / ref.plural / ref.namespace / ref.name
+        if os.path.realpath(path) != str(path):
+            log.error("refusing %s: its path goes through a symlink", path)
+            raise RepoNotFound(f"Repository not found: {ref.id}")
+        return path
 
     def _commit_path(self, ref: RepoRef, sha: str) -> Path:
         return self._repo_dir(ref) / "commits" / sha[:2] / f"{sha}.json"
@@ -245,6 +266,43 @@ class Storage:
     def blob_path(self, ref: RepoRef, entry: FileEntry) -> Path:
         """Where the content of `entry` lives (read-only: blobs are immutable)."""
         return self._repo_dir(ref) / "blobs" / entry.sha256[:2] / entry.sha256
+
+    def checked_blob(self, ref: RepoRef, entry: FileEntry) -> Path:
+        """`blob_path`, after checking that the file is the blob: a regular file inside the repo
+        (no symlink), of the recorded size and sha256. The hash is computed once per version of
+        the file (keyed by inode, size and change times), so serving stays cheap.
+
+        Raises CorruptBlob when the file is missing or differs: nothing wrong is ever served.
+        """
+        path = self.blob_path(ref, entry)
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            raise CorruptBlob(
+                f"blob of {ref.id} is missing from storage ({entry.sha256})"
+            ) from None
+        key = (str(path), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        with self._cache_guard:
+            if key in self._verified:
+                return path
+        if not stat.S_ISREG(st.st_mode) or os.path.realpath(path) != str(path):
+            raise CorruptBlob(f"blob {entry.sha256} of {ref.id} is not a regular file")
+        if st.st_size != entry.size or _file_sha256(path) != entry.sha256:
+            log.error("blob %s of %s does not match its size or sha256", path, ref.id)
+            raise CorruptBlob(f"blob {entry.sha256} of {ref.id} is corrupt in storage")
+        with self._cache_guard:
+            self._verified.add(key)
+        return path
+
+    @contextmanager
+    def staging_area(self) -> Iterator[Path]:
+        """A private folder under `<root>/tmp` for one request's uploads, removed afterwards
+        (and by the start-up sweep if the process dies)."""
+        area = Path(tempfile.mkdtemp(dir=self.root / "tmp", prefix="upload-"))
+        try:
+            yield area
+        finally:
+            shutil.rmtree(area, ignore_errors=True)
 
     def _lock(self, ref: RepoRef):
         return self._locks.hold(f"{ref.plural}--{ref.namespace}--{ref.name}")
@@ -450,13 +508,33 @@ class Storage:
         _atomic_write(path, data)
         return self._parse_commit(sha, data)
 
-    def _write_blob(self, ref: RepoRef, data: bytes) -> FileEntry:
+    def _write_blob(self, ref: RepoRef, data: bytes | Path) -> FileEntry:
+        if isinstance(data, Path):
+            return self._move_blob(ref, data)
         sha256 = hashlib.sha256(data).hexdigest()
         entry = FileEntry(git_blob_sha1(data), sha256, len(data))
         path = self.blob_path(ref, entry)
         if not path.exists():  # content-addressed: an existing blob already holds these bytes
             path.parent.mkdir(exist_ok=True)
             _atomic_write(path, data)
+        return entry
+
+    def _move_blob(self, ref: RepoRef, staged: Path) -> FileEntry:
+        """Hash a staged file in chunks and move it into the blob store (same filesystem)."""
+        size = staged.stat().st_size
+        sha1 = hashlib.sha1(b"blob %d\0" % size)
+        sha256 = hashlib.sha256()
+        with open(staged, "rb") as f:
+            while chunk := f.read(1 << 20):
+                sha1.update(chunk)
+                sha256.update(chunk)
+            os.fsync(f.fileno())
+        entry = FileEntry(sha1.hexdigest(), sha256.hexdigest(), size)
+        path = self.blob_path(ref, entry)
+        if not path.exists():
+            path.parent.mkdir(exist_ok=True)
+            os.replace(staged, path)
+            _fsync_dir(path.parent)
         return entry
 
     def history(self, ref: RepoRef, commit: Commit) -> Iterator[Commit]:
@@ -583,6 +661,14 @@ class Storage:
             if refs.tags.pop(tag, None) is None:
                 raise RevisionNotFound(f"Invalid rev id: {tag} (no such tag)")
             self._write_refs(ref, refs)
+
+
+def _file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def _check_no_file_folder_clash(files: Mapping[str, FileEntry]) -> None:

@@ -6,7 +6,7 @@
   - first pull over loopback: a fresh process with an empty cache times `kernels.pull` (resolve,
     download, verify, import) - goal < 1 s;
   - pull from the cache: a fresh process with a warm cache (the build not yet imported), by
-    version (one refs request) and by locked commit (no request) - goal < 50 ms; and repeated
+    version (a refs and a tree request) and by locked commit (no request) - goal < 50 ms; and repeated
     pulls in one process (verify again, reuse the imported module);
   - per-call overhead of the torch binding over calling the kernel on numpy arrays - goal
     < 30 µs. Measured on a stub kernel (same binding code, an entry that only allocates its
@@ -50,7 +50,8 @@ CHILD = textwrap.dedent(
         from huggingface_hub import HfApi  # HTTP client, whose SSL context loads the CA store
         from huggingface_hub.utils import get_session
         get_session()
-    kw = dict(endpoint=url, cache_dir=cache, lockfile=False)
+    # the bench's own loopback hub: trust is tied to an endpoint, so it is granted per call
+    kw = dict(endpoint=url, cache_dir=cache, lockfile=False, trust_remote_code=True)
     if mode == "commit":
         kw["revision"] = sys.argv[5]
     else:
@@ -185,13 +186,18 @@ def main() -> int:
     disable_progress_bars()
     with tempfile.TemporaryDirectory(prefix="nkikit-bench-") as tmp:
         work = Path(tmp)
-        with running_hub(work / "hub") as url:
+        with running_hub(work / "hub", reserved_namespaces=()) as url:
             pub = kernels.publish(
                 ROOT / "kernels" / "rmsnorm", "nkikit/rmsnorm", endpoint=url, run_tests=False
             )
             pulls = pull_latency(url, pub.commit, work)
             k = kernels.pull(
-                "nkikit/rmsnorm", version=1, endpoint=url, cache_dir=work / "cache0", lockfile=False
+                "nkikit/rmsnorm",
+                version=1,
+                endpoint=url,
+                cache_dir=work / "cache0",
+                lockfile=False,
+                trust_remote_code=True,
             )
         calls = op_overhead(k)
     results = {**pulls, **calls}
@@ -227,10 +233,10 @@ def render(r: dict) -> str:
             "| --- | ---: | --- |",
             f"| first pull over loopback (empty cache: resolve, download, verify, import) | {r['first_pull_ms']:.1f} ms (max {r['first_pull_max_ms']:.1f}) | < 1000 ms, {mark(r['first_pull_ms'], GOALS['first_pull_ms'])} |",
             f"| first pull, cold process (+ hf_api import and HTTP client set-up) | {r['first_pull_cold_ms']:.1f} ms | < 1000 ms, {mark(r['first_pull_cold_ms'], GOALS['first_pull_ms'])} |",
-            f"| pull from cache, by version (1 refs request, verify, import) | {r['cached_pull_version_ms']:.1f} ms | < 50 ms, {mark(r['cached_pull_version_ms'], GOALS['cached_pull_ms'])} |",
+            f"| pull from cache, by version (refs + tree requests, verify, import) | {r['cached_pull_version_ms']:.1f} ms | < 50 ms, {mark(r['cached_pull_version_ms'], GOALS['cached_pull_ms'])} |",
             f"| pull from cache, by version, cold process (+ hf_api import and HTTP client set-up) | {r['cached_pull_version_cold_ms']:.1f} ms | |",
             f"| pull from cache, by commit / lockfile (no request, no hf_api import; verify, import) | {r['cached_pull_commit_ms']:.1f} ms | < 50 ms, {mark(r['cached_pull_commit_ms'], GOALS['cached_pull_ms'])} |",
-            f"| repeated pull in one process (refs request, verify, module reused; median of 100) | {r['cached_pull_in_process_ms']:.2f} ms | |",
+            f"| repeated pull in one process (refs + tree requests, verify, module reused; median of 100) | {r['cached_pull_in_process_ms']:.2f} ms | |",
             f"| torch call overhead over numpy, `k.fn(tensor)` (stub kernel) | {r['op_overhead_us']:.1f} µs | < 30 µs, {mark(r['op_overhead_us'], GOALS['op_overhead_us'])} |",
             f"| torch call overhead through the dispatcher, `torch.ops.ns.fn` (stub kernel) | {r['dispatcher_overhead_us']:.1f} µs | (autograd / compile path) |",
             "",

@@ -57,7 +57,9 @@ def sharing_demo(
     result: dict[str, Any] = {}
     disable_progress_bars()
     try:
-        with running_hub(out / "hub") as url:
+        # The demo's own throw-away hub: nkikit/* is writable there (not reserved), and the pull
+        # trusts it for this call only (trust is tied to an endpoint; see trust.py).
+        with running_hub(out / "hub", reserved_namespaces=()) as url:
             echo(f"local hub at {url} (storage: {out / 'hub'})")
             t0 = time.perf_counter()
             pub = publish(folder, DEMO_REPO, endpoint=url, run_tests=run_tests)
@@ -67,10 +69,16 @@ def sharing_demo(
                 f"({', '.join(pub.variants)}) in {result['publish_s']:.2f} s"
             )
             t0 = time.perf_counter()
-            k = pull(DEMO_REPO, version=pub.version, endpoint=url, cache_dir=out / "cache")
+            k = pull(
+                DEMO_REPO,
+                version=pub.version,
+                endpoint=url,
+                cache_dir=out / "cache",
+                trust_remote_code=True,
+            )
             result["pull_s"] = time.perf_counter() - t0
             echo(
-                f"pulled {k!r} in {result['pull_s'] * 1e3:.0f} ms; every file verified against metadata.json"
+                f"pulled {k!r} in {result['pull_s'] * 1e3:.0f} ms; every file verified against the commit's tree"
             )
             result.update(url=url, commit=pub.commit, namespace=k.namespace)
     finally:

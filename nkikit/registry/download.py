@@ -9,8 +9,10 @@ download is resumed by the next one.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 
+from .anchor import Tree, tree_files_present, tree_from_listing
 from .digests import METADATA_FILE
 from .errors import (
     DownloadError,
@@ -19,7 +21,7 @@ from .errors import (
     RevisionNotFoundError,
     VariantNotFoundError,
 )
-from .hubclient import transport_errors
+from .hubclient import endpoint_url, list_tree, transport_errors
 from .names import REPO_TYPE, RepoId
 from .resolve import repo_cache_dir
 
@@ -30,9 +32,12 @@ def cached_variant_dir(cache_dir: Path, repo: RepoId, sha: str, variant: str) ->
     return repo_cache_dir(cache_dir, repo) / "snapshots" / sha / "build" / variant
 
 
-def _complete(variant_dir: Path) -> bool:
-    """True when metadata.json and every file it lists are in the cache (content is checked
-    later, at load: a present-but-wrong file is tampering, not something to re-download)."""
+def _complete(variant_dir: Path, expected: Mapping[str, str] | None = None) -> bool:
+    """True when every file of the commit's tree (`expected`, when known) or else metadata.json
+    and every file it lists are in the cache. Content is checked later, at load: a
+    present-but-wrong file is tampering, not something to re-download."""
+    if expected is not None:
+        return tree_files_present(variant_dir, expected)
     try:
         meta = json.loads((variant_dir / METADATA_FILE).read_text(encoding="utf-8"))
         files = meta["digest"]["files"]
@@ -42,16 +47,26 @@ def _complete(variant_dir: Path) -> bool:
 
 
 def fetch_variant(
-    api, repo: RepoId, sha: str, variant: str, cache_dir: Path, *, offline: bool
+    api,
+    repo: RepoId,
+    sha: str,
+    variant: str,
+    cache_dir: Path,
+    *,
+    offline: bool,
+    expected: Mapping[str, str] | None = None,
 ) -> Path:  # noqa: ANN001
     """The folder of `build/<variant>/` at commit `sha` in the cache, downloading what is missing.
+
+    expected: the variant's files per the commit's tree, when the Hub reported it (decides what
+    "complete" means; otherwise metadata.json's listing does).
 
     Raises NotInCacheError (offline, not cached), KernelNotFoundError, RevisionNotFoundError,
     VariantNotFoundError (the commit has no such build), DownloadError (network failure part
     way: finished files stay cached, unfinished ones are resumed by the next pull).
     """
     variant_dir = cached_variant_dir(cache_dir, repo, sha, variant)
-    if _complete(variant_dir):
+    if _complete(variant_dir, expected):
         return variant_dir
     if offline:
         raise NotInCacheError(
@@ -85,10 +100,55 @@ def fetch_variant(
             "resumed): pull again when the Hub is reachable."
         ) from None
     if not (variant_dir / METADATA_FILE).is_file():
-        raise VariantNotFoundError(
-            f"{repo}@{sha[:12]} has no build {variant!r} (builds: {', '.join(_remote_variants(api, repo, sha)) or 'none'})"
-        )
+        raise missing_variant(api, repo, sha, variant)
     return variant_dir
+
+
+def fetch_tree(
+    api,
+    repo: RepoId,
+    sha: str,
+    variant: str,
+    origin: str,
+    *,
+    endpoint: str | None,
+    token: str | None,
+) -> Tree | None:  # noqa: ANN001
+    """The variant's tree at commit `sha` as the Hub reports it; None when the Hub cannot be
+    reached (the caller falls back to what the cache recorded). One request, made without
+    importing huggingface_hub's HfApi (`api` is used only to word a missing-variant error).
+
+    Raises KernelNotFoundError, RevisionNotFoundError, VariantNotFoundError, DownloadError.
+    """
+    from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError, RepositoryNotFoundError
+    from huggingface_hub.errors import RevisionNotFoundError as HfRevisionNotFound
+
+    where = endpoint_url(endpoint)
+    folder = f"build/{variant}"
+    try:
+        entries = list_tree(endpoint, token, REPO_TYPE, str(repo), sha, folder)
+        files = tree_from_listing(entries, folder)
+    except RepositoryNotFoundError:
+        raise KernelNotFoundError(f"kernel repo {repo} not found at {where}") from None
+    except HfRevisionNotFound:
+        raise RevisionNotFoundError(f"{repo} has no revision {sha!r} at {where}") from None
+    except EntryNotFoundError:
+        files = {}
+    except HfHubHTTPError as e:
+        raise DownloadError(
+            f"listing the files of {repo}@{sha[:12]} ({variant}) failed: {_first_line(e)}"
+        ) from None
+    except transport_errors():
+        return None
+    if not files:
+        raise missing_variant(api, repo, sha, variant)
+    return Tree(files, origin, "hub")
+
+
+def missing_variant(api, repo: RepoId, sha: str, variant: str) -> VariantNotFoundError:  # noqa: ANN001
+    """The error for a commit without `build/<variant>/`, listing the builds it has."""
+    builds = ", ".join(_remote_variants(api, repo, sha)) or "none"
+    return VariantNotFoundError(f"{repo}@{sha[:12]} has no build {variant!r} (builds: {builds})")
 
 
 def _remote_variants(api, repo: RepoId, sha: str) -> list[str]:  # noqa: ANN001

@@ -8,8 +8,10 @@ Its settings are read at *its* import time (HF_ENDPOINT, HF_HUB_CACHE, HF_HUB_OF
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 
 def hf_api(endpoint: str | None, token: str | None) -> Any:
@@ -62,3 +64,39 @@ def default_cache_dir() -> Path:
     from huggingface_hub import constants
 
     return Path(constants.HF_HUB_CACHE)
+
+
+def endpoint_url(endpoint: str | None) -> str:
+    """`endpoint`, or HF_ENDPOINT as huggingface_hub read it, without a trailing '/'."""
+    if endpoint is None:
+        from huggingface_hub import constants
+
+        endpoint = constants.ENDPOINT
+    return endpoint.rstrip("/")
+
+
+def list_tree(
+    endpoint: str | None, token: str | None, repo_type: str, repo_id: str, revision: str, path: str
+) -> Iterator[dict[str, Any]]:
+    """The Hub's recursive listing of folder `path` at `revision`: its JSON entries, page by page.
+
+    The same request `HfApi.list_repo_tree` makes, through huggingface_hub's HTTP session,
+    headers and error mapping, but without importing `huggingface_hub.hf_api` (~0.5 s), so a
+    pull that needs nothing else from the Hub stays cheap. Raises what `hf_raise_for_status`
+    raises (RepositoryNotFoundError, RevisionNotFoundError, EntryNotFoundError, ...) and
+    transport errors.
+    """
+    from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
+
+    url: str | None = (
+        f"{endpoint_url(endpoint)}/api/{repo_type}s/{repo_id}/tree/"
+        f"{quote(revision, safe='')}/{quote(path)}"
+    )
+    params: dict[str, str] | None = {"recursive": "true"}
+    headers = build_hf_headers(token=token)
+    while url is not None:
+        response = get_session().get(url, params=params, headers=headers)
+        hf_raise_for_status(response)
+        yield from response.json()
+        url = response.links.get("next", {}).get("url")
+        params = None  # the next link carries the query

@@ -42,7 +42,7 @@ def lock(
     for repo_id, version in deps.items():
         repo = parse_repo_id(repo_id)
         found = resolve_online(api, repo, version, None, cache)
-        hashes = remote_variant_hashes(api, repo_id, found.sha)
+        hashes = remote_variant_hashes(endpoint, token, repo_id, found.sha)
         if not hashes:
             raise KernelNotFoundError(
                 f"{repo_id}@{found.sha[:12]} has no builds (no build/<variant>/ folder) to lock"

@@ -22,9 +22,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .anchor import remote_trees
 from .digests import LOCK_HASH_TYPE, local_lock_hash, lock_hash
 from .errors import LockMismatchError, RegistryError
-from .names import REPO_TYPE, is_commit_sha, parse_repo_id
+from .names import is_commit_sha, parse_repo_id
 
 DEFAULT_LOCKFILE = "kernels.lock"
 
@@ -137,37 +138,17 @@ def parse_dependencies(deps: object) -> dict[str, int | None]:
     return out
 
 
-def remote_variant_hashes(api, repo_id: str, sha: str) -> dict[str, str]:  # noqa: ANN001
+def remote_variant_hashes(
+    endpoint: str | None, token: str | None, repo_id: str, sha: str
+) -> dict[str, str]:
     """Per variant under `build/`, its lock hash computed from the Hub's tree listing at `sha`."""
     from huggingface_hub.errors import EntryNotFoundError
 
     try:
-        entries = list(
-            api.list_repo_tree(
-                repo_id, path_in_repo="build", recursive=True, revision=sha, repo_type=REPO_TYPE
-            )
-        )
+        trees = remote_trees(endpoint, token, repo_id, sha)
     except EntryNotFoundError:
         return {}
-    per_variant: dict[str, list[tuple[str, str]]] = {}
-    for e in entries:
-        blob_id = getattr(e, "blob_id", None)
-        if blob_id is None:  # a folder
-            continue
-        parts = e.path.split("/")
-        if len(parts) < 3:
-            continue
-        rel = "/".join(parts[2:])
-        if rel.endswith(".pyc") or "__pycache__" in parts:
-            continue
-        lfs = getattr(e, "lfs", None)
-        oid = (
-            getattr(lfs, "sha256", None)
-            or (lfs.get("sha256") if isinstance(lfs, dict) else None)
-            or blob_id
-        )
-        per_variant.setdefault(parts[1], []).append((rel, oid))
-    return {v: lock_hash(files) for v, files in per_variant.items()}
+    return {v: lock_hash(files.items()) for v, files in trees.items()}
 
 
 def verify_variant(entry: LockEntry, variant: str, variant_dir: Path) -> None:

@@ -2,7 +2,9 @@
 
 trust check (before anything is fetched)
   -> resolve version / revision / lock to a commit      (resolve.py, lockfile.py)
+  -> the variant's tree at that commit (git blob ids)   (download.py; recorded for offline use)
   -> build/<variant>/ of that commit in the HF cache     (download.py)
+  -> every file against the commit's tree               (anchor.py; at every pull)
   -> every file against metadata.json's digests         (digests.py; at every pull)
   -> the variant against the lock's hash, if locked     (lockfile.py)
   -> import as package <build id>, sources re-verified as they are read  (importer.py)
@@ -18,8 +20,9 @@ from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
+from .anchor import Tree, cache_link_tree, record_tree, recorded_tree, verify_tree
 from .digests import ALGORITHMS, METADATA_FILE, verify_folder
-from .download import fetch_variant
+from .download import fetch_tree, fetch_variant
 from .errors import BackendUnavailableError, IntegrityError, LockMismatchError, RegistryError
 from .hubclient import LazyHfApi, default_cache_dir, is_offline
 from .importer import import_build, loaded_root
@@ -27,7 +30,7 @@ from .lockfile import DEFAULT_LOCKFILE, LockEntry, read_lockfile, verify_variant
 from .module import KernelModule
 from .names import RepoId, is_commit_sha, parse_repo_id, variant_for_backend
 from .resolve import Resolved, resolve_offline, resolve_online
-from .trust import check_trust
+from .trust import check_trust, effective_endpoint, trusted_somewhere
 
 _loaded: dict[str, dict[str, str]] = {}  # build id -> digests of its code, for builds we imported
 
@@ -148,22 +151,46 @@ def _check_backend(variant: str, variant_dir: Path) -> None:
         )
 
 
-def locate(
-    repo_id: str,
-    version: int | None = None,
-    revision: str | None = None,
-    *,
-    endpoint: str | None = None,
-    token: str | None = None,
-    backend: str = "cpu",
-    lockfile: str | Path | bool | None = None,
-    cache_dir: str | Path | None = None,
-) -> tuple[Path, Resolved, dict[str, Any]]:
-    """Resolve, fetch and verify one build variant without importing it.
+def _anchor_tree(
+    api,
+    repo: RepoId,
+    found: Resolved,
+    variant: str,
+    cache: Path,
+    offline: bool,
+    origin: str,
+    endpoint: str | None,
+    token: str | None,
+) -> Tree | None:  # noqa: ANN001
+    """The commit's tree to check the variant against (None: nothing recorded, offline).
 
-    Returns (variant folder, resolution, metadata). Raises as `pull` does, except for trust and
-    import errors (nothing is executed).
+    A pull that resolved a version, branch or tag has just asked the Hub, so it asks for the
+    tree too (one more request) and records it. A pull by exact commit or lockfile makes no
+    request by design: it uses the tree recorded at the pull that downloaded the build, and asks
+    the Hub only when there is none. Offline, or with the Hub unreachable: the record.
     """
+    recorded = recorded_tree(cache, repo, found.sha, variant)
+    if offline or (found.ref is None and recorded is not None):
+        return recorded
+    tree = fetch_tree(api, repo, found.sha, variant, origin, endpoint=endpoint, token=token)
+    if tree is None:
+        return recorded
+    record_tree(cache, repo, found.sha, variant, tree)
+    return tree
+
+
+def _locate(
+    repo_id: str,
+    version: int | None,
+    revision: str | None,
+    *,
+    endpoint: str | None,
+    token: str | None,
+    backend: str,
+    lockfile: str | Path | bool | None,
+    cache_dir: str | Path | None,
+) -> tuple[Path, Resolved, dict[str, Any], str | None]:
+    """`locate`, also returning the endpoint the verified tree came from (None: unknown)."""
     repo = parse_repo_id(repo_id)
     if version is not None and revision is not None:
         raise ValueError("pass either version= or revision=, not both")
@@ -177,11 +204,64 @@ def locate(
     lock = find_lock_entry(lockfile, repo_id)
     api = LazyHfApi(endpoint, token)
     found = _resolve(api, repo, version, revision, lock, cache, offline)
-    variant_dir = fetch_variant(api, repo, found.sha, variant, cache, offline=offline)
+    here = effective_endpoint(endpoint)
+    tree = _anchor_tree(api, repo, found, variant, cache, offline, here, endpoint, token)
+    variant_dir = fetch_variant(
+        api,
+        repo,
+        found.sha,
+        variant,
+        cache,
+        offline=offline,
+        expected=tree.files if tree is not None else None,
+    )
+    label = f"{repo}@{found.sha[:12]}"
+    if tree is None:
+        tree = cache_link_tree(variant_dir)
+    if tree is None:
+        raise IntegrityError(
+            f"{variant_dir}: nothing to verify this build against (no record of commit "
+            f"{found.sha[:12]}'s tree, and the folder is not an HF cache snapshot). Refusing to "
+            "load it; pull it once while the Hub is reachable.",
+            path=str(variant_dir),
+        )
+    verify_tree(variant_dir, tree, label=label)
     meta = read_metadata(variant_dir)
-    verify_folder(variant_dir, meta["digest"], label=f"{repo}@{found.sha[:12]}")
+    verify_folder(variant_dir, meta["digest"], label=label)
     if lock is not None:
         verify_variant(lock, variant, variant_dir)
+    return variant_dir, found, meta, tree.origin
+
+
+def locate(
+    repo_id: str,
+    version: int | None = None,
+    revision: str | None = None,
+    *,
+    endpoint: str | None = None,
+    token: str | None = None,
+    backend: str = "cpu",
+    lockfile: str | Path | bool | None = None,
+    cache_dir: str | Path | None = None,
+) -> tuple[Path, Resolved, dict[str, Any]]:
+    """Resolve, fetch and verify one build variant without importing it.
+
+    Every file, metadata.json included, is checked against the commit's tree (git blob ids as
+    the Hub reports them, or as recorded at the last online pull: see anchor.py), then against
+    metadata.json's digests, then against the lockfile's hash when locked.
+    Returns (variant folder, resolution, metadata). Raises as `pull` does, except for trust and
+    import errors (nothing is executed).
+    """
+    variant_dir, found, meta, _ = _locate(
+        repo_id,
+        version,
+        revision,
+        endpoint=endpoint,
+        token=token,
+        backend=backend,
+        lockfile=lockfile,
+        cache_dir=cache_dir,
+    )
     return variant_dir, found, meta
 
 
@@ -211,8 +291,9 @@ def pull(
     """
     repo = parse_repo_id(repo_id)
     variant_for_backend(backend)
-    check_trust(repo, trust_remote_code)  # before anything is downloaded or run
-    variant_dir, found, meta = locate(
+    if not trust_remote_code and not trusted_somewhere(repo):
+        check_trust(repo, False, endpoint)  # refused before anything is downloaded
+    variant_dir, found, meta, origin = _locate(
         repo_id,
         version,
         revision,
@@ -222,6 +303,10 @@ def pull(
         lockfile=lockfile,
         cache_dir=cache_dir,
     )
+    # Trust is decided for the endpoint the verified build came from: the HF cache is shared by
+    # every endpoint, so a build another Hub put there needs that Hub's trust, whatever the
+    # endpoint of this call (None: a cache another client filled; this call's endpoint).
+    check_trust(repo, trust_remote_code, origin or endpoint)
     variant = variant_dir.name
     _check_backend(variant, variant_dir)
     module = _import_variant(variant_dir, meta)

@@ -59,6 +59,40 @@ def dtype_name(dtype: object) -> str:
     return name
 
 
+_INTS = (int, np.integer, np.bool_)  # bool is an int, for torch's schema too
+_REALS = (*_INTS, float, np.floating)
+
+
+def attr_type_name(default: object) -> str:
+    """The op schema's type of an attr with this default: bool, int, float, str, int[], float[]."""
+    if isinstance(default, bool):
+        return "bool"
+    if isinstance(default, int):
+        return "int"
+    if isinstance(default, float):
+        return "float"
+    if isinstance(default, str):
+        return "str"
+    if isinstance(default, list | tuple):
+        return "float[]" if any(isinstance(x, float) for x in default) else "int[]"
+    return type(default).__name__
+
+
+def _accepts(default: object, v: object) -> bool:
+    """Whether the op schema (torch's rules for its types) takes `v` for an attr with `default`."""
+    kind = attr_type_name(default)
+    if kind in ("bool", "int"):
+        return isinstance(v, _INTS)
+    if kind == "float":
+        return isinstance(v, _REALS)
+    if kind == "str":
+        return isinstance(v, str)
+    if kind in ("int[]", "float[]"):
+        item = _INTS if kind == "int[]" else _REALS
+        return isinstance(v, list | tuple) and all(isinstance(x, item) for x in v)
+    return True
+
+
 class KernelFunction:
     """One function of a kernel build, callable on numpy arrays or torch tensors.
 
@@ -131,8 +165,25 @@ class KernelFunction:
                 return self.torch.call(full)
         return self.call_numpy(full)
 
+    def attrs_accepted(self, attrs: Sequence[Any]) -> bool:
+        """True when every attr has the type of its default, as the op schema types it
+        (`float` takes any real number, `int` any integer, `float[]` a list or tuple of them)."""
+        return all(_accepts(d, v) for d, v in zip(self._attr_defaults, attrs))
+
+    def check_attrs(self, attrs: Sequence[Any]) -> None:
+        """Raises KernelCallError naming the first attr whose type the schema does not take."""
+        for name, default, v in zip(self._attr_names, self._attr_defaults, attrs):
+            if not _accepts(default, v):
+                text = repr(v)
+                text = text if len(text) <= 60 else text[:57] + "..."
+                raise KernelCallError(
+                    f"{self.name}(): argument {name!r} must be {attr_type_name(default)} (the "
+                    f"type of its default, {default!r}), got {type(v).__name__} {text}"
+                )
+
     def call_numpy(self, full: Sequence[Any]) -> Any:
         """Run the entry on numpy arrays: `full` = inputs then attrs, as from `normalize`."""
+        self.check_attrs(full[self._nin :])
         arrays = [np.asarray(a) for a in full[: self._nin]]
         for name, a in zip(self.spec.inputs, arrays):
             self.check_dtype(name, dtype_name(a.dtype))

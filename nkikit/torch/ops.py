@@ -15,8 +15,9 @@ For each function of a build (registry.runtime.KernelFunction) this registers, w
     gets no gradient for them, and the backward op returns zeros for them.
 
 Each input is checked against its own declared dtypes (the manifest's `dtypes`, or its
-`input_dtypes` entry). Errors (KernelCallError): an input of an undeclared dtype, or on a device
-other than the CPU.
+`input_dtypes` entry), each attr against the schema's type for it. Errors (KernelCallError): an
+input of an undeclared dtype, or on a device other than the CPU; an attr of the wrong type
+(`eps="big"`), naming the argument.
 A shape the kernel cannot take fails in the kernel's own trace (an NkiError naming its line),
 eagerly and under torch.compile alike.
 
@@ -181,13 +182,26 @@ class TorchBinding:
         return made if self.returns_tuple else made[0]
 
     def call(self, full: tuple) -> Any:
-        """Call with (inputs..., attrs...) as KernelFunction.normalize returns them."""
-        tensors = full[: self.nin]
-        if _eager_plain(tensors, self._allowed):
-            return self._run(tensors, full[self.nin :])
+        """Call with (inputs..., attrs...) as KernelFunction.normalize returns them.
+
+        The fast eager path is taken only for arguments the op schema certainly takes; anything
+        else goes through the dispatcher, which checks it against the schema (it takes e.g. a
+        0-d tensor for a float) and refuses it naming the argument (KernelCallError)."""
+        tensors, attrs = full[: self.nin], full[self.nin :]
+        typed = self.fn.attrs_accepted(attrs)
+        if typed and _eager_plain(tensors, self._allowed):
+            return self._run(tensors, attrs)
         if _eager_plain(tensors, None):  # plain tensors, but a dtype or device to refuse
             self._check(tensors)
-        return self.op(*full)
+        if typed:
+            return self.op(*full)
+        try:
+            return self.op(*full)
+        except RuntimeError as e:
+            message = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            if "for argument" not in message:
+                raise
+            raise KernelCallError(f"{self.fn.name}(): {message}") from None
 
     # -- backward ----------------------------------------------------------------------------
 

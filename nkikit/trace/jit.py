@@ -24,7 +24,13 @@ import numpy as np
 
 from ..arrays import TensorSpec, as_kind_of, as_numpy, is_torch, spec_of
 from ..collector import gc_paused
-from ..errors import NkiError, SourceLoc, hide_internal_frames, raised_in_user_code
+from ..errors import (
+    ErrInvalidArgument,
+    NkiError,
+    SourceLoc,
+    hide_internal_frames,
+    raised_in_user_code,
+)
 from ..ir.core import Kernel, Tensor
 from ..targets import target_scope
 from .builder import Builder, LoopSite, maybe_current, tracing
@@ -283,19 +289,32 @@ def run(kernel: Kernel, bound: inspect.BoundArguments):
             raise TypeError(
                 f"argument {t.name!r} is abstract (nt.tensor[...]); pass an array to simulate"
             )
+        if t.mutable and isinstance(v, np.ndarray) and not v.flags.writeable:
+            raise ErrInvalidArgument(
+                t.loc,
+                op=f"argument {t.name!r}",
+                why="is an nt.mutable_tensor the kernel writes to, but the numpy array passed "
+                "is read-only (flags.writeable is False); pass a writeable array",
+            )
         # no defensive copy: the verifier rejects writes to parameters not marked mutable
         arrays.append(as_numpy(v, t.dtype))
         like = like if like is not None else v
     outs = simulate(kernel, arrays)
     for t, a in zip(kernel.params, arrays):
-        # numpy arguments were written in place; a torch argument's array is a view of it
-        # unless the tensor was not contiguous, so copy back (a no-op copy for a view)
+        # A contiguous numpy argument was written in place and a contiguous torch argument's
+        # array is a view of it. A non-contiguous view of either (or a cast) ran on a copy: the
+        # kernel's writes are copied back, so the caller's array sees them as it would on a
+        # device (a no-op copy for a view).
         v = bound.arguments[t.name]
-        if t.mutable and is_torch(v):
+        if not t.mutable:
+            continue
+        if is_torch(v):
             import torch
 
             with torch.no_grad():
                 v.copy_(as_kind_of(a, v))
+        elif isinstance(v, np.ndarray) and a is not v:
+            np.copyto(v, a, casting="unsafe")
     results = [as_kind_of(o, like) for o in outs]
 
     def build(s):

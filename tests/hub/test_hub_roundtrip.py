@@ -211,7 +211,8 @@ def test_paths_info_and_file_metadata(api: HfApi, make_tree):
 
 
 def test_repo_lifecycle_and_org_overview(hub_root: Path):
-    with running_hub(hub_root, trusted_orgs=["org"]) as url:
+    # an advertised publisher is reserved by default (see test_hub_hardening); opened here
+    with running_hub(hub_root, trusted_orgs=["org"], reserved_namespaces=()) as url:
         api = HfApi(endpoint=url, token="anything")
         api.create_repo("org/k")
         again = api.create_repo("org/k", exist_ok=True)

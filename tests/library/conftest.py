@@ -6,4 +6,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "registry"))
 
-from hubfixtures import _isolated_env, hub_url  # noqa: E402, F401
+from hubfixtures import (  # noqa: E402
+    _isolated_env,  # noqa: F401
+    _trust_the_session_hub,  # noqa: F401
+    hub_url,  # noqa: F401
+)

@@ -5,7 +5,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from hubfixtures import _isolated_env, cache_dir, hub_url, library_repos, rmsnorm_repo, tiny_repo  # noqa: E402, F401
+from hubfixtures import (  # noqa: E402
+    _isolated_env,  # noqa: F401
+    _trust_the_session_hub,  # noqa: F401
+    cache_dir,  # noqa: F401
+    hub_url,  # noqa: F401
+    library_repos,  # noqa: F401
+    rmsnorm_repo,  # noqa: F401
+    tiny_repo,  # noqa: F401
+)
 
 # The fixture kernel folders hold their own tests, run by publish in a subprocess, not here.
 collect_ignore = ["fixtures"]

@@ -35,17 +35,30 @@ disable_progress_bars()
 
 
 @pytest.fixture(autouse=True)
-def _isolated_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No stray token, trust list, offline flag or ./kernels.lock leaks into a test."""
+def _isolated_env(monkeypatch: pytest.MonkeyPatch, hub_url: str) -> None:
+    """No stray token, offline flag or ./kernels.lock leaks into a test; the trust list is
+    `nkikit` on the session's hub (trust is tied to an endpoint: the default trusts nkikit on
+    the public Hub only)."""
     monkeypatch.delenv("HF_TOKEN", raising=False)
-    monkeypatch.delenv("NKIKIT_TRUSTED_ORGS", raising=False)
+    monkeypatch.setenv("NKIKIT_TRUSTED_ORGS", f"nkikit@{hub_url}")
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _trust_the_session_hub(hub_url: str) -> Iterator[None]:
+    """The same trust list for session- and module-scoped fixtures, which pull before any
+    function-scoped fixture has run."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("NKIKIT_TRUSTED_ORGS", f"nkikit@{hub_url}")
+    yield
+    mp.undo()
 
 
 @pytest.fixture(scope="session")
 def hub_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """An open (no token) hub on a free loopback port for the whole session."""
-    with running_hub(tmp_path_factory.mktemp("hub")) as url:
+    """An open (no token) hub on a free loopback port for the whole session, with `nkikit/*`
+    writable (a served hub reserves it by default)."""
+    with running_hub(tmp_path_factory.mktemp("hub"), reserved_namespaces=()) as url:
         yield url
 
 
@@ -78,9 +91,11 @@ class HubProcess:
 
     def __init__(self, root: Path, *, env: dict[str, str] | None = None, token: str | None = None):
         cmd = [sys.executable, "-m", "nkikit.hub", "--root", str(root), "--port", "0"]
+        cmd += ["--unreserve", "*"]  # the tests publish nkikit/* to it
         if token:
             cmd += ["--token", token]
-        full_env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), **(env or {})}
+        path = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)
+        full_env = {**os.environ, "PYTHONPATH": path, **(env or {})}
         self.proc = subprocess.Popen(
             cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full_env
         )

@@ -10,11 +10,11 @@ from hubfixtures import TINY, copy_fixture
 
 from nkikit.registry.cli import main_lock
 from nkikit.registry.digests import METADATA_FILE, digest_folder, local_lock_hash
-from nkikit.registry.errors import LockMismatchError
+from nkikit.registry.errors import IntegrityError, LockMismatchError
 from nkikit.registry.lock import lock
 from nkikit.registry.lockfile import read_lockfile
 from nkikit.registry.publish import publish
-from nkikit.registry.pull import locate, pull
+from nkikit.registry.pull import pull
 
 
 def test_lockfile_format(tiny_repo, hub_url: str, tmp_path: Path, cache_dir: Path) -> None:  # noqa: ANN001
@@ -95,10 +95,11 @@ def test_kernels_lock_in_the_working_directory_is_honoured(
         pull("nkikit/tiny-rmsnorm", endpoint=hub_url, cache_dir=cache_dir)
 
 
-def test_consistent_tampering_is_caught_by_the_lock(
+def test_consistent_tampering_is_caught_without_the_lock(
     tiny_repo, hub_url: str, tmp_path: Path, cache_dir: Path
 ) -> None:  # noqa: ANN001
-    """Edit a file *and* its digest in metadata.json: the per-file check passes, the lock does not."""
+    """Edit a file *and* its digest in metadata.json: the per-file digests agree, but the
+    commit's tree (git blob ids) does not, so the build is refused, lock or no lock."""
     path = tmp_path / "kernels.lock"
     lock(["nkikit/tiny-rmsnorm"], path, endpoint=hub_url)
     k = pull("nkikit/tiny-rmsnorm", lockfile=path, endpoint=hub_url, cache_dir=cache_dir)
@@ -106,16 +107,9 @@ def test_consistent_tampering_is_caught_by_the_lock(
     meta = json.loads((k.path / METADATA_FILE).read_text())
     meta["digest"]["files"] = digest_folder(k.path)
     (k.path / METADATA_FILE).write_text(json.dumps(meta))
-    # the per-file digests now agree with the files ...
-    assert locate(
-        "nkikit/tiny-rmsnorm",
-        revision=k.revision,
-        lockfile=False,
-        endpoint=hub_url,
-        cache_dir=cache_dir,
-    )
-    with pytest.raises(LockMismatchError, match="files do not match"):  # ... the lock does not
-        pull("nkikit/tiny-rmsnorm", lockfile=path, endpoint=hub_url, cache_dir=cache_dir)
+    for lockfile in (False, path):
+        with pytest.raises(IntegrityError, match=r"reference\.py: content does not match"):
+            pull("nkikit/tiny-rmsnorm", lockfile=lockfile, endpoint=hub_url, cache_dir=cache_dir)
 
 
 def test_explicit_lockfile_must_list_the_repo(

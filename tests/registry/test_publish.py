@@ -129,7 +129,13 @@ def test_writes_need_the_token(tmp_path: Path) -> None:
             publish(TINY, "nkikit/guarded", endpoint=url, token="wrong", run_tests=False)
         done = publish(TINY, "nkikit/guarded", endpoint=url, token="s3cret", run_tests=False)
         # reading a public repo needs no token
-        k = pull("nkikit/guarded", version=1, endpoint=url, cache_dir=tmp_path / "c")
+        k = pull(
+            "nkikit/guarded",
+            version=1,
+            endpoint=url,
+            cache_dir=tmp_path / "c",
+            trust_remote_code=True,
+        )
         assert k.revision == done.commit
 
 
@@ -206,7 +212,13 @@ def test_hub_crash_during_the_commit(tmp_path: Path) -> None:
         assert "v1" not in _branches(hub.url, "nkikit/crash")
         result = publish(TINY, "nkikit/crash", endpoint=hub.url, run_tests=False)
         assert sorted(_branches(hub.url, "nkikit/crash")) == ["main", "v1"]
-        k = pull("nkikit/crash", version=1, endpoint=hub.url, cache_dir=tmp_path / "c")
+        k = pull(
+            "nkikit/crash",
+            version=1,
+            endpoint=hub.url,
+            cache_dir=tmp_path / "c",
+            trust_remote_code=True,
+        )
         assert k.revision == result.commit
     finally:
         hub.stop()

@@ -175,7 +175,7 @@ def test_untrusted_org_needs_opt_in(
         ).version
         == 1
     )
-    monkeypatch.setenv("NKIKIT_TRUSTED_ORGS", "someone, acme")
+    monkeypatch.setenv("NKIKIT_TRUSTED_ORGS", f"someone, acme@{hub_url}")
     assert pull("acme/tiny", version=1, endpoint=hub_url, cache_dir=cache_dir).version == 1
     monkeypatch.setenv("NKIKIT_TRUSTED_ORGS", "")  # an empty list trusts nothing, not even nkikit
     with pytest.raises(UntrustedKernelError, match="trusted: nothing"):
@@ -187,7 +187,7 @@ def test_tampered_file_is_refused_at_load(tiny_repo, hub_url: str, cache_dir: Pa
     target = k.path / "kernel.py"
     target.write_text(target.read_text() + "\nimport os; os.system('echo pwned')\n")
     with pytest.raises(
-        IntegrityError, match=r"kernel\.py: content does not match the sha256 digest"
+        IntegrityError, match=r"kernel\.py: content does not match the commit's tree"
     ) as e:
         pull("nkikit/tiny-rmsnorm", version=1, endpoint=hub_url, cache_dir=cache_dir)
     assert e.value.path == str(target)
@@ -260,7 +260,7 @@ def _offline_script(cache: Path, **kwargs: object) -> str:
 def test_offline_after_one_pull(tiny_repo, hub_url: str, cache_dir: Path, tmp_path: Path) -> None:  # noqa: ANN001
     pull("nkikit/tiny-rmsnorm", version=1, endpoint=hub_url, cache_dir=cache_dir)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO_ROOT)}
-    env.pop("NKIKIT_TRUSTED_ORGS", None)
+    env["NKIKIT_TRUSTED_ORGS"] = f"nkikit@{hub_url}"  # where the cached build came from
     for kwargs in ({"version": 1}, {}):
         out = subprocess.run(
             [sys.executable, "-c", _offline_script(cache_dir, **kwargs)],
@@ -316,7 +316,7 @@ def test_server_killed_mid_download(tmp_path: Path, monkeypatch: pytest.MonkeyPa
             DownloadError,
             match=r"nkikit/big@[0-9a-f]{12} \(torch-cpu\) was interrupted.*pull again",
         ):
-            pull("nkikit/big", version=1, endpoint=hub.url, cache_dir=cache)
+            pull("nkikit/big", version=1, endpoint=hub.url, cache_dir=cache, trust_remote_code=True)
         assert hub.wait_dead() == 75
     finally:
         hub.stop()
@@ -334,7 +334,7 @@ def test_server_killed_mid_download(tmp_path: Path, monkeypatch: pytest.MonkeyPa
                 assert file_digest(f.read_bytes()) == meta["digest"]["files"][f.name]
     hub = HubProcess(root)
     try:
-        k = pull("nkikit/big", version=1, endpoint=hub.url, cache_dir=cache)
+        k = pull("nkikit/big", version=1, endpoint=hub.url, cache_dir=cache, trust_remote_code=True)
         assert (k.path / "weights.bin").stat().st_size == 8 << 20
     finally:
         hub.stop()
@@ -438,7 +438,15 @@ def test_server_sigkilled_during_a_large_download(
 
     def run() -> None:
         try:
-            outcome.append(pull("nkikit/huge", version=1, endpoint=hub.url, cache_dir=cache))
+            outcome.append(
+                pull(
+                    "nkikit/huge",
+                    version=1,
+                    endpoint=hub.url,
+                    cache_dir=cache,
+                    trust_remote_code=True,
+                )
+            )
         except BaseException as e:  # noqa: BLE001 - handed to the test thread
             outcome.append(e)
 
@@ -470,7 +478,9 @@ def test_server_sigkilled_during_a_large_download(
     )
     hub = HubProcess(root)
     try:
-        k = pull("nkikit/huge", version=1, endpoint=hub.url, cache_dir=cache)  # resumes, verifies
+        k = pull(
+            "nkikit/huge", version=1, endpoint=hub.url, cache_dir=cache, trust_remote_code=True
+        )  # resumes, verifies
         assert (k.path / "weights.bin").stat().st_size == size
     finally:
         hub.stop()

@@ -318,3 +318,30 @@ def test_two_versions_register_distinct_ops(tiny, hub_url: str, tmp_path: Path) 
         getattr(torch.ops, v2.namespace).rmsnorm(x, w),
         getattr(torch.ops, tiny.namespace).rmsnorm(x, w),
     )
+
+
+@pytest.mark.parametrize(
+    "kwargs, argument, grad",
+    [
+        ({"eps": "big"}, "eps", False),  # the eager fast path
+        ({"eps": None}, "eps", False),
+        ({"eps": [1e-6]}, "eps", True),  # through the dispatcher (autograd)
+    ],
+)
+def test_attrs_are_checked_against_the_schema_naming_the_argument(
+    tiny, kwargs: dict, argument: str, grad: bool
+) -> None:  # noqa: ANN001
+    x = torch.randn(4, 64, requires_grad=grad)
+    w = torch.rand(64)
+    with pytest.raises(KernelCallError, match=rf"rmsnorm\(\).*argument '{argument}'"):
+        tiny.rmsnorm(x, w, **kwargs)
+    with pytest.raises(KernelCallError, match=rf"rmsnorm\(\): argument '{argument}' must be float"):
+        tiny.rmsnorm(x.detach().numpy(), w.numpy(), **kwargs)  # the numpy path says the same
+
+
+def test_attrs_the_schema_takes_still_run(tiny) -> None:  # noqa: ANN001
+    x, w = torch.randn(4, 64), torch.rand(64)
+    expected = tiny.rmsnorm(x, w, eps=1e-3)
+    for eps in (np.float32(1e-3), torch.tensor(1e-3)):  # a 0-d tensor goes through the dispatcher
+        torch.testing.assert_close(tiny.rmsnorm(x, w, eps=eps), expected)
+    assert tiny.rmsnorm(x, w, eps=1).shape == x.shape  # an int is a float for the schema
