@@ -71,6 +71,15 @@ class Kernel0x(JitKernel):
                         op="return",
                         why=f"the kernel returns {t.name!r} ({t.buffer}); return HBM tensors created with nl.ndarray(..., buffer=nl.shared_hbm)",
                     )
+                if t.root.buffer == "private_hbm" and len(results) > 1:
+                    # each program of the launch has its own: no one tensor holds the result
+                    raise NkiError(
+                        "err_invalid_argument",
+                        loc,
+                        op="return",
+                        why=f"the kernel returns {t.name!r}, private to each of its "
+                        f"{len(results)} programs; return an nl.shared_hbm tensor",
+                    )
                 if t.kind == "input":
                     # a kernel that writes an input in place may return it (the NKI Library's
                     # in-place kernels do); it comes back as one of the results

@@ -38,13 +38,22 @@ def launched() -> bool:
     return getattr(_local, "launch", None) is not None
 
 
+# HBM the programs of a launch share.  `nl.hbm` too: NKI 0.2 (the NKI Library of early 2026)
+# compiled an `nl.hbm` tensor of an LNC=2 kernel as one tensor both cores write (its one
+# `nl.hbm` kernel, experimental/conv/depthwise_conv1d.py, returns it from an LNC=2 launch);
+# since 0.3 the name is an alias of `private_hbm` and returning it is an error [nki-0x.md,
+# memory regions and kernel outputs].
+# `private_hbm` is per program.
+_SHARED = ("shared_hbm", "hbm")
+
+
 def allocate_hbm(
     b: Builder, shape: tuple[int, ...], dtype: np.dtype, buffer: str, name: str, loc: SourceLoc
 ) -> Tensor:
     """A new HBM tensor, or (in a later program of the launch) program 0's matching one."""
     shared: list[Tensor] = b.__dict__.setdefault("_nki_shared_hbm", [])
     grid, pid = launch()
-    if buffer == "shared_hbm" and grid and any(pid):
+    if buffer in _SHARED and grid and any(pid):
         cursors = b.__dict__.setdefault("_nki_hbm_cursor", {})
         k = cursors.get(pid, 0)
         cursors[pid] = k + 1
@@ -54,7 +63,7 @@ def allocate_hbm(
                 loc,
                 op="nl.ndarray",
                 why=(
-                    "every program of a launch must allocate the same shared_hbm tensors in the "
+                    "every program of a launch must allocate the same shared_hbm (and hbm) tensors in the "
                     "same order (cores run identical control flow)"
                 ),
             )
@@ -68,7 +77,7 @@ def allocate_hbm(
         loc=loc,
     )
     b.tensors.append(t)
-    if buffer == "shared_hbm":
+    if buffer in _SHARED:
         shared.append(t)
     return t
 

@@ -7,6 +7,7 @@ import pytest
 import nkikit.nki as nki
 import nkikit.nki.isa as nisa
 import nkikit.nki.language as nl
+from nkikit.errors import NkiError
 
 
 # gemm_moving_fmax is 512 on every target, trn3 included (the NKI samples' trn3 MX kernels
@@ -142,3 +143,33 @@ def test_nkiobject_fields_without_annotations_under_dataclass():
     assert Section().index is None
     with pytest.raises(TypeError, match="unexpected keyword"):
         Section(length=1)
+
+
+def _shard_rows(buffer):
+    @nki.jit
+    def k(x):
+        # each program writes its half of the rows into one output tensor
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=buffer)
+        half = x.shape[0] // nl.num_programs()
+        rows = slice(nl.program_id() * half, (nl.program_id() + 1) * half)
+        t = nl.ndarray((half, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x[rows, :])
+        nisa.activation(dst=t, op=nl.exp, data=t)
+        nisa.dma_copy(dst=out[rows, :], src=t)
+        return out
+
+    return k
+
+
+def test_lnc2_output_in_hbm_is_one_tensor_and_private_hbm_is_refused():
+    """`nl.hbm` of an LNC=2 kernel is one tensor both programs write (as NKI 0.2 compiled the
+    NKI Library's depthwise conv); returning `private_hbm` from two programs is an error, not
+    program 0's half."""
+    x = np.linspace(-1, 1, 256 * 8, dtype=np.float32).reshape(256, 8)
+    np.testing.assert_allclose(nki.cpu_simulate(_shard_rows(nl.hbm))[2](x=x), np.exp(x), rtol=1e-6)
+    with pytest.raises(NkiError, match="private to each of its 2 programs"):
+        nki.cpu_simulate(_shard_rows(nl.private_hbm))[2](x=x)
+    y = x[:128]  # one program: its private tensor is the whole result
+    np.testing.assert_allclose(
+        nki.cpu_simulate(_shard_rows(nl.private_hbm))[1](x=y), np.exp(y), rtol=1e-6
+    )
