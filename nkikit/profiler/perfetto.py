@@ -1,13 +1,16 @@
 """Chrome trace-event JSON export, readable by ui.perfetto.dev and chrome://tracing.
 
 Layout: one process (the NeuronCore), one thread per engine and per DMA queue, ordered
-Tensor, Vector, Scalar, GpSimd, Sync, then DMA queues. Every instruction is a complete
-event (``"ph": "X"``) with ``ts``/``dur`` in microseconds; dependencies become flow
-events (``"s"``/``"f"``) from the end of the producer to the start of the consumer.
+Tensor, Vector, Scalar, GpSimd, Sync, then DMA queues; a queue with transfers in flight at
+once gets sub-tracks (``DMA q3 · 2``) so that slices on a track never partially overlap.
+Every instruction is a complete event (``"ph": "X"``) with ``ts``/``dur`` in microseconds;
+dependencies become flow events (``"s"``/``"f"``) from the end of the producer to the start
+of the consumer.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 from operator import attrgetter
 from pathlib import Path
@@ -16,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .model import engine_label, engine_sort_key, is_dma_engine
+from .tracecheck import check_if_asked
 
 if TYPE_CHECKING:
     from .model import Profile
@@ -39,10 +43,6 @@ def trace_events(profile: Profile, *, flows: bool | None = None) -> dict[str, An
     ``flows=None`` includes dependency arrows for profiles of up to
     :data:`FLOWS_AUTO_LIMIT` instructions.
     """
-    if flows is None:
-        flows = len(profile.instructions) <= FLOWS_AUTO_LIMIT
-    engines = sorted(profile.analysis().cols.engines, key=engine_sort_key)
-    tid = {e: k + 1 for k, e in enumerate(engines)}
     events: list[dict[str, Any]] = [
         {
             "ph": "M",
@@ -53,37 +53,73 @@ def trace_events(profile: Profile, *, flows: bool | None = None) -> dict[str, An
         },
         {"ph": "M", "name": "process_sort_index", "pid": PID, "tid": 0, "args": {"sort_index": 0}},
     ]
-    for e in engines:
-        events.append(
-            {
-                "ph": "M",
-                "name": "thread_name",
-                "pid": PID,
-                "tid": tid[e],
-                "args": {"name": engine_label(e)},
-            }
-        )
-        events.append(
-            {
-                "ph": "M",
-                "name": "thread_sort_index",
-                "pid": PID,
-                "tid": tid[e],
-                "args": {"sort_index": tid[e]},
-            }
-        )
+    events += instruction_events(profile, pid=PID, flows=flows)
+    s = profile.summary
+    return {
+        "traceEvents": events,
+        "displayTimeUnit": "ns",
+        "otherData": {
+            "kernel": profile.kernel,
+            "target": profile.target.name,
+            "total_us": s["total_us"],
+            "mfu_percent": s["mfu_percent"],
+            "hfu_percent": s["hfu_percent"],
+            "mbu_percent": s["mbu_percent"],
+            "bound_by": s["bound_by"],
+        },
+    }
 
-    # Sorting by track then time keeps every track's events monotonic, which trace viewers
-    # need to nest complete events correctly.
+
+def instruction_events(
+    profile: Profile,
+    *,
+    pid: int,
+    offset_ns: float = 0.0,
+    first_tid: int = 1,
+    flows: bool | None = None,
+) -> list[dict[str, Any]]:
+    """Thread metadata, one complete event per instruction and (optionally) dependency flows
+    for ``profile`` inside process ``pid``, times shifted by ``offset_ns``.
+
+    One track per engine; a DMA queue whose transfers overlap in time (queues run several at
+    once) gets as many sub-tracks ``DMA q3 · 2``, ``· 3`` as it has transfers in flight, each
+    transfer on the first free one, so no track holds partially overlapping slices (which
+    ui.perfetto.dev would drop or truncate)."""
+    if flows is None:
+        flows = len(profile.instructions) <= FLOWS_AUTO_LIMIT
     c = profile.analysis().cols
-    track_of_code = np.array([tid[e] for e in c.engines], dtype=np.int64)
+    engines = sorted(c.engines, key=engine_sort_key) if c.n else []
+    rank = {e: k for k, e in enumerate(engines)}
+    # Sorting by engine then time keeps every track's events monotonic, which trace viewers
+    # need to nest complete events correctly.
+    track_of_code = np.array([rank[e] for e in c.engines], dtype=np.int64)
     order = (
-        np.lexsort((c.ints["id"], c.end, c.start, track_of_code[c.engine])).tolist() if c.n else []
+        np.lexsort((c.ints["id"], -c.end, c.start, track_of_code[c.engine])).tolist() if c.n else []
     )
+    instructions = profile.instructions
+    lane_of, lanes_of_engine = _lanes(instructions, order)
+    tid: dict[tuple[str, int], int] = {}
+    events: list[dict[str, Any]] = []
+    for e in engines:
+        for lane in range(lanes_of_engine[e]):
+            t = tid[e, lane] = first_tid + len(tid)
+            label = engine_label(e) + (f" · {lane + 1}" if lane else "")
+            events.append(
+                {"ph": "M", "name": "thread_name", "pid": pid, "tid": t, "args": {"name": label}}
+            )
+            events.append(
+                {
+                    "ph": "M",
+                    "name": "thread_sort_index",
+                    "pid": pid,
+                    "tid": t,
+                    "args": {"sort_index": t},
+                }
+            )
     cat = {e: ("dma" if is_dma_engine(e) else e) for e in engines}
     byte_values = attrgetter(*_BYTE_FIELDS)
-    instructions = profile.instructions
     append = events.append
+    tid_of_id: dict[int, int] = {}
     for k in order:
         i = instructions[k]
         args: dict[str, Any] = {"id": i.id, "opcode": i.opcode, "source": i.source}
@@ -107,39 +143,61 @@ def trace_events(profile: Profile, *, flows: bool | None = None) -> dict[str, An
             args["hbm_offset"] = i.hbm_offset
         if i.deps:
             args["deps"] = list(i.deps)
+        t = tid_of_id[i.id] = tid[i.engine, lane_of[k]]
+        ts, dur = us_span(i.start_ns + offset_ns, max(i.end_ns, i.start_ns) + offset_ns)
         append(
             {
                 "name": i.opcode,
                 "cat": cat[i.engine],
                 "ph": "X",
-                "ts": i.start_ns / 1000.0,
-                "dur": max(i.end_ns - i.start_ns, 0.0) / 1000.0,
-                "pid": PID,
-                "tid": tid[i.engine],
+                "ts": ts,
+                "dur": dur,
+                "pid": pid,
+                "tid": t,
                 "args": args,
             }
         )
-
     if flows:
-        events.extend(_flow_events(profile, tid))
-
-    s = profile.summary
-    return {
-        "traceEvents": events,
-        "displayTimeUnit": "ns",
-        "otherData": {
-            "kernel": profile.kernel,
-            "target": profile.target.name,
-            "total_us": s["total_us"],
-            "mfu_percent": s["mfu_percent"],
-            "hfu_percent": s["hfu_percent"],
-            "mbu_percent": s["mbu_percent"],
-            "bound_by": s["bound_by"],
-        },
-    }
+        events.extend(_flow_events(profile, tid_of_id, pid, offset_ns))
+    return events
 
 
-def _flow_events(profile: Profile, tid: dict[str, int]) -> list[dict[str, Any]]:
+def us_span(start_ns: float, end_ns: float) -> tuple[float, float]:
+    """``(ts, dur)`` in microseconds rounded to the nanosecond.  Both ends are rounded (not the
+    duration), so slices that touch or nest before rounding still do after it; three decimals
+    also keep the file small."""
+    ts = round(start_ns / 1000.0, 3)
+    return ts, round(round(end_ns / 1000.0, 3) - ts, 3)
+
+
+def _lanes(instructions: list, order: list[int]) -> tuple[dict[int, int], dict[str, int]]:
+    """Per instruction (index into ``instructions``), its lane on its engine's track, and the
+    number of lanes per engine.  ``order`` is sorted by engine, then start: each instruction
+    takes the lowest lane whose last slice has ended (an in-order engine has one lane)."""
+    lane_of: dict[int, int] = {}
+    count: dict[str, int] = {}
+    engine = None
+    ends: list[float] = []
+    for k in order:
+        i = instructions[k]
+        if i.engine != engine:
+            if engine is not None:
+                count[engine] = len(ends)
+            engine, ends = i.engine, []
+        start = round(i.start_ns, 3)
+        lane = next((n for n, end in enumerate(ends) if end <= start), len(ends))
+        if lane == len(ends):
+            ends.append(0.0)
+        ends[lane] = round(max(i.end_ns, i.start_ns), 3)
+        lane_of[k] = lane
+    if engine is not None:
+        count[engine] = len(ends)
+    return lane_of, count
+
+
+def _flow_events(
+    profile: Profile, tid_of_id: dict[int, int], pid: int, offset_ns: float
+) -> list[dict[str, Any]]:
     by_id = {i.id: i for i in profile.instructions}
     out: list[dict[str, Any]] = []
     flow_id = 0
@@ -152,18 +210,38 @@ def _flow_events(profile: Profile, tid: dict[str, int]) -> list[dict[str, Any]]:
             flow_id += 1
             # Flow ends bind to the slice enclosing their timestamp; an instant exactly at a
             # boundary could bind to the neighbouring instruction, so step just inside.
-            s_ts = dep.end_ns - 0.05 * max(dep.end_ns - dep.start_ns, 0.0)
-            f_ts = i.start_ns + 0.05 * max(i.end_ns - i.start_ns, 0.0)
-            common = {"name": "dep", "cat": "dependency", "id": flow_id, "pid": PID}
-            out.append({**common, "ph": "s", "ts": s_ts / 1000.0, "tid": tid[dep.engine]})
-            out.append({**common, "ph": "f", "bp": "e", "ts": f_ts / 1000.0, "tid": tid[i.engine]})
+            s_ts = dep.end_ns - 0.05 * max(dep.end_ns - dep.start_ns, 0.0) + offset_ns
+            f_ts = i.start_ns + 0.05 * max(i.end_ns - i.start_ns, 0.0) + offset_ns
+            common = {"name": "dep", "cat": "dependency", "id": flow_id, "pid": pid}
+            out.append(
+                {**common, "ph": "s", "ts": round(s_ts / 1000.0, 4), "tid": tid_of_id[dep.id]}
+            )
+            out.append(
+                {
+                    **common,
+                    "ph": "f",
+                    "bp": "e",
+                    "ts": round(f_ts / 1000.0, 4),
+                    "tid": tid_of_id[i.id],
+                }
+            )
     return out
 
 
 def write_perfetto(profile: Profile, path: str | Path, *, flows: bool | None = None) -> Path:
-    """Write :func:`trace_events` to ``path`` and return it."""
+    """Write :func:`trace_events` to ``path`` (gzip-compressed when it ends in ``.gz``, which
+    ui.perfetto.dev opens as it is) and return it."""
+    return write_trace(trace_events(profile, flows=flows), path, what=profile.kernel)
+
+
+def write_trace(doc: dict[str, Any], path: str | Path, *, what: str = "trace") -> Path:
+    """Write a trace-event document as compact JSON (gzip for a ``.gz`` path).  Checked with
+    :mod:`.tracecheck` first when ``NKIKIT_CHECK_TRACES`` is set (the test suite sets it)."""
+    check_if_asked(doc, what)
     path = Path(path)
-    with path.open("w", encoding="utf-8") as f:
-        # dumps, not dump: only the one-shot encoder runs in C (10x faster on big traces).
-        f.write(json.dumps(trace_events(profile, flows=flows), separators=(",", ":")))
+    # dumps, not dump: only the one-shot encoder runs in C (10x faster on big traces).
+    data = json.dumps(doc, separators=(",", ":")).encode("utf-8")
+    if path.suffix == ".gz":
+        data = gzip.compress(data, compresslevel=6, mtime=0)
+    path.write_bytes(data)
     return path

@@ -1,112 +1,17 @@
-"""Perfetto / Chrome trace-event export, checked by a structural validator of the format.
-
-The validator follows the Trace Event Format document (JSON object form): a
-``traceEvents`` list; every event has a string ``ph``; complete events ("X") need name,
-numeric ts >= 0 and dur >= 0, integer pid/tid; metadata events ("M") name a process or
-thread; flow events ("s"/"t"/"f") carry an id and bind to a slice on their track.
-"""
+"""Perfetto / Chrome trace-event export, checked by the package's structural validator of the
+format (:mod:`nkikit.profiler.tracecheck`: format, time order, nesting, flows)."""
 
 from __future__ import annotations
 
 import json
-import math
-from collections import defaultdict
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from nkikit.profiler import Profile
 from nkikit.profiler import perfetto as perfetto_mod
 from nkikit.profiler.perfetto import trace_events
-
-PHASES = set("BEXIiCbnesMPOND") | {"s", "t", "f", "R", "c", "(", ")"}
-METADATA = {
-    "process_name",
-    "process_labels",
-    "process_sort_index",
-    "thread_name",
-    "thread_sort_index",
-}
-
-
-def _is_num(x: Any) -> bool:
-    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
-
-
-def validate_trace(doc: Any) -> list[str]:
-    """Problems with ``doc`` as a trace-event JSON object; empty when valid."""
-    errors: list[str] = []
-    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
-        return ["top level must be an object with a traceEvents list"]
-    if "displayTimeUnit" in doc and doc["displayTimeUnit"] not in ("ms", "ns"):
-        errors.append("displayTimeUnit must be 'ms' or 'ns'")
-    slices: dict[tuple[int, int], list[tuple[float, float]]] = defaultdict(list)
-    named_threads: set[tuple[int, int]] = set()
-    flows: dict[Any, set[str]] = defaultdict(set)
-    flow_points: list[tuple[dict, tuple[int, int]]] = []
-    for k, e in enumerate(doc["traceEvents"]):
-        where = f"event {k}"
-        if not isinstance(e, dict):
-            errors.append(f"{where}: not an object")
-            continue
-        ph = e.get("ph")
-        if not isinstance(ph, str) or ph not in PHASES:
-            errors.append(f"{where}: bad ph {ph!r}")
-            continue
-        for key in ("pid", "tid"):
-            if key in e and not (isinstance(e[key], int) and not isinstance(e[key], bool)):
-                errors.append(f"{where}: {key} must be an integer")
-        if "args" in e and not isinstance(e["args"], dict):
-            errors.append(f"{where}: args must be an object")
-        track = (e.get("pid"), e.get("tid"))
-        if ph == "M":
-            if e.get("name") not in METADATA:
-                errors.append(f"{where}: unknown metadata {e.get('name')!r}")
-            args = e.get("args", {})
-            if e.get("name", "").endswith("_name") and not isinstance(args.get("name"), str):
-                errors.append(f"{where}: metadata name needs args.name string")
-            if e.get("name", "").endswith("sort_index") and not isinstance(
-                args.get("sort_index"), int
-            ):
-                errors.append(f"{where}: sort_index must be an integer")
-            if e.get("name") == "thread_name":
-                named_threads.add(track)
-            continue
-        if not isinstance(e.get("name"), str):
-            errors.append(f"{where}: name must be a string")
-        if not _is_num(e.get("ts")) or e["ts"] < 0:
-            errors.append(f"{where}: ts must be a number >= 0")
-            continue
-        if ph == "X":
-            if not _is_num(e.get("dur")) or e["dur"] < 0:
-                errors.append(f"{where}: dur must be a number >= 0")
-                continue
-            if "pid" not in e or "tid" not in e:
-                errors.append(f"{where}: X needs pid and tid")
-            slices[track].append((e["ts"], e["ts"] + e["dur"]))
-        elif ph in ("s", "t", "f"):
-            if "id" not in e:
-                errors.append(f"{where}: flow event needs an id")
-            if ph == "f" and e.get("bp", "e") != "e":
-                errors.append(f"{where}: flow end bp must be 'e'")
-            flows[e.get("id")].add(ph)
-            flow_points.append((e, track))
-    for track, lst in slices.items():
-        if track not in named_threads:
-            errors.append(f"track {track}: complete events on an unnamed thread")
-        starts = [s for s, _ in lst]
-        if starts != sorted(starts):
-            errors.append(f"track {track}: complete events are not in time order")
-    for fid, phs in flows.items():
-        if phs != {"s", "f"} and phs != {"s", "t", "f"}:
-            errors.append(f"flow {fid}: needs a start and an end, has {sorted(phs)}")
-    for e, track in flow_points:
-        if not any(s <= e["ts"] <= end for s, end in slices[track]):
-            errors.append(
-                f"flow {e.get('id')} ({e['ph']}): no slice on {track} encloses ts {e['ts']}"
-            )
-    return errors
+from nkikit.profiler.tracecheck import trace_problems as validate_trace
 
 
 def test_validator_catches_mistakes() -> None:
@@ -189,3 +94,54 @@ def test_unsorted_input_gives_monotonic_tracks(make_profile) -> None:
 def test_empty_profile_trace(paper_target) -> None:
     doc = trace_events(Profile("empty", paper_target, []))
     assert validate_trace(doc) == []
+
+
+def test_validator_catches_partial_overlap() -> None:
+    doc = {
+        "traceEvents": [
+            {"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": {"name": "q"}},
+            {"ph": "X", "name": "outer", "ts": 0, "dur": 10, "pid": 1, "tid": 1},
+            {"ph": "X", "name": "inner", "ts": 2, "dur": 3, "pid": 1, "tid": 1},
+            {"ph": "X", "name": "across", "ts": 8, "dur": 5, "pid": 1, "tid": 1},
+        ]
+    }
+    problems = validate_trace(doc)
+    assert len(problems) == 1 and "'across'" in problems[0] and "'outer'" in problems[0]
+
+
+def test_overlapping_dma_transfers_get_sub_tracks(make_profile) -> None:
+    # three transfers in flight at once on queue 3, then one after they all ended
+    p = make_profile(
+        [
+            ("dma3", "DMA_LOAD", 0, 100),
+            ("dma3", "DMA_LOAD", 50, 150),
+            ("dma3", "DMA_LOAD", 60, 70),
+            ("dma3", "DMA_LOAD", 160, 200),
+        ]
+    )
+    doc = trace_events(p)
+    assert validate_trace(doc) == []
+    names = {
+        e["tid"]: e["args"]["name"] for e in doc["traceEvents"] if e.get("name") == "thread_name"
+    }
+    assert sorted(names.values()) == ["DMA q3", "DMA q3 · 2", "DMA q3 · 3"]
+    lane = {e["args"]["id"]: names[e["tid"]] for e in doc["traceEvents"] if e["ph"] == "X"}
+    assert lane == {0: "DMA q3", 1: "DMA q3 · 2", 2: "DMA q3 · 3", 3: "DMA q3"}
+
+
+def test_writer_checks_traces_in_tests(make_profile, tmp_path: Path) -> None:
+    # tests/conftest.py turns the check on: a bad document is refused before it is written
+    from nkikit.profiler.perfetto import write_trace
+
+    bad = {"traceEvents": [{"ph": "X", "name": "a", "ts": 0, "dur": 1, "pid": 1, "tid": 1}]}
+    with pytest.raises(ValueError, match="unnamed thread"):
+        write_trace(bad, tmp_path / "bad.json")
+    assert not (tmp_path / "bad.json").exists()
+
+
+def test_gzip_trace(paper_profile: Profile, tmp_path: Path) -> None:
+    import gzip
+
+    path = paper_profile.to_perfetto(tmp_path / "trace.json.gz")
+    doc = json.loads(gzip.decompress(path.read_bytes()))
+    assert validate_trace(doc) == [] and doc == trace_events(paper_profile)
