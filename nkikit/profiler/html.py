@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .metrics import SATURATED_PERCENT
 from .model import COMPUTE_ENGINES, engine_label, is_dma_engine
 from .timeline import DEFAULT_BINS, DEFAULT_MAX_EVENTS, build_timeline
 from .units import fmt_bytes, fmt_flops, fmt_ns, fmt_percent, fmt_rate
@@ -111,6 +112,8 @@ def render_html(
         "profile": profile,
         "s": s,
         "bound_label": engine_label(bound) if bound else "—",
+        "busiest_label": engine_label(s["busiest"]) if s["busiest"] else "—",
+        "saturated": SATURATED_PERCENT,
         "engines": engines,
         "queues": queues,
         "metrics": metrics,

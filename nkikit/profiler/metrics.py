@@ -7,7 +7,10 @@
 * An engine's active percent is the union of its busy intervals over the total time;
   ``dma_active_percent`` is the union over every DMA queue.
 * ``mm_arithmetic_intensity`` = model (useful) matmul FLOPs / HBM bytes (0 without HBM traffic).
-* ``bound_by`` is the resource with the highest active percent: an engine name or ``"dma"``.
+* ``busiest`` is the resource with the highest active percent: an engine name or ``"dma"``.
+  ``bound_by`` is the busiest resource when it is saturated (at least
+  :data:`SATURATED_PERCENT` active), else ``"latency"``: no engine or DMA queue limits the
+  kernel, which waits on dependencies and fixed latencies.
 
 Every percentage is of the kernel's total time and 0 for an empty profile.
 
@@ -21,7 +24,7 @@ activity ``engine_active_percent`` (dict over the five engines and ``"dma"``),
 ``dma_queue_active_percent`` (dict per queue); counts ``instruction_count_by_engine``,
 ``{engine}_instruction_count``, ``matmul_instruction_count``,
 ``transpose_instruction_count``, ``dma_transfer_count``, ``dma_bytes``,
-``dma_transfer_average_bytes``; ``bound_by``; ``warnings`` (see :mod:`.rules`).
+``dma_transfer_average_bytes``; ``busiest``, ``bound_by``; ``warnings`` (see :mod:`.rules`).
 """
 
 from __future__ import annotations
@@ -219,6 +222,7 @@ def compute_summary(profile: Profile, analysis: Analysis | None = None) -> dict[
         "reload_bytes": reload_bytes,
         "useful_read_percent": 100.0 * (hbm_read - reload_bytes) / hbm_read if hbm_read else 100.0,
         "spill_bytes": profile.spill_bytes,
+        "busiest": _busiest(active, c.n > 0),
         "bound_by": _bound_by(active, c.n > 0),
     }
     s["warnings"] = collect_warnings(a, s)
@@ -235,12 +239,26 @@ _BYTE_KEYS = (
 )
 
 
-def _bound_by(active: dict[str, float], nonempty: bool) -> str | None:
+SATURATED_PERCENT = 80.0
+"""An engine (or the DMA queues together) busier than this share of the kernel's time is what
+the kernel waits on.  nkikit's own threshold, a judgment call: Neuron Explorer names no "bound
+by" verdict (nki.md §6.2)."""
+LATENCY = "latency"
+
+
+def _busiest(active: dict[str, float], nonempty: bool) -> str | None:
     if not nonempty:
         return None
     candidates = (*COMPUTE_ENGINES, "dma")
     # max() keeps the first of equals, so ties go to the engine listed first (Tensor).
     return max(candidates, key=lambda e: active[e])
+
+
+def _bound_by(active: dict[str, float], nonempty: bool) -> str | None:
+    busiest = _busiest(active, nonempty)
+    if busiest is None or active[busiest] >= SATURATED_PERCENT:
+        return busiest
+    return LATENCY
 
 
 RELOAD_KEY_FIELDS = ("hbm_offset", "hbm_read_bytes", "partitions", "elements")

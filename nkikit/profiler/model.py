@@ -54,6 +54,8 @@ def engine_label(engine: str) -> str:
         return f"DMA q{engine[3:]}"
     if engine == "dma":  # all queues together, as the summary's "dma" resource
         return "DMA"
+    if engine == "latency":  # the summary's bound_by when no resource is saturated
+        return "latency"
     return ENGINE_LABELS.get(engine, engine)
 
 
@@ -189,7 +191,7 @@ class Profile:
 
     @property
     def bound_by(self) -> str | None:
-        """The engine (or ``"dma"``) with the highest active share; None when empty."""
+        """The saturated engine (or ``"dma"``), ``"latency"`` when none is; None when empty."""
         return self.summary["bound_by"]
 
     @property

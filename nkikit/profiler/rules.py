@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .metrics import reload_groups
+from .metrics import LATENCY, SATURATED_PERCENT, reload_groups
 from .model import engine_label
 from .units import fmt_bytes, fmt_flops, fmt_percent
 
@@ -58,15 +58,21 @@ def _counts(d: dict[str, float]) -> dict[str, int]:
     return {k: int(v) for k, v in d.items()}
 
 
-def small_dma_transfers(a: Analysis, s: dict[str, Any]) -> list[Warning_]:
-    """DMA transfers under 512 B per partition or 2 KiB in total."""
+def _small_dma(a: Analysis) -> np.ndarray:
+    """Mask of DMA transfers under 512 B per partition or 2 KiB in total."""
     c = a.cols
     size = c.transfer_bytes()
     parts = c.ints["partitions"]
     per_partition = size / np.where(parts > 0, parts, 1)
-    small = c.on("dma") & (
+    return c.on("dma") & (
         (per_partition < SMALL_DMA_PARTITION_BYTES) | (size < SMALL_DMA_TOTAL_BYTES)
     )
+
+
+def small_dma_transfers(a: Analysis, s: dict[str, Any]) -> list[Warning_]:
+    """DMA transfers under 512 B per partition or 2 KiB in total."""
+    c = a.cols
+    small = _small_dma(a)
     if not small.any():
         return []
     by_line = _counts(c.per_source(small))
@@ -108,21 +114,30 @@ def input_reload(a: Analysis, s: dict[str, Any]) -> list[Warning_]:
     return out
 
 
+def _low_tensor(s: dict[str, Any]) -> bool:
+    """A kernel with useful matmuls whose TensorE is active under half of the time."""
+    return (
+        s["matmul_instruction_count"] > 0
+        and s["model_flops"] > 0
+        and s["tensor_active_percent"] < LOW_TENSOR_ACTIVE_PERCENT
+    )
+
+
 def low_tensor_utilization(a: Analysis, s: dict[str, Any]) -> list[Warning_]:
     """TensorE active under 50% in a kernel that has matmuls doing useful work.  Matmuls with
     no model FLOPs (partition broadcasts through the TensorE) do not make a kernel
     matmul-bound, so they alone never trigger it."""
+    if not _low_tensor(s):
+        return []
     n = s["matmul_instruction_count"]
     tensor = s["tensor_active_percent"]
-    if n == 0 or s["model_flops"] == 0 or tensor >= LOW_TENSOR_ACTIVE_PERCENT:
-        return []
     bound = s["bound_by"]
-    if bound == "tensor":
+    if bound in ("tensor", LATENCY):
         lines = a.top_lines("tensor", mask=a.cols.matmul_mask())
         why = (
-            "No engine is busy half of the time, so dependencies serialize the engines: "
-            "pipeline the loop (more buffers, so loads, matmuls and stores of different "
-            f"iterations overlap). Matmul lines: {_list(lines)}."
+            f"No engine is busy {fmt_percent(SATURATED_PERCENT)} of the time, so dependencies "
+            "serialize the engines: pipeline the loop (more buffers, so loads, matmuls and "
+            f"stores of different iterations overlap). Matmul lines: {_list(lines)}."
         )
     else:
         lines = a.top_lines(bound)
@@ -138,35 +153,103 @@ def low_tensor_utilization(a: Analysis, s: dict[str, Any]) -> list[Warning_]:
     return [_warning("low_tensor_utilization", msg, lines, tensor_active_percent=tensor)]
 
 
+def latency_bound(a: Analysis, s: dict[str, Any]) -> list[Warning_]:
+    """No engine or DMA queue saturated (``bound_by == "latency"``), in a kernel that the
+    low-TensorE rule does not already cover: the kernel waits on dependencies."""
+    if s["bound_by"] != LATENCY or _low_tensor(s):
+        return []
+    busiest = s["busiest"]
+    pct = s["engine_active_percent"][busiest]
+    lines = a.top_lines(busiest)
+    msg = (
+        f"No engine or DMA queue is busy {fmt_percent(SATURATED_PERCENT)} of the time (the "
+        f"busiest, {engine_label(busiest)}, is {fmt_percent(pct)} active): the kernel waits on "
+        "dependencies and fixed latencies, not on a resource. Let independent tiles overlap: "
+        "loop with nl.affine_range and give the tiles of a loop more buffers, so the load of "
+        "the next tile runs while this one computes and the previous one is stored. "
+        f"{engine_label(busiest)}'s hottest lines are {_list(lines)}."
+    )
+    return [_warning("latency_bound", msg, lines, busiest=busiest, active_percent=pct)]
+
+
 _ENGINE_ADVICE = {
     "vector": "fuse elementwise steps, or move some to ScalarE (activation with scale and bias) or GpSimd",
     "scalar": "fuse multiply, add and activation into one activation instruction, or move plain arithmetic to VectorE",
     "gpsimd": "move elementwise work and reductions to VectorE, which is faster for them",
     "sync": "issue fewer, larger DMAs",
-    "dma": "reuse tiles already in SBUF and make transfers larger; the kernel is memory-bound",
 }
+HIGH_MBU_PERCENT = 70.0
+"""Above this share of HBM bandwidth a kernel that reloads nothing and moves large transfers is
+near the memory roofline (nki.md §4.5 sets MBU >= 60% as the bar for memory-bound kernels)."""
+
+
+def _dma_advice(a: Analysis, s: dict[str, Any]) -> str:
+    """A fix for a DMA-bound kernel that applies to this kernel: stop reloads, grow small
+    transfers, or (neither applying) move fewer bytes."""
+    fixes = []
+    if s["reload_bytes"] > 0:
+        fixes.append(
+            f"keep tiles in SBUF instead of reloading them ({fmt_bytes(s['reload_bytes'])} read "
+            "again)"
+        )
+    small = int(_small_dma(a).sum())
+    if small:
+        fixes.append(f"merge the {small} small transfers into larger ones (2 KiB per partition)")
+    if fixes:
+        return " and ".join(fixes)
+    if s["mbu_percent"] >= HIGH_MBU_PERCENT:
+        return (
+            f"move fewer bytes: at {fmt_percent(s['mbu_percent'])} of HBM bandwidth with large "
+            "transfers and nothing reloaded, the kernel is near the memory roofline, so only a "
+            "smaller dtype or fusing it with its neighbours (one pass through HBM) helps"
+        )
+    return (
+        "spread transfers over more DMA queues and issue them earlier (HBM bandwidth is only "
+        f"{fmt_percent(s['mbu_percent'])} used)"
+    )
 
 
 def engine_bound(a: Analysis, s: dict[str, Any]) -> list[Warning_]:
-    """A non-Tensor engine (or the DMA queues) over 90% active while TensorE is under 50%."""
+    """A non-Tensor engine (or the DMA queues) over 90% active while TensorE is under 50%.
+    One warning, for the busiest such resource (a kernel is bound by one thing at a time);
+    others as busy are named in its message."""
     tensor = s["tensor_active_percent"]
     if tensor >= LOW_TENSOR_ACTIVE_PERCENT:
         return []
-    out = []
-    for engine in ("vector", "scalar", "gpsimd", "sync", "dma"):
-        pct = s["engine_active_percent"][engine]
-        if pct <= ENGINE_BOUND_PERCENT:
-            continue
-        label = engine_label(engine)
-        lines = a.top_lines(engine)
-        extra = f" (MBU {fmt_percent(s['mbu_percent'])})" if engine == "dma" else ""
-        msg = (
-            f"{label} is active {fmt_percent(pct)} of the time while TensorE is active "
-            f"{fmt_percent(tensor)}: the kernel is {label}-bound{extra}. Its hottest lines are "
-            f"{_list(lines)}; to go faster, {_ENGINE_ADVICE[engine]}."
+    hot = [
+        (s["engine_active_percent"][e], e)
+        for e in ("vector", "scalar", "gpsimd", "sync", "dma")
+        if s["engine_active_percent"][e] > ENGINE_BOUND_PERCENT
+    ]
+    if not hot:
+        return []
+    # the busiest first; ties go to the order above
+    pct, engine = max(hot, key=lambda pe: pe[0])
+    label = engine_label(engine)
+    lines = a.top_lines(engine)
+    extra = f" (MBU {fmt_percent(s['mbu_percent'])})" if engine == "dma" else ""
+    advice = _dma_advice(a, s) if engine == "dma" else _ENGINE_ADVICE[engine]
+    others = [f"{engine_label(e)} {fmt_percent(p)}" for p, e in hot if e != engine]
+    also = (
+        f" {', '.join(others)} active too, so shrinking {label}'s work alone moves the limit there."
+        if others
+        else ""
+    )
+    msg = (
+        f"{label} is active {fmt_percent(pct)} of the time while TensorE is active "
+        f"{fmt_percent(tensor)}: the kernel is {label}-bound{extra}. Its hottest lines are "
+        f"{_list(lines)}; to go faster, {advice}.{also}"
+    )
+    return [
+        _warning(
+            "engine_bound",
+            msg,
+            lines,
+            engine=engine,
+            active_percent=pct,
+            also_busy=[e for _, e in hot if e != engine],
         )
-        out.append(_warning("engine_bound", msg, lines, engine=engine, active_percent=pct))
-    return out
+    ]
 
 
 def spill(a: Analysis, s: dict[str, Any]) -> list[Warning_]:
@@ -200,6 +283,7 @@ RULES: list[Callable[[Analysis, dict[str, Any]], list[Warning_]]] = [
     small_dma_transfers,
     input_reload,
     low_tensor_utilization,
+    latency_bound,
     engine_bound,
     spill,
     transpose_flops,

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .colours import opcode_colour
 from .columns import merge_intervals
 from .model import COMPUTE_ENGINES, engine_label, engine_sort_key
 
@@ -33,7 +34,8 @@ def build_timeline(
 
     Keys: ``total_ns``, ``aggregated``, ``bins`` and ``bin_ns`` (0 unless aggregated),
     ``instruction_count``, ``opcodes`` and ``lines`` (string tables, most time first, that
-    tracks index into), ``code`` (source text per line), and ``tracks``: one per compute
+    tracks index into), ``colours`` (per opcode, from :func:`.colours.opcode_colour`: the same
+    in every report), ``code`` (source text per line), and ``tracks``: one per compute
     engine and per used DMA queue, each with ``engine``, ``label``, ``count`` and either
     raw columns ``s`` (start), ``d`` (duration), ``o`` (opcode index), ``l`` (line index),
     ``id``, or sparse bin columns ``i`` (bin index), ``b`` (busy fraction), ``o``, ``l``.
@@ -43,7 +45,7 @@ def build_timeline(
     total = profile.total_ns
     aggregated = c.n > max_events and total > 0
 
-    # Re-rank the string tables by time so colours and the legend favour what matters.
+    # Re-rank the string tables by time so the legend lists what matters first.
     op_rank = _rank(c.opcode, c.dur, c.opcodes)
     line_rank = _rank(c.source, c.dur, c.sources)
     opcodes = [c.opcodes[k] for k in np.argsort(op_rank)] if c.n else []
@@ -78,6 +80,7 @@ def build_timeline(
         "bin_ns": width,
         "instruction_count": c.n,
         "opcodes": opcodes,
+        "colours": [opcode_colour(o) for o in opcodes],
         "lines": lines,
         "code": [code_of.get(src, "") for src in lines],
         "tracks": tracks,

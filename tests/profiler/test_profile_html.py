@@ -112,12 +112,12 @@ def test_html_contains_the_numbers(paper_profile: Profile, tmp_path: Path) -> No
     page = path.read_text()
     assert page.startswith("<!DOCTYPE html>")
     assert "paper_kernel" in page
-    # cards: time, MFU 25 %, HFU 30 %, MBU 40.96 %, bound by DMA
+    # cards: time, MFU 25 %, HFU 30 %, MBU 40.96 %, bound by latency (busiest DMA, 50 %)
     assert re.search(r'id="card-time".*?400 ns', page, re.S)
     assert re.search(r'id="card-mfu".*?25\.0%', page, re.S)
     assert re.search(r'id="card-hfu".*?30\.0%', page, re.S)
     assert re.search(r'id="card-mbu".*?41\.0%', page, re.S)
-    assert re.search(r'id="card-bound".*?DMA', page, re.S)
+    assert re.search(r'id="card-bound".*?latency.*?busiest DMA 50\.0%', page, re.S)
     # engine bars: Tensor 37.5 %, DMA 50 %
     assert re.search(r"Tensor</div>.*?37\.5%", page, re.S)
     assert re.search(r"DMA \(all queues\)</div>.*?50\.0%", page, re.S)
@@ -225,7 +225,7 @@ def test_empty_profile_renders(paper_target: TargetInfo, tmp_path: Path) -> None
 def test_terminal_summary(paper_profile: Profile) -> None:
     text = str(paper_profile)
     assert text.startswith("paper_kernel on paper: 400 ns")
-    assert "bound by DMA" in text
+    assert "bound by latency" in text
     for part in ("MFU", "25.0%", "HFU", "30.0%", "MBU", "41.0%", "Tensor", "37.5%", "k.py:10"):
         assert part in text, part
     for w in paper_profile.summary["warnings"]:
@@ -249,3 +249,19 @@ def test_table_is_a_rich_renderable(paper_profile: Profile) -> None:
 def test_terminal_prints_code_verbatim(make_profile) -> None:
     p = make_profile([("vector", "TENSOR_COPY", 0, 10, dict(source_text="x = a[i] + b[bold]"))])
     assert "x = a[i] + b[bold]" in str(p)
+
+
+def test_opcode_colours_are_the_same_in_every_report(make_profile) -> None:
+    from nkikit.profiler.colours import opcode_colour
+    from nkikit.profiler.timeline import build_timeline
+
+    # MATMUL has the most time in one profile and the least in the other
+    a = make_profile([("tensor", "MATMUL", 0, 100), ("vector", "TENSOR_COPY", 100, 110)])
+    b = make_profile([("tensor", "MATMUL", 0, 10), ("vector", "TENSOR_COPY", 10, 110)])
+    ta, tb = build_timeline(a), build_timeline(b)
+    assert ta["opcodes"] == ["MATMUL", "TENSOR_COPY"] and tb["opcodes"] == ["TENSOR_COPY", "MATMUL"]
+    colour_a = dict(zip(ta["opcodes"], ta["colours"]))
+    colour_b = dict(zip(tb["opcodes"], tb["colours"]))
+    assert colour_a == colour_b == {o: opcode_colour(o) for o in ("MATMUL", "TENSOR_COPY")}
+    assert colour_a["MATMUL"] != colour_a["TENSOR_COPY"]
+    assert opcode_colour("SOME_NEW_OPCODE") == opcode_colour("SOME_NEW_OPCODE")
