@@ -5,6 +5,7 @@ the NeuronCore, and share them on the Hugging Face Hub.
 """
 
 from . import compiler, isa, language, typing  # noqa: F401
+from .compiler import launches as _launches  # noqa: F401  (installs the launch recorder)
 from .compiler.api import benchmark, compile, profile, profile_kernel
 from .compiler.program import Program
 from .errors import NkiError

@@ -77,6 +77,7 @@ def instruction_events(
     offset_ns: float = 0.0,
     first_tid: int = 1,
     flows: bool | None = None,
+    tids: dict[tuple[str, int], int] | None = None,
 ) -> list[dict[str, Any]]:
     """Thread metadata, one complete event per instruction and (optionally) dependency flows
     for ``profile`` inside process ``pid``, times shifted by ``offset_ns``.
@@ -84,7 +85,11 @@ def instruction_events(
     One track per engine; a DMA queue whose transfers overlap in time (queues run several at
     once) gets as many sub-tracks ``DMA q3 · 2``, ``· 3`` as it has transfers in flight, each
     transfer on the first free one, so no track holds partially overlapping slices (which
-    ui.perfetto.dev would drop or truncate)."""
+    ui.perfetto.dev would drop or truncate).
+
+    ``tids`` maps ``(engine, lane)`` to a thread id; pass the same dict for several kernels of
+    one NeuronCore (one after another in time) to put them on the same tracks: new tracks are
+    numbered from ``first_tid`` on and added to it."""
     if flows is None:
         flows = len(profile.instructions) <= FLOWS_AUTO_LIMIT
     c = profile.analysis().cols
@@ -98,10 +103,12 @@ def instruction_events(
     )
     instructions = profile.instructions
     lane_of, lanes_of_engine = _lanes(instructions, order)
-    tid: dict[tuple[str, int], int] = {}
+    tid: dict[tuple[str, int], int] = {} if tids is None else tids
     events: list[dict[str, Any]] = []
     for e in engines:
         for lane in range(lanes_of_engine[e]):
+            if (e, lane) in tid:
+                continue
             t = tid[e, lane] = first_tid + len(tid)
             label = engine_label(e) + (f" · {lane + 1}" if lane else "")
             events.append(

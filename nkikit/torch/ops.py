@@ -190,6 +190,10 @@ class TorchBinding:
         tensors, attrs = full[: self.nin], full[self.nin :]
         typed = self.fn.attrs_accepted(attrs)
         if typed and _eager_plain(tensors, self._allowed):
+            if torch.autograd.profiler._is_profiler_enabled:
+                # no dispatcher, so no op range: open one by the op's name, as it would be
+                with torch.profiler.record_function(self.qualname):
+                    return self._run(tensors, attrs)
             return self._run(tensors, attrs)
         if _eager_plain(tensors, None):  # plain tensors, but a dtype or device to refuse
             self._check(tensors)
