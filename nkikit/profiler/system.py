@@ -274,11 +274,22 @@ def build_system_profile(
     engines: bool = False,
     max_engine_events: int = 200_000,
     meta: dict[str, Any] | None = None,
+    epoch_ns: int = 0,
 ) -> SystemProfile:
-    """Place ``launches`` and ``host_events`` (``"X"`` events, ``ts``/``dur`` in wall-clock µs,
-    ``tid`` the OS thread) on the system timeline; see the module docstring for the clocks."""
-    launches = sorted(launches, key=lambda r: r.start_ns)
-    clock = HostClock([(r.sim_start_ns, r.sim_end_ns) for r in launches])
+    """Place ``launches`` and ``host_events`` (``"X"`` events, ``ts``/``dur`` in µs since
+    ``epoch_ns`` on the wall clock, ``tid`` the OS thread) on the system timeline; see the
+    module docstring for the clocks.  The records' wall-clock ns have ``epoch_ns`` taken off
+    in integers first: a float holds ns since 1970 only to a quarter of a microsecond.
+
+    The simulator's time is cut out of the host clock where the host events say it ran (their
+    ``nkikit.simulate`` ranges, on the host events' own clock), else where the records do."""
+    launches = [_Shifted(r, epoch_ns) for r in sorted(launches, key=lambda r: r.start_ns)]
+    sim = [
+        (round(1000.0 * e["ts"]), round(1000.0 * (e["ts"] + e["dur"])))
+        for e in host_events
+        if e.get("ph") == "X" and e["name"].startswith(PREFIX + "simulate ")
+    ]
+    clock = HostClock(sim or [(r.sim_start_ns, r.sim_end_ns) for r in launches])
     starts = [1000.0 * e["ts"] for e in host_events if not e["name"].startswith(PREFIX)]
     starts += [r.start_ns - r.trace_ns - r.compile_ns for r in launches]
     clock.origin_ns = 0.0
@@ -314,7 +325,8 @@ def build_system_profile(
                 launch_end=clock(r.end_ns),
                 device_start=start,
                 device_end=end,
-                sim_us=(r.sim_end_ns - r.sim_start_ns) / 1000.0,
+                # what was cut out of the host clock during this launch
+                sim_us=(clock.removed(r.end_ns) - clock.removed(r.start_ns)) / 1000.0,
                 traced=r.traced,
                 compiled=r.compiled,
                 core=core,
@@ -331,6 +343,20 @@ def build_system_profile(
         max_engine_events=max_engine_events,
         meta=dict(meta or {}),
     )
+
+
+class _Shifted:
+    """A launch record with its wall-clock times taken relative to ``epoch_ns``."""
+
+    def __init__(self, r: Launch, epoch_ns: int) -> None:
+        self.r = r
+        self.start_ns = r.start_ns - epoch_ns
+        self.end_ns = r.end_ns - epoch_ns
+        self.sim_start_ns = r.sim_start_ns - epoch_ns
+        self.sim_end_ns = r.sim_end_ns - epoch_ns
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.r, name)
 
 
 def _nested(events: list[dict[str, Any]]) -> list[dict[str, Any]]:

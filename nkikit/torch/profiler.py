@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import enum
 import json
+import math
 import os
 import tempfile
 from collections.abc import Sequence
@@ -86,9 +87,15 @@ class NeuronConfig:
 
 
 def _torch_trace(prof: Any) -> dict[str, Any]:
+    """torch's own Chrome trace of ``prof``.  Its Python exporter leaves the trace unsaved, so
+    the user can still call ``prof.export_chrome_trace`` (kineto's saves only once)."""
     with tempfile.TemporaryDirectory() as d:
         path = Path(d) / "torch_trace.json"
-        prof.export_chrome_trace(str(path))
+        inner = getattr(prof, "profiler", None)
+        try:
+            inner.export_chrome_trace(str(path), None, use_python_export=True)
+        except (AttributeError, TypeError):  # a torch without the Python exporter
+            prof.export_chrome_trace(str(path))
         return json.loads(path.read_text(encoding="utf-8"))
 
 
@@ -96,29 +103,30 @@ def system_profile(prof: Any, config: NeuronConfig | None = None) -> SystemProfi
     """Join a finished ``torch.profiler.profile`` with nkikit's launch records."""
     config = config or NeuronConfig()
     doc = _torch_trace(prof)
-    base_us = float(doc.get("baseTimeNanoseconds", 0)) / 1000.0
-    host: list[dict[str, Any]] = []
+    # Wall-clock ns since 1970 (~1.8e18) are too big for a float to keep the nanosecond: times
+    # are kept in ns relative to the trace's first µs, as exact integers for the records.
+    base_ns = int(doc.get("baseTimeNanoseconds", 0))
+    raw = [
+        e
+        for e in doc.get("traceEvents", [])
+        if e.get("ph") == "X"
+        and isinstance(e.get("ts"), int | float)
+        and e.get("cat") in ("cpu_op", "user_annotation", "python_function")
+    ]
+    t0_us = math.floor(min((float(e["ts"]) for e in raw), default=0.0))
+    epoch_ns = base_ns + 1000 * t0_us
     threads: dict[int, str] = {}
     for e in doc.get("traceEvents", []):
         if e.get("ph") == "M" and e.get("name") == "thread_name":
             threads[e.get("tid")] = str(e.get("args", {}).get("name", ""))
-        if e.get("ph") != "X" or not isinstance(e.get("ts"), int | float):
-            continue
-        if e.get("cat") not in (
-            "cpu_op",
-            "user_annotation",
-            "python_function",
-            "cpu_instant_event",
-        ):
-            continue
-        host.append({**e, "ts": float(e["ts"]) + base_us, "dur": float(e.get("dur", 0.0))})
+    host = [{**e, "ts": float(e["ts"]) - t0_us, "dur": float(e.get("dur", 0.0))} for e in raw]
     # the launches of this trace: those whose launch range torch recorded
     wanted = sorted(
         (e["ts"], e["name"][len(PREFIX + "launch ") :])
         for e in host
         if e["name"].startswith(PREFIX + "launch ")
     )
-    records = _match(wanted, list(launches.RECENT))
+    records = _match(wanted, list(launches.RECENT), epoch_ns)
     return build_system_profile(
         host,
         records,
@@ -127,10 +135,11 @@ def system_profile(prof: Any, config: NeuronConfig | None = None) -> SystemProfi
         engines=ProfileMode.DEVICE in config.modes,
         max_engine_events=config.max_events_per_nc,
         meta={"modes": [m.value for m in config.modes]},
+        epoch_ns=epoch_ns,
     )
 
 
-def _match(wanted: list[tuple[float, str]], records: list[Any]) -> list[Any]:
+def _match(wanted: list[tuple[float, str]], records: list[Any], epoch_ns: int) -> list[Any]:
     """For each torch launch range (wall µs, kernel), the unused record of that kernel whose
     launch started nearest to it (both clocks are the wall clock; they differ by µs)."""
     by_kernel: dict[str, list[Any]] = {}
@@ -143,7 +152,7 @@ def _match(wanted: list[tuple[float, str]], records: list[Any]) -> list[Any]:
         for r in by_kernel.get(kernel, []):
             if r.seq in used:
                 continue
-            d = abs(r.start_ns / 1000.0 - ts)
+            d = abs((r.start_ns - epoch_ns) / 1000.0 - ts)
             if best is None or d < best[0]:
                 best = (d, r)
         if best is not None:
