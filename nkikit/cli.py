@@ -1,4 +1,5 @@
-"""The ``nkikit`` command line: run, ir, test, profile, publish, pull, lock, hub serve, demo."""
+"""The ``nkikit`` command line: run, ir, test, profile, compare, publish, pull, lock, hub serve,
+demo."""
 
 from __future__ import annotations
 
@@ -141,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
             "main_profile",
             "profile a kernel on a NeuronCore model",
         ),
+        "compare": ("nkikit.profiler.compare", "main", "compare two profiles (kernel or system)"),
         "publish": ("nkikit.registry.cli", "main_publish", "publish a kernel folder to a Hub"),
         "pull": ("nkikit.registry.cli", "main_pull", "pull a kernel from a Hub"),
         "lock": ("nkikit.registry.cli", "main_lock", "write kernels.lock"),

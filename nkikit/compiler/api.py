@@ -291,11 +291,13 @@ def write_profile_artifacts(
     overwrite: bool = True,
     html: bool = True,
 ) -> dict[str, Path]:
-    """Write the Perfetto trace, HTML report, JSON summary and Program JSON into ``directory``."""
+    """Write the Perfetto trace, HTML report, JSON summary, the profile itself (for ``nkikit
+    compare``) and Program JSON into ``directory``."""
     directory.mkdir(parents=True, exist_ok=True)
     stem = Path(trace_name).stem or "profile"
     files = {
         "perfetto": directory / f"{stem}.json",
+        "profile": directory / f"{stem}.nkikit.json",  # for `nkikit compare`
         "summary": directory / f"{stem}_summary.json",
         "program": directory / f"{Path(neff_name).stem or 'kernel'}.program.json",
     }
@@ -308,6 +310,7 @@ def write_profile_artifacts(
                 f"profile artifacts already exist (pass overwrite=True to replace): {', '.join(existing)}"
             )
     prof.to_perfetto(files["perfetto"])
+    prof.to_json(files["profile"])
     if html:
         prof.to_html(files["html"])
     files["summary"].write_text(

@@ -101,7 +101,13 @@ def test_profile_writes_trace_report_and_summary(tmp_path):
     )
     assert prof(SPEC) is None
     names = sorted(p.name for p in tmp_path.iterdir())
-    assert names == ["file.program.json", "run.html", "run.json", "run_summary.json"]
+    assert names == [
+        "file.program.json",
+        "run.html",
+        "run.json",
+        "run.nkikit.json",
+        "run_summary.json",
+    ]
     summary = json.loads((tmp_path / "run_summary.json").read_text())
     assert summary["total_us"] == pytest.approx(prof.profile_result.total_us)
     assert "<html" in (tmp_path / "run.html").read_text().lower()
@@ -174,6 +180,7 @@ def test_cli(tmp_path, capsys):
     assert code == 0
     assert {p.name for p in out.iterdir()} == {
         "profile.json",
+        "profile.nkikit.json",
         "profile.html",
         "profile_summary.json",
         "scale.program.json",
