@@ -7,6 +7,7 @@ the NeuronCore, and share them on the Hugging Face Hub.
 from . import compiler, isa, language, typing  # noqa: F401
 from .compiler import launches as _launches  # noqa: F401  (installs the launch recorder)
 from .compiler.api import benchmark, compile, profile, profile_kernel
+from .compiler.launches import profile_launches
 from .compiler.program import Program
 from .errors import NkiError
 from .language.jit import jit
@@ -42,6 +43,7 @@ __all__ = [
     "jit",
     "profile",
     "profile_kernel",
+    "profile_launches",
     "simulate_kernel",
     "tensor",
     "compiler",

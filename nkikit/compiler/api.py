@@ -396,7 +396,15 @@ def main_profile(argv: list[str] | None = None) -> int:
         "--out", default=None, help="output folder (default: ./nkikit-profile-<kernel>)"
     )
     ap.add_argument("--no-html", action="store_true", help="skip the HTML report")
+    ap.add_argument(
+        "--launches",
+        action="store_true",
+        help="call the function on random inputs of these shapes and profile each kernel it "
+        "launches (a system profile: trace, key averages, HTML)",
+    )
     ns = ap.parse_args(argv)
+    if ns.launches:
+        return _profile_launches_cli(ns)
     try:
         tgt = get_target(ns.target)
         kernel = _jit(_load_kernel(ns.kernel))
@@ -420,6 +428,60 @@ def main_profile(argv: list[str] | None = None) -> int:
         program, prof, out, trace_name="profile", neff_name=program.kernel, html=not ns.no_html
     )
     print(str(prof))
+    for kind, path in files.items():
+        print(f"{kind:>9}: {path}")
+    return 0
+
+
+def _random_inputs(specs: list[TensorSpec], named: dict[str, TensorSpec], seed: int = 0):
+    import numpy as np
+
+    from .. import dtypes
+
+    rng = np.random.default_rng(seed)
+
+    def make(v: TensorSpec):
+        x = rng.standard_normal(v.shape).astype(np.float32)
+        return dtypes.cast(x, v.dtype) if dtypes.is_float(v.dtype) else (x * 10).astype(v.dtype)
+
+    return [make(v) for v in specs], {k: make(v) for k, v in named.items()}
+
+
+def _profile_launches_cli(ns: argparse.Namespace) -> int:
+    """``nkikit profile FILE.py::function --launches``: one kernel per launch, not one fused."""
+    from .launches import profile_launches
+
+    try:
+        fn = _load_kernel(ns.kernel)
+        positional, named = parse_shapes(ns.shapes)
+        args, kwargs = _random_inputs(positional, named)
+        for item in ns.arg:
+            name, _, value = item.partition("=")
+            try:
+                kwargs[name.strip()] = ast.literal_eval(value)
+            except (ValueError, SyntaxError):
+                kwargs[name.strip()] = value
+        if ns.target:
+            os.environ["NEURON_PLATFORM_TARGET_OVERRIDE"] = get_target(ns.target).name
+        _, sp = profile_launches(fn, *args, **kwargs)
+    except (NkiError, ValueError, TypeError) as e:
+        print(f"nkikit profile: {e}", file=sys.stderr)
+        return 1
+    name = getattr(fn, "__name__", "function")
+    out = Path(ns.out or f"nkikit-profile-{name}")
+    out.mkdir(parents=True, exist_ok=True)
+    files = {
+        "trace": sp.to_perfetto(out / "system_trace.json"),
+        "averages": sp.to_json(out / "key_averages.json"),
+    }
+    if not ns.no_html:
+        files["html"] = sp.to_html(out / "system_report.html")
+    seen: set[str] = set()
+    for r in sp.runs:  # each kernel's own profile, for `nkikit compare`
+        if r.profile is not None and r.kernel not in seen:
+            seen.add(r.kernel)
+            files[r.kernel] = r.profile.to_json(out / f"{r.kernel}.nkikit.json")
+    print(sp.table_text(), end="")
     for kind, path in files.items():
         print(f"{kind:>9}: {path}")
     return 0

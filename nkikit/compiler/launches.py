@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..profiler.model import Profile
+from ..profiler.system import SystemProfile
 from ..trace import launches
 
 RECENT: deque[LaunchRecord] = deque(maxlen=100_000)
@@ -176,3 +177,42 @@ def record_launch(jit: Any, args: tuple, kwargs: dict) -> Any:
 
 
 launches.install(record_launch)
+
+
+def profile_launches(
+    fn: Any,
+    *args: Any,
+    launch_overhead_us: float | None = None,
+    engines: bool = True,
+    **kwargs: Any,
+) -> tuple[Any, SystemProfile]:
+    """Call ``fn(*args, **kwargs)`` (arrays or CPU tensors in) and profile every kernel it
+    launches: returns ``(fn's result, SystemProfile)``.  The host track holds the call itself;
+    each launch is its own kernel on the device clock (see :mod:`nkikit.profiler.system`)."""
+    from ..profiler.system import DEFAULT_LAUNCH_OVERHEAD_US, build_system_profile
+
+    with Session() as s:
+        t0 = time.time_ns()
+        result = fn(*args, **kwargs)
+        t1 = time.time_ns()
+    host = [
+        {
+            "ph": "X",
+            "name": getattr(fn, "__qualname__", getattr(fn, "__name__", "call")),
+            "cat": "python_function",
+            "ts": 0.0,
+            "dur": (t1 - t0) / 1000.0,
+            "tid": threading.get_native_id(),
+        }
+    ]
+    sp = build_system_profile(
+        host,
+        s.records,
+        host_threads={threading.get_native_id(): "Python"},
+        launch_overhead_us=(
+            DEFAULT_LAUNCH_OVERHEAD_US if launch_overhead_us is None else launch_overhead_us
+        ),
+        engines=engines,
+        epoch_ns=t0,
+    )
+    return result, sp
