@@ -129,7 +129,8 @@ def instruction_events(
     tid_of_id: dict[int, int] = {}
     for k in order:
         i = instructions[k]
-        args: dict[str, Any] = {"id": i.id, "opcode": i.opcode, "source": i.source}
+        # the opcode is the slice's name already: not repeated in args (it was 4% of a file)
+        args: dict[str, Any] = {"id": i.id, "source": i.source}
         if i.source_text:
             args["code"] = i.source_text
         if i.operands:
@@ -219,7 +220,7 @@ def _flow_events(
             # boundary could bind to the neighbouring instruction, so step just inside.
             s_ts = dep.end_ns - 0.05 * max(dep.end_ns - dep.start_ns, 0.0) + offset_ns
             f_ts = i.start_ns + 0.05 * max(i.end_ns - i.start_ns, 0.0) + offset_ns
-            common = {"name": "dep", "cat": "dependency", "id": flow_id, "pid": pid}
+            common = {"name": "dep", "cat": "dep", "id": flow_id, "pid": pid}
             out.append(
                 {**common, "ph": "s", "ts": round(s_ts / 1000.0, 4), "tid": tid_of_id[dep.id]}
             )
