@@ -31,17 +31,26 @@ def install(fn: Hook) -> None:
     hook = fn
 
 
+_torch_profiler: Any = None
+
+
+def _find_torch_profiler() -> Any:
+    """``torch.autograd.profiler`` once torch is imported (cached), else None: no import here."""
+    global _torch_profiler
+    _torch_profiler = sys.modules.get("torch.autograd.profiler")
+    return _torch_profiler
+
+
 def torch_profiling() -> bool:
     """True while ``torch.profiler`` records (checked without importing torch)."""
-    torch = sys.modules.get("torch")
-    if torch is None:
-        return False
-    try:
-        return bool(torch.autograd.profiler._is_profiler_enabled)
-    except AttributeError:  # a torch too old or too new to have the flag: never record
-        return False
+    m = _torch_profiler or _find_torch_profiler()
+    # a torch without the flag never records
+    return m is not None and bool(getattr(m, "_is_profiler_enabled", False))
 
 
 def active() -> bool:
     """Should launches go through the hook?"""
-    return hook is not None and (bool(sessions) or torch_profiling())
+    if sessions:
+        return hook is not None
+    m = _torch_profiler or _find_torch_profiler()
+    return m is not None and getattr(m, "_is_profiler_enabled", False) is True and hook is not None
