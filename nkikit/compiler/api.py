@@ -22,6 +22,7 @@ from typing import Any
 from ..errors import NkiError, hide_internal_frames
 from ..language.jit import jit
 from ..profiler.model import Profile
+from ..targets import ENV_VAR as TARGET_ENV_VAR
 from ..targets import Target, get_target
 from ..trace.jit import JitKernel, run
 from ..typing import TensorSpec
@@ -411,13 +412,7 @@ def main_profile(argv: list[str] | None = None) -> int:
         if ns.grid:
             kernel = kernel[tuple(int(g) for g in ns.grid.split(","))]
         positional, named = parse_shapes(ns.shapes)
-        kwargs: dict[str, Any] = dict(named)
-        for item in ns.arg:
-            name, _, value = item.partition("=")
-            try:
-                kwargs[name.strip()] = ast.literal_eval(value)
-            except (ValueError, SyntaxError):
-                kwargs[name.strip()] = value
+        kwargs: dict[str, Any] = {**named, **_literal_args(ns.arg)}
         program = compile(kernel, *positional, target=tgt, **kwargs)
     except (NkiError, ValueError, TypeError) as e:
         print(f"nkikit profile: {e}", file=sys.stderr)
@@ -431,6 +426,18 @@ def main_profile(argv: list[str] | None = None) -> int:
     for kind, path in files.items():
         print(f"{kind:>9}: {path}")
     return 0
+
+
+def _literal_args(items: list[str]) -> dict[str, Any]:
+    """``--arg NAME=VALUE`` items: each value a Python literal, else the string itself."""
+    out: dict[str, Any] = {}
+    for item in items:
+        name, _, value = item.partition("=")
+        try:
+            out[name.strip()] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            out[name.strip()] = value
+    return out
 
 
 def _random_inputs(specs: list[TensorSpec], named: dict[str, TensorSpec], seed: int = 0):
@@ -455,15 +462,18 @@ def _profile_launches_cli(ns: argparse.Namespace) -> int:
         fn = _load_kernel(ns.kernel)
         positional, named = parse_shapes(ns.shapes)
         args, kwargs = _random_inputs(positional, named)
-        for item in ns.arg:
-            name, _, value = item.partition("=")
-            try:
-                kwargs[name.strip()] = ast.literal_eval(value)
-            except (ValueError, SyntaxError):
-                kwargs[name.strip()] = value
+        kwargs.update(_literal_args(ns.arg))
+        # the kernels are traced for the default target, which the environment names
+        saved = os.environ.get(TARGET_ENV_VAR)
         if ns.target:
-            os.environ["NEURON_PLATFORM_TARGET_OVERRIDE"] = get_target(ns.target).name
-        _, sp = profile_launches(fn, *args, **kwargs)
+            os.environ[TARGET_ENV_VAR] = get_target(ns.target).name
+        try:
+            _, sp = profile_launches(fn, *args, **kwargs)
+        finally:
+            if saved is None:
+                os.environ.pop(TARGET_ENV_VAR, None)
+            else:
+                os.environ[TARGET_ENV_VAR] = saved
     except (NkiError, ValueError, TypeError) as e:
         print(f"nkikit profile: {e}", file=sys.stderr)
         return 1
