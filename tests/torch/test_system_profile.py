@@ -288,3 +288,35 @@ def test_system_report_in_chromium(profiled, tmp_path: Path) -> None:  # noqa: A
     )
     assert res.returncode == 0, res.stderr[-3000:]
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_compiled_module_is_visible_with_device_time(rmsnorm, tmp_path: Path) -> None:  # noqa: ANN001
+    """Under torch.compile the op runs from the compiled graph; its launches are recorded."""
+
+    class Compiled(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = torch.nn.Linear(D, D)
+            self.weight = torch.nn.Parameter(torch.ones(D))
+
+        def forward(self, x):  # noqa: ANN001, ANN201
+            return torch.relu(rmsnorm(self.lin(x), self.weight))
+
+    x = torch.randn(ROWS, D)
+    rmsnorm(x, torch.ones(D))  # binds the op eagerly; the compiled graph calls it
+    model = torch.compile(Compiled(), fullgraph=True)
+    exporter = NeuronProfiler(NeuronConfig(profile_output_dir=tmp_path))
+    with torch.no_grad():
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
+            model(x)  # compiles the graph and the kernel
+        with torch.profiler.profile(
+            activities=[torch.profiler.ProfilerActivity.CPU], on_trace_ready=exporter.export_trace
+        ):
+            model(x)
+            model(x)
+    rows = {(d["kind"], d["name"]): d for d in exporter.last.key_averages_dicts()}
+    f32 = np.dtype("float32")
+    want = modeled_us(rmsnorm_kernel, TensorSpec((ROWS, D), f32), TensorSpec((D,), f32), 1e-6)
+    op = rows["op", f"{NS}::rmsnorm"]
+    assert op["calls"] == 2 and op["device_total_us"] == pytest.approx(2 * want, abs=1e-2)
+    assert rows["kernel", "rmsnorm_kernel"]["calls"] == 2
