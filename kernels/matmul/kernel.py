@@ -66,9 +66,12 @@ def block_tiles(k_size: int, m_size: int, n_size: int, itemsize: int) -> tuple[i
 
 
 @nki.jit
-def matmul_kernel(lhsT, rhs, out_dtype=None):
+def matmul_kernel(lhsT, rhs, out_dtype=None, block_m=0, block_n=0):
     """``lhsT.T @ rhs`` for ``lhsT`` [K, M] and ``rhs`` [K, N] of one dtype; returns [M, N] in
-    ``out_dtype`` (default: the input dtype), accumulated in fp32 PSUM."""
+    ``out_dtype`` (default: the input dtype), accumulated in fp32 PSUM.
+
+    ``block_m`` / ``block_n``: 128-row tiles per lhsT block and 512-column tiles per rhs block
+    (meta-parameters; 0 picks them with :func:`block_tiles`)."""
     k_size, m_size = lhsT.shape
     _, n_size = rhs.shape
     out = nl.ndarray((m_size, n_size), dtype=out_dtype or lhsT.dtype, buffer=nl.shared_hbm)
@@ -78,7 +81,8 @@ def matmul_kernel(lhsT, rhs, out_dtype=None):
     tile_n = min(nl.tile_size.gemm_moving_fmax, n_size)
     k_full, k_rest = divmod(k_size, tile_k)
     k_tiles = k_full + (k_rest > 0)
-    block_m, block_n = block_tiles(k_size, m_size, n_size, lhsT.itemsize)
+    auto_m, auto_n = block_tiles(k_size, m_size, n_size, lhsT.itemsize)
+    block_m, block_n = block_m or auto_m, block_n or auto_n
     width_m, width_n = block_m * tile_m, block_n * tile_n  # free sizes of the blocks
 
     i_k = nl.arange(tile_k)[:, None]

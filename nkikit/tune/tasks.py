@@ -4,7 +4,8 @@
   a kernel on abstract arguments).  ``autotune_sweep`` builds the sweep of a whole search, so a
   search over many shapes x configs x targets can run on a cluster; ``report_from_results``
   turns its results back into a :class:`~nkikit.tune.report.TuneReport`.
-* :func:`pytest_files`: one share of a test matrix, run by pytest in a fresh process.
+* :func:`pytest_files`: one share of a test matrix, run by pytest in a fresh process;
+  :func:`pytest_matrix` is a suite as a sweep (``nkikit test --ray``).
 
 Array arguments travel as ``{"shape": [...], "dtype": "bfloat16"}`` (an abstract
 ``nt.tensor``: the cost model needs no data); any other JSON value is passed as it is.
@@ -151,3 +152,24 @@ def pytest_files(files: Sequence[str], rootdir: str, markexpr: str = "not slow")
         "exit_code": proc.returncode,
         "summary": lines[-1] if lines else "",
     }
+
+
+def pytest_matrix(paths: Sequence[str], rootdir: str, markexpr: str = "not slow") -> Sweep:
+    """A test suite as a sweep: one :func:`pytest_files` task per test file under ``paths``
+    (files or folders, relative to ``rootdir`` or absolute)."""
+    from pathlib import Path
+
+    root = Path(rootdir).resolve()
+    files: list[str] = []
+    for p in paths:
+        path = (root / p).resolve()
+        found = sorted(path.rglob("test_*.py")) if path.is_dir() else [path]
+        files += [str(f.relative_to(root)) for f in found]
+    tasks = [
+        Task(
+            "nkikit.tune.tasks:pytest_files",
+            {"files": [f], "rootdir": str(root), "markexpr": markexpr},
+        )
+        for f in files
+    ]
+    return Sweep(tasks, name="tests")

@@ -74,3 +74,15 @@ def test_an_autotuning_search_on_ray(cluster):
     remote = sweep.run("ray", progress=False)
     assert remote.values_by_id() == local.values_by_id()
     assert report_from_results(sweep, remote).best == {"cols": 2048}
+
+
+def test_nkikit_test_on_ray(cluster, tmp_path, monkeypatch, capsys):
+    from nkikit.cli import main
+
+    from .test_sweep import _suite
+
+    _suite(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    assert main(["test", "--ray", "."]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL test_bad.py" in out and "ok   test_good.py" in out

@@ -83,3 +83,20 @@ def test_an_autotuning_search_as_a_sweep():
     assert report.best == {"cols": 2048}
     assert report.pruned[0].rule == "err_num_partition_exceed_arch_limit"
     assert report.profile.total_us == pytest.approx(report.winner.total_us)
+
+
+def _suite(folder):
+    (folder / "test_good.py").write_text("def test_one():\n    assert 1 + 1 == 2\n")
+    (folder / "test_bad.py").write_text("def test_two():\n    assert 1 + 1 == 3\n")
+
+
+@pytest.mark.slow  # two pytest processes: ~10 s each on a loaded 2-core machine
+def test_a_test_suite_as_a_sweep(tmp_path, monkeypatch, capsys):
+    from nkikit.cli import main
+
+    _suite(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    assert main(["test", "--sweep", "."]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL test_bad.py: 1 failed" in out and "ok   test_good.py: 1 passed" in out
+    assert "1 of 2 test files passed" in out
