@@ -11,6 +11,7 @@ Kernels and meta-parameters:
 
 * ``matmul``: ``block_m`` (128-row tiles per lhsT block) x ``block_n`` (512-column tiles per
   rhs block), each of 1, 2, 4.
+* ``swiglu`` and ``swiglu_backward``: ``chunk`` (columns per tile), 512 to 8192.
 """
 
 from __future__ import annotations
@@ -31,17 +32,50 @@ K_SIZES = (128, 256, 512, 1024, 2048, 4096, 8192)
 MN_SIZES = ((1024, 1024), (2048, 8192), (4096, 4096))
 
 
-def matmul_points(quick: bool) -> list[dict]:
-    ks = (256, 2048) if quick else K_SIZES
-    mns = MN_SIZES[:1] if quick else MN_SIZES
-    dts = ("bfloat16",) if quick else ("bfloat16", "float32")
-    return [{"k": k, "m": m, "n": n, "dtype": dt} for dt in dts for k in ks for (m, n) in mns]
+SWIGLU = "kernels.swiglu.kernel:swiglu_kernel"
+SWIGLU_BWD = "kernels.swiglu.kernel:swiglu_backward_kernel"
+SWIGLU_CONFIGS = [{}] + [{"chunk": c} for c in (512, 1024, 4096, 8192)]
+ROWS = (1024, 8192)
+D_SIZES = (2048, 4096, 11008, 14336)
 
 
-def matmul_sweep(p: dict, target: str) -> Sweep:
-    lhsT = {"shape": [p["k"], p["m"]], "dtype": p["dtype"]}
-    rhs = {"shape": [p["k"], p["n"]], "dtype": p["dtype"]}
-    return autotune_sweep(MATMUL, [lhsT, rhs, None], MATMUL_CONFIGS, target=target)
+def _arr(shape: list[int], dtype: str) -> dict:
+    return {"shape": shape, "dtype": dtype}
+
+
+def points(quick: bool, kernels: tuple[str, ...]) -> list[dict]:
+    """Every search of the grid: the kernel, its shape and dtype, and its sweep's arguments."""
+    out = []
+    for dt in ("bfloat16",) if quick else ("bfloat16", "float32"):
+        if "matmul" in kernels:
+            for k in (256, 2048) if quick else K_SIZES:
+                for m, n in MN_SIZES[:1] if quick else MN_SIZES:
+                    out.append(
+                        {
+                            "kernel": "matmul",
+                            "shape": f"K={k} M={m} N={n}",
+                            "dtype": dt,
+                            "ref": MATMUL,
+                            "args": [_arr([k, m], dt), _arr([k, n], dt), None],
+                            "configs": MATMUL_CONFIGS,
+                        }
+                    )
+        for name, ref, n_in in (("swiglu", SWIGLU, 2), ("swiglu_backward", SWIGLU_BWD, 3)):
+            if name not in kernels:
+                continue
+            for rows in ROWS[:1] if quick else ROWS:
+                for d in D_SIZES[:2] if quick else D_SIZES:
+                    out.append(
+                        {
+                            "kernel": name,
+                            "shape": f"N={rows} D={d}",
+                            "dtype": dt,
+                            "ref": ref,
+                            "args": [_arr([rows, d], dt)] * n_in,
+                            "configs": SWIGLU_CONFIGS,
+                        }
+                    )
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -51,13 +85,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--address", default=None, help="Ray: a cluster address (default: local)")
     ap.add_argument("--target", default="trn2")
     ap.add_argument("--quick", action="store_true", help="a few shapes (a smoke test)")
+    ap.add_argument("--kernels", default="matmul,swiglu,swiglu_backward")
+    ap.add_argument("--name", default="library", help="results file stem")
     ap.add_argument("--out", default=str(HERE))
     ns = ap.parse_args(argv)
 
-    points = matmul_points(ns.quick)
-    searches = [matmul_sweep(p, ns.target) for p in points]
+    grid_points = points(ns.quick, tuple(ns.kernels.split(",")))
+    searches = [autotune_sweep(p["ref"], p["args"], p["configs"], ns.target) for p in grid_points]
     # one sweep of every search's tasks: the cluster sees the whole grid at once
-    grid = Sweep([t for s in searches for t in s.tasks], name="matmul grid")
+    grid = Sweep([t for s in searches for t in s.tasks], name="library grid")
     options = {}
     if ns.backend == "ray":
         options = {"address": ns.address, "num_cpus": None if ns.address else ns.num_cpus}
@@ -66,13 +102,14 @@ def main(argv: list[str] | None = None) -> int:
     seconds = time.perf_counter() - t0
 
     rows = []
-    for p, s in zip(points, searches):
+    for p, s in zip(grid_points, searches):
         report = report_from_results(s, results)
         base = report.candidates[0]
         rows.append(
             {
-                **p,
-                "kernel": "matmul",
+                "kernel": p["kernel"],
+                "shape": p["shape"],
+                "dtype": p["dtype"],
                 "hand_us": base.total_us,
                 "best": report.best,
                 "best_us": report.winner.total_us,
@@ -87,27 +124,27 @@ def main(argv: list[str] | None = None) -> int:
         "backend": ns.backend,
         "tasks": len(grid),
         "seconds": seconds,
-        "configs": MATMUL_CONFIGS,
+        "configs": {"matmul": MATMUL_CONFIGS, "swiglu": SWIGLU_CONFIGS},
         "rows": rows,
     }
-    (out / "library.json").write_text(json.dumps(doc, indent=1) + "\n")
+    (out / f"{ns.name}.json").write_text(json.dumps(doc, indent=1) + "\n")
     lines = [
         f"# Library meta-parameters, autotuned on the {ns.target} cost model",
         "",
-        f"{len(grid)} modeling tasks ({len(points)} searches x {len(MATMUL_CONFIGS)} configs) "
+        f"{len(grid)} modeling tasks ({len(grid_points)} searches) "
         f"in {seconds:.0f} s on the {ns.backend} backend. `hand` is the kernel's own rule "
         "(config `{}`); `best` the autotuned winner.",
         "",
-        "| kernel | dtype | K | M | N | hand µs | best config | best µs | speedup |",
-        "| --- | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: |",
+        "| kernel | dtype | shape | hand µs | best config | best µs | speedup |",
+        "| --- | --- | --- | ---: | --- | ---: | ---: |",
     ]
     for r in rows:
         cfg = ", ".join(f"{k}={v}" for k, v in r["best"].items()) or "(hand)"
         lines.append(
-            f"| {r['kernel']} | {r['dtype']} | {r['k']} | {r['m']} | {r['n']} | "
+            f"| {r['kernel']} | {r['dtype']} | {r['shape']} | "
             f"{r['hand_us']:.1f} | {cfg} | {r['best_us']:.1f} | {r['speedup']:.3f}× |"
         )
-    (out / "library.md").write_text("\n".join(lines) + "\n")
+    (out / f"{ns.name}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
 
