@@ -12,8 +12,10 @@ Run ``python -m benchmarks.autotune [--rounds 2] [--tasks 40] [--no-ray]``.  Res
 * ``sweep``: one sweep of ``--tasks`` modeling tasks (matmul configs over several K) run by
   the local backend (this process, one task after another) and by Ray with ``num_cpus`` 1 and 2
   (tasks of 1 CPU: one worker process per CPU).  Rounds alternate the order of the backends
-  (paired runs, so a load change on the machine hits all of them).  ``cold`` is the first run
-  after ``ray.init`` (workers start and import nkikit), ``warm`` the same sweep again.
+  (paired runs, so a load change on the machine hits all of them).  ``cold`` is the first
+  sweep after ``ray.init`` (workers start and import nkikit), ``warm`` a second sweep of as
+  many other tasks (other K), on the started workers.  The local backend runs the same two
+  sweeps in this process (nkikit already imported).
   Cluster start-up (``ray.init``) is reported apart.
 """
 
@@ -67,13 +69,13 @@ def bench_autotune() -> dict:
     }
 
 
-def sweep_tasks(n: int):
+def sweep_tasks(n: int, first_k: int = 128):
     from nkikit.tune import Sweep
     from nkikit.tune.tasks import autotune_sweep
 
     configs = [{}] + [{"block_m": m, "block_n": b} for m in (1, 2, 4) for b in (1, 2, 4)]
     tasks = []
-    k = 128
+    k = first_k
     while len(tasks) < n:
         spec = [{"shape": [k, 1024], "dtype": "bfloat16"}] * 2 + [None]
         tasks += autotune_sweep(MATMUL, spec, configs).tasks
@@ -82,20 +84,29 @@ def sweep_tasks(n: int):
 
 
 def bench_sweeps(n_tasks: int, rounds: int, with_ray: bool) -> dict:
-    sweep = sweep_tasks(n_tasks)
+    # two sweeps of distinct tasks, so the second gains nothing from the first's trace caches
+    sweeps = {"cold": sweep_tasks(n_tasks), "warm": sweep_tasks(n_tasks, first_k=64)}
     backends = ["local"] + (["ray1", "ray2"] if with_ray else [])
     times: dict[str, dict[str, list[float]]] = {
         b: {"cold": [], "warm": [], "init": []} for b in backends
     }
-    reference = None
+    reference: dict[str, dict] = {}
+
+    def same_as_first(backend: str, phase: str, res) -> None:
+        values = res.values_by_id()
+        assert len(values) == n_tasks, f"{backend}: {len(res.failed)} tasks failed"
+        first = reference.setdefault(phase, values)
+        assert values == first, f"{backend} gave other results than the first backend"
+
     for r in range(rounds):
         order = backends if r % 2 == 0 else list(reversed(backends))
         for b in order:
             if b == "local":
-                for phase in ("cold", "warm"):
+                for phase, sweep in sweeps.items():
                     t0 = time.perf_counter()
                     res = sweep.run(progress=False)
                     times[b][phase].append(time.perf_counter() - t0)
+                    same_as_first(b, phase, res)
             else:
                 import ray
 
@@ -111,16 +122,13 @@ def bench_sweeps(n_tasks: int, rounds: int, with_ray: bool) -> dict:
                 )
                 times[b]["init"].append(time.perf_counter() - t0)
                 try:
-                    for phase in ("cold", "warm"):
+                    for phase, sweep in sweeps.items():
                         t0 = time.perf_counter()
                         res = sweep.run("ray", progress=False)
                         times[b][phase].append(time.perf_counter() - t0)
+                        same_as_first(b, phase, res)
                 finally:
                     ray.shutdown()
-            values = res.values_by_id()
-            if reference is None:
-                reference = values
-            assert values == reference, f"{b} gave other results than the first backend"
     out = {}
     for b, t in times.items():
         out[b] = {

@@ -74,3 +74,11 @@ def dies_once(marker: str, x: int) -> int:
         path.write_text(str(os.getpid()))
         os.kill(os.getpid(), signal.SIGKILL)
     return x * 10
+
+
+def slow_square(x: int, seconds: float) -> int:
+    """Takes ``seconds`` (so that a node can be removed while tasks run on it)."""
+    import time
+
+    time.sleep(seconds)
+    return x * x
