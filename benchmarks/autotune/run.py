@@ -152,11 +152,13 @@ def main(argv: list[str] | None = None) -> int:
     ns = ap.parse_args(argv)
     from nkikit.tune.ray_backend import ray_available
 
+    load_before = os.getloadavg()[0]
     doc = {
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs (shared with other jobs)",
         "autotune": bench_autotune(),
         "sweep": bench_sweeps(ns.tasks, ns.rounds, not ns.no_ray and ray_available()),
     }
+    doc["load_average_1min"] = {"start": load_before, "end": os.getloadavg()[0]}
     out = Path(ns.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(doc, indent=1) + "\n")
@@ -164,7 +166,8 @@ def main(argv: list[str] | None = None) -> int:
     lines = [
         "# Autotuning and sweep benchmarks",
         "",
-        f"Machine: {doc['machine']}.",
+        f"Machine: {doc['machine']}; 1-minute load average {load_before:.1f} at the start, "
+        f"{doc['load_average_1min']['end']:.1f} at the end.",
         "",
         f"## Autotuning one library kernel: {a['kernel']}",
         "",

@@ -256,6 +256,13 @@ class Autotuner:
     def _first_correct(
         self, ranked: list[Candidate], target: Target, args: tuple, kwargs: dict
     ) -> Candidate | None:
+        from ..arrays import TensorSpec
+
+        if any(isinstance(v, TensorSpec) for v in (*args, *kwargs.values())):
+            raise TypeError(
+                f"{self.__name__}: nki.autotune(reference=...) checks configs on the simulator, "
+                "which needs arrays; call it with arrays, not nt.tensor specs"
+            )
         expected = _flatten(self.settings.reference(*args, **kwargs))
         for cand in ranked:
             ir, bound = self.kernel.specialize_for(target.name, *args, **kwargs, **cand.config)

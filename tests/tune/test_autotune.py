@@ -134,3 +134,14 @@ def test_a_grid_launch_is_part_of_the_key(x):
     tuned = nki.autotune(configs=COLS, key=["x"], cache=False)(scale_kernel)
     assert tuned[2].key_of(x)["grid"] == [2]
     assert tuned.key_of(x)["grid"] == []
+
+
+def test_the_numeric_check_needs_arrays():
+    from nkikit.typing import TensorSpec
+
+    spec = TensorSpec((128, 2048), np.dtype(np.float32))
+    tuned = nki.autotune(configs=COLS, cache=False, reference=lambda x: 2 * x)(scale_kernel)
+    with pytest.raises(TypeError, match="needs arrays"):
+        tuned.tune(spec)
+    plain = nki.autotune(configs=COLS, cache=False)(scale_kernel)
+    assert plain.best_config(spec) == {"cols": 2048}  # ranking needs only shapes and dtypes
