@@ -139,7 +139,7 @@ def test_a_grid_launch_is_part_of_the_key(x):
 def test_the_numeric_check_needs_arrays():
     from nkikit.typing import TensorSpec
 
-    spec = TensorSpec((128, 2048), np.dtype(np.float32))
+    spec = TensorSpec((256, 4096), np.dtype(np.float32))  # the shape of the x fixture
     tuned = nki.autotune(configs=COLS, cache=False, reference=lambda x: 2 * x)(scale_kernel)
     with pytest.raises(TypeError, match="needs arrays"):
         tuned.tune(spec)
