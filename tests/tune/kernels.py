@@ -76,9 +76,15 @@ def dies_once(marker: str, x: int) -> int:
     return x * 10
 
 
-def slow_square(x: int, seconds: float) -> int:
-    """Takes ``seconds`` (so that a node can be removed while tasks run on it)."""
+def slow_square(x: int, seconds: float, starts: str) -> int:
+    """Takes ``seconds`` (so that a node can be removed while tasks run on it); records each
+    start as a file ``<x>-<pid>`` holding the Ray node id it runs on, in the folder ``starts``
+    (a task started twice was run again)."""
     import time
 
+    import ray
+
+    node = ray.get_runtime_context().get_node_id()
+    (Path(starts) / f"{x}-{os.getpid()}").write_text(node)
     time.sleep(seconds)
     return x * x
