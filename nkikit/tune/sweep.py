@@ -61,11 +61,16 @@ class Task:
 
     def function(self) -> Callable[..., Any]:
         """The function ``fn`` names, imported."""
-        module, _, name = self.fn.partition(":")
-        obj: Any = importlib.import_module(module)
-        for part in name.split("."):
-            obj = getattr(obj, part)
-        return obj
+        return import_ref(self.fn)
+
+
+def import_ref(ref: str) -> Any:
+    """The object ``"package.module:name"`` (or ``module:Class.attr``) names, imported."""
+    module, _, name = ref.partition(":")
+    obj: Any = importlib.import_module(module)
+    for part in name.split("."):
+        obj = getattr(obj, part)
+    return obj
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .sweep import Results, Sweep, Task
+from .sweep import Results, Sweep, Task, import_ref
 
 
 def encode_arg(v: Any) -> Any:
@@ -44,13 +44,11 @@ def decode_arg(v: Any) -> Any:
 
 
 def _load_kernel(ref: str) -> Any:
-    import importlib
+    """The ``@nki.jit`` kernel ``ref`` names (the kernel of an autotuned one)."""
+    from .autotune import Autotuner
 
-    module, _, name = ref.partition(":")
-    obj: Any = importlib.import_module(module)
-    for part in name.split("."):
-        obj = getattr(obj, part)
-    return getattr(obj, "kernel", obj) if not hasattr(obj, "specialize_for") else obj
+    obj = import_ref(ref)
+    return obj.kernel if isinstance(obj, Autotuner) else obj
 
 
 def model_config(
