@@ -13,6 +13,7 @@ from .errors import NkiError
 from .language.jit import jit
 from .language.tile import Tile as tensor  # NKI Beta-1's ``nki.tensor``: a kernel's tensors
 from .trace.jit import JitKernel
+from .tune import autotune
 from .typing import TensorSpec
 
 __version__ = "0.1.0"
@@ -35,6 +36,7 @@ def baremetal(func=None, **options):
 __all__ = [
     "JitKernel",
     "NkiError",
+    "autotune",
     "Program",
     "TensorSpec",
     "baremetal",

@@ -103,10 +103,33 @@ def cmd_ir(ns) -> int:
 
 
 def cmd_test(ns) -> int:
+    paths = ns.paths or [str(Path(__file__).resolve().parent.parent / "kernels")]
+    if ns.ray or ns.sweep:
+        return _test_sweep(ns, paths)
     import pytest
 
-    paths = ns.paths or [str(Path(__file__).resolve().parent.parent / "kernels")]
-    return pytest.main(["-q", *paths])
+    return pytest.main(["-q", *(["-m", ns.markexpr] if ns.markexpr else []), *paths])
+
+
+def _test_sweep(ns, paths: list[str]) -> int:
+    """``nkikit test --ray`` / ``--sweep``: one task per test file, each run by pytest in a
+    fresh process, on a Ray cluster (or one after another here, with ``--sweep``)."""
+    from .tune.tasks import pytest_matrix
+
+    sweep = pytest_matrix(paths, str(Path.cwd()), ns.markexpr or "not slow")
+    options = {}
+    if ns.ray:
+        options = {"address": ns.address, "num_cpus": None if ns.address else ns.num_cpus}
+    results = sweep.run("ray" if ns.ray else "local", retries=0, **options)
+    failed = 0
+    for r in results.values():
+        ok = r.ok and r.value["exit_code"] in (0, 5)  # 5: nothing collected (all deselected)
+        failed += not ok
+        what = r.value["summary"] if r.ok else r.error
+        files = ", ".join(r.value["files"]) if r.ok else r.task_id[:12]
+        print(f"{'ok  ' if ok else 'FAIL'} {files}: {what}")
+    print(f"{len(results) - failed} of {len(results)} test files passed")
+    return 1 if failed else 0
 
 
 def _forward(module: str, func: str, argv: list[str]) -> int:
@@ -134,6 +157,11 @@ def main(argv: list[str] | None = None) -> int:
 
     p = sub.add_parser("test", help="run kernel tests (default: the library in kernels/)")
     p.add_argument("paths", nargs="*")
+    p.add_argument("-m", dest="markexpr", default="", help="pytest marker expression")
+    p.add_argument("--ray", action="store_true", help="one task per test file on a Ray cluster")
+    p.add_argument("--sweep", action="store_true", help="one task per test file, here")
+    p.add_argument("--address", default=None, help="Ray cluster address (default: a local one)")
+    p.add_argument("--num-cpus", type=int, default=2, help="workers of a local Ray cluster")
     p.set_defaults(fn=cmd_test)
 
     forwarded = {

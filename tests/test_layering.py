@@ -37,6 +37,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # what happens to a traced kernel after it is verified: compile, model, profile
     ("compiler/profiler", ("nkikit.compiler", "nkikit.profiler")),
     # the public top level and everything built on the core: registry, torch, testing helpers,
+    # autotuning and sweeps (tune),
     # the CLI and demo, the Hub server (hub/) and the kernel library (kernels/)
     (
         "above the core",
@@ -47,6 +48,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "nkikit.registry",
             "nkikit.torch",
             "nkikit.testing",
+            "nkikit.tune",
             "nkikit.demo",
             "nkikit.hub",
             "nkikit.library",

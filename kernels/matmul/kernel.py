@@ -38,37 +38,40 @@ FP8_DTYPES = ("float8_e4m3", "float8_e4m3fn", "float8_e5m2")
 DTYPES = FLOAT_DTYPES + FP8_DTYPES
 OUT_DTYPES = ("float32", "bfloat16", "float16")  # fp8 inputs: bfloat16 (default) or float32
 MAX_K = 8192  # the fp32 rhs block [K, 512] and lhsT block [K, 128] must fit SBUF together
-BLOCK_BUDGET = 96 * 1024  # preferred SBUF bytes per partition for one (rhs, lhsT) block pair
 MAX_BLOCK_N = 4  # 512-column tiles per rhs block
 MAX_BLOCK_M = 4  # 128-row tiles per lhsT block
+# Autotuned (benchmarks/autotune/matmul_before.md: 42 shapes x 10 block configs on the trn2
+# model): once an output tile takes this many TensorE passes over K (a pass per 128-row K tile,
+# four for fp32, which the PE runs at 1/4 rate), the loads of one tile hide behind its matmuls
+# and single-tile blocks win (1.00-1.14x the largest blocks that fit 96 KiB, the rule before):
+# the first matmul starts after one tile's loads instead of a whole block's.  Below it, large
+# blocks amortize the loads (the model puts them within 0.2-8% of the best block there).
+COMPUTE_BOUND_PASSES = 8
 
 
 def block_tiles(k_size: int, m_size: int, n_size: int, itemsize: int) -> tuple[int, int]:
     """(row tiles per lhsT block, column tiles per rhs block) for a problem size.
 
-    As many 512-column tiles per rhs block as fit ``BLOCK_BUDGET`` with the lhsT block (every
-    extra column tile is one less reload of the lhsT block), then as many 128-row tiles per lhsT
-    block as fit (wider lhsT DMAs); never less than one tile of each.
+    One tile each when the matmuls of an output tile are long enough to hide its loads
+    (``COMPUTE_BOUND_PASSES``), else the largest blocks (``MAX_BLOCK_M`` x ``MAX_BLOCK_N``
+    tiles, fewer if M or N has fewer): every extra column tile is one less reload of the lhsT
+    block, every extra row tile a wider lhsT DMA.  Below the threshold K has at most 7 tiles, so
+    such blocks take at most 7 x (4 x 512 + 4 x 128) x 2 B = 35 KiB of SBUF per partition.
     """
     tn, tm, tk = nl.tile_size.gemm_moving_fmax, nl.tile_size.gemm_stationary_fmax, nl.tile_size.pmax
     k_tiles = math.ceil(k_size / tk)
-    bm = min(MAX_BLOCK_M, math.ceil(m_size / tm))
-    bn = min(MAX_BLOCK_N, math.ceil(n_size / tn))
-
-    def size(bm_: int, bn_: int) -> int:
-        return k_tiles * (bn_ * min(tn, n_size) + bm_ * min(tm, m_size)) * itemsize
-
-    while bn > 1 and size(bm, bn) > BLOCK_BUDGET:
-        bn -= 1
-    while bm > 1 and size(bm, bn) > BLOCK_BUDGET:
-        bm -= 1
-    return bm, bn
+    if k_tiles * (4 if itemsize == 4 else 1) >= COMPUTE_BOUND_PASSES:
+        return 1, 1
+    return min(MAX_BLOCK_M, math.ceil(m_size / tm)), min(MAX_BLOCK_N, math.ceil(n_size / tn))
 
 
 @nki.jit
-def matmul_kernel(lhsT, rhs, out_dtype=None):
+def matmul_kernel(lhsT, rhs, out_dtype=None, block_m=0, block_n=0):
     """``lhsT.T @ rhs`` for ``lhsT`` [K, M] and ``rhs`` [K, N] of one dtype; returns [M, N] in
-    ``out_dtype`` (default: the input dtype), accumulated in fp32 PSUM."""
+    ``out_dtype`` (default: the input dtype), accumulated in fp32 PSUM.
+
+    ``block_m`` / ``block_n``: 128-row tiles per lhsT block and 512-column tiles per rhs block
+    (meta-parameters; 0 picks them with :func:`block_tiles`)."""
     k_size, m_size = lhsT.shape
     _, n_size = rhs.shape
     out = nl.ndarray((m_size, n_size), dtype=out_dtype or lhsT.dtype, buffer=nl.shared_hbm)
@@ -78,7 +81,8 @@ def matmul_kernel(lhsT, rhs, out_dtype=None):
     tile_n = min(nl.tile_size.gemm_moving_fmax, n_size)
     k_full, k_rest = divmod(k_size, tile_k)
     k_tiles = k_full + (k_rest > 0)
-    block_m, block_n = block_tiles(k_size, m_size, n_size, lhsT.itemsize)
+    auto_m, auto_n = block_tiles(k_size, m_size, n_size, lhsT.itemsize)
+    block_m, block_n = block_m or auto_m, block_n or auto_n
     width_m, width_n = block_m * tile_m, block_n * tile_n  # free sizes of the blocks
 
     i_k = nl.arange(tile_k)[:, None]

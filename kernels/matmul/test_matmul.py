@@ -83,10 +83,25 @@ def test_matmul_fp8_products_are_exact_in_fp32():
 
 
 def test_block_tiles():
-    assert kernel.block_tiles(4096, 4096, 4096, 2) == (4, 2)  # 32 x (1024 + 512) x 2 B = 96 KiB
+    # 8 or more TensorE passes per output tile (autotuned): one tile per block
+    assert kernel.block_tiles(4096, 4096, 4096, 2) == (1, 1)  # 32 K tiles
+    assert kernel.block_tiles(1024, 4096, 4096, 1) == (1, 1)  # fp8: 8 K tiles
+    assert kernel.block_tiles(256, 4096, 4096, 4) == (1, 1)  # fp32: 2 K tiles x 4 passes
+    # fewer: the largest blocks, capped by the tiles M and N have
     assert kernel.block_tiles(512, 4096, 4096, 2) == (4, 4)
-    assert kernel.block_tiles(8192, 4096, 4096, 4) == (1, 1)  # over budget: one tile each
+    assert kernel.block_tiles(128, 4096, 4096, 4) == (4, 4)
+    assert kernel.block_tiles(896, 256, 600, 2) == (2, 2)
     assert kernel.block_tiles(64, 100, 300, 4) == (1, 1)
+
+
+def test_explicit_blocks_compute_the_same():
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((384, 300)).astype(np.float32)
+    b = rng.standard_normal((384, 1100)).astype(np.float32)
+    want = kernel.matmul_kernel(a, b, None)
+    for bm, bn in ((1, 1), (2, 3), (4, 1)):
+        got = kernel.matmul_kernel(a, b, None, block_m=bm, block_n=bn)
+        np.testing.assert_array_equal(got, want)
 
 
 def test_matmul_takes_lhs_transposed():

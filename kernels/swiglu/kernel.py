@@ -2,8 +2,8 @@
 
 ``a`` and ``b`` are [..., D]; leading dims are flattened to rows.  Rows go on the 128
 partitions (one ``affine_range`` iteration per 128-row tile, the last tile masked) and the free
-axis is cut into chunks of up to ``CHUNK`` columns (the last chunk masked), so every DMA moves
->= 2 KiB per partition for realistic D while the SBUF working set stays small.
+axis is cut into chunks (the last chunk masked): ``CHUNK_BYTES`` per partition in the forward,
+``BWD_CHUNK`` columns in the backward (both autotuned), so the SBUF working set stays small.
 
 Forward, per (row tile, column chunk): ScalarE ``activation(silu)`` (fp32 out), then VectorE
 ``tensor_tensor`` multiply with ``b``, rounded once to the I/O dtype.
@@ -28,16 +28,23 @@ from nkikit import dtypes
 # Entry points take numpy arrays or CPU torch tensors (annotated as numpy) and return the same kind.
 
 DTYPES = ("float32", "bfloat16")
-CHUNK = 2048  # columns per tile: 8 KiB (fp32) / 4 KiB (bf16) per partition per DMA
+# Columns per tile, autotuned on the trn2 model (benchmarks/autotune/swiglu_before.md: 32
+# shapes, chunks of 512-8192 columns).  Forward: 4 KiB per partition per DMA in either dtype
+# (fp32 at 1024 columns is 1.15-1.27x faster than the 2048 columns it had; bf16 keeps 2048).
+# Backward: 512 columns (1.03-1.13x over 2048): three loads and two stores per chunk, and
+# smaller chunks let the next chunk's loads start while the engines work on this one.
+CHUNK_BYTES = 4096
+BWD_CHUNK = 512
 
 
 @nki.jit
-def swiglu_kernel(a, b):
-    """``silu(a) * b`` for ``a``, ``b`` [N, D] of one dtype; returns [N, D] in that dtype."""
+def swiglu_kernel(a, b, chunk=0):
+    """``silu(a) * b`` for ``a``, ``b`` [N, D] of one dtype; returns [N, D] in that dtype.
+    ``chunk``: columns per tile (a meta-parameter; 0: ``CHUNK_BYTES`` per partition)."""
     n, d = a.shape
     out = nl.ndarray((n, d), dtype=a.dtype, buffer=nl.shared_hbm)
     pmax = nl.tile_size.pmax
-    fc = min(d, CHUNK)
+    fc = min(d, chunk or CHUNK_BYTES // a.itemsize)
     i_p = nl.arange(pmax)[:, None]
     i_f = nl.arange(fc)[None, :]
 
@@ -55,13 +62,14 @@ def swiglu_kernel(a, b):
 
 
 @nki.jit
-def swiglu_backward_kernel(grad, a, b):
-    """Gradients of ``silu(a) * b``: returns ``(grad_a, grad_b)``, each [N, D] in a's dtype."""
+def swiglu_backward_kernel(grad, a, b, chunk=BWD_CHUNK):
+    """Gradients of ``silu(a) * b``: returns ``(grad_a, grad_b)``, each [N, D] in a's dtype.
+    ``chunk``: columns per tile (a meta-parameter)."""
     n, d = a.shape
     grad_a = nl.ndarray((n, d), dtype=a.dtype, buffer=nl.shared_hbm)
     grad_b = nl.ndarray((n, d), dtype=a.dtype, buffer=nl.shared_hbm)
     pmax = nl.tile_size.pmax
-    fc = min(d, CHUNK)
+    fc = min(d, chunk)
     i_p = nl.arange(pmax)[:, None]
     i_f = nl.arange(fc)[None, :]
 

@@ -20,7 +20,7 @@ OP_KIND = "transcendental"
 
 @given(
     rows=nst.row_counts(3 * 128),
-    d=nst.free_sizes(2 * kernel.CHUNK + 64),
+    d=nst.free_sizes(kernel.CHUNK_BYTES + 64),
     dtype=nst.nki_dtypes(kernel.DTYPES),
     seed=nst.seeds(),
 )
@@ -31,7 +31,7 @@ def test_swiglu_matches_reference(rows, d, dtype, seed):
 
 @given(
     rows=nst.row_counts(3 * 128),
-    d=nst.free_sizes(2 * kernel.CHUNK + 64),
+    d=nst.free_sizes(kernel.CHUNK_BYTES + 64),
     dtype=nst.nki_dtypes(kernel.DTYPES),
     seed=nst.seeds(),
 )

@@ -96,6 +96,17 @@ benchmark = _unavailable("benchmark")
 profile = _unavailable("profile")
 simulate_kernel = _unavailable("simulate_kernel")
 
+
+def __getattr__(name: str):
+    # ``nki.autotune`` ranks configs with the cost model (nkikit.compiler), a layer above this
+    # dialect, so the dialect cannot import it: it is the same decorator as ``nkikit.autotune``
+    # (dialect-neutral: it wraps any @nki.jit kernel), looked up in the package above on first
+    # use.  ``import nkikit.nki`` has always imported ``nkikit`` first, so it is there.
+    if name == "autotune":
+        return sys.modules["nkikit"].autotune
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
     "jit",
     "simulate",
