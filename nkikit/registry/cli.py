@@ -205,6 +205,6 @@ def main_lock(argv: Sequence[str] | None = None) -> int:
     except _EXPECTED as e:
         return _fail(e)
     for e in entries:
-        print(f"{e.repo_id} @ {e.sha}  ({', '.join(sorted(e.variants))})")
+        print(f"{e.repo_id} @ {e.sha}")
     print(f"wrote {out}")
     return 0
