@@ -35,6 +35,7 @@ from ..ir.core import Kernel, Tensor
 from ..targets import target_scope
 from .builder import Builder, LoopSite, maybe_current, tracing
 from .loops import SplitLoops
+from .outputs import check_outputs
 
 # each re-trace grows a loop's split factor; a kernel needing more is beyond reason
 _MAX_RETRACES = 16
@@ -133,6 +134,7 @@ class JitKernel:
             with gc_paused():
                 kernel = self._trace(bound, name)
                 self.verify(kernel, name)
+                check_outputs(kernel)
             entry = self._cache[key] = kernel
         return entry, bound
 
@@ -246,6 +248,7 @@ class JitKernel:
             b.tensors,
             structure,
             self.dialect,
+            tuple(sorted(b.unlaunched_program_ids)),
         )
 
     def ir(self, *args, **kwargs) -> Kernel:
