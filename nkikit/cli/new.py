@@ -19,7 +19,7 @@ import argparse
 import keyword
 from pathlib import Path
 
-from .options import UsageError
+from .options import UsageError, add_out
 
 KERNEL_BETA1 = '''"""{name}: ``a + b`` for two [N, D] arrays of one dtype (NKI Beta 1).
 
@@ -166,9 +166,7 @@ def add_new(sub: argparse._SubParsersAction) -> None:
         default="beta1",
         help="beta1: NKI Beta 1 (nl.load/nl.store); nki: NKI 0.x (nisa with dst=)",
     )
-    p.add_argument(
-        "-o", "--out", default=".", metavar="PATH", help="folder to create it in (default: .)"
-    )
+    add_out(p, "folder to create it in (default: .)", default=".")
     p.set_defaults(fn=cmd_new)
 
 

@@ -205,22 +205,18 @@ def run_profile_demo(
 
 def add_demo(sub: argparse._SubParsersAction) -> None:
     """``nkikit demo``: its parser in the ``nkikit`` tree."""
+    from ..cli.options import add_out, add_target
+
     p = sub.add_parser(
         "demo",
         help="the RMSNorm story: profile three versions, then share one",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument(
-        "-o", "--out", default="nkikit-demo", help="folder for reports (default: ./nkikit-demo)"
-    )
+    add_out(p, "folder for reports (default: ./nkikit-demo)", default="nkikit-demo")
     p.add_argument("--shape", default="4096x4096", help="rows x columns (default 4096x4096)")
     p.add_argument("--dtype", default="bfloat16", help="element type (default bfloat16)")
-    p.add_argument(
-        "--target",
-        default=None,
-        help="trn1, trn2 or trn3 (default: $NEURON_PLATFORM_TARGET_OVERRIDE or trn2)",
-    )
+    add_target(p)
     p.add_argument("--no-share", action="store_true", help="skip the publish/pull half")
     p.set_defaults(fn=cmd_demo)
 

@@ -257,7 +257,7 @@ class JitKernel:
             return self.specialize(*args, **kwargs)[0]
         except NkiError as e:
             raise hide_internal_frames(e) from None
-        except TypeError as e:  # e.g. an unknown keyword argument, at the kernel's line
+        except Exception as e:  # raised at the kernel's own line: the user's frames only
             if raised_in_user_code(e):
                 raise hide_internal_frames(e) from None
             raise
@@ -275,8 +275,8 @@ class JitKernel:
                 return run(kernel, bound)
         except NkiError as e:
             raise hide_internal_frames(e) from None
-        except TypeError as e:  # e.g. an unknown keyword argument, at the kernel's line
-            if raised_in_user_code(e):
+        except Exception as e:  # e.g. nl.exponential (a typo) or an unknown keyword argument:
+            if raised_in_user_code(e):  # raised at the kernel's own line, the user's to read
                 raise hide_internal_frames(e) from None
             raise
 
