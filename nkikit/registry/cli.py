@@ -93,25 +93,35 @@ def add_publish(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
     from .publish import publish, publish_all
 
-    kwargs = dict(
-        endpoint=args.endpoint,
-        token=args.token,
-        version=args.version,
-        run_tests=not args.no_tests,
-        private=args.private,
-        neuron=not args.no_neuron,
-        log=print,
-    )
-    if args.all:
-        if not args.org:
-            raise UsageError("--all needs --org ORG")
-        results = _expected(lambda: publish_all(args.path, args.org, **kwargs))
-    else:
-        if not args.repo:
-            raise UsageError("--repo org/name is required (or use --all --org ORG)")
-        results = [_expected(lambda: publish(args.path, args.repo, **kwargs))]
+    if args.all and not args.org:
+        raise UsageError("--all needs --org ORG")
+    if not args.all and not args.repo:
+        raise UsageError("--repo org/name is required (or use --all --org ORG)")
+    # progress on stderr: a spinner with the step under way (tests and uploads take seconds),
+    # each finished step as a line on stdout
+    with Console(stderr=True).status("publishing ...") as status:
+
+        def log(message: str) -> None:
+            print(message, flush=True)
+            status.update(message)
+
+        kwargs = dict(
+            endpoint=args.endpoint,
+            token=args.token,
+            version=args.version,
+            run_tests=not args.no_tests,
+            private=args.private,
+            neuron=not args.no_neuron,
+            log=log,
+        )
+        if args.all:
+            results = _expected(lambda: publish_all(args.path, args.org, **kwargs))
+        else:
+            results = [_expected(lambda: publish(args.path, args.repo, **kwargs))]
     for r in results:
         builds = ", ".join(f"{v}={i}" for v, i in r.variants.items())
         print(f"{r.repo_id} v{r.version}: {r.branch} @ {r.commit} ({builds})")
