@@ -80,8 +80,22 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def run_command(prog: str, fn: Callable[[], int | None]) -> int:
-    """Call ``fn`` and turn what it raises into nkikit's one-line error style."""
+    r"""Call ``fn`` and turn what it raises into nkikit's one-line error style (and the
+    ``NkiWarning``\ s it issues into one ``warning: FILE:LINE: ...`` line each)."""
+    import warnings
+
+    from ..errors import NkiWarning
+
+    shown = warnings.showwarning
+
+    def one_line(message, category, filename, lineno, file=None, line=None):  # noqa: ANN001, ANN202
+        if issubclass(category, NkiWarning):
+            print(f"warning: {message}", file=sys.stderr)
+        else:
+            shown(message, category, filename, lineno, file, line)
+
     try:
+        warnings.showwarning = one_line
         return int(fn() or 0)
     except UsageError as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
@@ -94,6 +108,8 @@ def run_command(prog: str, fn: Callable[[], int | None]) -> int:
             raise
         print(f"error: {message}", file=sys.stderr)
         return 1
+    finally:
+        warnings.showwarning = shown
 
 
 def describe(e: BaseException) -> str | None:
