@@ -247,7 +247,9 @@ def bench_kernel(folder: Path, rows: list[Row], echo: Any = print) -> None:
                 label = fname + suffix + "".join(f" {k}={v}" for k, v in attrs.items())
                 row = Row(name, label, " x ".join(str(list(s)) for s in shapes), dtype)
                 try:
-                    fn = getattr(importlib.import_module(f"nkikit.library.{name}.{sym.module}"), sym.attr)
+                    fn = getattr(
+                        importlib.import_module(f"nkikit.library.{name}.{sym.module}"), sym.attr
+                    )
                     arrays = spec_arrays(spec, shapes, dtype)
                     if suffix:  # backward: one gradient per output, of its shape and dtype
                         fwd = getattr(
