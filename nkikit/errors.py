@@ -459,8 +459,30 @@ class ErrKernelTooLargeToSimulate(NkiError):
     )
 
 
+class ErrKernelHasNoOutput(NkiError):
+    # not an NKI name: the Neuron compiler accepts such a kernel, which then does nothing
+    name = "err_kernel_has_no_output"
+    template = (
+        "{kernel} returns {returned} and writes none of its arguments, so calling it computes "
+        "nothing; create the output with nl.ndarray(..., buffer=nl.shared_hbm), store into it "
+        "and `return` it"
+    )
+
+
 CATALOGUE: dict[str, str] = {name: cls.template for name, cls in _CLASSES.items()}
 """NKI error name -> message template, for every entry above."""
+
+
+class NkiWarning(UserWarning):
+    """Something a kernel did that runs, but is probably not what its author meant (an output
+    left partly unwritten). Shown at the kernel's own file:line."""
+
+
+def warn_at(loc: SourceLoc, message: str) -> None:
+    """Issue an :class:`NkiWarning` attributed to ``loc`` (the user's file:line), not to nkikit."""
+    import warnings
+
+    warnings.warn_explicit(f"{loc}: {message}", NkiWarning, loc.file, loc.line)
 
 
 def raised_in_user_code(exc: BaseException) -> bool:

@@ -233,7 +233,7 @@ def bench_kernel(folder: Path, rows: list[Row], echo: Any = print) -> None:
     name = folder.name
     try:
         manifest = load_manifest(folder)
-        module = importlib.import_module(f"kernels.{name}")
+        module = importlib.import_module(f"nkikit.library.{name}")
     except Exception as e:  # noqa: BLE001 - report and go on
         rows.append(Row(name, "*", error=f"import/manifest: {type(e).__name__}: {e}"))
         return
@@ -247,11 +247,13 @@ def bench_kernel(folder: Path, rows: list[Row], echo: Any = print) -> None:
                 label = fname + suffix + "".join(f" {k}={v}" for k, v in attrs.items())
                 row = Row(name, label, " x ".join(str(list(s)) for s in shapes), dtype)
                 try:
-                    fn = getattr(importlib.import_module(f"kernels.{name}.{sym.module}"), sym.attr)
+                    fn = getattr(
+                        importlib.import_module(f"nkikit.library.{name}.{sym.module}"), sym.attr
+                    )
                     arrays = spec_arrays(spec, shapes, dtype)
                     if suffix:  # backward: one gradient per output, of its shape and dtype
                         fwd = getattr(
-                            importlib.import_module(f"kernels.{name}.{spec.entry.module}"),
+                            importlib.import_module(f"nkikit.library.{name}.{spec.entry.module}"),
                             spec.entry.attr,
                         )
                         with captured_launches([]):

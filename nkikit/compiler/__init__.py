@@ -21,7 +21,7 @@ from ..language.compiler import (
     skip_middle_end_transformations,
 )
 from ..targets import TARGETS, Target, UnknownTargetError, default_target_name, get_target
-from .api import BenchmarkResult, benchmark, compile, main_profile, profile, profile_kernel
+from .api import BenchmarkResult, benchmark, compile, profile, profile_kernel
 from .build import build_program
 from .program import Program
 
@@ -45,7 +45,6 @@ __all__ = [
     "compile",
     "default_target_name",
     "get_target",
-    "main_profile",
     "profile",
     "profile_kernel",
 ]

@@ -9,12 +9,8 @@ with abstract specs they return None.
 
 from __future__ import annotations
 
-import argparse
-import ast
-import importlib.util
 import json
 import os
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,14 +18,13 @@ from typing import Any
 from ..errors import NkiError, hide_internal_frames
 from ..language.jit import jit
 from ..profiler.model import Profile
-from ..targets import ENV_VAR as TARGET_ENV_VAR
 from ..targets import Target, get_target
 from ..trace.jit import JitKernel, run
 from ..typing import TensorSpec
 from .build import build_program
 from .program import Program
 
-__all__ = ["compile", "profile_kernel", "benchmark", "profile", "main_profile", "BenchmarkResult"]
+__all__ = ["compile", "profile_kernel", "benchmark", "profile", "BenchmarkResult"]
 
 PERCENTILES = (0, 1, 10, 25, 50, 90, 99, 100)
 
@@ -319,179 +314,3 @@ def write_profile_artifacts(
     )
     program.to_json(files["program"])
     return files
-
-
-# ---------------------------------------------------------------------------------------------
-# command line
-
-
-def _parse_shape(text: str) -> TensorSpec:
-    from .. import dtypes
-
-    dims, _, dtype = text.partition(":")
-    shape = tuple(int(d) for d in dims.lower().replace("*", "x").split("x") if d.strip())
-    return TensorSpec(shape, dtypes.as_dtype(dtype.strip() or "float32"))
-
-
-def parse_shapes(spec: str) -> tuple[list[TensorSpec], dict[str, TensorSpec]]:
-    """``'a=4096x4096:bfloat16,b=...'`` (or positional ``'4096x4096:bfloat16,...'``)."""
-    positional: list[TensorSpec] = []
-    named: dict[str, TensorSpec] = {}
-    for part in (p.strip() for p in spec.split(",")):
-        if not part:
-            continue
-        if "=" in part:
-            name, _, rest = part.partition("=")
-            named[name.strip()] = _parse_shape(rest)
-        else:
-            positional.append(_parse_shape(part))
-    return positional, named
-
-
-def _load_kernel(ref: str) -> Any:
-    path, sep, name = ref.rpartition("::")
-    if not sep:
-        raise SystemExit(f"expected path/to/file.py::kernel_name, got {ref!r}")
-    file = Path(path).resolve()
-    if not file.exists():
-        raise SystemExit(f"no such file: {path}")
-    spec = importlib.util.spec_from_file_location(f"_nkikit_profile_{file.stem}", file)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.path.insert(0, str(file.parent))
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(file.parent))
-    if not hasattr(module, name):
-        raise SystemExit(f"{path} has no kernel named {name!r}")
-    return getattr(module, name)
-
-
-def main_profile(argv: list[str] | None = None) -> int:
-    """``nkikit profile file.py::kernel --shapes 'a=4096x4096:bfloat16,...' [--target trn2]
-    [--out DIR] [--arg NAME=VALUE ...] [--grid 2,2] [--no-html]``."""
-    ap = argparse.ArgumentParser(
-        prog="nkikit profile", description="Model a kernel on a NeuronCore and write its profile."
-    )
-    ap.add_argument("kernel", help="path/to/file.py::kernel_name")
-    ap.add_argument(
-        "--shapes",
-        default="",
-        help="tensor arguments: 'a=4096x4096:bfloat16,b=...' or positional '4096x4096:bfloat16,...'",
-    )
-    ap.add_argument(
-        "--arg",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="a non-tensor argument (Python literal)",
-    )
-    ap.add_argument(
-        "--target",
-        default=None,
-        help="trn1, trn2 or trn3 (default: $NEURON_PLATFORM_TARGET_OVERRIDE or trn2)",
-    )
-    ap.add_argument("--grid", default="", help="SPMD launch grid, e.g. 2,2")
-    ap.add_argument(
-        "--out", default=None, help="output folder (default: ./nkikit-profile-<kernel>)"
-    )
-    ap.add_argument("--no-html", action="store_true", help="skip the HTML report")
-    ap.add_argument(
-        "--launches",
-        action="store_true",
-        help="call the function on random inputs of these shapes and profile each kernel it "
-        "launches (a system profile: trace, key averages, HTML)",
-    )
-    ns = ap.parse_args(argv)
-    if ns.launches:
-        return _profile_launches_cli(ns)
-    try:
-        tgt = get_target(ns.target)
-        kernel = _jit(_load_kernel(ns.kernel))
-        if ns.grid:
-            kernel = kernel[tuple(int(g) for g in ns.grid.split(","))]
-        positional, named = parse_shapes(ns.shapes)
-        kwargs: dict[str, Any] = {**named, **_literal_args(ns.arg)}
-        program = compile(kernel, *positional, target=tgt, **kwargs)
-    except (NkiError, ValueError, TypeError) as e:
-        print(f"nkikit profile: {e}", file=sys.stderr)
-        return 1
-    prof = program.profile()
-    out = Path(ns.out or f"nkikit-profile-{program.kernel}")
-    files = write_profile_artifacts(
-        program, prof, out, trace_name="profile", neff_name=program.kernel, html=not ns.no_html
-    )
-    print(str(prof))
-    for kind, path in files.items():
-        print(f"{kind:>9}: {path}")
-    return 0
-
-
-def _literal_args(items: list[str]) -> dict[str, Any]:
-    """``--arg NAME=VALUE`` items: each value a Python literal, else the string itself."""
-    out: dict[str, Any] = {}
-    for item in items:
-        name, _, value = item.partition("=")
-        try:
-            out[name.strip()] = ast.literal_eval(value)
-        except (ValueError, SyntaxError):
-            out[name.strip()] = value
-    return out
-
-
-def _random_inputs(specs: list[TensorSpec], named: dict[str, TensorSpec], seed: int = 0):
-    import numpy as np
-
-    from .. import dtypes
-
-    rng = np.random.default_rng(seed)
-
-    def make(v: TensorSpec):
-        x = rng.standard_normal(v.shape).astype(np.float32)
-        return dtypes.cast(x, v.dtype) if dtypes.is_float(v.dtype) else (x * 10).astype(v.dtype)
-
-    return [make(v) for v in specs], {k: make(v) for k, v in named.items()}
-
-
-def _profile_launches_cli(ns: argparse.Namespace) -> int:
-    """``nkikit profile FILE.py::function --launches``: one kernel per launch, not one fused."""
-    from .launches import profile_launches
-
-    try:
-        fn = _load_kernel(ns.kernel)
-        positional, named = parse_shapes(ns.shapes)
-        args, kwargs = _random_inputs(positional, named)
-        kwargs.update(_literal_args(ns.arg))
-        # the kernels are traced for the default target, which the environment names
-        saved = os.environ.get(TARGET_ENV_VAR)
-        if ns.target:
-            os.environ[TARGET_ENV_VAR] = get_target(ns.target).name
-        try:
-            _, sp = profile_launches(fn, *args, **kwargs)
-        finally:
-            if saved is None:
-                os.environ.pop(TARGET_ENV_VAR, None)
-            else:
-                os.environ[TARGET_ENV_VAR] = saved
-    except (NkiError, ValueError, TypeError) as e:
-        print(f"nkikit profile: {e}", file=sys.stderr)
-        return 1
-    name = getattr(fn, "__name__", "function")
-    out = Path(ns.out or f"nkikit-profile-{name}")
-    out.mkdir(parents=True, exist_ok=True)
-    files = {
-        "trace": sp.to_perfetto(out / "system_trace.json"),
-        "averages": sp.to_json(out / "key_averages.json"),
-    }
-    if not ns.no_html:
-        files["html"] = sp.to_html(out / "system_report.html")
-    seen: set[str] = set()
-    for r in sp.runs:  # each kernel's own profile, for `nkikit compare`
-        if r.profile is not None and r.kernel not in seen:
-            seen.add(r.kernel)
-            files[r.kernel] = r.profile.to_json(out / f"{r.kernel}.nkikit.json")
-    print(sp.table_text(), end="")
-    for kind, path in files.items():
-        print(f"{kind:>9}: {path}")
-    return 0

@@ -237,6 +237,8 @@ class Kernel:
     return_structure: Any = None
     # the front end that traced it ("nki-beta1" or "nki-0.x"): a few tile-model rules differ
     dialect: str = "nki-beta1"
+    # nl.program_id axes the kernel read while launched without a grid (so each read 0)
+    unlaunched_program_ids: tuple[int, ...] = ()
 
     def walk(self):
         """Yield ``(stmt, enclosing_loops)`` for every statement, depth first."""

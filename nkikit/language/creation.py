@@ -278,6 +278,7 @@ def program_id(axis: int) -> Index:
     b = current("nl.program_id")
     k = _grid_axis(axis, b.grid, "nl.program_id")
     if not b.grid:  # launched without a grid: one instance
+        b.unlaunched_program_ids.add(k)
         return Index(program_index(0).affine * 0)
     return program_index(k)
 

@@ -115,7 +115,16 @@ class Kernel0x(JitKernel):
             for other in results[1:]:
                 collect(other)  # every program returns the same shared tensors
         return Kernel(
-            self.func.__name__, params, outputs, b.body, (), loc, b.tensors, structure, "nki-0.x"
+            self.func.__name__,
+            params,
+            outputs,
+            b.body,
+            (),
+            loc,
+            b.tensors,
+            structure,
+            "nki-0.x",
+            tuple(sorted(b.unlaunched_program_ids)),
         )
 
 

@@ -9,7 +9,6 @@ compare per kernel and per operation (calls, device and host time).  Every delta
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 from typing import Any
@@ -230,28 +229,3 @@ def write_html(c: dict[str, Any], path: str | Path, names: tuple[str, str] = ("A
     )
     path.write_text(page, encoding="utf-8")
     return path
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``nkikit compare A B [--html OUT] [--json OUT]``."""
-    ap = argparse.ArgumentParser(
-        prog="nkikit compare",
-        description="Compare two profiles (kernel or system): per-kernel and per-engine deltas.",
-    )
-    ap.add_argument("a", help="profile A: *.nkikit.json, key_averages.json, or their folder")
-    ap.add_argument("b", help="profile B")
-    ap.add_argument("--html", default=None, help="write a side-by-side HTML report here")
-    ap.add_argument("--json", default=None, help="write the comparison as JSON here")
-    ns = ap.parse_args(argv)
-    try:
-        c = compare(load(ns.a), load(ns.b))
-    except (OSError, ValueError, KeyError) as e:
-        print(f"nkikit compare: {e}", flush=True)
-        return 1
-    print(render_text(c), end="")
-    if ns.html:
-        print(f"html: {write_html(c, ns.html, (str(ns.a), str(ns.b)))}")
-    if ns.json:
-        Path(ns.json).write_text(json.dumps(c, indent=1), encoding="utf-8")
-        print(f"json: {ns.json}")
-    return 0

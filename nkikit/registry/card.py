@@ -118,11 +118,17 @@ def render_card(
                 "perf": probe.perf if probe else [],
             }
         )
+    from .trust import DEFAULT_TRUSTED_ORGS
+
     cpu_id = next((v.id for v in variants if v.variant == "torch-cpu"), "<id>")
+    org = repo_id.split("/", 1)[0]
     return _env.get_template("card.md.j2").render(
         m=manifest,
         license_id=manifest.license.lower(),
         repo_id=repo_id,
+        org=org,
+        # the usage snippet must run as written: pulls from other orgs need the opt-in
+        trusted=org in DEFAULT_TRUSTED_ORGS,
         variants=list(variants),
         variant=variant,
         variant_note=VARIANT_NOTES.get(variant or "", ""),

@@ -1,7 +1,9 @@
-"""`nkikit publish | pull | lock`: the registry's command lines (nkikit/cli.py dispatches here).
+"""`nkikit publish | pull | lock`: the registry's subcommands in the `nkikit` parser tree.
 
-Each `main_*(argv)` parses its own arguments and returns an exit code: 0 on success, 1 for a
-registry error (printed as one `error: ...` message, no traceback), 2 for bad usage (argparse).
+Each `add_<name>(subparsers)` adds one subcommand (nkikit/cli/__init__.py lists them); its
+`cmd_<name>(ns)` runs it and returns an exit code. Errors are raised, and printed by the CLI
+in its one-line style: 1 for a registry error, 2 for bad usage. `main_<name>(argv)` runs
+`nkikit <name> ARGV`.
 """
 
 from __future__ import annotations
@@ -12,8 +14,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from ..cli.options import UsageError, add_hub, add_out
 from .errors import RegistryError
 
+# the registry's documented failures: reported as one line (exit 1), never as a traceback
 _EXPECTED = (
     RegistryError,
     ValueError,
@@ -24,22 +28,42 @@ _EXPECTED = (
 )
 
 
-def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--endpoint", default=None, help="Hub URL (default: HF_ENDPOINT or huggingface.co)"
-    )
-    p.add_argument("--token", default=None, help="Hub token (default: HF_TOKEN / the saved login)")
+def _cli(name: str, argv: Sequence[str] | None) -> int:
+    from ..cli import main
+
+    return main([name, *(sys.argv[1:] if argv is None else argv)])
 
 
-def _fail(e: BaseException) -> int:
-    print(f"error: {e}", file=sys.stderr)
-    return 1
+def _expected(fn):  # noqa: ANN001, ANN202
+    """Raise the registry's expected failures as RegistryError, so the CLI prints one line."""
+    try:
+        return fn()
+    except RegistryError:
+        raise
+    except _EXPECTED as e:
+        raise RegistryError(str(e)) from e
 
 
 def main_publish(argv: Sequence[str] | None = None) -> int:
-    """`nkikit publish kernels/<name> --repo org/name` or `nkikit publish [kernels/] --all --org ORG`."""
-    p = argparse.ArgumentParser(
-        prog="nkikit publish", description="Test a kernel folder, build it and publish it to a Hub."
+    """`nkikit publish ARGV`."""
+    return _cli("publish", argv)
+
+
+def main_pull(argv: Sequence[str] | None = None) -> int:
+    """`nkikit pull ARGV`."""
+    return _cli("pull", argv)
+
+
+def main_lock(argv: Sequence[str] | None = None) -> int:
+    """`nkikit lock ARGV`."""
+    return _cli("lock", argv)
+
+
+def add_publish(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "publish",
+        help="publish a kernel folder to a Hub",
+        description="Check a kernel folder's manifest, test it, build it and publish it to a Hub.",
     )
     p.add_argument(
         "path",
@@ -64,41 +88,51 @@ def main_publish(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="do not publish the torch-neuron (NKI source) build",
     )
-    _common(p)
-    args = p.parse_args(argv)
+    add_hub(p)
+    p.set_defaults(fn=cmd_publish)
+
+
+def cmd_publish(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
     from .publish import publish, publish_all
 
-    kwargs = dict(
-        endpoint=args.endpoint,
-        token=args.token,
-        version=args.version,
-        run_tests=not args.no_tests,
-        private=args.private,
-        neuron=not args.no_neuron,
-        log=print,
-    )
-    try:
-        if args.all:
-            if not args.org:
-                p.error("--all needs --org ORG")
-            results = publish_all(args.path, args.org, **kwargs)
-        else:
-            if not args.repo:
-                p.error("--repo org/name is required (or use --all --org ORG)")
-            results = [publish(args.path, args.repo, **kwargs)]
-    except _EXPECTED as e:
-        return _fail(e)
-    for r in results:
-        print(
-            f"{r.repo_id} v{r.version}: {r.branch} @ {r.commit} ({', '.join(f'{v}={i}' for v, i in r.variants.items())})"
+    if args.all and not args.org:
+        raise UsageError("--all needs --org ORG")
+    if not args.all and not args.repo:
+        raise UsageError("--repo org/name is required (or use --all --org ORG)")
+    # progress on stderr: a spinner with the step under way (tests and uploads take seconds),
+    # each finished step as a line on stdout
+    with Console(stderr=True).status("publishing ...") as status:
+
+        def log(message: str) -> None:
+            print(message, flush=True)
+            status.update(message)
+
+        kwargs = dict(
+            endpoint=args.endpoint,
+            token=args.token,
+            version=args.version,
+            run_tests=not args.no_tests,
+            private=args.private,
+            neuron=not args.no_neuron,
+            log=log,
         )
+        if args.all:
+            results = _expected(lambda: publish_all(args.path, args.org, **kwargs))
+        else:
+            results = [_expected(lambda: publish(args.path, args.repo, **kwargs))]
+    for r in results:
+        builds = ", ".join(f"{v}={i}" for v, i in r.variants.items())
+        print(f"{r.repo_id} v{r.version}: {r.branch} @ {r.commit} ({builds})")
     return 0
 
 
-def main_pull(argv: Sequence[str] | None = None) -> int:
-    """`nkikit pull org/name [--version N | --revision R]`: download, verify, import; print a summary."""
-    p = argparse.ArgumentParser(
-        prog="nkikit pull", description="Download, verify and load a kernel from a Hub."
+def add_pull(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "pull",
+        help="pull a kernel from a Hub",
+        description="Download, verify and load a kernel from a Hub; print its functions.",
     )
     p.add_argument("repo", help="repo id, org/name")
     g = p.add_mutually_exclusive_group()
@@ -122,8 +156,11 @@ def main_pull(argv: Sequence[str] | None = None) -> int:
     p.add_argument(
         "--download-only", action="store_true", help="download and verify, do not import"
     )
-    _common(p)
-    args = p.parse_args(argv)
+    add_hub(p)
+    p.set_defaults(fn=cmd_pull)
+
+
+def cmd_pull(args: argparse.Namespace) -> int:
     from .pull import locate, pull
 
     lockfile = False if args.no_lockfile else args.lockfile
@@ -134,26 +171,26 @@ def main_pull(argv: Sequence[str] | None = None) -> int:
         lockfile=lockfile,
         cache_dir=args.cache_dir,
     )
-    try:
-        if args.download_only:
-            from .names import parse_repo_id
-            from .trust import check_trust
+    if args.download_only:
+        from .names import parse_repo_id
+        from .trust import check_trust
 
+        def download():  # noqa: ANN202
             check_trust(parse_repo_id(args.repo), True)  # nothing runs: downloading is safe
-            path, found, meta = locate(args.repo, args.version, args.revision, **common)
-            print(
-                f"{args.repo} @ {found.sha}: verified {len(meta['digest']['files'])} files in {path}"
-            )
-            return 0
-        k = pull(
+            return locate(args.repo, args.version, args.revision, **common)
+
+        path, found, meta = _expected(download)
+        print(f"{args.repo} @ {found.sha}: verified {len(meta['digest']['files'])} files in {path}")
+        return 0
+    k = _expected(
+        lambda: pull(
             args.repo,
             args.version,
             args.revision,
             trust_remote_code=args.trust_remote_code,
             **common,
         )
-    except _EXPECTED as e:
-        return _fail(e)
+    )
     print(f"{k.repo_id} v{k.version} @ {k.revision} ({k.variant}) -> module {k.namespace}")
     print(f"  files: {k.path}")
     for name, fn in k.functions.items():
@@ -167,12 +204,12 @@ def main_pull(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def main_lock(argv: Sequence[str] | None = None) -> int:
-    """`nkikit lock [PROJECT_DIR | org/name[@N] ...] [-o kernels.lock]`: pin kernels to commits."""
-    p = argparse.ArgumentParser(
-        prog="nkikit lock",
-        description="Pin kernel repos to commits and per-build hashes in kernels.lock "
-        "(from [tool.kernels.dependencies] in pyproject.toml, or repo ids).",
+def add_lock(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "lock",
+        help="write kernels.lock",
+        description="Pin kernel repos to commits in kernels.lock, in the format of HF kernels "
+        ">= 0.17 (from [tool.kernels.dependencies] in pyproject.toml, or repo ids).",
     )
     p.add_argument(
         "targets",
@@ -180,31 +217,26 @@ def main_lock(argv: Sequence[str] | None = None) -> int:
         default=["."],
         help="a project folder / pyproject.toml, or repo ids org/name[@N]",
     )
-    p.add_argument(
-        "-o",
-        "--output",
-        default=None,
-        help="lockfile to write (default: kernels.lock next to the project, or ./kernels.lock)",
-    )
-    _common(p)
-    args = p.parse_args(argv)
+    add_out(p, "lockfile to write (default: kernels.lock next to the project, or ./kernels.lock)")
+    add_hub(p)
+    p.set_defaults(fn=cmd_lock)
+
+
+def cmd_lock(args: argparse.Namespace) -> int:
     from .lock import lock
 
     targets = list(args.targets)
     project = len(targets) == 1 and (os.path.isdir(targets[0]) or targets[0].endswith(".toml"))
     deps: object = targets[0] if project else targets
-    if args.output:
-        out = Path(args.output)
+    if args.out:
+        out = Path(args.out)
     elif project:
         base = Path(targets[0])
         out = (base if base.is_dir() else base.parent) / "kernels.lock"
     else:
         out = Path("kernels.lock")
-    try:
-        entries = lock(deps, out, endpoint=args.endpoint, token=args.token)
-    except _EXPECTED as e:
-        return _fail(e)
+    entries = _expected(lambda: lock(deps, out, endpoint=args.endpoint, token=args.token))
     for e in entries:
-        print(f"{e.repo_id} @ {e.sha}  ({', '.join(sorted(e.variants))})")
+        print(f"{e.repo_id} @ {e.sha}")
     print(f"wrote {out}")
     return 0

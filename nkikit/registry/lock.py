@@ -1,4 +1,4 @@
-"""`lock`: resolve kernel dependencies to commits and variant hashes, and write kernels.lock."""
+"""`lock`: resolve kernel dependencies to commits and write kernels.lock (the HF kernels format)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def lock(
     endpoint: str | None = None,
     token: str | None = None,
 ) -> list[LockEntry]:
-    """Pin each dependency to its current commit and per-variant hashes; write `path`.
+    """Pin each dependency to its current commit; write `path` in the kernels >= 0.17 format.
 
     dependencies: repo ids (`org/name`, `org/name@1`), a {repo_id: version or None} mapping, or a
     pyproject.toml (or its folder) with [tool.kernels.dependencies]. path: the lockfile to write
@@ -42,12 +42,14 @@ def lock(
     for repo_id, version in deps.items():
         repo = parse_repo_id(repo_id)
         found = resolve_online(api, repo, version, None, cache)
-        hashes = remote_variant_hashes(endpoint, token, repo_id, found.sha)
-        if not hashes:
+        # the hashes are not written (the format has no place for them), but listing them
+        # proves the commit has builds: a lock on an empty repo would only fail at pull time
+        if not remote_variant_hashes(endpoint, token, repo_id, found.sha):
             raise KernelNotFoundError(
                 f"{repo_id}@{found.sha[:12]} has no builds (no build/<variant>/ folder) to lock"
             )
-        entries.append(LockEntry(repo_id, found.sha, hashes))
+        pinned = version if version is not None else found.version
+        entries.append(LockEntry(repo_id, found.sha, version=pinned, revision=found.ref))
     if path is not None:
         write_lockfile(path, entries)
     return entries

@@ -1,12 +1,20 @@
 """`kernels.lock`: pin each kernel repo to a commit and each build variant to a content hash.
 
-The file is the HF kernels lock format (reference/hub.md §1.4), a JSON list of
+The file is the lock format of HF kernels >= 0.17 (`kernels._rust.KernelLocks`, what
+`kernels lock` writes and `kernels.get_locked_kernel` reads), a JSON list of
+
+    {"dependency": {"repo-id": "org/rmsnorm", "version": 1}, "lock": {"commit": "<commit>"}}
+
+(`"revision": "<ref>"` in place of `"version"` for a pin that named a branch or tag). kernels
+parses it strictly (unknown fields are an error), so the format has no place for per-build hashes:
+the commit is the pin, and a pull checks the files against that commit's tree (anchor.py).
+
+Reading also accepts the older form (kernels <= 0.11, reference/hub.md §1.4)
 
     {"repo_id": "org/rmsnorm", "sha": "<commit>",
      "variants": {"torch-cpu": {"hash": "sha256-<hex>", "hash_type": "git_lfs_concat"}, ...}}
 
-Reading also accepts the newer kernels >= 0.17 form `{"dependency": {"repo-id", "version" |
-"revision"}, "lock": {"commit"}}`, which pins the commit but carries no hashes.
+whose per-build hashes are then checked on pull too.
 
 Dependencies to lock come as repo ids (`org/name`, `org/name@1`, `org/name@v1`), a mapping
 `{"org/name": 1}` (pyproject `[tool.kernels.dependencies]` style; None = latest), or the path
@@ -32,21 +40,24 @@ DEFAULT_LOCKFILE = "kernels.lock"
 
 @dataclass
 class LockEntry:
-    """One locked repo: the commit, and per variant its `sha256-<hex>` hash."""
+    """One locked repo: the commit, what was asked for (a major version or a ref), and, when
+    read from an old-format lockfile, per variant its `sha256-<hex>` hash."""
 
     repo_id: str
     sha: str
     variants: dict[str, str] = field(default_factory=dict)
+    version: int | None = None
+    revision: str | None = None
 
     def to_json(self) -> dict:
-        return {
-            "repo_id": self.repo_id,
-            "sha": self.sha,
-            "variants": {
-                v: {"hash": h, "hash_type": LOCK_HASH_TYPE}
-                for v, h in sorted(self.variants.items())
-            },
-        }
+        """The kernels >= 0.17 entry. A dependency must name a version or a revision: with
+        neither, the commit itself is the revision."""
+        dep: dict[str, object] = {"repo-id": self.repo_id}
+        if self.version is not None:
+            dep["version"] = self.version
+        else:
+            dep["revision"] = self.revision or self.sha
+        return {"dependency": dep, "lock": {"commit": self.sha}}
 
 
 def read_lockfile(path: str | Path) -> dict[str, LockEntry]:
@@ -80,13 +91,20 @@ def _parse_entry(item: object) -> LockEntry | None:
                 return None
             variants[name] = v.get("hash")
         repo_id, sha = item["repo_id"], item["sha"]
+        version = revision = None
     elif isinstance(item.get("dependency"), dict) and isinstance(item.get("lock"), dict):
-        repo_id, sha, variants = item["dependency"].get("repo-id"), item["lock"].get("commit"), {}
+        dep = item["dependency"]
+        repo_id, sha, variants = dep.get("repo-id"), item["lock"].get("commit"), {}
+        version, revision = dep.get("version"), dep.get("revision")
+        if (version is None) == (revision is None):
+            return None  # kernels: "either `version` or `revision` must be specified"
+        if version is not None and (isinstance(version, bool) or not isinstance(version, int)):
+            return None
     else:
         return None
     if not isinstance(repo_id, str) or not isinstance(sha, str) or not is_commit_sha(sha):
         return None
-    return LockEntry(repo_id, sha, variants)
+    return LockEntry(repo_id, sha, variants, version, revision)
 
 
 def write_lockfile(path: str | Path, entries: Iterable[LockEntry]) -> None:
@@ -155,7 +173,8 @@ def verify_variant(entry: LockEntry, variant: str, variant_dir: Path) -> None:
     """Check a downloaded variant against its lock hash.
 
     Raises LockMismatchError when the lock has no hash for the variant, or the files differ.
-    A lock without any hashes (kernels >= 0.17 form) pins the commit only and passes.
+    A lock without any hashes (the kernels >= 0.17 form) pins the commit only and passes: the
+    commit's tree has already been checked.
     """
     if not entry.variants:
         return

@@ -40,6 +40,7 @@ build needs no TOML parser and no access to the original folder.
 
 from __future__ import annotations
 
+import difflib
 import re
 import tomllib
 from collections.abc import Mapping, Sequence
@@ -211,30 +212,76 @@ class Manifest:
         """
         if not isinstance(data, Mapping):
             raise ManifestError(f"{where}: expected a table")
+        problems = Problems()
         name = data.get("name")
-        if not isinstance(name, str):
-            raise ManifestError(f"{where}: [kernel] name is required (a string)")
-        try:
-            kernel_name(name)
-        except ValueError as e:
-            raise ManifestError(f"{where}: {e}") from None
-        version = _check_version(data.get("version"), f"{where}: [kernel] version")
+        with problems:
+            if not isinstance(name, str):
+                raise ManifestError(f"{where}: [kernel] name is required (a string)")
+            try:
+                kernel_name(name)
+            except ValueError as e:
+                raise ManifestError(f"{where}: {e}") from None
+        version = problems.check(
+            lambda: _check_version(data.get("version"), f"{where}: [kernel] version")
+        )
         license_ = data.get("license", "")
         description = data.get("description", "")
-        if not isinstance(license_, str) or not license_:
-            raise ManifestError(
-                f"{where}: [kernel] license is required (an SPDX id, e.g. 'Apache-2.0')"
-            )
-        if not isinstance(description, str):
-            raise ManifestError(f"{where}: [kernel] description must be a string")
+        with problems:
+            if not isinstance(license_, str) or not license_:
+                raise ManifestError(
+                    f"{where}: [kernel] license is required (an SPDX id, e.g. 'Apache-2.0')"
+                )
+        with problems:
+            if not isinstance(description, str):
+                raise ManifestError(f"{where}: [kernel] description must be a string")
         raw_functions = data.get("functions")
-        if not isinstance(raw_functions, Mapping) or not raw_functions:
-            raise ManifestError(f"{where}: at least one [functions.<name>] table is required")
-        functions = {
-            fname: _parse_function(fname, spec, f"{where}: [functions.{fname}]")
-            for fname, spec in raw_functions.items()
-        }
+        functions = {}
+        with problems:
+            if not isinstance(raw_functions, Mapping) or not raw_functions:
+                raise ManifestError(f"{where}: at least one [functions.<name>] table is required")
+            for fname, spec in raw_functions.items():
+                functions[fname] = problems.check(
+                    lambda fname=fname, spec=spec: _parse_function(
+                        fname, spec, f"{where}: [functions.{fname}]"
+                    )
+                )
+        problems.raise_if_any()
         return cls(name, version, license_, description, functions, path)
+
+
+class Problems:
+    """Collects ManifestErrors so that one pass reports every problem (each message names the
+    file, the table and the key); ``raise_if_any`` raises one ManifestError listing them all."""
+
+    def __init__(self) -> None:
+        self.messages: list[str] = []
+
+    def __enter__(self) -> Problems:
+        return self
+
+    def __exit__(self, kind: object, value: BaseException | None, tb: object) -> bool:
+        if isinstance(value, ManifestError):
+            self.messages.append(str(value))
+            return True
+        return False
+
+    def check(self, fn: Any) -> Any:
+        """``fn()``, or None after recording the ManifestError it raised."""
+        with self:
+            return fn()
+        return None
+
+    def raise_if_any(self) -> None:
+        """Raise one ManifestError for what was collected (its ``problems``: the messages)."""
+        if not self.messages:
+            return
+        if len(self.messages) == 1:
+            error = ManifestError(self.messages[0])
+        else:
+            listed = "\n".join(f"  - {m}" for m in self.messages)
+            error = ManifestError(f"{len(self.messages)} problems in the manifest:\n{listed}")
+        error.problems = list(self.messages)  # type: ignore[attr-defined]
+        raise error
 
 
 def load_manifest(folder: str | Path) -> Manifest:
@@ -251,20 +298,69 @@ def load_manifest(folder: str | Path) -> Manifest:
     if not isinstance(kernel, Mapping):
         raise ManifestError(f"{path}: a [kernel] table is required")
     merged = {**kernel, "functions": data.get("functions")}
-    manifest = Manifest.from_dict(merged, path=folder.resolve(), where=str(path))
-    for fn in manifest.functions.values():
-        for sym in (fn.entry, fn.reference, fn.backward):
-            if sym is not None and not _module_file(folder, sym.module):
-                raise ManifestError(
-                    f"{path}: [functions.{fn.name}] refers to module {sym.module!r}, "
-                    f"but {folder} has no {sym.module.replace('.', '/')}.py"
-                )
+    problems = Problems()
+    manifest = None
+    try:
+        manifest = Manifest.from_dict(merged, path=folder.resolve(), where=str(path))
+    except ManifestError as e:
+        problems.messages.extend(getattr(e, "problems", None) or [str(e)])
+    # the names each function's entry, reference and backward give must exist: checked from
+    # the source, without importing (or running) it, so a typo is reported before any test
+    raw = data.get("functions")
+    for fname, spec in raw.items() if isinstance(raw, Mapping) else ():
+        for key in ("entry", "reference", "backward"):
+            try:  # a malformed value is already reported by from_dict
+                sym = Symbol.parse(spec.get(key) if isinstance(spec, Mapping) else None, key)
+            except ManifestError:
+                continue
+            with problems:
+                _check_symbol(folder, sym, f"{path}: [functions.{fname}] {key}")
+    problems.raise_if_any()
+    assert manifest is not None
     return manifest
 
 
-def _module_file(folder: Path, module: str) -> bool:
+def _module_file(folder: Path, module: str) -> Path | None:
     rel = Path(*module.split("."))
-    return (folder / rel.with_suffix(".py")).is_file() or (folder / rel / "__init__.py").is_file()
+    for candidate in (folder / rel.with_suffix(".py"), folder / rel / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _check_symbol(folder: Path, sym: Symbol, where: str) -> None:
+    """Raise ManifestError unless ``sym.module`` is a file of ``folder`` that defines
+    ``sym.attr`` at top level (a def, class, assignment or import; a module with a star import
+    or a module ``__getattr__`` is given the benefit of the doubt)."""
+    import ast
+
+    file = _module_file(folder, sym.module)
+    if file is None:
+        raise ManifestError(
+            f"{where} = {str(sym)!r} refers to module {sym.module!r}, but {folder} has no "
+            f"{sym.module.replace('.', '/')}.py"
+        )
+    try:
+        tree = ast.parse(file.read_text(encoding="utf-8"), str(file))
+    except SyntaxError:
+        return  # the tests report it, with the line
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            for alias in node.names:
+                if alias.name == "*":
+                    return
+                names.add(alias.asname or alias.name.split(".")[0])
+    if sym.attr in names or "__getattr__" in names:
+        return
+    close = difflib.get_close_matches(sym.attr, sorted(names), n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    raise ManifestError(f"{where} = {str(sym)!r}: {file.name} defines no {sym.attr!r}{hint}")
 
 
 def _check_version(value: object, where: str) -> int:

@@ -77,6 +77,8 @@ def publish(
     manifest = load_manifest(path)
     if version is not None:
         manifest = manifest.with_version(version)
+    say(f"checking {repo_id} on the Hub ...")
+    check_hub(repo_id, endpoint, token)  # before minutes of tests, not after
     tests = None
     if run_tests:
         say(f"testing {manifest.name} on the simulator ...")
@@ -94,6 +96,26 @@ def publish(
         )
         say(f"built {', '.join(f'{v} ({b.id})' for v, b in built.variants.items())}")
         return _upload(built, repo_id, endpoint=endpoint, token=token, private=private, say=say)
+
+
+def check_hub(repo_id: str, endpoint: str | None, token: str | None) -> None:
+    """Raise PublishError unless the Hub answers and, when a token is given or saved, accepts
+    it. Makes one or two requests and writes nothing."""
+    from huggingface_hub.errors import RepositoryNotFoundError
+    from huggingface_hub.utils import get_token
+
+    api = _api(endpoint, token)
+    if token or get_token():
+        try:
+            api.whoami()
+        except Exception as e:
+            raise _hub_error("check the token", repo_id, e) from e
+    try:
+        api.list_repo_refs(repo_id, repo_type=REPO_TYPE)
+    except RepositoryNotFoundError:
+        pass  # a first publish creates it
+    except Exception as e:
+        raise _hub_error("reach the Hub", repo_id, e) from e
 
 
 def _hub_error(action: str, repo_id: str, e: Exception) -> PublishError:
@@ -128,6 +150,7 @@ def _upload(
     api = _api(endpoint, token)
     branch = version_branch(built.manifest.version)
     files = built.files()
+    say(f"uploading {len(files)} files to {repo_id} ({branch}) ...")
     try:
         api.create_repo(repo_id, repo_type=REPO_TYPE, private=private, exist_ok=True)
         refs = api.list_repo_refs(repo_id, repo_type=REPO_TYPE)

@@ -90,6 +90,7 @@ def assert_close(
     The tolerance is ``rtol``/``atol`` when given, else ``tolerance()`` of the loosest of
     ``dtype`` and ``actual``'s dtype for ``op_kind``.  Raises ``AssertionError`` as ``compare``.
     """
+    __tracebackhide__ = True  # pytest shows the caller's line and the report, not ours
     a = _as_numpy(actual)
     considered = [a.dtype] + ([dtypes.as_dtype(dtype)] if dtype is not None else [])
     tol = loosest_tolerance([d for d in considered if _nki_dtype(d)], op_kind)
@@ -108,6 +109,7 @@ def compare(
     relative errors with their indices and values, the index range the mismatches span, and the
     NaN counts (with a hint when the kernel's NaNs look like uninitialized memory).
     """
+    __tracebackhide__ = True  # pytest shows the caller's line and the report, not ours
     o = _as_numpy(out)
     r = np.asarray(ref)
     odt = dtypes.name(o.dtype) if o.dtype != np.float64 else "float64"
@@ -204,6 +206,7 @@ def check_kernel(
     Returns the kernel's outputs as a list of numpy arrays.  Raises ``AssertionError`` when the
     number of outputs, a shape or a value does not match (see ``compare`` for the message).
     """
+    __tracebackhide__ = True  # pytest shows the caller's line and the report, not ours
     dt = dtypes.as_dtype(dtype) if dtype is not None else None
     k_args = [_kernel_input(a, dt) for a in args]
     k_kwargs = {k: _kernel_input(v, dt) for k, v in kwargs.items()}
@@ -247,6 +250,7 @@ def assert_grads_close(
     themselves), so the absolute part of the tolerance is the dtype's relative tolerance times
     the larger of the largest reference entry and ``term_scale``, the size of the largest term.
     """
+    __tracebackhide__ = True  # pytest shows the caller's line and the report, not ours
     tol = tolerance(dtypes.as_dtype(dtype), op_kind)
     assert len(got) == len(want), f"{len(got)} gradients, expected {len(want)}"
     for g, w in zip(got, want):

@@ -87,6 +87,7 @@ def check_manifest(
     Returns the parsed ``nkikit.registry.manifest.Manifest``.
     Raises ``AssertionError`` saying what is wrong.
     """
+    __tracebackhide__ = True  # pytest shows the caller's line and the report, not ours
     try:
         manifest = _load_registry_manifest(folder)
     except ManifestError as e:

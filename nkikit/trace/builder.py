@@ -37,6 +37,9 @@ class Builder:
         self.names: dict[str, int] = {}
         self.last_op: Op | None = None
         self.fresh: set[int] = set()  # uids of temporaries no one has read yet
+        # nl.program_id axes read while launched without a grid (each read 0): a hint for
+        # outputs left partly unwritten (trace/outputs.py)
+        self.unlaunched_program_ids: set[int] = set()
         # after ``t[...] = op(...)`` retargets op's result into t, the temporary's data lives
         # there: proxies of the temporary read through this map (see ``resolve``)
         self.aliases: dict[int, Access] = {}  # by the temporary's uid

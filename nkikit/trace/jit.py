@@ -36,6 +36,7 @@ from ..targets import target_scope
 from . import launches
 from .builder import Builder, LoopSite, maybe_current, tracing
 from .loops import SplitLoops
+from .outputs import check_outputs
 
 # each re-trace grows a loop's split factor; a kernel needing more is beyond reason
 _MAX_RETRACES = 16
@@ -134,6 +135,7 @@ class JitKernel:
             with gc_paused():
                 kernel = self._trace(bound, name)
                 self.verify(kernel, name)
+                check_outputs(kernel)
             entry = self._cache[key] = kernel
         return entry, bound
 
@@ -247,6 +249,7 @@ class JitKernel:
             b.tensors,
             structure,
             self.dialect,
+            tuple(sorted(b.unlaunched_program_ids)),
         )
 
     def ir(self, *args, **kwargs) -> Kernel:
@@ -255,7 +258,7 @@ class JitKernel:
             return self.specialize(*args, **kwargs)[0]
         except NkiError as e:
             raise hide_internal_frames(e) from None
-        except TypeError as e:  # e.g. an unknown keyword argument, at the kernel's line
+        except Exception as e:  # raised at the kernel's own line: the user's frames only
             if raised_in_user_code(e):
                 raise hide_internal_frames(e) from None
             raise
@@ -275,8 +278,8 @@ class JitKernel:
                 return run(kernel, bound)
         except NkiError as e:
             raise hide_internal_frames(e) from None
-        except TypeError as e:  # e.g. an unknown keyword argument, at the kernel's line
-            if raised_in_user_code(e):
+        except Exception as e:  # e.g. nl.exponential (a typo) or an unknown keyword argument:
+            if raised_in_user_code(e):  # raised at the kernel's own line, the user's to read
                 raise hide_internal_frames(e) from None
             raise
 

@@ -10,7 +10,8 @@ import pytest
 
 import nkikit.language as nl
 import nkikit.typing as nt
-from nkikit.compiler import Program, benchmark, compile, main_profile, profile, profile_kernel
+from nkikit.cli import main
+from nkikit.compiler import Program, benchmark, compile, profile, profile_kernel
 from nkikit.profiler import Profile
 from nkikit.targets import ENV_VAR
 
@@ -164,13 +165,12 @@ def test_cli(tmp_path, capsys):
     """)
     )
     out = tmp_path / "prof"
-    code = main_profile(
+    code = main(
         [
+            "profile",
             f"{src}::scale",
-            "--shapes",
-            "a=128x1024:bfloat16",
-            "--arg",
-            "factor=3.0",
+            "--args",
+            "a=128x1024:bfloat16,factor=3.0",
             "--target",
             "trn1",
             "--out",
@@ -187,9 +187,18 @@ def test_cli(tmp_path, capsys):
     }
     assert "scale on trn1" in capsys.readouterr().out
     assert (
-        main_profile(
-            [f"{src}::scale", "--shapes", "128x1024:bfloat16", "--target", "tpu", "--out", str(out)]
+        main(
+            [
+                "profile",
+                f"{src}::scale",
+                "--args",
+                "128x1024:bfloat16",
+                "--target",
+                "tpu",
+                "--out",
+                str(out),
+            ]
         )
-        == 1
+        == 2
     )
     assert "valid targets" in capsys.readouterr().err

@@ -13,7 +13,7 @@ import pytest
 import nkikit as nki
 import nkikit.language as nl
 from nkikit.compiler import launches
-from nkikit.compiler.api import main_profile
+from nkikit.cli import main
 from nkikit.profiler.tracecheck import trace_problems
 from nkikit.typing import TensorSpec
 
@@ -68,11 +68,11 @@ def test_cli_profiles_library_functions(tmp_path: Path, capsys) -> None:  # noqa
     src = str(LIBRARY / "rmsnorm" / "kernel.py")
     shapes = "x=2x128x256:bfloat16,weight=256:bfloat16"
     # the name the kernel card gives, as one traced kernel ...
-    assert main_profile([f"{src}::rmsnorm", "--shapes", shapes, "--out", str(tmp_path / "a")]) == 0
+    assert main(["profile", f"{src}::rmsnorm", "--args", shapes, "--out", str(tmp_path / "a")]) == 0
     assert "rmsnorm on trn2" in capsys.readouterr().out
     # ... and launch by launch
     out = tmp_path / "b"
-    code = main_profile([f"{src}::rmsnorm", "--shapes", shapes, "--launches", "--out", str(out)])
+    code = main(["profile", f"{src}::rmsnorm", "--args", shapes, "--launches", "--out", str(out)])
     assert code == 0
     assert "kernel rmsnorm_kernel" in capsys.readouterr().out
     assert {p.name for p in out.iterdir()} == {

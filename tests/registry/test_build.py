@@ -79,6 +79,12 @@ def test_card(built) -> None:  # noqa: ANN001
     assert card.startswith("---\nlicense: apache-2.0\n")
     assert "### `rmsnorm(x, weight, eps=1e-06)`" in card and "float32, bfloat16, float16" in card
     assert 'kernels.pull("nkikit/tiny-rmsnorm", version=1)' in card
+    assert "trust_remote_code=True)" in card  # the HF kernels snippet only
+
+
+def test_card_usage_opts_in_for_an_org_not_trusted_by_default(tmp_path: Path) -> None:
+    card = (build_kernel(TINY, tmp_path / "b", "acme/tiny-rmsnorm").root / "README.md").read_text()
+    assert 'kernels.pull("acme/tiny-rmsnorm", version=1, trust_remote_code=True)' in card
     assert "a tuple of 2 arrays" in card and "kernel:rmsnorm_backward" in card
     assert "## From the kernel's README" in card and "### tiny_rmsnorm" in card  # demoted heading
     assert "Published without running the kernel's tests." in card

@@ -1,7 +1,6 @@
 """The real HF `kernels` package loads what nkikit publishes, and agrees on digests.
 
-`kernels` is imported in a subprocess: it reads HF_ENDPOINT at import time, and this checkout's
-own `kernels/` folder (the nkikit library) would shadow it on sys.path here.
+`kernels` is imported in a subprocess: it reads HF_ENDPOINT at import time.
 """
 
 from __future__ import annotations
@@ -67,7 +66,7 @@ def test_hf_kernels_get_kernel(tiny_repo, hub_url: str, tmp_path: Path, cache_di
             str(tmp_path / "w.npy"),
             str(tmp_path / "y.npy"),
         ],
-        cwd=tmp_path,  # not the checkout: its kernels/ folder would shadow HF kernels
+        cwd=tmp_path,
         env=env,
         capture_output=True,
         text=True,

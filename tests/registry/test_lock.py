@@ -1,4 +1,5 @@
-"""kernels.lock: pins commits and build hashes; a pull never moves silently past a pin."""
+"""kernels.lock: pins commits (the HF kernels >= 0.17 format; old-format build hashes are still
+checked); a pull never moves silently past a pin."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from nkikit.registry.cli import main_lock
 from nkikit.registry.digests import METADATA_FILE, digest_folder, local_lock_hash
 from nkikit.registry.errors import IntegrityError, LockMismatchError
 from nkikit.registry.lock import lock
-from nkikit.registry.lockfile import read_lockfile
+from nkikit.registry.lockfile import read_lockfile, remote_variant_hashes
 from nkikit.registry.publish import publish
 from nkikit.registry.pull import pull
 
@@ -23,24 +24,34 @@ def test_lockfile_format(tiny_repo, hub_url: str, tmp_path: Path, cache_dir: Pat
     data = json.loads(path.read_text())
     assert data == [
         {
-            "repo_id": "nkikit/tiny-rmsnorm",
-            "sha": tiny_repo.commit,
-            "variants": {
-                "torch-cpu": {
-                    "hash": data[0]["variants"]["torch-cpu"]["hash"],
-                    "hash_type": "git_lfs_concat",
-                },
-                "torch-neuron": {
-                    "hash": data[0]["variants"]["torch-neuron"]["hash"],
-                    "hash_type": "git_lfs_concat",
-                },
-            },
+            "dependency": {"repo-id": "nkikit/tiny-rmsnorm", "version": 1},
+            "lock": {"commit": tiny_repo.commit},
         }
     ]
-    # the hash the Hub's listing gives is the hash of the files a pull puts in the cache
     k = pull("nkikit/tiny-rmsnorm", lockfile=path, endpoint=hub_url, cache_dir=cache_dir)
     assert k.revision == tiny_repo.commit
-    assert data[0]["variants"]["torch-cpu"]["hash"] == local_lock_hash(k.path)
+    # latest (no version asked) is pinned as the major version it resolved to
+    lock(["nkikit/tiny-rmsnorm"], path, endpoint=hub_url)
+    assert json.loads(path.read_text())[0]["dependency"] == {
+        "repo-id": "nkikit/tiny-rmsnorm",
+        "version": 1,
+    }
+
+
+def test_the_hash_in_an_old_format_lockfile_is_the_hash_of_the_pulled_files(
+    tiny_repo, hub_url: str, tmp_path: Path, cache_dir: Path
+) -> None:  # noqa: ANN001
+    hashes = remote_variant_hashes(hub_url, None, "nkikit/tiny-rmsnorm", tiny_repo.commit)
+    path = tmp_path / "kernels.lock"
+    _write_old_format(path, "nkikit/tiny-rmsnorm", tiny_repo.commit, hashes)
+    k = pull("nkikit/tiny-rmsnorm", lockfile=path, endpoint=hub_url, cache_dir=cache_dir)
+    assert hashes["torch-cpu"] == local_lock_hash(k.path)
+
+
+def _write_old_format(path: Path, repo_id: str, sha: str, hashes: dict[str, str]) -> None:
+    """The kernels <= 0.11 form, with per-build hashes."""
+    variants = {v: {"hash": h, "hash_type": "git_lfs_concat"} for v, h in hashes.items()}
+    path.write_text(json.dumps([{"repo_id": repo_id, "sha": sha, "variants": variants}]))
 
 
 def test_a_moved_branch_is_an_error_not_an_upgrade(
@@ -87,10 +98,8 @@ def test_kernels_lock_in_the_working_directory_is_honoured(
     assert main_lock(["nkikit/tiny-rmsnorm", "--endpoint", hub_url]) == 0
     entries = read_lockfile(tmp_path / "kernels.lock")
     assert entries["nkikit/tiny-rmsnorm"].sha == tiny_repo.commit
-    entries["nkikit/tiny-rmsnorm"].variants["torch-cpu"] = "sha256-" + "0" * 64
-    from nkikit.registry.lockfile import write_lockfile
-
-    write_lockfile(tmp_path / "kernels.lock", entries.values())
+    bad = {"torch-cpu": "sha256-" + "0" * 64}
+    _write_old_format(tmp_path / "kernels.lock", "nkikit/tiny-rmsnorm", tiny_repo.commit, bad)
     with pytest.raises(LockMismatchError, match="files do not match the hash in the lockfile"):
         pull("nkikit/tiny-rmsnorm", endpoint=hub_url, cache_dir=cache_dir)
 

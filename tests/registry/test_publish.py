@@ -117,8 +117,10 @@ def test_cli_publish(hub_url: str, tmp_path: Path, capsys: pytest.CaptureFixture
     (folder / "test_broken.py").write_text("def test_broken():\n    assert False\n")
     assert main_publish([str(folder), "--repo", "nkikit/cli-k", "--endpoint", hub_url]) == 1
     assert "error: the tests of tiny_rmsnorm failed" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        main_publish([str(folder)])  # no --repo
+    assert main_publish([str(folder)]) == 2  # no --repo: a usage error, one line
+    assert capsys.readouterr().err == (
+        "nkikit publish: error: --repo org/name is required (or use --all --org ORG)\n"
+    )
 
 
 def test_writes_need_the_token(tmp_path: Path) -> None:

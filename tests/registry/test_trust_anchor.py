@@ -18,7 +18,7 @@ from huggingface_hub import constants
 
 from nkikit.registry.digests import METADATA_FILE, digest_folder, git_blob_sha1
 from nkikit.registry.errors import IntegrityError, LockMismatchError, UntrustedKernelError
-from nkikit.registry.lock import lock
+from nkikit.registry.lockfile import remote_variant_hashes
 from nkikit.registry.names import parse_repo_id
 from nkikit.registry.pull import pull
 from nkikit.registry.resolve import repo_cache_dir
@@ -158,10 +158,13 @@ def test_a_tamper_that_rewrites_the_cache_records_too_is_caught_by_the_lock(
     tiny_repo, hub_url: str, cache_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:  # noqa: ANN001
     """Offline, someone who rewrites the blobs, the snapshot links and the tree record alike
-    leaves nothing in the cache to contradict them: the lockfile, kept with the project, pins
-    the commit and the hash of its blob ids."""
+    leaves nothing in the cache to contradict them: a lockfile in the old format (kernels <=
+    0.11, the only one with a place for build hashes), kept with the project, pins the commit and
+    the hash of its blob ids."""
     path = tmp_path / "kernels.lock"
-    lock([REPO], path, endpoint=hub_url)
+    hashes = remote_variant_hashes(hub_url, None, REPO, tiny_repo.commit)
+    variants = {v: {"hash": h, "hash_type": "git_lfs_concat"} for v, h in hashes.items()}
+    path.write_text(json.dumps([{"repo_id": REPO, "sha": tiny_repo.commit, "variants": variants}]))
     k = pull(REPO, lockfile=path, endpoint=hub_url, cache_dir=cache_dir)
     variant = k.path
     _tamper_consistently(variant)

@@ -161,7 +161,7 @@ def _library_functions():
 @pytest.mark.parametrize("package, fname, spec, dt", _library_functions())
 def test_library_kernels(differential, package, fname, spec, dt):
     mod_name, attr = spec["entry"].split(":")
-    mod = importlib.import_module(f"kernels.{package}.{mod_name}")
+    mod = importlib.import_module(f"nkikit.library.{package}.{mod_name}")
     fn = getattr(mod, attr)
     rng = np.random.default_rng(7)
     d = dtypes.as_dtype(dt)

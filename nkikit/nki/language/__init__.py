@@ -370,7 +370,14 @@ def program_id(axis: int = 0) -> int | None:
             op="nl.program_id",
             why=f"axis {axis} of a launch grid of {len(grid)} dimensions",
         )
-    return pid[int(axis)] if grid else 0
+    if not grid:
+        from ...trace.builder import maybe_current
+
+        b = maybe_current()
+        if b is not None:  # read as 0: a hint if an output is left partly unwritten
+            b.unlaunched_program_ids.add(int(axis))
+        return 0
+    return pid[int(axis)]
 
 
 def num_programs(axes: int = 0) -> int | None:

@@ -1,1 +1,0 @@
-"""nkikit.library: the kernel library, one publishable package per kernel."""

@@ -1,0 +1,41 @@
+"""``nkikit compare A B``: two profiles (kernel or system) side by side."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def add_compare(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "compare",
+        help="compare two profiles (kernel or system)",
+        description="Compare two profiles written by `nkikit profile` (kernel: *.nkikit.json; "
+        "system: key_averages.json; or the folders holding them): per-metric, per-engine, "
+        "per-line and per-kernel deltas.",
+    )
+    p.add_argument("a", help="profile A: *.nkikit.json, key_averages.json, or their folder")
+    p.add_argument("b", help="profile B")
+    p.add_argument("--html", default=None, help="write a side-by-side HTML report here")
+    p.add_argument("--json", default=None, help="write the comparison as JSON here")
+    p.set_defaults(fn=cmd_compare)
+
+
+def cmd_compare(ns: argparse.Namespace) -> int:
+    import sys
+
+    from ..profiler.compare import compare, load, render_text, write_html
+
+    try:
+        c = compare(load(ns.a), load(ns.b))
+    except (OSError, ValueError, KeyError) as e:  # a missing or unreadable profile: exit 1
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(render_text(c), end="")
+    if ns.html:
+        print(f"html: {write_html(c, ns.html, (str(ns.a), str(ns.b)))}")
+    if ns.json:
+        Path(ns.json).write_text(json.dumps(c, indent=1), encoding="utf-8")
+        print(f"json: {ns.json}")
+    return 0

@@ -1,0 +1,156 @@
+"""``nkikit run | ir | profile``: one kernel, its ``--args`` and ``--grid``, three views of it."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from .options import (
+    add_args,
+    add_grid,
+    add_kernel,
+    add_out,
+    add_target,
+    kernel_and_args,
+    load_kernel,
+    materialize,
+    parse_args_spec,
+    split_args,
+)
+
+
+def add_run(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "run",
+        help="run a kernel on random inputs in the simulator",
+        description="Run a kernel on random inputs in the simulator and print statistics of "
+        "each output (a warning names outputs left partly unwritten).",
+    )
+    add_kernel(p)
+    add_args(p)
+    add_grid(p)
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    p.set_defaults(fn=cmd_run)
+
+
+def cmd_run(ns: argparse.Namespace) -> int:
+    import numpy as np
+
+    kernel, positional, named = kernel_and_args(ns)
+    values = materialize([*positional, *named.values()], ns.seed)
+    out = kernel(*values[: len(positional)], **dict(zip(named, values[len(positional) :])))
+    outs = out if isinstance(out, tuple | list) else [out]
+    for i, o in enumerate(outs):
+        a = np.asarray(o, dtype=np.float32)
+        print(
+            f"output {i}: shape={a.shape} dtype={np.asarray(o).dtype} mean={np.nanmean(a):.6g} "
+            f"min={np.nanmin(a):.6g} max={np.nanmax(a):.6g} nan={int(np.isnan(a).sum())}"
+        )
+    return 0
+
+
+def add_ir(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "ir",
+        help="print a kernel's IR",
+        description="Trace and verify a kernel for the given argument shapes; print its IR.",
+    )
+    add_kernel(p)
+    add_args(p)
+    add_grid(p)
+    p.set_defaults(fn=cmd_ir)
+
+
+def cmd_ir(ns: argparse.Namespace) -> int:
+    kernel, positional, named = kernel_and_args(ns)
+    print(kernel.ir(*positional, **named), end="")
+    return 0
+
+
+def add_profile(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "profile",
+        help="profile a kernel on a NeuronCore model",
+        description="Model a kernel on a NeuronCore; print its profile and write the Perfetto "
+        "trace, HTML report and JSON summary.",
+    )
+    add_kernel(p)
+    add_args(p)
+    add_grid(p)
+    add_target(p)
+    add_out(p, "output folder (default: ./nkikit-profile-<kernel>)")
+    p.add_argument("--no-html", action="store_true", help="skip the HTML report")
+    p.add_argument(
+        "--launches",
+        action="store_true",
+        help="KERNEL is a Python function: call it on random inputs of --args and profile each "
+        "kernel it launches (a system profile: trace, key averages, HTML)",
+    )
+    p.set_defaults(fn=cmd_profile)
+
+
+def cmd_profile(ns: argparse.Namespace) -> int:
+    from ..compiler.api import compile, write_profile_artifacts
+    from ..targets import get_target
+    from .options import UsageError
+
+    try:
+        target = get_target(ns.target)
+    except (KeyError, ValueError) as e:
+        raise UsageError(f"--target: {e.args[0] if e.args else e}") from None
+    if ns.launches:
+        return _profile_launches(ns, target)
+    kernel, positional, named = kernel_and_args(ns)
+    program = compile(kernel, *positional, target=target, **named)
+    prof = program.profile()
+    out = Path(ns.out or f"nkikit-profile-{program.kernel}")
+    files = write_profile_artifacts(
+        program, prof, out, trace_name="profile", neff_name=program.kernel, html=not ns.no_html
+    )
+    print(str(prof))
+    for kind, path in files.items():
+        print(f"{kind:>9}: {path}")
+    return 0
+
+
+def _profile_launches(ns: argparse.Namespace, target) -> int:  # noqa: ANN001
+    """``nkikit profile FILE.py::function --launches``: one profile per kernel launch."""
+    import os
+
+    from ..compiler.launches import profile_launches
+    from ..targets import ENV_VAR as TARGET_ENV_VAR
+    from .options import UsageError
+
+    fn = load_kernel(ns.kernel)
+    if ns.grid:
+        raise UsageError("--grid: a function given with --launches launches its own kernels")
+    positional, named = split_args(parse_args_spec(ns.args))
+    values = materialize([*positional, *named.values()], 0)
+    args, kwargs = values[: len(positional)], dict(zip(named, values[len(positional) :]))
+    # the function's kernels are traced for the default target, which the environment names
+    saved = os.environ.get(TARGET_ENV_VAR)
+    os.environ[TARGET_ENV_VAR] = target.name
+    try:
+        _, sp = profile_launches(fn, *args, **kwargs)
+    finally:
+        if saved is None:
+            os.environ.pop(TARGET_ENV_VAR, None)
+        else:
+            os.environ[TARGET_ENV_VAR] = saved
+    out = Path(ns.out or f"nkikit-profile-{getattr(fn, '__name__', 'function')}")
+    out.mkdir(parents=True, exist_ok=True)
+    files = {
+        "trace": sp.to_perfetto(out / "system_trace.json"),
+        "averages": sp.to_json(out / "key_averages.json"),
+    }
+    if not ns.no_html:
+        files["html"] = sp.to_html(out / "system_report.html")
+    seen: set[str] = set()
+    for r in sp.runs:  # each kernel's own profile, for `nkikit compare`
+        if r.profile is not None and r.kernel not in seen:
+            seen.add(r.kernel)
+            files[r.kernel] = r.profile.to_json(out / f"{r.kernel}.nkikit.json")
+    print(sp.table_text(), end="")
+    for kind, path in files.items():
+        print(f"{kind:>9}: {path}")
+    return 0

@@ -1,0 +1,211 @@
+"""The options every ``nkikit`` subcommand spells the same way, and how their values are read.
+
+- a kernel: ``FILE.py::KERNEL`` or ``MODULE:KERNEL`` (positional ``KERNEL``);
+- its arguments: ``--args 'x=128x64:bfloat16,eps=1e-6'`` (a tensor is ``SHAPE[:DTYPE]``, with
+  the dims joined by ``x``; anything else is a Python literal, or a string; an item without a
+  name is a positional argument);
+- an SPMD launch: ``--grid 2x4``;
+- a NeuronCore generation: ``--target trn2``;
+- where results go: ``-o/--out``;
+- a Hub: ``--endpoint URL`` and ``--token TOKEN``.
+
+A value that cannot be read raises :class:`UsageError`, which the CLI prints as one line and
+exits with 2, like argparse's own usage errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import importlib
+import importlib.util
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+KERNEL_HELP = "the kernel: FILE.py::KERNEL or MODULE:KERNEL"
+ARGS_HELP = (
+    "the kernel's arguments, e.g. 'x=128x64:bfloat16,eps=1e-6' (a tensor is SHAPE[:DTYPE], "
+    "dims joined by x, default dtype float32; other values are Python literals; an item "
+    "without NAME= is positional)"
+)
+GRID_HELP = "SPMD launch grid, e.g. 2x4 (default: no grid)"
+TARGET_HELP = "trn1, trn2 or trn3 (default: $NEURON_PLATFORM_TARGET_OVERRIDE or trn2)"
+
+_TENSOR = re.compile(r"^(\d+(?:x\d+)*)(?::([A-Za-z0-9_]+))?$")
+
+
+class UsageError(Exception):
+    """A command line that cannot be carried out as written (exit code 2)."""
+
+
+def add_kernel(p: argparse.ArgumentParser) -> None:
+    p.add_argument("kernel", metavar="KERNEL", help=KERNEL_HELP)
+
+
+def add_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--args", default="", metavar="ARGS", help=ARGS_HELP)
+
+
+def add_grid(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--grid", default="", metavar="GRID", help=GRID_HELP)
+
+
+def add_target(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--target", default=None, metavar="TARGET", help=TARGET_HELP)
+
+
+def add_out(p: argparse.ArgumentParser, what: str, default: str | None = None) -> None:
+    p.add_argument("-o", "--out", default=default, metavar="PATH", help=what)
+
+
+def add_hub(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--endpoint", default=None, help="Hub URL (default: HF_ENDPOINT or huggingface.co)"
+    )
+    p.add_argument("--token", default=None, help="Hub token (default: HF_TOKEN / the saved login)")
+
+
+def load_kernel(target: str) -> Any:
+    """``FILE.py::KERNEL`` or ``MODULE:KERNEL`` -> the object it names. Raises UsageError.
+
+    Errors raised by the user's module while it is imported propagate (they are the user's)."""
+    if "::" in target:
+        path, name = target.split("::", 1)
+        file = Path(path)
+        if not file.is_file():
+            raise UsageError(f"{target}: no such file {path!r}")
+        spec = importlib.util.spec_from_file_location(file.stem, file)
+        if spec is None or spec.loader is None:
+            raise UsageError(f"{target}: cannot load {path!r} as Python")
+        module = importlib.util.module_from_spec(spec)
+        folder = str(file.resolve().parent)
+        if folder not in sys.path:  # its own imports of sibling modules
+            sys.path.insert(0, folder)
+        spec.loader.exec_module(module)
+    elif ":" in target:
+        mod, name = target.split(":", 1)
+        try:
+            module = importlib.import_module(mod)
+        except ModuleNotFoundError as e:
+            if e.name is not None and mod.startswith(e.name):
+                raise UsageError(f"{target}: no module named {e.name!r}") from None
+            raise
+    else:
+        raise UsageError(f"name a kernel as FILE.py::KERNEL or MODULE:KERNEL, got {target!r}")
+    try:
+        return getattr(module, name)
+    except AttributeError:
+        raise UsageError(f"{target}: {module.__name__} has no {name!r}") from None
+
+
+def parse_args_spec(text: str) -> dict[str, Any]:
+    """``'a=4096x4096:bfloat16,eps=1e-6'`` -> {"a": TensorSpec, "eps": 1e-6}; an item without
+    ``NAME=`` is positional, keyed by its position (an int). Raises UsageError."""
+    out: dict[Any, Any] = {}
+    position = 0
+    for item in _split(text):
+        name, sep, value = item.partition("=")
+        if not sep:
+            name, value = position, item  # type: ignore[assignment]
+            position += 1
+        elif not name.strip() or not value.strip():
+            raise UsageError(f"--args: bad item {item!r}; use NAME=SHAPE:DTYPE or NAME=VALUE")
+        out[name.strip() if isinstance(name, str) else name] = _value(value.strip(), item)
+    return out
+
+
+def split_args(spec: dict[Any, Any]) -> tuple[list[Any], dict[str, Any]]:
+    """:func:`parse_args_spec`'s result as (positional, keyword) arguments."""
+    positional = [v for k, v in sorted((k, v) for k, v in spec.items() if isinstance(k, int))]
+    return positional, {k: v for k, v in spec.items() if isinstance(k, str)}
+
+
+def _split(text: str) -> list[str]:
+    """Split on commas outside brackets (a literal like ``(1, 2)`` is one value)."""
+    items, depth, cur = [], 0, ""
+    for ch in text:
+        depth += ch in "([{"
+        depth -= ch in ")]}"
+        if ch == "," and depth == 0:
+            items.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    items.append(cur)
+    return [i.strip() for i in items if i.strip()]
+
+
+def _value(value: str, item: str) -> Any:
+    from .. import dtypes
+    from ..typing import TensorSpec
+
+    m = _TENSOR.match(value)
+    if m and ("x" in value or ":" in value):
+        dims = tuple(int(d) for d in m.group(1).split("x"))
+        try:
+            dt = dtypes.as_dtype(m.group(2) or "float32")
+        except TypeError as e:
+            raise UsageError(f"--args: {item!r}: {e}") from None
+        return TensorSpec(dims, dt)
+    if ":" in value and re.match(r"^[\dx]+:", value):
+        raise UsageError(f"--args: bad tensor {item!r}; use SHAPE:DTYPE, e.g. 128x512:bfloat16")
+    try:
+        return ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+        return value
+
+
+def parse_grid(text: str) -> tuple[int, ...]:
+    """``'2x4'`` -> (2, 4); ``''`` -> (). Raises UsageError."""
+    if not text:
+        return ()
+    try:
+        grid = tuple(int(g) for g in text.split("x"))
+    except ValueError:
+        raise UsageError(f"--grid: expected sizes joined by x, e.g. 2x4, got {text!r}") from None
+    if any(g < 1 for g in grid):
+        raise UsageError(f"--grid: every size must be at least 1, got {text!r}")
+    return grid
+
+
+def kernel_and_args(ns: argparse.Namespace) -> tuple[Any, list[Any], dict[str, Any]]:
+    """The jitted kernel (launched on ``--grid``) and its ``--args``, checked against its
+    signature, so a misspelled argument is a usage error and not a trace."""
+    import inspect
+
+    from ..compiler.api import _jit
+
+    obj = load_kernel(ns.kernel)
+    try:
+        kernel = _jit(obj)
+    except TypeError as e:
+        raise UsageError(f"{ns.kernel}: {e}") from None
+    grid = parse_grid(ns.grid)
+    if grid:
+        kernel = kernel[grid]
+    positional, named = split_args(parse_args_spec(ns.args))
+    try:
+        inspect.signature(kernel.func).bind(*positional, **named)
+    except TypeError as e:
+        raise UsageError(f"--args: {kernel.func.__name__}(): {e}") from None
+    return kernel, positional, named
+
+
+def materialize(values: list[Any], seed: int) -> list[Any]:
+    """Random arrays for the tensor specs in ``values`` (normal, cast to the dtype; integers
+    scaled by 10), the rest as given."""
+    import numpy as np
+
+    from .. import dtypes
+    from ..typing import TensorSpec
+
+    rng = np.random.default_rng(seed)
+    out = []
+    for v in values:
+        if isinstance(v, TensorSpec):
+            x = rng.standard_normal(v.shape).astype(np.float32)
+            v = dtypes.cast(x, v.dtype) if dtypes.is_float(v.dtype) else (x * 10).astype(v.dtype)
+        out.append(v)
+    return out

@@ -1,0 +1,117 @@
+"""One error style: one line on stderr, the user's file:line, exit 2 for usage errors and 1 for
+a kernel or registry failure; the kernel named as FILE.py::KERNEL or MODULE:KERNEL everywhere."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+from clihelp import nkikit
+
+from nkikit.cli import main
+
+KERNELS = textwrap.dedent(
+    """
+    import nkikit as nki
+    import nkikit.language as nl
+
+    @nki.jit
+    def double(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        nl.store(out, value=nl.multiply(nl.load(x), 2.0))
+        return out
+
+    @nki.jit
+    def typo(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        nl.store(out, value=nl.exponential(nl.load(x)))
+        return out
+
+    @nki.jit
+    def halves(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        i = nl.program_id(0)
+        nl.store(out[i * 128 : (i + 1) * 128, :], value=nl.load(x[i * 128 : (i + 1) * 128, :]))
+        return out
+    """
+)
+
+
+def _line(text: str) -> int:
+    return next(i for i, line in enumerate(KERNELS.splitlines(), 1) if text in line)
+
+
+@pytest.fixture
+def folder(tmp_path):
+    (tmp_path / "mykernels.py").write_text(KERNELS)
+    return tmp_path
+
+
+def _one_line(text: str) -> str:
+    lines = text.strip().splitlines()
+    assert len(lines) == 1, text
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["run", "{f}::double", "--args", "x=128x64:float33"], "nkikit run: error: --args:"),
+        (["run", "{f}::double", "--args", "x=128x64,y=1"], "unexpected keyword argument 'y'"),
+        (["ir", "{f}::double"], "missing a required argument: 'x'"),
+        (["profile", "{f}::double", "--args", "x=128x64", "--grid", "2,2"], "--grid: expected"),
+        (["profile", "{f}::double", "--args", "x=128x64", "--target", "tpu"], "valid targets"),
+        (["run", "{f}::nope"], "has no 'nope'"),
+        (["run", "double"], "FILE.py::KERNEL or MODULE:KERNEL"),
+        (["run", "nosuchmodule:double"], "no module named 'nosuchmodule'"),
+        (["runn"], "invalid choice: 'runn'"),
+        (["run", "{f}::double", "--sed", "1"], "unrecognized arguments: --sed"),
+    ],
+)
+def test_usage_errors_are_one_line_and_exit_2(folder, capsys, argv, message):
+    argv = [a.replace("{f}", str(folder / "mykernels.py")) for a in argv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in _one_line(err) and err.startswith("nkikit")
+
+
+def test_a_python_error_in_the_kernel_is_one_line_at_the_users_line(folder):
+    p = nkikit("run", "mykernels.py::typo", "--args", "x=128x64", cwd=folder)
+    assert p.returncode == 1
+    line = _one_line(p.stderr)
+    where = f"mykernels.py:{_line('nl.exponential')}"
+    assert line.startswith(f"error: {where}: AttributeError:") and "exponential" in line
+    full = nkikit(
+        "run", "mykernels.py::typo", "--args", "x=128x64", cwd=folder,
+        env={"NKIKIT_FULL_TRACEBACK": "1"},
+    )  # fmt: skip
+    assert full.returncode == 1 and "Traceback" in full.stderr
+
+
+def test_module_kernel_works_for_every_kernel_command(folder):
+    env = {"PYTHONPATH": str(folder)}
+    for argv in (
+        ["run", "mykernels:double", "--args", "x=128x64"],
+        ["ir", "mykernels:double", "--args", "x=128x64"],
+        ["profile", "mykernels:double", "--args", "x=128x64", "--out", str(folder / "p")],
+    ):
+        p = nkikit(*argv, cwd=folder.parent, env=env)
+        assert p.returncode == 0, p.stderr
+    assert (folder / "p" / "profile.html").exists()
+
+
+def test_an_spmd_kernel_run_without_its_grid_says_which_grid(folder):
+    p = nkikit("run", "mykernels.py::halves", "--args", "x=256x64", cwd=folder)
+    assert p.returncode == 0 and "nan=8192" in p.stdout
+    line = _one_line(p.stderr)
+    assert line.startswith(f"warning: mykernels.py:{_line('def halves')}: kernel halves writes")
+    assert line.endswith("did you mean halves[2]?")
+    p = nkikit("run", "mykernels.py::halves", "--args", "x=256x64", "--grid", "2", cwd=folder)
+    assert p.returncode == 0 and "nan=0" in p.stdout and "did you mean" not in p.stderr
+
+
+def test_a_rejected_kernel_is_one_line_with_its_name_and_line(folder, capsys):
+    assert main(["run", f"{folder / 'mykernels.py'}::double", "--args", "x=256x64"]) == 1
+    line = _one_line(capsys.readouterr().err)
+    where = f"mykernels.py:{_line('nl.multiply(nl.load(x), 2.0)')}"
+    assert line.startswith(f"error: {where}: err_num_partition_exceed_arch_limit")
