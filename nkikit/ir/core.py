@@ -42,6 +42,11 @@ class Tensor:
     # bytes [start, end) of each partition of its memory that the user's allocation fixed
     # (blocks beyond the allocated tiles alias modulo them); None: the allocator chooses
     user_span: tuple[int, int] | None = None
+    # byte offset in each partition that NKI 0.x ``nl.ndarray(address=(p, offset))`` placed an
+    # on-chip tensor at; None: unplaced.  Unlike ``user_span`` it does not hold its bytes for
+    # the whole kernel: the tensor lives as any other, and placed tensors alive at once that
+    # share bytes share them (``ir/verify.py``: ``_Liveness``)
+    address: int | None = None
     uid: int = field(default_factory=lambda: next(_tensor_ids))
 
     def __hash__(self) -> int:
