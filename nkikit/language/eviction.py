@@ -29,10 +29,18 @@ it is verified:
   before -- when an instruction accumulates into it (``+=`` of a matmul, a read-modify-write),
   writes it under a mask, both reads and writes it, or reaches it through an indirect
   access: staging would not be the same program.  A kernel that fits PSUM is not touched.
+* With ``phased`` (NKI 0.x, whose matmuls accumulate into their PSUM ``dst``), a tensor that
+  is first written and only then read -- in its own body, every statement that writes it
+  comes before every statement that reads it, none under a mask or indirect -- moves to
+  SBUF whole: its writes go to a PSUM tensor of its shape allocated just before the first
+  of them, copied out once after the last (the PSUM eviction of a finished accumulation
+  group).  The NKI Library's MoE accumulates a dozen bank-sized tiles one after the other
+  and reads them all afterwards; PSUM then holds one tile at a time.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from math import prod
 
 from ..ir.core import Access, Alloc, Kernel, Loop, Op, Stmt, Tensor
@@ -43,10 +51,10 @@ from ..targets import Target
 __all__ = ["evict_oversized_psum"]
 
 
-def evict_oversized_psum(kernel: Kernel, target: Target) -> list[Tensor]:
+def evict_oversized_psum(kernel: Kernel, target: Target, *, phased: bool = False) -> list[Tensor]:
     """Move automatically placed PSUM tensors of ``kernel`` out of PSUM until the PSUM tensors
-    live at once fit, rewriting their instructions in place (see the module docstring).
-    Returns the tensors moved."""
+    live at once fit, rewriting their instructions in place (see the module docstring;
+    ``phased``: also tensors written, then read).  Returns the tensors moved."""
     capacity = target.psum_banks * target.psum_bank_bytes - psum_user_top(kernel)
     auto = [
         t for t in kernel.tensors if t.buffer == "psum" and t.user_span is None and t.kind == "temp"
@@ -60,10 +68,14 @@ def evict_oversized_psum(kernel: Kernel, target: Target) -> list[Tensor]:
         size[t.uid] = blocks.get(t.uid, nblocks) * t.bytes_per_partition // max(nblocks, 1)
     if sum(size.values()) <= capacity:
         return []  # everything fits even if all of it lives at once
-    candidates = {t.uid: t for t in auto}
+    # a tensor NKI 0.x placed by hand (``address=``) stays where it was put
+    candidates = {t.uid: t for t in auto if t.address is None}
+    blocked: set[int] = set()
     for op, _ in kernel.ops():
-        for uid in _blockers(op, candidates):
-            candidates.pop(uid, None)
+        blocked |= _blockers(op, candidates)
+    whole = {uid for uid in blocked if phased and _phases(kernel.body, candidates[uid])}
+    for uid in blocked - whole:
+        candidates.pop(uid)
     moved: list[Tensor] = []
     count = [0]
     while candidates:
@@ -78,10 +90,92 @@ def evict_oversized_psum(kernel: Kernel, target: Target) -> list[Tensor]:
         if pick is None:
             break  # what is live there stays in PSUM: the verifier names it
         t = candidates.pop(pick)
-        memory = "sbuf" if t.bytes_per_partition <= target.sbuf_bytes // _SBUF_SHARE else "hbm"
-        _move(kernel, t, memory, count)
+        small = t.bytes_per_partition <= target.sbuf_bytes // _SBUF_SHARE
+        if pick in whole:
+            if not small:
+                continue
+            _move_whole(kernel, t, count)
+        else:
+            _move(kernel, t, "sbuf" if small else "hbm", count)
         moved.append(t)
     return moved
+
+
+def _phases(body: list[Stmt], t: Tensor) -> tuple[list[Stmt], int, int] | None:
+    """(the body ``t`` is allocated in, its first and last statement that writes ``t``) when
+    every statement of that body that writes ``t`` comes before every one that reads it and
+    none does either under a mask or through an indirect access; else None."""
+    for s in body:
+        if isinstance(s, Alloc) and s.tensor is t:
+            break
+        if isinstance(s, Loop):
+            got = _phases(s.body, t)
+            if got is not None:
+                return got
+    else:
+        return None
+    writes, reads = [], []
+    for i, s in enumerate(body):
+        w, r = False, False
+        for op in _ops_in(s):
+            for a in op.outs:
+                if a.tensor is t:
+                    if op.mask is not None or a.indirect is not None:
+                        return None
+                    w = True
+            for a in op.ins:
+                if isinstance(a, Access):
+                    if a.indirect is not None and a.indirect.tensor is t:
+                        return None
+                    if a.tensor is t and a not in op.outs:
+                        r = True
+        if w:
+            writes.append(i)
+        if r:
+            reads.append(i)
+    if not writes or (reads and reads[0] <= writes[-1]):
+        return None
+    return body, writes[0], writes[-1]
+
+
+def _ops_in(s: Stmt):
+    if isinstance(s, Op):
+        yield s
+    elif isinstance(s, Loop):
+        for x in s.body:
+            yield from _ops_in(x)
+
+
+def _move_whole(kernel: Kernel, t: Tensor, count: list[int]) -> None:
+    """Keep ``t`` in SBUF: its writes go to a PSUM tensor of its shape, allocated before the
+    first of them and copied to ``t`` after the last (``_phases`` found them)."""
+    found = _phases(kernel.body, t)
+    assert found is not None
+    body, first, last = found
+    count[0] += 1
+    staging = Tensor(
+        f"{t.name}.psum{count[0]}",
+        t.shape,
+        t.dtype,
+        "psum",
+        par_axis=t.par_axis,
+        loc=t.loc,
+        scope=t.scope,
+    )
+    kernel.tensors.append(staging)
+    for s in body[first : last + 1]:
+        for op in _ops_in(s):
+            op.outs[:] = [_to(a, t, staging) for a in op.outs]
+            op.ins[:] = [_to(a, t, staging) for a in op.ins]
+    t.buffer = "sbuf"
+    outs, ins = [Access.whole(t)], [Access.whole(staging)]
+    copy = Op("tensor_copy", outs, ins, check_op("tensor_copy", outs, ins, {}), body[last].loc)
+    body[last + 1 : last + 1] = [copy]
+    body[first:first] = [Alloc(staging)]
+
+
+def _to(a, t: Tensor, staging: Tensor):
+    return replace(a, tensor=staging) if isinstance(a, Access) and a.tensor is t else a
 
 
 # a tensor moved out of PSUM goes to SBUF if it takes at most this share of it, else to HBM
