@@ -166,3 +166,42 @@ def test_accumulations_read_midway_stay_in_psum():
     with pytest.raises(NkiError) as e:
         _accumulated(12, read_between=True)(x0, x1, w)
     assert e.value.name == "err_psum_total_capacity_exceeded"
+
+
+def test_the_allocator_keeps_placed_tiles_at_their_bytes_and_packs_around_them():
+    from nkikit.compiler.allocate import allocate
+    from nkikit.targets import get_target
+
+    @nki.jit
+    def k(x, w):
+        out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+        xs = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.sbuf)
+        ws = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=xs, src=x)
+        nisa.dma_copy(dst=ws, src=w)
+        # twelve tiles over banks 0..6 (byte 0 .. 14 KiB), all written before any is read,
+        # and one unplaced tile alive with them: only bank 7 is left for it
+        tiles = [
+            nl.ndarray((128, 512), nl.float32, buffer=nl.psum, address=(0, (i % 7) * BANK))
+            for i in range(12)
+        ]
+        free = nl.ndarray((128, 512), nl.float32, buffer=nl.psum, name="free")
+        acc = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.memset(dst=acc, value=0.0)
+        for t in [*tiles, free]:
+            nisa.nc_matmul(dst=t, stationary=xs, moving=ws)
+        for t in [free, *tiles]:
+            nisa.tensor_tensor(dst=acc, data1=acc, data2=t, op=nl.add)
+        nisa.dma_copy(dst=out, src=acc)
+        return out
+
+    x, w = _inputs()
+    ir = k.ir(x, w)
+    alloc = allocate(ir, get_target("trn2"))
+    psum = [p for p in alloc.placements.values() if p.memory == "psum"]
+    placed = {p.tensor.name: p.offset for p in psum if p.tensor.address is not None}
+    assert sorted(placed.values()) == sorted((i % 7) * BANK for i in range(12))
+    assert all(p.offset == p.tensor.address for p in psum if p.tensor.address is not None)
+    (auto,) = [p for p in psum if p.tensor.name == "free"]
+    assert auto.offset == 7 * BANK
+    np.testing.assert_array_equal(np.asarray(k(x, w)), 13 * (x.T @ w))
