@@ -33,6 +33,10 @@ Contract of :func:`allocate`:
   range is larger (:func:`_user_sbuf_free`), the other PSUM tensors above the highest user
   bank, each taking the most blocks it has in use
   at once (``nkikit/ir/residency.py``: the verifier's capacity rule counts the same).
+* A PSUM tensor NKI 0.x placed by hand (``Tensor.address``: ``nl.ndarray(address=)``) keeps
+  its bytes, one buffer, over its own lifetime (placed tensors may share bytes: the program
+  orders them); automatically placed PSUM avoids the placed ranges live with it
+  (:func:`_pinned_at`), as the verifier counts them (``ir/verify.py``: ``_Liveness``).
 * A PSUM tile never straddles a 2 KiB bank: tiles are padded to a power of two and aligned
   to it, and tiles of a bank or more start on a bank boundary [A2, MIG].
 * Partition starts follow the hardware rule: 0 when P > 64, 0 or 64 when P > 32, a multiple
