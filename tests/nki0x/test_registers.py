@@ -249,9 +249,10 @@ def test_break_inside_while_reg_is_a_named_error():
 
 @nki.jit
 def lnc_block_loop(x, n):
-    """Each of the launch's 2 programs walks rows ``start .. n[pid]`` of ``x`` with an SBUF
-    block index it bumps every iteration (the NKI Library MoE's dynamic block loop), meeting
-    the other program at a barrier in every iteration; program p writes its sums to row p."""
+    """Each of the launch's 2 programs walks rows ``1 .. n[pid]`` of ``x`` twice, by an SBUF
+    block index it bumps every iteration (the NKI Library MoE's dynamic block loop) and by the
+    loop's induction register, meeting the other program at a barrier in every iteration;
+    program p writes its sums to row p."""
     pid = nl.program_id(0)
     out = nl.ndarray((2, W), dtype=nl.float32, buffer=nl.shared_hbm)
     s = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
@@ -262,8 +263,10 @@ def lnc_block_loop(x, n):
     acc = nl.ndarray((1, W), dtype=nl.float32, buffer=nl.sbuf)
     nisa.memset(acc, value=0.0)
     row = nl.ndarray((1, W), dtype=nl.float32, buffer=nl.sbuf)
-    for _ in nl.dynamic_range(1, stop):
+    for i in nl.dynamic_range(1, stop):
         nisa.dma_copy(dst=row, src=_row(x, block))
+        nisa.tensor_tensor(dst=acc, data1=acc, data2=row, op=nl.add)
+        nisa.dma_copy(dst=row, src=_row(x, i))  # the induction register: the same row
         nisa.tensor_tensor(dst=acc, data1=acc, data2=row, op=nl.add)
         nisa.core_barrier(out, (0, 1))
         nisa.tensor_scalar(dst=block, data=block, op0=nl.add, operand0=1)
@@ -274,7 +277,7 @@ def lnc_block_loop(x, n):
 @pytest.mark.parametrize("n", [1, 2, ROWS])
 def test_an_lnc_launch_runs_one_device_loop_iteration_per_barrier(n):
     out = nki.cpu_simulate(lnc_block_loop)[2](x=X, n=np.array([[n], [n]], np.int32))
-    want = X[1:n].sum(axis=0)
+    want = 2 * X[1:n].sum(axis=0)
     np.testing.assert_array_equal(np.asarray(out), np.stack([want, want]))
 
 
