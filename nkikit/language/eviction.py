@@ -73,8 +73,8 @@ def evict_oversized_psum(kernel: Kernel, target: Target, *, phased: bool = False
     blocked: set[int] = set()
     for op, _ in kernel.ops():
         blocked |= _blockers(op, candidates)
-    whole = {uid for uid in blocked if phased and _phases(kernel.body, candidates[uid])}
-    for uid in blocked - whole:
+    whole = _finished(kernel.body, blocked) if phased else {}
+    for uid in blocked - whole.keys():
         candidates.pop(uid)
     moved: list[Tensor] = []
     count = [0]
@@ -94,48 +94,64 @@ def evict_oversized_psum(kernel: Kernel, target: Target, *, phased: bool = False
         if pick in whole:
             if not small:
                 continue
-            _move_whole(kernel, t, count)
+            _move_whole(kernel, t, whole[pick], count)
         else:
             _move(kernel, t, "sbuf" if small else "hbm", count)
         moved.append(t)
     return moved
 
 
-def _phases(body: list[Stmt], t: Tensor) -> tuple[list[Stmt], int, int] | None:
-    """(the body ``t`` is allocated in, its first and last statement that writes ``t``) when
-    every statement of that body that writes ``t`` comes before every one that reads it and
-    none does either under a mask or through an indirect access; else None."""
-    for s in body:
-        if isinstance(s, Alloc) and s.tensor is t:
-            break
-        if isinstance(s, Loop):
-            got = _phases(s.body, t)
-            if got is not None:
-                return got
-    else:
+def _finished(root: list[Stmt], uids: set[int]) -> dict[int, tuple[list[Stmt], Stmt, Stmt]]:
+    """For each tensor of ``uids`` whose statements (of the body it is allocated in) that
+    write it all come before those that read it, none writing under a mask or through an
+    indirect access: (that body, its first and its last statement that writes it).  One
+    walk of the kernel."""
+    home: dict[int, int] = {}  # uid -> id() of the body holding its Alloc
+    first: dict[int, tuple[int, Stmt]] = {}
+    last: dict[int, tuple[int, Stmt]] = {}
+    read: dict[int, int] = {}  # uid -> index of the first statement reading it
+    bad: set[int] = set()
+    where: dict[int, list[Stmt]] = {}
+
+    def at(uid: int, frames: list) -> tuple[int, Stmt] | None:
+        for body_id, i, stmt in reversed(frames):
+            if body_id == home.get(uid):
+                return i, stmt
         return None
-    writes, reads = [], []
-    for i, s in enumerate(body):
-        w, r = False, False
-        for op in _ops_in(s):
-            for a in op.outs:
-                if a.tensor is t:
-                    if op.mask is not None or a.indirect is not None:
-                        return None
-                    w = True
-            for a in op.ins:
-                if isinstance(a, Access):
-                    if a.indirect is not None and a.indirect.tensor is t:
-                        return None
-                    if a.tensor is t and a not in op.outs:
-                        r = True
-        if w:
-            writes.append(i)
-        if r:
-            reads.append(i)
-    if not writes or (reads and reads[0] <= writes[-1]):
-        return None
-    return body, writes[0], writes[-1]
+
+    def visit(body: list[Stmt], frames: list) -> None:
+        for i, s in enumerate(body):
+            if isinstance(s, Alloc):
+                if s.tensor.uid in uids:
+                    home[s.tensor.uid] = id(body)
+                    where[s.tensor.uid] = body
+                continue
+            here = [*frames, (id(body), i, s)]
+            if isinstance(s, Loop):
+                visit(s.body, here)
+                continue
+            for a in s.outs:
+                uid = a.tensor.uid
+                if uid in uids and (p := at(uid, here)) is not None:
+                    if s.mask is not None or a.indirect is not None:
+                        bad.add(uid)
+                    first.setdefault(uid, p)
+                    last[uid] = p
+            for a in s.ins:
+                if not isinstance(a, Access):
+                    continue
+                if a.indirect is not None and a.indirect.tensor.uid in uids:
+                    bad.add(a.indirect.tensor.uid)
+                uid = a.tensor.uid
+                if uid in uids and a not in s.outs and (p := at(uid, here)) is not None:
+                    read.setdefault(uid, p[0])
+
+    visit(root, [])
+    return {
+        uid: (where[uid], first[uid][1], last[uid][1])
+        for uid in last
+        if uid not in bad and read.get(uid, len(where[uid])) > last[uid][0]
+    }
 
 
 def _ops_in(s: Stmt):
@@ -146,12 +162,13 @@ def _ops_in(s: Stmt):
             yield from _ops_in(x)
 
 
-def _move_whole(kernel: Kernel, t: Tensor, count: list[int]) -> None:
+def _move_whole(kernel: Kernel, t: Tensor, found: tuple, count: list[int]) -> None:
     """Keep ``t`` in SBUF: its writes go to a PSUM tensor of its shape, allocated before the
-    first of them and copied to ``t`` after the last (``_phases`` found them)."""
-    found = _phases(kernel.body, t)
-    assert found is not None
-    body, first, last = found
+    first of them and copied to ``t`` after the last (``found``: see :func:`_finished`; the
+    body may have grown since, its statements are the same objects)."""
+    body, first_stmt, last_stmt = found
+    first = next(i for i, s in enumerate(body) if s is first_stmt)
+    last = next(i for i in range(len(body) - 1, -1, -1) if body[i] is last_stmt)
     count[0] += 1
     staging = Tensor(
         f"{t.name}.psum{count[0]}",
