@@ -82,22 +82,23 @@ def evict_oversized_psum(kernel: Kernel, target: Target, *, phased: bool = False
         live = _fullest(kernel, size, capacity)
         if live is None:
             break
-        pick = max(
-            (uid for uid in live if uid in candidates),
-            key=lambda uid: (size[uid], -live[uid]),
-            default=None,
+        picks = sorted(
+            (uid for uid in live if uid in candidates), key=lambda uid: (-size[uid], live[uid])
         )
-        if pick is None:
+        if not picks:
             break  # what is live there stays in PSUM: the verifier names it
-        t = candidates.pop(pick)
-        small = t.bytes_per_partition <= target.sbuf_bytes // _SBUF_SHARE
-        if pick in whole:
-            if not small:
-                continue
-            _move_whole(kernel, t, whole[pick], count)
-        else:
-            _move(kernel, t, "sbuf" if small else "hbm", count)
-        moved.append(t)
+        # one at a time (the biggest); with ``phased`` every candidate live there at once:
+        # an unrolled NKI 0.x kernel has thousands of tiles, and a walk per tile is quadratic
+        for pick in picks if phased else picks[:1]:
+            t = candidates.pop(pick)
+            small = t.bytes_per_partition <= target.sbuf_bytes // _SBUF_SHARE
+            if pick in whole:
+                if not small:
+                    continue
+                _move_whole(kernel, t, whole[pick], count)
+            else:
+                _move(kernel, t, "sbuf" if small else "hbm", count)
+            moved.append(t)
     return moved
 
 
