@@ -33,6 +33,10 @@ Contract of :func:`allocate`:
   range is larger (:func:`_user_sbuf_free`), the other PSUM tensors above the highest user
   bank, each taking the most blocks it has in use
   at once (``nkikit/ir/residency.py``: the verifier's capacity rule counts the same).
+* A PSUM tensor NKI 0.x placed by hand (``Tensor.address``: ``nl.ndarray(address=)``) keeps
+  its bytes, one buffer, over its own lifetime (placed tensors may share bytes: the program
+  orders them); automatically placed PSUM avoids the placed ranges live with it
+  (:func:`_pinned_at`), as the verifier counts them (``ir/verify.py``: ``_Liveness``).
 * A PSUM tile never straddles a 2 KiB bank: tiles are padded to a power of two and aligned
   to it, and tiles of a bank or more start on a bank boundary [A2, MIG].
 * Partition starts follow the hardware rule: 0 when P > 64, 0 or 64 when P > 32, a multiple
@@ -340,10 +344,11 @@ def _lowest_gap(rects: list[tuple[int, int]], footprint: int, align: int) -> int
 
 
 def _vector_fit(
-    items: list[_Item], mode: str, total_partitions: int
+    items: list[_Item], mode: str, total_partitions: int, pinned: tuple = ()
 ) -> tuple[list[tuple[int, int]], int]:
     """Biggest first: place every item at the lowest offset that clears conflicting placed
-    items, found with one vector test against all placed items."""
+    items, found with one vector test against all placed items, and the ``pinned`` byte
+    ranges (``(lo, hi, start, end)``: points, bytes) live with it."""
     order = sorted(range(len(items)), key=lambda k: (-items[k].footprint, items[k].group.lo))
     n = len(order)
     lo = np.empty(n, np.int64)
@@ -365,9 +370,8 @@ def _vector_fit(
         best: tuple[int, int] | None = None
         for pstart in _starts(it.partitions, total_partitions):
             sel = idx[(part[idx] < pstart + it.partitions) & (pstart < part[idx] + parts[idx])]
-            off = _lowest_gap(
-                list(zip(off_lo[sel].tolist(), off_hi[sel].tolist())), it.footprint, it.align
-            )
+            rects = list(zip(off_lo[sel].tolist(), off_hi[sel].tolist()))
+            off = _lowest_gap(rects + _pinned_at(pinned, g), it.footprint, it.align)
             if best is None or off < best[1]:
                 best = (pstart, off)
         assert best is not None
@@ -380,7 +384,7 @@ def _vector_fit(
 
 
 def _sweep_fit(
-    items: list[_Item], mode: str, total_partitions: int, *, nested: bool = False
+    items: list[_Item], mode: str, total_partitions: int, *, nested: bool = False, pinned=()
 ) -> tuple[list[tuple[int, int]], int]:
     """Program order: place every item at the lowest offset that clears the placed items
     still live when it starts.  Those are kept in a heap by the last point they block
@@ -412,7 +416,7 @@ def _sweep_fit(
                 for p, ps, o_lo, o_hi in live
                 if p < pstart + it.partitions and pstart < p + ps
             ]
-            off = _lowest_gap(rects, it.footprint, it.align)
+            off = _lowest_gap(rects + _pinned_at(pinned, g), it.footprint, it.align)
             if best is None or off < best[1]:
                 best = (pstart, off)
         assert best is not None
@@ -422,6 +426,12 @@ def _sweep_fit(
         blocks = g.outer_end if pipelined and g.scope != -1 else g.hi
         heapq.heappush(active, (blocks, i))
     return result, high
+
+
+def _pinned_at(pinned, g: _Group) -> list[tuple[int, int]]:
+    """The byte ranges of the hand-placed tensors live while ``g`` is (``Tensor.address``:
+    they keep their bytes; every partition counts as theirs)."""
+    return [(a, b) for lo, hi, a, b in pinned if lo <= g.hi and g.lo <= hi]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -437,10 +447,13 @@ def allocate(kernel: Kernel, target: Target, *, rotation: bool = True) -> Alloca
     loaded = _dma_fed(tl)
     infos: dict[str, list[_Info]] = {"sbuf": [], "psum": []}
     fixed: list[_Info] = []  # tensors a user allocation placed: kept at their addresses
+    pinned: list[_Info] = []  # PSUM tensors NKI 0.x placed by hand: kept at their bytes
     for info in tl.lifetimes.values():
         t = info.tensor
         if t.user_span is not None:
             fixed.append(info)
+        elif t.buffer == "psum" and t.address is not None:
+            pinned.append(info)
         else:
             infos[t.buffer].append(info)
     top = psum_user_top(kernel)
@@ -448,6 +461,16 @@ def allocate(kernel: Kernel, target: Target, *, rotation: bool = True) -> Alloca
     blocks = psum_blocks_in_use(kernel)
     capacity = {"sbuf": sbuf_room, "psum": target.psum_bytes - top}
     base = {"sbuf": sbuf_base, "psum": top}
+    # (first point, last point, first byte, end) of each, as the packers avoid them
+    pins = tuple(
+        (
+            i.lo,
+            i.hi,
+            i.tensor.address - top,
+            i.tensor.address - top + _layout(i.tensor, target, {})[0],
+        )
+        for i in pinned
+    )
 
     placements: dict[int, Placement] = {}
     leader: dict[int, int] = {}
@@ -459,7 +482,9 @@ def allocate(kernel: Kernel, target: Target, *, rotation: bool = True) -> Alloca
     for memory, mem_infos in infos.items():
         for rotate in (True, False) if rotation else (False,):
             its = _items(_groups(mem_infos, rotate), target, loaded, blocks)
-            placed, high, mode = _fit(its, capacity[memory], target.partitions)
+            placed, high, mode = _fit(
+                its, capacity[memory], target.partitions, pins if memory == "psum" else ()
+            )
             if placed is not None:
                 break
             if not any(len(it.group.members) > 1 for it in its):
@@ -511,6 +536,12 @@ def allocate(kernel: Kernel, target: Target, *, rotation: bool = True) -> Alloca
         placements[t.uid] = Placement(
             t, t.buffer, 0, t.partitions, lo, hi - lo, 1, (info.lo, info.hi)
         )
+    for info, (_, _, start, end) in zip(pinned, pins):
+        t = info.tensor
+        placements[t.uid] = Placement(
+            t, "psum", 0, t.partitions, start + top, end - start, 1, (info.lo, info.hi)
+        )
+        used["psum"] = max(used.get("psum", 0), end + top)
     for segs in segments.values():
         segs.sort(key=lambda q: q.live[0])
     for uid, segs in segments.items():
@@ -597,8 +628,9 @@ def _items(
     return items
 
 
-def _fit(items: list[_Item], capacity: int, partitions: int):
-    """Try generous plans first: pipelined liveness while shedding buffers, then static."""
+def _fit(items: list[_Item], capacity: int, partitions: int, pinned: tuple = ()):
+    """Try generous plans first: pipelined liveness while shedding buffers, then static;
+    around the ``pinned`` byte ranges (see :func:`_pinned_at`)."""
     if not items:
         return [], 0, "pipelined"
     high = 0
@@ -608,10 +640,10 @@ def _fit(items: list[_Item], capacity: int, partitions: int):
             it.buffers = it.want
         while True:
             if both:
-                placed, high = _vector_fit(items, mode, partitions)
+                placed, high = _vector_fit(items, mode, partitions, pinned)
                 if high <= capacity:
                     return placed, high, mode
-            placed, high = _sweep_fit(items, mode, partitions)
+            placed, high = _sweep_fit(items, mode, partitions, pinned=pinned)
             if high <= capacity:
                 return placed, high, mode
             multi = [it for it in items if it.buffers > it.floor]

@@ -42,6 +42,11 @@ class Tensor:
     # bytes [start, end) of each partition of its memory that the user's allocation fixed
     # (blocks beyond the allocated tiles alias modulo them); None: the allocator chooses
     user_span: tuple[int, int] | None = None
+    # byte offset in each partition that NKI 0.x ``nl.ndarray(address=(p, offset))`` placed an
+    # on-chip tensor at; None: unplaced.  Unlike ``user_span`` it does not hold its bytes for
+    # the whole kernel: the tensor lives as any other, and placed tensors alive at once that
+    # share bytes share them (``ir/verify.py``: ``_Liveness``)
+    address: int | None = None
     uid: int = field(default_factory=lambda: next(_tensor_ids))
 
     def __hash__(self) -> int:
@@ -194,13 +199,18 @@ class DeviceLoop:
     the register ``counter`` before each iteration.  A while loop (``stop`` None) runs while
     the register ``cond`` holds a value other than 0, tested before each iteration.  The
     loop's variable counts iterations; its ``trip`` is what layers that need a static count
-    (verifier, cost model) assume: the exact count for int bounds, else 1."""
+    (verifier, cost model) assume: the exact count for int bounds, else 1.
+
+    ``peers``: the (start, stop) of the same counting loop in the other programs of an LNC
+    launch, when the programs' loops are one IR loop (``nki/language/device_loops.py``);
+    they must give the same iterations (cores run identical control flow)."""
 
     start: Access | int = 0
     stop: Access | int | None = None
     step: int = 1
     counter: Access | None = None
     cond: Access | None = None
+    peers: tuple[tuple[Access | int, Access | int], ...] = ()
 
 
 @dataclass(eq=False, slots=True)

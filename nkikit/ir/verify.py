@@ -1066,10 +1066,14 @@ class _Liveness:
     allocation placed hold their banks for the whole kernel (checked where they are created);
     the others share the banks above the highest of those (``ir/residency.psum_user_top``).
     A tensor whose blocks live one loop iteration at a time counts the blocks of an iteration
-    (``ir/residency.psum_blocks_in_use``)."""
+    (``ir/residency.psum_blocks_in_use``).  Tensors NKI 0.x placed by hand
+    (``nl.ndarray(address=)``: ``Tensor.address``) live as the others do, but the live ones
+    take the bytes of their union: tensors placed on the same bank share it (the NKI Library's
+    attention and MoE kernels place a tile per loop step on one of a few banks)."""
 
     def __init__(self, kernel: Kernel, target: Target) -> None:
         self.limits = {"psum": target.psum_bytes - psum_user_top(kernel)}
+        self.psum = target.psum_bytes
         self.loop_uses: dict[int, set[int]] = {}
         # tensors whose blocks live one loop iteration at a time count those blocks
         self.blocks = psum_blocks_in_use(kernel)
@@ -1089,7 +1093,15 @@ class _Liveness:
             return got
         return set()
 
-    def run(self, body: list, outer: dict[str, int], chain: list) -> None:
+    def run(
+        self,
+        body: list,
+        outer: dict[str, int],
+        chain: list,
+        placed: dict[tuple[int, int], int] | None = None,
+    ) -> None:
+        """Check ``body`` with ``outer`` bytes of unplaced tensors and the ``placed`` byte
+        ranges (with how many live tensors hold each) of enclosing bodies live."""
         n = len(body)
         allocs: list[tuple[int, Tensor]] = []
         last: dict[int, int] = {}
@@ -1110,22 +1122,41 @@ class _Liveness:
                         if uid in last:
                             last[uid] = i
         delta = {b: [0] * (n + 1) for b in self.limits}
+        spans: dict[int, list[tuple[tuple[int, int], int]]] = {}  # point -> (range, +1/-1)
         for i, t in allocs:
+            if t.address is not None:
+                r = (t.address, t.address + self.size(t))
+                if r[1] > self.psum:
+                    raise NkiError(
+                        "err_allocation_out_of_bounds",
+                        _tensor_loc(t),
+                        what=f"{t.name} at bytes [{r[0]}, {r[1]}) of each PSUM partition, "
+                        f"which has {self.psum}",
+                    )
+                spans.setdefault(i, []).append((r, 1))
+                spans.setdefault(last[t.uid] + 1, []).append((r, -1))
+                continue
             size = self.size(t)
             delta[t.buffer][i] += size
             delta[t.buffer][last[t.uid] + 1] -= size
+        live = dict(placed or {})
         cur = dict.fromkeys(self.limits, 0)
         frame = (allocs, last)
         for i, s in enumerate(body):
             for b in cur:
                 cur[b] += delta[b][i]
+            for r, d in spans.get(i, ()):
+                live[r] = live.get(r, 0) + d
+                if not live[r]:
+                    del live[r]
             if isinstance(s, Alloc) and s.tensor.buffer in self.limits and s.tensor.uid in last:
                 b = s.tensor.buffer
-                if outer[b] + cur[b] > self.limits[b]:
-                    self.fail(s.tensor, outer[b] + cur[b], chain + [(frame, i)])
+                used = outer[b] + cur[b] + _union(live)
+                if used > self.limits[b]:
+                    self.fail(s.tensor, used, chain + [(frame, i)])
             elif isinstance(s, Loop):
                 inner = {b: outer[b] + cur[b] for b in cur}
-                self.run(s.body, inner, chain + [(frame, i)])
+                self.run(s.body, inner, chain + [(frame, i)], live)
 
     def size(self, t: Tensor) -> int:
         """Bytes per partition ``t`` holds while live."""
@@ -1141,7 +1172,8 @@ class _Liveness:
             live.extend(x for a, x in allocs if x.buffer == buffer and a <= pos <= last[x.uid])
         live.sort(key=lambda x: -self.size(x))
         shown = ", ".join(
-            f"{x.name} ({self.size(x)} B, line {x.loc.line if x.loc else '?'})" for x in live[:5]
+            f"{x.name} ({self.size(x)} B{_at(x)}, line {x.loc.line if x.loc else '?'})"
+            for x in live[:5]
         )
         if len(live) > 5:
             shown += f", and {len(live) - 5} more"
@@ -1154,6 +1186,20 @@ class _Liveness:
             banks=limit // 2048,
             tensors=shown,
         )
+
+
+def _union(ranges: Iterable[tuple[int, int]]) -> int:
+    """Bytes covered by the byte ranges ``[lo, hi)``."""
+    total, end = 0, 0
+    for lo, hi in sorted(ranges):
+        if hi > end:
+            total += hi - max(lo, end)
+            end = hi
+    return total
+
+
+def _at(t: Tensor) -> str:
+    return "" if t.address is None else f" at byte {t.address}"
 
 
 def kernel_capacity(kernel: Kernel, target: Target) -> None:

@@ -29,10 +29,18 @@ it is verified:
   before -- when an instruction accumulates into it (``+=`` of a matmul, a read-modify-write),
   writes it under a mask, both reads and writes it, or reaches it through an indirect
   access: staging would not be the same program.  A kernel that fits PSUM is not touched.
+* With ``phased`` (NKI 0.x, whose matmuls accumulate into their PSUM ``dst``), a tensor that
+  is first written and only then read -- in its own body, every statement that writes it
+  comes before every statement that reads it, none under a mask or indirect -- moves to
+  SBUF whole: its writes go to a PSUM tensor of its shape allocated just before the first
+  of them, copied out once after the last (the PSUM eviction of a finished accumulation
+  group).  The NKI Library's MoE accumulates a dozen bank-sized tiles one after the other
+  and reads them all afterwards; PSUM then holds one tile at a time.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from math import prod
 
 from ..ir.core import Access, Alloc, Kernel, Loop, Op, Stmt, Tensor
@@ -43,10 +51,10 @@ from ..targets import Target
 __all__ = ["evict_oversized_psum"]
 
 
-def evict_oversized_psum(kernel: Kernel, target: Target) -> list[Tensor]:
+def evict_oversized_psum(kernel: Kernel, target: Target, *, phased: bool = False) -> list[Tensor]:
     """Move automatically placed PSUM tensors of ``kernel`` out of PSUM until the PSUM tensors
-    live at once fit, rewriting their instructions in place (see the module docstring).
-    Returns the tensors moved."""
+    live at once fit, rewriting their instructions in place (see the module docstring;
+    ``phased``: also tensors written, then read).  Returns the tensors moved."""
     capacity = target.psum_banks * target.psum_bank_bytes - psum_user_top(kernel)
     auto = [
         t for t in kernel.tensors if t.buffer == "psum" and t.user_span is None and t.kind == "temp"
@@ -60,28 +68,132 @@ def evict_oversized_psum(kernel: Kernel, target: Target) -> list[Tensor]:
         size[t.uid] = blocks.get(t.uid, nblocks) * t.bytes_per_partition // max(nblocks, 1)
     if sum(size.values()) <= capacity:
         return []  # everything fits even if all of it lives at once
-    candidates = {t.uid: t for t in auto}
+    # a tensor NKI 0.x placed by hand (``address=``) stays where it was put
+    candidates = {t.uid: t for t in auto if t.address is None}
+    blocked: set[int] = set()
     for op, _ in kernel.ops():
-        for uid in _blockers(op, candidates):
-            candidates.pop(uid, None)
+        blocked |= _blockers(op, candidates)
+    whole = _finished(kernel.body, blocked) if phased else {}
+    for uid in blocked - whole.keys():
+        candidates.pop(uid)
     moved: list[Tensor] = []
     count = [0]
     while candidates:
         live = _fullest(kernel, size, capacity)
         if live is None:
             break
-        pick = max(
-            (uid for uid in live if uid in candidates),
-            key=lambda uid: (size[uid], -live[uid]),
-            default=None,
+        picks = sorted(
+            (uid for uid in live if uid in candidates), key=lambda uid: (-size[uid], live[uid])
         )
-        if pick is None:
+        if not picks:
             break  # what is live there stays in PSUM: the verifier names it
-        t = candidates.pop(pick)
-        memory = "sbuf" if t.bytes_per_partition <= target.sbuf_bytes // _SBUF_SHARE else "hbm"
-        _move(kernel, t, memory, count)
-        moved.append(t)
+        # one at a time (the biggest); with ``phased`` every candidate live there at once:
+        # an unrolled NKI 0.x kernel has thousands of tiles, and a walk per tile is quadratic
+        for pick in picks if phased else picks[:1]:
+            t = candidates.pop(pick)
+            small = t.bytes_per_partition <= target.sbuf_bytes // _SBUF_SHARE
+            if pick in whole:
+                if not small:
+                    continue
+                _move_whole(kernel, t, whole[pick], count)
+            else:
+                _move(kernel, t, "sbuf" if small else "hbm", count)
+            moved.append(t)
     return moved
+
+
+def _finished(root: list[Stmt], uids: set[int]) -> dict[int, tuple[list[Stmt], Stmt, Stmt]]:
+    """For each tensor of ``uids`` whose statements (of the body it is allocated in) that
+    write it all come before those that read it, none writing under a mask or through an
+    indirect access: (that body, its first and its last statement that writes it).  One
+    walk of the kernel."""
+    home: dict[int, int] = {}  # uid -> id() of the body holding its Alloc
+    first: dict[int, tuple[int, Stmt]] = {}
+    last: dict[int, tuple[int, Stmt]] = {}
+    read: dict[int, int] = {}  # uid -> index of the first statement reading it
+    bad: set[int] = set()
+    where: dict[int, list[Stmt]] = {}
+
+    def at(uid: int, frames: list) -> tuple[int, Stmt] | None:
+        for body_id, i, stmt in reversed(frames):
+            if body_id == home.get(uid):
+                return i, stmt
+        return None
+
+    def visit(body: list[Stmt], frames: list) -> None:
+        for i, s in enumerate(body):
+            if isinstance(s, Alloc):
+                if s.tensor.uid in uids:
+                    home[s.tensor.uid] = id(body)
+                    where[s.tensor.uid] = body
+                continue
+            here = [*frames, (id(body), i, s)]
+            if isinstance(s, Loop):
+                visit(s.body, here)
+                continue
+            for a in s.outs:
+                uid = a.tensor.uid
+                if uid in uids and (p := at(uid, here)) is not None:
+                    if s.mask is not None or a.indirect is not None:
+                        bad.add(uid)
+                    first.setdefault(uid, p)
+                    last[uid] = p
+            for a in s.ins:
+                if not isinstance(a, Access):
+                    continue
+                if a.indirect is not None and a.indirect.tensor.uid in uids:
+                    bad.add(a.indirect.tensor.uid)
+                uid = a.tensor.uid
+                if uid in uids and a not in s.outs and (p := at(uid, here)) is not None:
+                    read.setdefault(uid, p[0])
+
+    visit(root, [])
+    return {
+        uid: (where[uid], first[uid][1], last[uid][1])
+        for uid in last
+        if uid not in bad and read.get(uid, len(where[uid])) > last[uid][0]
+    }
+
+
+def _ops_in(s: Stmt):
+    if isinstance(s, Op):
+        yield s
+    elif isinstance(s, Loop):
+        for x in s.body:
+            yield from _ops_in(x)
+
+
+def _move_whole(kernel: Kernel, t: Tensor, found: tuple, count: list[int]) -> None:
+    """Keep ``t`` in SBUF: its writes go to a PSUM tensor of its shape, allocated before the
+    first of them and copied to ``t`` after the last (``found``: see :func:`_finished`; the
+    body may have grown since, its statements are the same objects)."""
+    body, first_stmt, last_stmt = found
+    first = next(i for i, s in enumerate(body) if s is first_stmt)
+    last = next(i for i in range(len(body) - 1, -1, -1) if body[i] is last_stmt)
+    count[0] += 1
+    staging = Tensor(
+        f"{t.name}.psum{count[0]}",
+        t.shape,
+        t.dtype,
+        "psum",
+        par_axis=t.par_axis,
+        loc=t.loc,
+        scope=t.scope,
+    )
+    kernel.tensors.append(staging)
+    for s in body[first : last + 1]:
+        for op in _ops_in(s):
+            op.outs[:] = [_to(a, t, staging) for a in op.outs]
+            op.ins[:] = [_to(a, t, staging) for a in op.ins]
+    t.buffer = "sbuf"
+    outs, ins = [Access.whole(t)], [Access.whole(staging)]
+    copy = Op("tensor_copy", outs, ins, check_op("tensor_copy", outs, ins, {}), body[last].loc)
+    body[last + 1 : last + 1] = [copy]
+    body[first:first] = [Alloc(staging)]
+
+
+def _to(a, t: Tensor, staging: Tensor):
+    return replace(a, tensor=staging) if isinstance(a, Access) and a.tensor is t else a
 
 
 # a tensor moved out of PSUM goes to SBUF if it takes at most this share of it, else to HBM

@@ -7,7 +7,9 @@ lockstep: program 0 runs until it reaches a meeting point (or its end), then pro
 when every program waits at the same meeting point, its instructions are emitted (a
 ``sendrecv`` becomes each program's DMA from its peer's source) and program 0 goes on.  The
 IR body is that interleaving, a serial order the hardware's cores could have run in, so the
-simulator needs nothing special.  Programs must allocate the same ``shared_hbm`` tensors in
+simulator needs nothing special.  A device loop (a run-time trip count) is entered and left
+by all programs together, as one IR loop (``device_loops.py``), so that meeting points inside
+it interleave per iteration.  Programs must allocate the same ``shared_hbm`` tensors in
 the same order and meet at the same points (the hardware requires identical control flow on
 both cores); a program that ends while another waits is an error.
 """
@@ -217,6 +219,11 @@ def trace_programs(b: Builder, grid: tuple[int, ...], fn: Callable[[], object]) 
     if first is not None:
         raise first
     return results
+
+
+def in_lockstep() -> bool:
+    """Whether the program being traced is one of several traced in lockstep."""
+    return getattr(_local, "lockstep", None) is not None
 
 
 def meet(kind: str, payload: object, complete, loc: SourceLoc | None = None) -> None:

@@ -258,7 +258,19 @@ class Interpreter:
                 self.exec_body(loop.body, env)
                 k += 1
         else:
-            for k, i in enumerate(range(value(d.start), value(d.stop), d.step)):
+            steps = range(value(d.start), value(d.stop), d.step)
+            for start, stop in d.peers:
+                other = range(value(start), value(stop), d.step)
+                if other != steps:
+                    raise NkiError(
+                        "err_invalid_argument",
+                        loop.loc,
+                        op="device loop",
+                        why=f"the cores of the launch loop over {_span(steps)} and "
+                        f"{_span(other)}; every core must run the same iterations (the "
+                        "hardware runs one control flow on all cores)",
+                    )
+            for k, i in enumerate(steps):
                 if d.counter is not None:
                     self.write(d.counter, np.asarray(i, dtype=np.int64), env, at)
                 env[var] = k
@@ -365,6 +377,10 @@ class OpContext:
 
 # ---------------------------------------------------------------------------------------------
 # indirect DMA: shared with the fast simulator, which calls these same functions
+
+
+def _span(r: range) -> str:
+    return f"range({r.start}, {r.stop}" + (f", {r.step})" if r.step != 1 else ")")
 
 
 def indirect_index(

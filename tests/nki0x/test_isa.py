@@ -510,6 +510,38 @@ def test_reduce_res_with_more_partitions_receives_the_data_partitions():
     assert (s[64:] == -1.0).all()
 
 
+def test_range_select_bounds_with_more_partitions_give_the_data_partitions_theirs():
+    # a whole (128, 1) bound tile with a 104-row data tile, as the NKI Library's attention
+    # passes it: row p is compared with bound row p
+    lo = np.zeros((128, 1), np.float32)
+    hi = rng.integers(0, F, (128, 1)).astype(np.float32)
+
+    @nki.jit
+    def k(x, lo, hi):
+        t = _load(x[0:104, :])
+        b0, b1 = _load(lo), _load(hi)
+        r = nl.ndarray((104, F), dtype=nl.float32, buffer=nl.sbuf)
+        m = nl.ndarray((104, 1), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.range_select(
+            dst=r,
+            on_true_tile=t,
+            comp_op0=nl.greater_equal,
+            comp_op1=nl.less_equal,
+            bound0=b0,
+            bound1=b1,
+            reduce_res=m,
+            reduce_op=nl.maximum,
+            range_start=0,
+        )
+        return _store(r), _store(m)
+
+    r, m = k(X, lo, hi)
+    j = np.arange(F)[None, :]
+    want = np.where(j <= hi[:104], X[:104], np.float32(-3.4028235e38))
+    np.testing.assert_array_equal(r, want)
+    np.testing.assert_array_equal(m[:, 0], want.max(axis=1))
+
+
 @nki.jit
 def _double_row_matmul(a, b):
     sa = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)

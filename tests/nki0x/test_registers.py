@@ -245,3 +245,45 @@ def test_break_inside_while_reg_is_a_named_error():
         break_in_while(_n(0))
     assert e.value.name == "err_unsupported_api"
     assert e.value.loc.line == _line_of(break_in_while.func, "# bad")
+
+
+@nki.jit
+def lnc_block_loop(x, n):
+    """Each of the launch's 2 programs walks rows ``1 .. n[pid]`` of ``x`` twice, by an SBUF
+    block index it bumps every iteration (the NKI Library MoE's dynamic block loop) and by the
+    loop's induction register, meeting the other program at a barrier in every iteration;
+    program p writes its sums to row p."""
+    pid = nl.program_id(0)
+    out = nl.ndarray((2, W), dtype=nl.float32, buffer=nl.shared_hbm)
+    s = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=s, src=n[pid : pid + 1, :])
+    stop = nisa.register_alloc(s)
+    block = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.memset(block, value=1)
+    acc = nl.ndarray((1, W), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.memset(acc, value=0.0)
+    row = nl.ndarray((1, W), dtype=nl.float32, buffer=nl.sbuf)
+    for i in nl.dynamic_range(1, stop):
+        nisa.dma_copy(dst=row, src=_row(x, block))
+        nisa.tensor_tensor(dst=acc, data1=acc, data2=row, op=nl.add)
+        nisa.dma_copy(dst=row, src=_row(x, i))  # the induction register: the same row
+        nisa.tensor_tensor(dst=acc, data1=acc, data2=row, op=nl.add)
+        nisa.core_barrier(out, (0, 1))
+        nisa.tensor_scalar(dst=block, data=block, op0=nl.add, operand0=1)
+    nisa.dma_copy(dst=out[pid : pid + 1, :], src=acc)
+    return out
+
+
+@pytest.mark.parametrize("n", [1, 2, ROWS])
+def test_an_lnc_launch_runs_one_device_loop_iteration_per_barrier(n):
+    out = nki.cpu_simulate(lnc_block_loop)[2](x=X, n=np.array([[n], [n]], np.int32))
+    want = 2 * X[1:n].sum(axis=0)
+    np.testing.assert_array_equal(np.asarray(out), np.stack([want, want]))
+
+
+def test_lnc_programs_whose_device_loops_differ_are_reported():
+    with pytest.raises(NkiError) as e:
+        nki.cpu_simulate(lnc_block_loop)[2](x=X, n=np.array([[3], [4]], np.int32))
+    assert e.value.name == "err_invalid_argument"
+    assert "range(1, 3) and range(1, 4)" in str(e.value)
+    assert e.value.loc.line == _line_of(lnc_block_loop.func, "nl.dynamic_range(1, stop)")

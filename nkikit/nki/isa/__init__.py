@@ -225,9 +225,17 @@ def _reduce_res(x, data: Access, loc: SourceLoc) -> Access:
     partitions than the data receives the data's partitions (its first P; the engine has no
     accumulator values for lanes the instruction did not use, and the NKI Library passes such
     views), the rest of it is left as it was."""
+    return _scalar_or_vector(_lanes(x, data), loc, "reduce_res")
+
+
+def _lanes(x, data: Access):
+    """``x`` cut to the first P partitions of ``data`` when it is a tensor with more: the P
+    lanes of a VectorE instruction read (or write) partitions 0..P-1 of a per-partition
+    operand, whatever its extent (the NKI Library passes a whole (128, 1) tile as a
+    ``range_select`` bound and ``reduce_res`` of a 104-row tile, attention_cte.py)."""
     if isinstance(x, NkiTensor) and x.shape[0] > data.shape[0]:
-        x = x[0 : data.shape[0]]
-    return _scalar_or_vector(x, loc, "reduce_res")
+        return x[0 : data.shape[0]]
+    return x
 
 
 _ENGINE_NAMES = {
@@ -1189,8 +1197,8 @@ def range_select(
         E.emit_range_select(
             d,
             a,
-            _scalar_or_vector(bound0, loc, "bound0", a),
-            _scalar_or_vector(bound1, loc, "bound1", a),
+            _scalar_or_vector(_lanes(bound0, a), loc, "bound0", a),
+            _scalar_or_vector(_lanes(bound1, a), loc, "bound1", a),
             comp_op0=comp_op0,
             comp_op1=comp_op1,
             reduce_res=r,

@@ -161,7 +161,8 @@ def par_dim(n: int) -> int:
 def ndarray(shape, dtype, buffer=sbuf, name: str = "", address=None) -> NkiTensor:
     """A new, uninitialised tensor (fresh memory is poisoned: NaN for floats).  Dimension 0 of
     an SBUF/PSUM tensor is the partition dimension.  ``address=(partition, byte_offset)``
-    places an on-chip tensor by hand; the allocator checks it, it does not replace it."""
+    places an on-chip tensor by hand (``Tensor.address``, bytes [reference/nki-0x.md §3]):
+    PSUM tensors placed on the same bytes share them in the verifier's capacity rule."""
     loc = caller_loc()
     b = current("nl.ndarray")
     if isinstance(shape, int | np.integer):
@@ -193,8 +194,25 @@ def ndarray(shape, dtype, buffer=sbuf, name: str = "", address=None) -> NkiTenso
         )
     t = b.new_tensor(dims, dt, buf, name=name or None, loc=loc, fallback="buf")
     if address is not None:
-        b.__dict__.setdefault("_nki_addresses", {})[t.uid] = tuple(int(a) for a in address)
+        t.address = _address(address, loc)
     return NkiTensor.whole(t)
+
+
+def _address(address, loc) -> int:
+    """The byte offset of ``address=(partition, byte_offset)`` (``err_invalid_argument`` for
+    anything else)."""
+    if (
+        not isinstance(address, tuple | list)
+        or len(address) != 2
+        or not all(isinstance(a, int | np.integer) and a >= 0 for a in address)
+    ):
+        raise NkiError(
+            "err_invalid_argument",
+            loc,
+            op="nl.ndarray",
+            why=f"address must be (partition, byte_offset) of non-negative ints, got {address!r}",
+        )
+    return int(address[1])
 
 
 def zeros(shape, dtype, buffer=sbuf, name: str = "") -> NkiTensor:

@@ -21,6 +21,7 @@ from ...ir.core import DeviceLoop
 from ...trace import instructions as E
 from ...trace.builder import current
 from ..isa.registers import VirtualRegister, new_register
+from ..launch import in_lockstep, meet
 from ..tensor import access_of
 
 
@@ -55,15 +56,46 @@ def _step(step, loc: SourceLoc, api: str) -> int:
 @contextmanager
 def counting_loop(start, stop, step, loc: SourceLoc, api: str) -> Iterator[VirtualRegister]:
     """Open a device loop ``for i in range(start, stop, step)`` (bounds ints or registers);
-    the block traces its body and receives ``i``'s register."""
+    the block traces its body and receives ``i``'s register.
+
+    The programs of an LNC launch, traced in lockstep into one body (``nki/launch.py``),
+    enter the loop together and leave it together, at two meeting points: one IR loop holds
+    every program's body, so that a ``core_barrier`` / ``sendrecv`` inside meets once per
+    iteration (each program opening its own loop would nest one program's loop in the
+    other's).  It runs program 0's bounds; the others' are checked to give the same
+    iterations when it runs (``DeviceLoop.peers``), and each iteration starts by copying
+    program 0's counter into theirs."""
     b = current(api)
     lo, hi, st = _bound(start, loc, api), _bound(stop, loc, api), _step(step, loc, api)
     counter = new_register(loc, "i")
-    device = DeviceLoop(lo, hi, st, access_of(counter.tile, loc, api), None)
+    acc = access_of(counter.tile, loc, api)
+    if not in_lockstep():
+        with b.loop(_var(b, lo, hi, st), loc, DeviceLoop(lo, hi, st, acc, None)):
+            yield counter
+        return
+    open_loops = b.__dict__.setdefault("_nki_device_loops", [])
+
+    def enter(payloads: dict) -> None:
+        (lo0, hi0, acc0), *rest = payloads.values()
+        peers = tuple((p[0], p[1]) for p in rest)
+        entered = b.loop(_var(b, lo0, hi0, st), loc, DeviceLoop(lo0, hi0, st, acc0, None, peers))
+        entered.__enter__()
+        open_loops.append(entered)
+        for _, _, other in rest:
+            E.emit_register_move(other, acc0, loc=loc)
+
+    def leave(payloads: dict) -> None:
+        open_loops.pop().__exit__(None, None, None)
+
+    # the kinds name the meeting in the launch's divergence errors ("nisa.<kind>")
+    meet(f"{api[3:]} (entering the loop)", (lo, hi, acc), enter, loc)
+    yield counter
+    meet(f"{api[3:]} (leaving the loop)", None, leave, loc)
+
+
+def _var(b, lo, hi, st: int) -> LoopVar:
     trip = len(range(lo, hi, st)) if isinstance(lo, int) and isinstance(hi, int) else 1
-    var = LoopVar(b.unique("dyn"), max(trip, 1), "sequential")
-    with b.loop(var, loc, device):
-        yield counter
+    return LoopVar(b.unique("dyn"), max(trip, 1), "sequential")
 
 
 def dynamic_range(start, stop, step, loc: SourceLoc) -> Iterator[VirtualRegister]:
