@@ -164,15 +164,16 @@ def ndarray(shape, dtype, buffer=sbuf, name: str = "", address=None) -> NkiTenso
     places an on-chip tensor by hand; the allocator checks it, it does not replace it."""
     loc = caller_loc()
     b = current("nl.ndarray")
-    if isinstance(shape, int | np.integer):
-        shape = (shape,)
-    if not isinstance(shape, tuple | list):
-        raise NkiError(
-            "err_invalid_argument",
-            loc,
-            op="nl.ndarray",
-            why=f"shape must be a tuple, got {shape!r}",
-        )
+    if type(shape) is not tuple:
+        if isinstance(shape, int | np.integer):
+            shape = (shape,)
+        if not isinstance(shape, tuple | list):
+            raise NkiError(
+                "err_invalid_argument",
+                loc,
+                op="nl.ndarray",
+                why=f"shape must be a tuple, got {shape!r}",
+            )
     dims = tuple(map(int, shape))
     if dims and builtins.min(dims) <= 0:
         raise NkiError(
