@@ -60,17 +60,13 @@ def caller_loc() -> SourceLoc:
     """The innermost stack frame outside the nkikit package: the user's kernel line."""
     frame = sys._getframe(1)
     internal = _INTERNAL
-    while frame is not None:
-        code = frame.f_code
-        # one dict look-up per frame (every traced instruction and tensor walks the stack)
-        flag = internal.get(code.co_filename)
-        if flag is None:
-            flag = internal[code.co_filename] = _is_internal(code.co_filename)
-        if not flag:
-            break
+    code = frame.f_code
+    # one dict look-up per frame (every traced instruction and tensor walks the stack)
+    while internal[code.co_filename]:
         frame = frame.f_back
-    if frame is None:
-        return UNKNOWN_LOC
+        if frame is None:
+            return UNKNOWN_LOC
+        code = frame.f_code
     # keyed by the call site: the code object's id (hashing a code object hashes its
     # contents) and the offset of its instruction.  ``f_lineno`` decodes the line table from
     # the start of the function, which costs microseconds in a long kernel, so only a call
@@ -92,7 +88,17 @@ def caller_loc() -> SourceLoc:
 
 _SITES: dict[tuple[int, int], tuple[types.CodeType, SourceLoc]] = {}  # call site -> its line
 _LOCS: dict[tuple[int, int], tuple[types.CodeType, SourceLoc]] = {}  # (code, line) -> line
-_INTERNAL: dict[str, bool] = {}  # file name -> _is_internal(file name)
+
+
+class _Internal(dict):
+    """File name -> whether it is nkikit's own (:func:`_is_internal`), filled on first use."""
+
+    def __missing__(self, filename: str) -> bool:
+        flag = self[filename] = _is_internal(filename)
+        return flag
+
+
+_INTERNAL = _Internal()
 
 
 class NkiInternalError(RuntimeError):

@@ -236,15 +236,13 @@ def _signature(prim: str, outs: list[Access], ins: list[Operand], attrs: dict) -
     types = tuple(map(type, vals))
     if not _PLAIN.issuperset(types):
         return None
-    return (
-        prim,
-        tuple(attrs),
-        vals,
-        types,
-        *[o.tensor.buffer if type(o) is Access else type(o) for o in outs],
-        None,
-        *[x.tensor.buffer if type(x) is Access else type(x) for x in ins],
-    )
+    key = [prim, tuple(attrs), vals, types]
+    for o in outs:
+        key.append(o.tensor.buffer if type(o) is Access else type(o))
+    key.append(None)
+    for x in ins:
+        key.append(x.tensor.buffer if type(x) is Access else type(x))
+    return tuple(key)
 
 
 # an unrolled kernel emits the same few kinds of op again and again: the complete attributes
