@@ -12,7 +12,7 @@ import inspect
 import math
 
 from ..errors import NkiError, SourceLoc
-from ..ir.core import Kernel, Loop, Op, Tensor
+from ..ir.core import Alloc, Kernel, Loop, Op, Tensor
 from ..targets import target_scope as _target_scope
 from ..trace.builder import Builder, maybe_current, tracing
 from ..trace.jit import JitKernel
@@ -125,7 +125,10 @@ def _written(body: list, uids: set[int]) -> set[int]:
     for s in body:
         if type(s) is Op:
             for o in s.outs:
-                uids.add(o.tensor.root.uid)
+                t = o.tensor
+                uids.add(t.uid if t.base is None else t.root.uid)
+        elif type(s) is Alloc:
+            continue
         elif isinstance(s, Loop):
             _written(s.body, uids)
         elif isinstance(s, Op):

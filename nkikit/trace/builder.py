@@ -18,6 +18,7 @@ from ..ir.prims import EngineChoiceError, check_op, engine_of
 _state = threading.local()
 _ASSIGN = re.compile(r"^\s*([A-Za-z_]\w*)\s*(?::[^=]+)?=[^=]")
 
+_UNREAD = object()  # a line name_for has not read yet
 LoopSite = tuple[str, int]  # a rolled loop's ``for`` statement: (file, line)
 
 
@@ -78,7 +79,11 @@ class Builder:
         fallback: str = "t",
     ) -> Tensor:
         loc = loc or caller_loc()
-        tname = self.unique(name) if name else self.name_for(loc, fallback)
+        if name:
+            tname = self.unique(name)
+        else:  # name_for, inlined (an unrolled kernel allocates per step)
+            got = self.line_names.get((loc.file, loc.line), _UNREAD)
+            tname = self.name_for(loc, fallback) if got is _UNREAD else self.unique(got or fallback)
         t = Tensor(
             tname,
             tuple(map(int, shape)),

@@ -251,9 +251,11 @@ def _done(op) -> NkiInstruction:
     after recording which PSUM elements it wrote (a matmul's write makes the next matmul to
     them accumulate; any other write resets them)."""
     for o in op.outs:
-        if isinstance(o, Access) and o.tensor.root.buffer == "psum":
-            _psum_written(op.outs, op.prim in _MATMULS)
-            break
+        if isinstance(o, Access):
+            t = o.tensor
+            if (t if t.base is None else t.root).buffer == "psum":
+                _psum_written(op.outs, op.prim in _MATMULS)
+                break
     _memory_guard(op)
     return NkiInstruction(op)
 
