@@ -42,7 +42,8 @@ class Tensor:
     # bytes [start, end) of each partition of its memory that the user's allocation fixed
     # (blocks beyond the allocated tiles alias modulo them); None: the allocator chooses
     user_span: tuple[int, int] | None = None
-    uid: int = field(default_factory=lambda: next(_tensor_ids))
+    # the counter's own __next__: no Python frame per tensor (an unrolled kernel makes many)
+    uid: int = field(default_factory=_tensor_ids.__next__)
 
     def __hash__(self) -> int:
         return self.uid

@@ -256,7 +256,10 @@ def _done(op) -> NkiInstruction:
             if (t if t.base is None else t.root).buffer == "psum":
                 _psum_written(op.outs, op.prim in _MATMULS)
                 break
-    _memory_guard(op)
+    d = (maybe_current() or current()).__dict__
+    n = d["_nki_ops"] = d.get("_nki_ops", 0) + 1  # instructions traced so far
+    if not n % _GUARD_EVERY:
+        _memory_guard(op, n)
     return NkiInstruction(op)
 
 
@@ -265,15 +268,11 @@ _MATMULS = frozenset({"nc_matmul", "nc_matmul_mx"})
 _GUARD_EVERY = 1 << 14  # instructions between two looks at the process's memory
 
 
-def _memory_guard(op) -> None:
+def _memory_guard(op, n: int) -> None:
     """Unrolled kernels at production shapes trace to millions of instructions; stop with a
     named error at the user's line before the process runs out of memory (an OOM kill loses
-    everything, including a test runner's other results)."""
-    b = maybe_current() or current()
-    d = b.__dict__
-    n = d["_nki_ops"] = d.get("_nki_ops", 0) + 1
-    if n % _GUARD_EVERY:
-        return
+    everything, including a test runner's other results).  Asked every ``_GUARD_EVERY``
+    instructions (``n`` so far) by :func:`_done`."""
     used = _rss_mb()
     limit = _memory_limit_mb()
     if used > limit:

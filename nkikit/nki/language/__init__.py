@@ -21,6 +21,7 @@ from ...ir.core import HBM_BUFFERS
 from ...language.creation import Buffer, hbm, private_hbm, psum, sbuf, shared_hbm
 from ...trace.builder import current
 from ..tensor import NkiTensor
+from ..tensor import _row_major_cached as _row_major
 from . import device_loops as _device_loops
 from .dtypes import *  # noqa: F403
 from .dtypes import bfloat16, float32, int32, uint8
@@ -195,7 +196,7 @@ def ndarray(shape, dtype, buffer=sbuf, name: str = "", address=None) -> NkiTenso
     t = b.new_tensor(dims, dt, buf, name=name or None, loc=loc, fallback="buf")
     if address is not None:
         b.__dict__.setdefault("_nki_addresses", {})[t.uid] = tuple(int(a) for a in address)
-    return NkiTensor.whole(t)
+    return NkiTensor._view(t, t.shape, _row_major(t.shape), 0, None)  # NkiTensor.whole(t)
 
 
 def zeros(shape, dtype, buffer=sbuf, name: str = "") -> NkiTensor:
