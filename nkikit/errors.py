@@ -60,31 +60,45 @@ def caller_loc() -> SourceLoc:
     """The innermost stack frame outside the nkikit package: the user's kernel line."""
     frame = sys._getframe(1)
     internal = _INTERNAL
-    while frame is not None:
-        code = frame.f_code
-        # one dict look-up per frame (every traced instruction and tensor walks the stack)
-        flag = internal.get(code.co_filename)
-        if flag is None:
-            flag = internal[code.co_filename] = _is_internal(code.co_filename)
-        if not flag:
-            break
+    code = frame.f_code
+    # one dict look-up per frame (every traced instruction and tensor walks the stack)
+    while internal[code.co_filename]:
         frame = frame.f_back
-    if frame is None:
-        return UNKNOWN_LOC
-    # keyed by the code object's id (hashing a code object hashes its contents); the entry
-    # holds the code object, so the id stays its own
-    key = (id(code), frame.f_lineno)
-    hit = _LOCS.get(key)
+        if frame is None:
+            return UNKNOWN_LOC
+        code = frame.f_code
+    # keyed by the call site: the code object's id (hashing a code object hashes its
+    # contents) and the offset of its instruction.  ``f_lineno`` decodes the line table from
+    # the start of the function, which costs microseconds in a long kernel, so only a call
+    # site not seen before asks for it.  The entry holds the code object, so the id stays its own.
+    site = (id(code), frame.f_lasti)
+    hit = _SITES.get(site)
     if hit is not None:
         return hit[1]
-    loc = SourceLoc(code.co_filename, frame.f_lineno, code.co_name)
-    # one object per source line: an unrolled loop's ops share theirs
-    _LOCS[key] = (code, loc)
-    return loc
+    line = frame.f_lineno
+    key = (id(code), line)
+    hit = _LOCS.get(key)
+    if hit is None:
+        # one object per source line: an unrolled loop's ops share theirs
+        hit = _LOCS[key] = (code, SourceLoc(code.co_filename, line, code.co_name))
+    if sys.gettrace() is None:  # a line tracer (debugger, coverage) may move f_lineno
+        _SITES[site] = hit
+    return hit[1]
 
 
-_LOCS: dict[tuple[int, int], tuple[types.CodeType, SourceLoc]] = {}
-_INTERNAL: dict[str, bool] = {}  # file name -> _is_internal(file name)
+_SITES: dict[tuple[int, int], tuple[types.CodeType, SourceLoc]] = {}  # call site -> its line
+_LOCS: dict[tuple[int, int], tuple[types.CodeType, SourceLoc]] = {}  # (code, line) -> line
+
+
+class _Internal(dict):
+    """File name -> whether it is nkikit's own (:func:`_is_internal`), filled on first use."""
+
+    def __missing__(self, filename: str) -> bool:
+        flag = self[filename] = _is_internal(filename)
+        return flag
+
+
+_INTERNAL = _Internal()
 
 
 class NkiInternalError(RuntimeError):

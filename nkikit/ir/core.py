@@ -47,7 +47,8 @@ class Tensor:
     # the whole kernel: the tensor lives as any other, and placed tensors alive at once that
     # share bytes share them (``ir/verify.py``: ``_Liveness``)
     address: int | None = None
-    uid: int = field(default_factory=lambda: next(_tensor_ids))
+    # the counter's own __next__: no Python frame per tensor (an unrolled kernel makes many)
+    uid: int = field(default_factory=_tensor_ids.__next__)
 
     def __hash__(self) -> int:
         return self.uid

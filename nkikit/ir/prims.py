@@ -833,8 +833,14 @@ def prim(name: str) -> Prim:
 def engine_choices(name: str) -> tuple[str, ...]:
     """The values the ``engine`` of primitive ``name`` may take, the default first: its
     engines, preceded by :data:`ANY_ENGINE` when the compiler balances it."""
-    p = prim(name)
-    return (ANY_ENGINE, *p.engines) if p.balance else p.engines
+    got = _CHOICES.get(name)
+    if got is None:  # asked per traced instruction: made once per primitive
+        p = prim(name)
+        got = _CHOICES[name] = (ANY_ENGINE, *p.engines) if p.balance else p.engines
+    return got
+
+
+_CHOICES: dict[str, tuple[str, ...]] = {}
 
 
 def _ruled(p: Prim, attrs: Mapping[str, Any]) -> str | None:

@@ -12,7 +12,7 @@ import inspect
 import math
 
 from ..errors import NkiError, SourceLoc
-from ..ir.core import Kernel, Tensor
+from ..ir.core import Alloc, Kernel, Loop, Op, Tensor
 from ..targets import target_scope as _target_scope
 from ..trace.builder import Builder, maybe_current, tracing
 from ..trace.jit import JitKernel
@@ -70,7 +70,7 @@ class Kernel0x(JitKernel):
             results = trace_programs(b, self.grid, lambda: self.func(**call_args))
         check_closed(b)
         outputs: list[Tensor] = []
-        written_inputs = {o.tensor.root.uid for op, _ in _ops(b) for o in op.outs}
+        written_inputs = _written(b.body, set())
         for t in params:
             # NKI 0.x kernels may write their inputs in place (the simulator updates the caller's
             # array): an input that is written is mutable
@@ -146,17 +146,22 @@ class Kernel0x(JitKernel):
         )
 
 
-def _ops(b: Builder):
-    def go(body):
-        from ..ir.core import Loop, Op
-
-        for s in body:
-            if isinstance(s, Op):
-                yield s, ()
-            elif isinstance(s, Loop):
-                yield from go(s.body)
-
-    yield from go(b.body)
+def _written(body: list, uids: set[int]) -> set[int]:
+    """``uids`` plus the uids of the storage roots the ops of ``body`` (and of its loops)
+    write."""
+    for s in body:
+        if type(s) is Op:
+            for o in s.outs:
+                t = o.tensor
+                uids.add(t.uid if t.base is None else t.root.uid)
+        elif type(s) is Alloc:
+            continue
+        elif isinstance(s, Loop):
+            _written(s.body, uids)
+        elif isinstance(s, Op):
+            for o in s.outs:
+                uids.add(o.tensor.root.uid)
+    return uids
 
 
 _COMPILER_OPTIONS = (

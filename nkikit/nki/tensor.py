@@ -803,9 +803,9 @@ def access_of(x: NkiTensor, loc: SourceLoc, what: str = "operand") -> Access:
     if x._indirect is not None:
         return _indirect_access(x, loc, what)
     layout = x._layout
-    root = _dtype_root(layout)
-    shape, strides, offset = x.shape, x.strides, x.offset
-    index = _decompose(layout, shape, strides, offset)
+    root = layout if layout.base is None else _dtype_root(layout)
+    shape, strides, offset = x.shape, x.strides, x.offset  # tuples of ints (see _view)
+    index = _decompose_dims(layout.shape, shape, strides, offset)
     if index is None or offset < 0:
         size = math.prod(root.shape)
         span_hi = offset + sum(s * (n - 1) for n, s in zip(shape, strides))

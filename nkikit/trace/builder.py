@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import re
 import threading
+from collections.abc import Sequence
 from contextlib import contextmanager
 
 import numpy as np
@@ -17,6 +18,7 @@ from ..ir.prims import EngineChoiceError, check_op, engine_of
 _state = threading.local()
 _ASSIGN = re.compile(r"^\s*([A-Za-z_]\w*)\s*(?::[^=]+)?=[^=]")
 
+_UNREAD = object()  # a line name_for has not read yet
 LoopSite = tuple[str, int]  # a rolled loop's ``for`` statement: (file, line)
 
 
@@ -80,7 +82,11 @@ class Builder:
         fallback: str = "t",
     ) -> Tensor:
         loc = loc or caller_loc()
-        tname = self.unique(name) if name else self.name_for(loc, fallback)
+        if name:
+            tname = self.unique(name)
+        else:  # name_for, inlined (an unrolled kernel allocates per step)
+            got = self.line_names.get((loc.file, loc.line), _UNREAD)
+            tname = self.name_for(loc, fallback) if got is _UNREAD else self.unique(got or fallback)
         t = Tensor(
             tname,
             tuple(map(int, shape)),
@@ -135,6 +141,20 @@ class Builder:
                 op=f"nisa.{prim}",
                 why=f"engine={e.engine} is not one of its engines ({', '.join(e.choices)})",
             ) from None
+        return self.append(prim, outs, ins, full, mask, loc)
+
+    def append(
+        self,
+        prim: str,
+        outs: Sequence[Access],
+        ins: Sequence[Operand],
+        attrs: dict,
+        mask: Predicate | None,
+        loc: SourceLoc,
+    ) -> Op:
+        """:meth:`emit` for an op already checked against its record, ``attrs`` complete
+        (the op keeps that dict): checks the scopes of its tensors, lists the index tiles of
+        its indirect accesses among its inputs and appends it."""
         # an indirect access reads its index tile: list it as an input, so that every pass
         # that follows reads (liveness, dependencies, the simulators' memory plans) sees it
         ins = list(ins)
@@ -147,7 +167,9 @@ class Builder:
                 break
         in_loop = bool(self.loops)
         for a in tiles:
-            root = a.tensor.root
+            root = a.tensor
+            if root.base is not None:
+                root = root.root
             # check_scope, inlined for the common case (a kernel-level tensor)
             if root.scope and root.kind == "temp":
                 if in_loop:
@@ -158,7 +180,7 @@ class Builder:
         if fresh:
             for a in tiles[len(outs) :]:  # a temporary stays fresh (retargetable) until read
                 fresh.discard(a.tensor.uid)
-        op = Op(prim, outs, ins, full, loc, mask)
+        op = Op(prim, outs, ins, attrs, loc, mask)
         self.bodies[-1].append(op)
         self.last_op = op
         return op

@@ -129,6 +129,16 @@ def _elementwise(
     the same partitions (``err_num_partition_mismatch``) and elements per partition
     (``err_invalid_argument``) as ``first``; the inputs also in ``first``'s shape (a front
     end's job: ``PrimError``).  Outputs may have another free shape of the same size."""
+    shape = first.shape
+    for x in outs:
+        if not isinstance(x, Access) or x.shape != shape:
+            break
+    else:
+        for x in ins:
+            if isinstance(x, Access) and x.shape != shape:
+                break
+        else:
+            return  # every tile in ``first``'s shape: nothing can differ
     tiles = [x for x in ins if isinstance(x, Access)]
     _same_partitions(prim, loc, first, *outs, *tiles)
     f = _free(first)
@@ -202,9 +212,44 @@ def _emit(
     loc: SourceLoc,
 ) -> Op:
     """Check memories for the engine the op will run on, then append it."""
+    sig = _signature(prim, outs, ins, attrs)
+    if sig is not None:
+        full = _SIGNED.get(sig)
+        if full is not None:  # checked before: the same record checks, engine and memories
+            b = maybe_current() or current(f"nisa.{prim}")
+            return b.append(prim, outs, ins, dict(full), mask, loc)
     _check_memories(prim, resolve_engine(prim, attrs), outs, ins, loc)
     b = maybe_current() or current(f"nisa.{prim}")
-    return b.emit(prim, outs, ins, attrs, mask=mask, loc=loc)
+    op = b.emit(prim, outs, ins, attrs, mask=mask, loc=loc)
+    if sig is not None and len(_SIGNED) < _SIGNED_MAX:
+        _SIGNED[sig] = dict(op.attrs)
+    return op
+
+
+def _signature(prim: str, outs: list[Access], ins: list[Operand], attrs: dict) -> tuple | None:
+    """What the checks of :func:`_emit` read, as a key: the primitive, the attributes (names,
+    values and their types), the memory of each output and tile input and the type of each
+    other input.  None when an attribute is not a plain str / int / bool / None (a float is
+    keyed by its value, so 0.0 and -0.0 would meet; a dtype's equality ignores metadata):
+    such ops are checked each time (``check_op`` keeps its own cache)."""
+    vals = tuple(attrs.values())
+    types = tuple(map(type, vals))
+    if not _PLAIN.issuperset(types):
+        return None
+    key = [prim, tuple(attrs), vals, types]
+    for o in outs:
+        key.append(o.tensor.buffer if type(o) is Access else type(o))
+    key.append(None)
+    for x in ins:
+        key.append(x.tensor.buffer if type(x) is Access else type(x))
+    return tuple(key)
+
+
+# an unrolled kernel emits the same few kinds of op again and again: the complete attributes
+# of each signature (:func:`_signature`) that passed every check
+_SIGNED: dict[tuple, dict] = {}
+_SIGNED_MAX = 1 << 16
+_PLAIN = frozenset({str, int, bool, type(None)})
 
 
 def _invalid(prim: str, loc: SourceLoc, why: str) -> NkiError:

@@ -54,7 +54,36 @@ def countdown(n):
     return out
 
 
+@nki.jit
+def unrolled_steps(a, w):
+    """An unrolled load -> matmul -> evict -> store loop (the shape of benchmarks/nki0x) with
+    the view forms the trace's fast paths take and leave: slices, an int index, a stepped
+    slice, views of other free shapes, PSUM accumulation by the first-write rule, an engine
+    choice, and a DMA between differently shaped views."""
+    p, f = w.shape[0], a.shape[1]
+    out = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+    ws = nl.ndarray((p, p), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=ws, src=w)
+    acc = nl.ndarray((p, f), dtype=nl.float32, buffer=nl.psum)
+    for i in range(3):
+        rows = slice(i * p, (i + 1) * p)
+        t = nl.ndarray((p, f), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=a[rows, :])
+        nisa.nc_matmul(dst=acc, stationary=ws, moving=t)  # overwrites, then accumulates
+        res = nl.ndarray((p, 2, f // 2), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=res, src=acc, engine=nisa.scalar_engine)
+        nisa.dma_copy(dst=out[rows, :], src=res)
+    half = nl.ndarray((p, f // 2), dtype=nl.bfloat16, buffer=nl.sbuf)
+    nisa.dma_copy(dst=half, src=a[0:p, 0:f:2])
+    row = nl.ndarray((1, f), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=row, src=a[p])
+    return out
+
+
 CASES = {
+    "unrolled_steps": lambda: unrolled_steps.ir(
+        np.zeros((384, 64), np.float32), np.zeros((128, 128), np.float32)
+    ),
     "rank_loop": lambda: rank_loop.ir(np.zeros((8, 4), np.float32), np.zeros((1, 1), np.int32)),
     "countdown": lambda: countdown.ir(np.zeros((1, 1), np.int32)),
 }

@@ -28,7 +28,7 @@ from ...ir.core import Access
 from ...ir.opnames import op_name
 from ...isa import dge_mode, engine, matmul_perf_mode, nc_version, oob_mode, reduce_cmd
 from ...trace import instructions as E
-from ...trace.builder import current
+from ...trace.builder import current, maybe_current
 from ..tensor import NkiTensor, access_of
 from . import constants  # noqa: F401
 from .registers import (  # noqa: F401 - NKI's names
@@ -150,6 +150,12 @@ def _refine(view: NkiTensor, refined: tuple[int, ...], start: int) -> NkiTensor:
 def _same_free(views: list[NkiTensor], loc: SourceLoc, op: str) -> list[NkiTensor]:
     """Re-express on-chip operands (same partitions, same elements per partition) in one
     common shape."""
+    first = views[0].shape
+    for v in views:
+        if v.shape != first:
+            break
+    else:
+        return views  # one shape: nothing to match or re-express
     p = views[0].shape[0]
     free = views[0].size // max(p, 1)
     for v in views[1:]:
@@ -181,7 +187,7 @@ def _same_free(views: list[NkiTensor], loc: SourceLoc, op: str) -> list[NkiTenso
 
 def _tiles(loc: SourceLoc, op: str, *xs: NkiTensor) -> list[Access]:
     for x in xs:
-        if not isinstance(x, NkiTensor):
+        if type(x) is not NkiTensor and not isinstance(x, NkiTensor):
             raise NkiError(
                 "err_invalid_argument",
                 loc,
@@ -252,8 +258,16 @@ def _done(op) -> NkiInstruction:
     """The handle of ``op``, just emitted by the emit layer (``nkikit/trace/instructions.py``),
     after recording which PSUM elements it wrote (a matmul's write makes the next matmul to
     them accumulate; any other write resets them)."""
-    _psum_written(op.outs, op.prim in _MATMULS)
-    _memory_guard(op)
+    for o in op.outs:
+        if isinstance(o, Access):
+            t = o.tensor
+            if (t if t.base is None else t.root).buffer == "psum":
+                _psum_written(op.outs, op.prim in _MATMULS)
+                break
+    d = (maybe_current() or current()).__dict__
+    n = d["_nki_ops"] = d.get("_nki_ops", 0) + 1  # instructions traced so far
+    if not n % _GUARD_EVERY:
+        _memory_guard(op, n)
     return NkiInstruction(op)
 
 
@@ -262,15 +276,11 @@ _MATMULS = frozenset({"nc_matmul", "nc_matmul_mx"})
 _GUARD_EVERY = 1 << 14  # instructions between two looks at the process's memory
 
 
-def _memory_guard(op) -> None:
+def _memory_guard(op, n: int) -> None:
     """Unrolled kernels at production shapes trace to millions of instructions; stop with a
     named error at the user's line before the process runs out of memory (an OOM kill loses
-    everything, including a test runner's other results)."""
-    b = current()
-    n = b.__dict__.get("_nki_ops", 0) + 1
-    b._nki_ops = n  # type: ignore[attr-defined]
-    if n % _GUARD_EVERY:
-        return
+    everything, including a test runner's other results).  Asked every ``_GUARD_EVERY``
+    instructions (``n`` so far) by :func:`_done`."""
     used = _rss_mb()
     limit = _memory_limit_mb()
     if used > limit:
@@ -301,11 +311,14 @@ def _memory_limit_mb() -> float:
         return float("inf")
 
 
+_ENGINE_UNKNOWN = engine.unknown
+
+
 def _engine_arg(e, op: str, loc: SourceLoc) -> str | None:
     """The engine name an ``engine=`` argument (an ``nisa.engine`` member) asks for; None for
     ``engine.unknown`` (the instruction's default).  The emit layer checks that the
     instruction runs there."""
-    if e is None or e == engine.unknown:
+    if e is _ENGINE_UNKNOWN or e is None or e == engine.unknown:
         return None
     if not isinstance(e, engine):
         raise NkiError(
@@ -322,6 +335,8 @@ def _unsupported(api: str, why: str, loc: SourceLoc):
 
 
 def _dst_chip(dst: NkiTensor, loc: SourceLoc, op: str, allowed=("sbuf", "psum")) -> None:
+    if type(dst) is NkiTensor and dst._layout.root.buffer in allowed:
+        return
     if not isinstance(dst, NkiTensor):
         raise NkiError(
             "err_invalid_argument",
@@ -367,6 +382,18 @@ def _row_major(shape):
 
 def _region(x: Access) -> tuple:
     """(layout uid, index, shape, per-dimension bounding box, access) of a PSUM access."""
+    last = _LAST_REGION
+    if last[0] is x:  # a matmul asks for its destination's region twice (written before? write)
+        return last[1]
+    r = _region_of(x)
+    globals()["_LAST_REGION"] = (x, r)  # one tuple: replaced at once, never half-updated
+    return r
+
+
+_LAST_REGION: tuple = (None, None)  # (access, its region) of the last _region call
+
+
+def _region_of(x: Access) -> tuple:
     shape = x.shape
     box = []
     for a in x.index:
@@ -395,8 +422,14 @@ def _psum_writes(t) -> list:
     """The writes into PSUM tensor ``t`` so far, latest last: (region, by_matmul).  Regions,
     not element masks: an unrolled kernel allocates a PSUM tile per step, and a mask per tile
     would keep every one of them alive."""
-    b = current()
-    return b.__dict__.setdefault("_nki_psum", {}).setdefault(t.uid, [])
+    d = current().__dict__
+    psum = d.get("_nki_psum")
+    if psum is None:
+        psum = d["_nki_psum"] = {}
+    writes = psum.get(t.uid)
+    if writes is None:
+        writes = psum[t.uid] = []
+    return writes
 
 
 def _matmul_written(d: Access):
@@ -428,8 +461,10 @@ def _psum_written(outs, by_matmul: bool) -> None:
         if isinstance(o, Access) and o.tensor.root.buffer == "psum" and o.indirect is None:
             writes = _psum_writes(o.tensor.root)
             q = _region(o)
-            # a write of the same region supersedes the earlier one
-            writes[:] = [(r, m) for r, m in writes if r[:3] != q[:3]]
+            if writes:
+                # a write of the same region supersedes the earlier one
+                key = q[:3]
+                writes[:] = [w for w in writes if w[0][:3] != key]
             writes.append((q, by_matmul))
 
 
@@ -437,15 +472,17 @@ def _psum_written(outs, by_matmul: bool) -> None:
 
 
 def _dma_pair(dst: NkiTensor, src: NkiTensor, loc: SourceLoc, op: str) -> tuple[Access, Access]:
-    for what, x in (("dst", dst), ("src", src)):
-        if not isinstance(x, NkiTensor):
-            raise NkiError(
-                "err_invalid_argument",
-                loc,
-                op=f"nisa.{op}",
-                why=f"{what} must be a tensor, got {type(x).__name__}",
-            )
-    if dst.size != src.size:
+    if type(dst) is not NkiTensor or type(src) is not NkiTensor:
+        for what, x in (("dst", dst), ("src", src)):
+            if not isinstance(x, NkiTensor):
+                raise NkiError(
+                    "err_invalid_argument",
+                    loc,
+                    op=f"nisa.{op}",
+                    why=f"{what} must be a tensor, got {type(x).__name__}",
+                )
+    same = dst.shape == src.shape
+    if not same and dst.size != src.size:
         raise NkiError(
             "err_invalid_argument",
             loc,
@@ -470,26 +507,30 @@ def _dma_pair(dst: NkiTensor, src: NkiTensor, loc: SourceLoc, op: str) -> tuple[
             allowed="HBM or SBUF",
             got="psum",
         )
+    if same:  # the common case: nothing to re-express
+        return access_of(dst, loc, f"{op} dst"), access_of(src, loc, f"{op} src")
     views = [dst, src]
-    if dst.shape != src.shape:
-        if dst.shape[0] == src.shape[0] and (dst.on_chip or src.on_chip):
-            views = _same_free(views, loc, f"nisa.{op}")
-        else:
-            full = _chain([tuple(n for n in v.shape if n != 1) for v in views])
-            if full is None:
-                raise NkiError(
-                    "err_invalid_argument",
-                    loc,
-                    op=f"nisa.{op}",
-                    why=f"src {src.shape} and dst {dst.shape} cannot be matched element by element",
-                )
-            views = [_refine(v, full, 0) for v in views]
-            chip = dst if dst.on_chip else src if src.on_chip else None
-            if chip is not None and chip.shape[0] == 1:
-                # one partition: keep the on-chip side's partition axis (size 1) in front
-                views = [v._with((1, *v.shape), (0, *v.strides)) for v in views]
-                views[chip is src] = _refine(chip, full, 1)
+    if dst.shape[0] == src.shape[0] and (dst.on_chip or src.on_chip):
+        views = _same_free(views, loc, f"nisa.{op}")
+    else:
+        full = _chain([tuple(n for n in v.shape if n != 1) for v in views])
+        if full is None:
+            raise NkiError(
+                "err_invalid_argument",
+                loc,
+                op=f"nisa.{op}",
+                why=f"src {src.shape} and dst {dst.shape} cannot be matched element by element",
+            )
+        views = [_refine(v, full, 0) for v in views]
+        chip = dst if dst.on_chip else src if src.on_chip else None
+        if chip is not None and chip.shape[0] == 1:
+            # one partition: keep the on-chip side's partition axis (size 1) in front
+            views = [v._with((1, *v.shape), (0, *v.strides)) for v in views]
+            views[chip is src] = _refine(chip, full, 1)
     return _acc(views[0], loc, f"{op} dst"), _acc(views[1], loc, f"{op} src")
+
+
+_OOB_ERROR = oob_mode.error
 
 
 def dma_copy(
@@ -506,9 +547,14 @@ def dma_copy(
     or scatter (``.ap(vector_offset=...)`` / ``scalar_offset``) leaves out the elements whose
     runtime index is outside the indexed tensor: their destination keeps its old value."""
     loc = caller_loc()
-    indirect = any(isinstance(x, NkiTensor) and x.is_indirect() for x in (dst, src))
-    # without a runtime index nothing can be out of bounds, so skip changes nothing there
-    skip = _oob_skip(oob_mode, loc, "dma_copy") and indirect
+    if oob_mode is _OOB_ERROR:
+        skip = False
+    else:
+        indirect = (isinstance(dst, NkiTensor) and dst._indirect is not None) or (
+            isinstance(src, NkiTensor) and src._indirect is not None
+        )
+        # without a runtime index nothing can be out of bounds, so skip changes nothing there
+        skip = _oob_skip(oob_mode, loc, "dma_copy") and indirect
     d, s = _dma_pair(dst, src, loc, "dma_copy")
     return _done(E.emit_dma_copy(d, s, oob_skip=skip, loc=loc))
 
@@ -774,7 +820,7 @@ def affine_select(
 
 def _flat2d(x: NkiTensor, loc: SourceLoc, what: str) -> Access:
     """A matmul operand as (partitions, free): its free dims flattened."""
-    if x.ndim > 2:
+    if (len(x.shape) if type(x) is NkiTensor else x.ndim) > 2:
         try:
             x = x.flatten_dims(1, x.ndim - 1)
         except NkiError:
@@ -785,6 +831,9 @@ def _flat2d(x: NkiTensor, loc: SourceLoc, what: str) -> Access:
                 why=f"{what}'s free dimensions {x.get_pattern()[1:]} must be contiguous to flatten",
             ) from None
     return _acc(x, loc, f"nc_matmul {what}")
+
+
+_PERF_NONE = matmul_perf_mode.none
 
 
 def nc_matmul(
@@ -807,7 +856,7 @@ def nc_matmul(
     _dst_chip(dst, loc, "nc_matmul")
     if tile_position or tile_size:
         _check_tiling(tile_position, tile_size, stationary, loc)
-    if perf_mode not in (None, matmul_perf_mode.none, "none"):
+    if perf_mode is not _PERF_NONE and perf_mode not in (None, _PERF_NONE, "none"):
         _check_double_row(stationary, moving, perf_mode, loc)
         # the two row halves' matmuls, the second accumulating into the first (fp32 in
         # PSUM), each marked so the cost model charges half a pass

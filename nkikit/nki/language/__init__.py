@@ -21,6 +21,7 @@ from ...ir.core import HBM_BUFFERS
 from ...language.creation import Buffer, hbm, private_hbm, psum, sbuf, shared_hbm
 from ...trace.builder import current
 from ..tensor import NkiTensor
+from ..tensor import _row_major_cached as _row_major
 from . import device_loops as _device_loops
 from .dtypes import *  # noqa: F403
 from .dtypes import bfloat16, float32, int32, uint8
@@ -165,15 +166,16 @@ def ndarray(shape, dtype, buffer=sbuf, name: str = "", address=None) -> NkiTenso
     PSUM tensors placed on the same bytes share them in the verifier's capacity rule."""
     loc = caller_loc()
     b = current("nl.ndarray")
-    if isinstance(shape, int | np.integer):
-        shape = (shape,)
-    if not isinstance(shape, tuple | list):
-        raise NkiError(
-            "err_invalid_argument",
-            loc,
-            op="nl.ndarray",
-            why=f"shape must be a tuple, got {shape!r}",
-        )
+    if type(shape) is not tuple:
+        if isinstance(shape, int | np.integer):
+            shape = (shape,)
+        if not isinstance(shape, tuple | list):
+            raise NkiError(
+                "err_invalid_argument",
+                loc,
+                op="nl.ndarray",
+                why=f"shape must be a tuple, got {shape!r}",
+            )
     dims = tuple(map(int, shape))
     if dims and builtins.min(dims) <= 0:
         raise NkiError(
@@ -195,7 +197,7 @@ def ndarray(shape, dtype, buffer=sbuf, name: str = "", address=None) -> NkiTenso
     t = b.new_tensor(dims, dt, buf, name=name or None, loc=loc, fallback="buf")
     if address is not None:
         t.address = _address(address, loc)
-    return NkiTensor.whole(t)
+    return NkiTensor._view(t, t.shape, _row_major(t.shape), 0, None)  # NkiTensor.whole(t)
 
 
 def _address(address, loc) -> int:
