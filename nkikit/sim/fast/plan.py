@@ -14,7 +14,6 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from collections.abc import Iterable
 
 import numpy as np
 
@@ -63,6 +62,7 @@ class Planner(Accesses):
         super().__init__(kernel)
         self.forwarded: set[int] = set()
         self._whole: dict[int, bool] = {}
+        self._clean: dict[int, bool] = {}  # id(op) -> _clean_writer(op)
 
     def whole(self, acc: Access) -> bool:
         """``acc.is_whole``, remembered (the plans ask for most accesses more than once)."""
@@ -153,7 +153,7 @@ class Planner(Accesses):
                     mp = self.mask_plan(s)
                     if mp is None or mp[0] == "dynamic":
                         clean = False
-                    if not writes_all(s) or self.access(o, True, True, dynamic=False) is None:
+                    if not writes_all(s) or self.static_shape(o, True) is None:
                         clean = False
                     writes.append((s, o))
         return reads, writes, clean
@@ -186,35 +186,75 @@ class Planner(Accesses):
                     mp = self.mask_plan(s)
                     if mp is None or mp[0] == "dynamic":
                         clean = False
-                    if not writes_all(s) or self.access(o, True, True, dynamic=False) is None:
+                    if not writes_all(s) or self.static_shape(o, True) is None:
                         clean = False
                     writes.append(o)
         if not clean or not writes:
             return True
         return not self._cover(t, writes, set(self.ranges))
 
-    def needs_poison_temp(self, t: Tensor, rest: Iterable) -> bool:
-        """``rest``: the statements after the Alloc in its body.  Poison is needed unless
-        the write-only statements before the first read write every element."""
+    def needs_poison_temp(self, t: Tensor, stmts: list, start: int) -> bool:
+        """Whether the Alloc of ``t`` just before ``stmts[start]`` (in its body ``stmts``)
+        must poison: yes unless the write-only statements before the first read write every
+        element."""
         cov = None
-        for s in rest:
-            reads, writes, clean = self._touches([s], t)
-            if not reads and not writes:
+        for j in range(start, len(stmts)):
+            s = stmts[j]
+            if type(s) is Op:
+                # _touches([s], t) for one op, without building its findings (an unrolled
+                # kernel asks this for every tile, and its first touch is the next op)
+                writes = None
+                for x in s.ins:
+                    if type(x) is Access:
+                        u = x.tensor
+                        if u is t or (u.base is not None and u.root is t):
+                            return True
+                for o in s.outs:
+                    u = o.tensor
+                    if u is t or (u.base is not None and u.root is t):
+                        if writes is None:
+                            writes = []
+                        writes.append(o)
+                if writes is None:
+                    continue
+                if not self._clean_writer(s):
+                    return True
+                for o in writes:
+                    if self.static_shape(o, True) is None:
+                        return True
+                free: set[Sym] = set()
+            elif type(s) is Loop:
+                reads, found, clean = self._touches([s], t)
+                if not reads and not found:
+                    continue
+                if reads or not clean:
+                    return True
+                writes = [w for _, w in found]
+                free = {x.var for x, _ in _loops_in(s)}
+            else:
                 continue
-            if reads or not clean:
-                return True
-            if any(self.whole(w) for _, w in writes):
+            if any(self.whole(w) for w in writes):
                 return False  # what _mark would find without enumerating
             if cov is None:
                 if math.prod(t.shape) > _COVER_MAX_ELEMS:
                     return True
                 cov = np.zeros(t.shape, dtype=bool)
-            free = {x.var for x, _ in _loops_in(s)} if isinstance(s, Loop) else set()
-            if not self._mark(cov, t, [w for _, w in writes], free):
+            if not self._mark(cov, t, writes, free):
                 return True
             if cov.all():
                 return False
         return cov is not None and not cov.all()
+
+    def _clean_writer(self, op: Op) -> bool:
+        """Whether ``op``'s writes could leave no poison behind: it does not read its
+        destination, its mask needs no per-element test, and it writes whole outputs."""
+        ok = self._clean.get(id(op))
+        if ok is None:
+            mp = self.mask_plan(op)
+            ok = self._clean[id(op)] = (
+                not reads_dst(op) and mp is not None and mp[0] != "dynamic" and writes_all(op)
+            )
+        return ok
 
     # -- memory -------------------------------------------------------------------------------
     def plan_arena(self, temps: list[Tensor]) -> tuple[dict[int, int], int]:
@@ -301,19 +341,6 @@ class Planner(Accesses):
         run time: C-contiguous) the layout are those of the reference's own buffer; the
         copy is what disappears.  Dead writes (temporaries nobody reads) are dropped too.
         """
-        reads: dict[int, list[Op]] = {}
-        writes: dict[int, list[Op]] = {}
-        for s, _ in self.k.walk():
-            if not isinstance(s, Op):
-                continue
-            for x in s.ins:
-                if isinstance(x, Access):
-                    reads.setdefault(x.tensor.root.uid, []).append(s)
-            for o in s.outs:
-                writes.setdefault(o.tensor.root.uid, []).append(s)
-                if reads_dst(s):
-                    reads.setdefault(o.tensor.root.uid, []).append(s)
-        self.reads, self.writes = reads, writes
         # tensors viewed through a reshape (NKI 0.x views of on-chip tiles): their accesses
         # name the reshape, so forwarding and shadow copies, which follow the tile's own
         # accesses, do not apply
@@ -364,7 +391,7 @@ class Planner(Accesses):
                     and src.tensor.dtype == t.dtype
                     and t not in [x.tensor for x in w.ins[1:]]
                 ):
-                    code = self.static_access(src, False)
+                    code = self.static_shape(src, False)
                     if code is not None and code.layout_exact and "_bt(" not in code.expr:
                         self.load_fwd[id(w)] = t
                         self.forwarded.add(t.uid)
@@ -391,8 +418,8 @@ class Planner(Accesses):
             if (
                 not writes_all(w)
                 or self.mask_plan(w) not in (("none", None), ("static", None))
-                or any(self.static_access(x, False) is None for x in w.ins if isinstance(x, Access))
-                or any(self.static_access(o, True) is None for o in w.outs)
+                or any(self.static_shape(x, False) is None for x in w.ins if isinstance(x, Access))
+                or any(self.static_shape(o, True) is None for o in w.outs)
                 or executor(w.prim).reference
             ):
                 continue
@@ -400,7 +427,7 @@ class Planner(Accesses):
                 self._mentions(x, droot, False) for x in stmts[pos + 1 : spos]
             ):
                 continue
-            code = self.static_access(dst, True)
+            code = self.static_shape(dst, True)
             if code is None or not code.layout_exact:
                 continue
             self.store_fwd[id(w)] = (t, st_op)
@@ -418,22 +445,25 @@ class Planner(Accesses):
         would have the same (C-contiguous) layout.
         """
         self.shadow: set[int] = set()
+        candidates = [
+            t
+            for t in self.tensors.values()
+            if t.kind == "temp"
+            and t.base is None
+            and t.uid not in self.forwarded
+            and t.uid not in self.aliased
+            and not dtypes.is_tf32(t.dtype)
+            and dtypes.is_float(t.dtype)
+            and dtypes.storage_dtype(t.dtype) != np.float32
+        ]
+        if not candidates:
+            return
         execs: dict[int, int] = {}
         grid = math.prod(self.k.grid or (1,))
         for st, loops in self.k.walk():
             if isinstance(st, Op):
                 execs[id(st)] = grid * math.prod(lp.trip for lp in loops)
-        for t in self.tensors.values():
-            if (
-                t.kind != "temp"
-                or t.base is not None
-                or t.uid in self.forwarded
-                or t.uid in self.aliased
-                or dtypes.is_tf32(t.dtype)
-                or not dtypes.is_float(t.dtype)
-                or dtypes.storage_dtype(t.dtype) == np.float32
-            ):
-                continue
+        for t in candidates:
             r = sum(execs[id(op)] for op in self.reads.get(t.uid, []) if not PRIMS[op.prim].raw)
             w = sum(execs[id(op)] for op in self.writes.get(t.uid, []))
             if r > 2 * w:

@@ -68,6 +68,9 @@ class TableMode:
     _signatures: dict[tuple[int, int, int], tuple[list[str], str]]
     _memo: dict[tuple, tuple]  # op key -> (_FIRST, seen) | (_RECIPE, ...)
     _poison: dict[int, bool]  # id(Alloc) -> needs poison, decided by its memo key
+    _bound_key: tuple[str, ...]  # the loop variables in scope, in every key
+    _tclass: dict[int, int]  # uid of a temporary -> its class number
+    _classes: dict[tuple, int]  # a temporary's class (what the plans decided) -> number
     n_replayed: int  # ops whose row came from the memo
 
     def table(self, stmts: list, depth: int) -> None:
@@ -78,6 +81,8 @@ class TableMode:
         updates, so each statement sees what the ones before it left."""
         rows = []
         memo = self._memo
+        saved_bound = self._bound_key
+        self._bound_key = tuple(self.bound)
         for i in range(len(stmts)):
             s = stmts[i]
             key = None
@@ -93,7 +98,7 @@ class TableMode:
                     if predicted is not _MISS:
                         self.n_replayed += 1
                     if predicted is not _MISS and not CHECK_MEMO:
-                        self.n_fallback += entry[3]
+                        self.n_fallback += entry[4]
                         if predicted is not None:
                             rows.append(predicted)
                         continue
@@ -111,6 +116,7 @@ class TableMode:
                 entry = memo.get(key)
                 if entry is None or entry[0] is _FIRST:
                     memo[key] = _learn(entry[1], seen) if entry is not None else (_FIRST, seen)
+        self._bound_key = saved_bound
         bound = "".join(f"{n}, " for n in self.bound)
         self.emit(f"for a in {self.const(rows, 'TABLE')}:", depth)
         self.emit(f"T[a[0]](mem, interp, env, V, B, S, {bound}*a)", depth + 1)
@@ -118,61 +124,75 @@ class TableMode:
     def _op_key(self, op: Op) -> tuple[tuple, list[int]]:
         """(everything code generation reads about ``op``, with its temporaries named by
         order of appearance; their uids in that order).  Other tensors are named by uid:
-        what the plans know of them is the same for every op."""
-        temps: dict[int, tuple] = {}
+        what the plans know of them is the same for every op.  Built from small ints and
+        interned parts (a temporary's class, an index's number), so that hashing the key --
+        once per op -- never reaches the IR's dataclasses."""
         uids: list[int] = []
-        shadow, forwarded, aliased = self.shadow, self.forwarded, self.aliased
-        reads, writes = self.reads, self.writes
+        parts: list[Any] = [op.prim, op.mask]
+        for a in op.outs:
+            parts.append(self._access_key(a, uids))
+        parts.append(None)  # outputs | inputs
+        for x in op.ins:
+            parts.append(self._access_key(x, uids) if type(x) is Access else _frozen(x))
+        for k, v in op.attrs.items():
+            t = type(v)
+            # (type, value) tells 1, 1.0 and True apart; floats and others go by _frozen
+            parts.append(
+                (k, t, v) if t is str or t is int or t is bool or v is None else (k, _frozen(v))
+            )
+        i = id(op)
+        lf, ss, sf = self.load_fwd.get(i), self.store_skip.get(i), self.store_fwd.get(i)
+        if lf is not None or ss is not None or sf is not None:
+            parts.append(
+                (
+                    None if lf is None else self._tensor_key(lf, uids),
+                    None if ss is None else self._tensor_key(ss, uids),
+                    None if sf is None else self._tensor_key(sf[0], uids),
+                    None if sf is None else self._access_key(sf[1].outs[0], uids),
+                )
+            )
+        parts.append(self._bound_key)
+        return tuple(parts), uids
 
-        def tk(t: Any) -> Any:
+    def _tensor_key(self, t: Any, uids: list[int]) -> Any:
+        """A temporary: (its position among the op's temporaries, its class: everything
+        the plans decided about it); any other tensor: its uid."""
+        u = t.uid
+        c = self._tclass.get(u)
+        if c is None:
             if t.kind != "temp" or t.base is not None:
-                return t.uid
-            u = t.uid
-            k = temps.get(u)
-            if k is None:
-                k = temps[u] = (
-                    len(uids),
+                return u
+            c = self._tclass[u] = self._classes.setdefault(
+                (
                     t.shape,
                     t.dtype,
                     t.dtype.metadata is None,
                     t.buffer,
                     t.par_axis,
                     t.mutable,
-                    u in shadow,
-                    u in forwarded,
-                    u in aliased,
-                    u in reads,
-                    u in writes,
-                )
-                uids.append(u)
-            return k
-
-        def ak(a: Any) -> Any:
-            if type(a) is not Access:
-                return _frozen(a)
-            ind = a.indirect
-            return (
-                tk(a.tensor),
-                a.shape,
-                a.index,
-                None if ind is None else ak(ind),
-                a.indirect_dim,
+                    u in self.shadow,
+                    u in self.forwarded,
+                    u in self.aliased,
+                    u in self.reads,
+                    u in self.writes,
+                ),
+                len(self._classes),
             )
+        for p in range(len(uids)):
+            if uids[p] == u:
+                return (p, c)
+        uids.append(u)
+        return (len(uids) - 1, c)
 
-        i = id(op)
-        lf, ss, sf = self.load_fwd.get(i), self.store_skip.get(i), self.store_fwd.get(i)
-        key = (
-            op.prim,
-            tuple(map(ak, op.outs)),
-            tuple(map(ak, op.ins)),
-            tuple((k, _frozen(v)) for k, v in op.attrs.items()),
-            op.mask,
-            None if lf is None else tk(lf),
-            None if ss is None else tk(ss),
-            None if sf is None else (tk(sf[0]), ak(sf[1].outs[0])),
-            tuple(self.bound),
-        )
-        return key, uids
+    def _access_key(self, a: Access, uids: list[int]) -> tuple:
+        """An access: its tensor's key, its shape, its index's number (the index's Affines
+        are hashed here only, once per access), and its runtime index tile's key."""
+        idx = self.index_no(a)
+        t = self._tensor_key(a.tensor, uids)
+        ind = a.indirect
+        if ind is None:
+            return (t, a.shape, idx)
+        return (t, a.shape, idx, self._access_key(ind, uids), a.indirect_dim)
 
     def _alloc_key(self, s: Alloc, stmts: list, i: int) -> tuple[tuple, list[int]]:
         """``_op_key`` for an Alloc (``stmts[i]``): what its code depends on, the poison
@@ -180,45 +200,29 @@ class TableMode:
         t = s.tensor
         if t.kind != "temp" or t.base is not None:
             raise _Unkeyable
-        poison = self.needs_poison_temp(t, (stmts[j] for j in range(i + 1, len(stmts))))
+        poison = self.needs_poison_temp(t, stmts, i + 1)
         self._poison[id(s)] = poison
-        u = t.uid
-        key = (
-            "alloc",
-            t.shape,
-            t.dtype,
-            t.dtype.metadata is None,
-            t.buffer,
-            u in self.forwarded,
-            u in self.shadow,
-            poison,
-            tuple(self.bound),
-        )
-        return key, [u]
+        uids: list[int] = []
+        return ("alloc", self._tensor_key(t, uids), poison, self._bound_key), uids
 
     def _replay(self, entry: tuple, op: Op, uids: list[int]) -> Any:
         """The row ``entry``'s recipe gives for ``op`` (None: the op has no code), or
         ``_MISS`` when it does not apply: a temporary the two teaching ops shared is another
         one here, or a uid equals an integer constant (the template would merge them)."""
-        _, k, recipe, _, const_ints, fixed, free = entry
+        _, row, fills, ops, _, const_ints, fixed, free = entry
         for p, u in fixed:
             if uids[p] != u:
                 return _MISS
         for p in free:
             if uids[p] in const_ints:
                 return _MISS
-        if k is None:
+        if row is None:
             return None
-        ints = self.ints
-        out = [k]
-        for kind, v in recipe:
-            if kind == 0:
-                out.append(v)
-            elif kind == 1:
-                u = uids[v]
-                out.append(ints.setdefault(u, u))
-            else:
-                out.append(op)
+        out = row.copy()
+        for r, p in fills:
+            out[r] = uids[p]
+        for r in ops:
+            out[r] = op
         return tuple(out)
 
     def _signature(self, n_uids: int, n_args: int) -> str:
@@ -290,11 +294,13 @@ def _same_row(a: Any, b: Any) -> bool:
 
 
 def _learn(first: tuple, second: tuple) -> tuple:
-    """A recipe from two ops of one key: each row element a constant (kind 0, same in both),
-    a temporary's uid (kind 1, its position) or the op (kind 2).  A temporary both ops share
-    is *fixed*: the recipe holds only for ops that share it too.  When the two do not teach
-    one (a uid equal to a constant merged two template parameters, an argument made per op),
-    the second becomes the first of the next try."""
+    """A recipe from two ops of one key: each row element a constant (same in both), a
+    temporary's uid (``fills``: row position, uid position) or the op (``ops``: row
+    positions).  A temporary both ops share is *fixed*: the recipe holds only for ops that
+    share it too.  When the two do not teach one (a uid equal to a constant merged two
+    template parameters, an argument made per op), the second becomes the first of the next
+    try.  A recipe is (_RECIPE, row with constants in place, fills, ops, fallbacks, integer
+    constants, fixed, free)."""
     (r1, op1, u1, nf1), (r2, op2, u2, nf2) = first, second
     if nf1 != nf2:
         return (_FIRST, second)
@@ -302,27 +308,27 @@ def _learn(first: tuple, second: tuple) -> tuple:
     free = tuple(p for p in range(len(u1)) if u1[p] != u2[p])
     if r1 is None or r2 is None:
         if r1 is r2:
-            return (_RECIPE, None, [], nf1, frozenset(), fixed, free)
+            return (_RECIPE, None, (), (), nf1, frozenset(), fixed, free)
         return (_FIRST, second)
     if len(r1) != len(r2) or r1[0] != r2[0]:
         return (_FIRST, second)
-    recipe: list[tuple[int, Any]] = []
+    row = list(r1)
+    fills: list[tuple[int, int]] = []
+    ops: list[int] = []
     const_ints = set()
-    for x, y in zip(r1[1:], r2[1:]):
+    for r in range(1, len(r1)):
+        x, y = r1[r], r2[r]
         if type(x) is int and type(y) is int:
             p = next((p for p in free if u1[p] == x and u2[p] == y), None)
             if p is not None:
-                recipe.append((1, p))
+                fills.append((r, p))
                 continue
             if x == y:
-                recipe.append((0, x))
                 const_ints.add(x)
                 continue
             return (_FIRST, second)
         if x is op1 and y is op2:
-            recipe.append((2, None))
-        elif x is y:
-            recipe.append((0, x))
-        else:
+            ops.append(r)
+        elif x is not y:
             return (_FIRST, second)
-    return (_RECIPE, r1[0], recipe, nf1, frozenset(const_ints), fixed, free)
+    return (_RECIPE, row, tuple(fills), tuple(ops), nf1, frozenset(const_ints), fixed, free)
