@@ -88,7 +88,7 @@ class Accesses:
         # kernels make the same accesses to thousands of fresh tiles
         self._shape_memo: dict[tuple, tuple[AccessCode | None, list[str]]] = {}
         self._indices: dict[tuple, int] = {}  # an access's index -> its number
-        self._index_of: dict[int, int] = {}  # id(access) -> the number of its index
+        self._index_of: dict[int, tuple] = {}  # id(index tuple) -> (it, its number)
         grid = kernel.grid or (1,)
         for i, g in enumerate(grid):
             self.names[ProgramId(i)] = f"p{i}"
@@ -261,13 +261,17 @@ class Accesses:
         return None if conds else code
 
     def index_no(self, acc: Access) -> int:
-        """A number for ``acc.index`` (equal indices, equal numbers), remembered per access:
-        an index's Affines are hashed once, not by every memo that needs it."""
-        n = self._index_of.get(id(acc))
-        if n is None:
+        """A number for ``acc.index`` (equal indices, equal numbers), remembered per index
+        object: the tracer shares the index tuples of equal accesses, so an unrolled kernel's
+        Affines are hashed a few times, not once per access (the IR keeps every index alive
+        while the kernel compiles, so no id is reused)."""
+        index = acc.index
+        hit = self._index_of.get(id(index))
+        if hit is None:
             indices = self._indices
-            n = self._index_of[id(acc)] = indices.setdefault(acc.index, len(indices))
-        return n
+            # the entry keeps the index alive: an access built while compiling may die
+            hit = self._index_of[id(index)] = (index, indices.setdefault(index, len(indices)))
+        return hit[1]
 
     def _access_code(
         self, acc: Access, write: bool, raw_consumer: bool, shadowed: bool

@@ -70,8 +70,7 @@ class Compiler(Planner, TableMode):
         self._memo = {}
         self._poison = {}
         self._bound_key = ()
-        self._tclass = {}
-        self._classes = {}
+        self._tflags = {}
         self.n_replayed = 0
         self.emit("def _kernel(mem, interp):", 0)
         self.emit("env = {}", 1)

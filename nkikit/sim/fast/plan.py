@@ -21,13 +21,20 @@ from ... import dtypes
 from ...ir.affine import Axis, Sym
 from ...ir.core import Access, Alloc, Kernel, Loop, Op, Tensor
 from ...ir.prims import PRIMS, reads_dst, writes_partially
-from .access import Accesses
+from . import table as _table
 from .executors import executor
+from .keys import OpShapes
 
 # Largest buffer (elements) and number of loop iterations the coverage proof enumerates;
 # beyond them the buffer is simply poisoned, as the reference does.
 _COVER_MAX_ELEMS = 1 << 26
 _COVER_MAX_ITERS = 1 << 16
+
+
+# how an op touches a temporary, for the poison plan (``Planner._touch``)
+_UNTOUCHED, _POISON, _WHOLE, _PARTIAL = "untouched", "poison", "whole", "partial"
+# what the forwarding plan does with a tile (``Planner._forward_check``)
+_LOAD, _STORE, _KEEP = "load", "store", "keep"
 
 
 def writes_all(op: Op) -> bool:
@@ -53,7 +60,7 @@ def _loops_in(s: Loop):
     return out
 
 
-class Planner(Accesses):
+class Planner(OpShapes):
     """The kernel-wide plans (see the module docstring); ``plan_forwarding`` and
     ``plan_shadows`` fill ``forwarded``, ``load_fwd``, ``store_fwd``, ``store_skip`` and
     ``shadow``, which code generation follows."""
@@ -63,6 +70,8 @@ class Planner(Accesses):
         self.forwarded: set[int] = set()
         self._whole: dict[int, bool] = {}
         self._clean: dict[int, bool] = {}  # id(op) -> _clean_writer(op)
+        self._touch_memo: dict[tuple[int, int], object] = {}  # (op shape, position) -> touch
+        self._forward_memo: dict[tuple, object] = {}  # see _forward_kind
 
     def whole(self, acc: Access) -> bool:
         """``acc.is_whole``, remembered (the plans ask for most accesses more than once)."""
@@ -201,27 +210,14 @@ class Planner(Accesses):
         for j in range(start, len(stmts)):
             s = stmts[j]
             if type(s) is Op:
-                # _touches([s], t) for one op, without building its findings (an unrolled
-                # kernel asks this for every tile, and its first touch is the next op)
-                writes = None
-                for x in s.ins:
-                    if type(x) is Access:
-                        u = x.tensor
-                        if u is t or (u.base is not None and u.root is t):
-                            return True
-                for o in s.outs:
-                    u = o.tensor
-                    if u is t or (u.base is not None and u.root is t):
-                        if writes is None:
-                            writes = []
-                        writes.append(o)
-                if writes is None:
+                kind = self._touch(s, t)
+                if kind is _UNTOUCHED:
                     continue
-                if not self._clean_writer(s):
+                if kind is _POISON:
                     return True
-                for o in writes:
-                    if self.static_shape(o, True) is None:
-                        return True
+                if kind is _WHOLE:
+                    return False  # what _mark would find without enumerating
+                writes = [o for o in s.outs if o.tensor.root is t]
                 free: set[Sym] = set()
             elif type(s) is Loop:
                 reads, found, clean = self._touches([s], t)
@@ -230,11 +226,11 @@ class Planner(Accesses):
                 if reads or not clean:
                     return True
                 writes = [w for _, w in found]
+                if any(self.whole(w) for w in writes):
+                    return False
                 free = {x.var for x, _ in _loops_in(s)}
             else:
                 continue
-            if any(self.whole(w) for w in writes):
-                return False  # what _mark would find without enumerating
             if cov is None:
                 if math.prod(t.shape) > _COVER_MAX_ELEMS:
                     return True
@@ -244,6 +240,52 @@ class Planner(Accesses):
             if cov.all():
                 return False
         return cov is not None and not cov.all()
+
+    def _touch(self, s: Op, t: Tensor) -> object:
+        """How op ``s`` touches temporary ``t`` for the poison plan: not at all, a read or a
+        write that may leave poison (``_POISON``), a clean write of all of ``t``
+        (``_WHOLE``) or clean partial writes (``_PARTIAL``).  Remembered per kind of op and
+        position of ``t`` in it (when ``t`` is a temporary of which no view exists: keys name
+        other tensors and views by uid)."""
+        key = None
+        if t.uid not in self.aliased and t.kind == "temp" and t.base is None:
+            shape = self.op_shape(s)
+            if shape is not None:
+                uids = shape[1]
+                if t.uid not in uids:
+                    return _UNTOUCHED
+                key = (shape[0], uids.index(t.uid))
+                kind = self._touch_memo.get(key)
+                if kind is not None and not _table.CHECK_MEMO:
+                    return kind
+        found = self._touch_scan(s, t)
+        if key is not None:
+            known = self._touch_memo.setdefault(key, found)
+            assert known is found, f"touch memo: {known} != {found} for {s!r}"
+        return found
+
+    def _touch_scan(self, s: Op, t: Tensor) -> object:
+        """``_touch``, found by looking at every access of ``s``."""
+        writes = None
+        for x in s.ins:
+            if type(x) is Access:
+                u = x.tensor
+                if u is t or (u.base is not None and u.root is t):
+                    return _POISON
+        for o in s.outs:
+            u = o.tensor
+            if u is t or (u.base is not None and u.root is t):
+                if writes is None:
+                    writes = []
+                writes.append(o)
+        if writes is None:
+            return _UNTOUCHED
+        if not self._clean_writer(s):
+            return _POISON
+        for o in writes:
+            if self.static_shape(o, True) is None:
+                return _POISON
+        return _WHOLE if any(self.whole(w) for w in writes) else _PARTIAL
 
     def _clean_writer(self, op: Op) -> bool:
         """Whether ``op``'s writes could leave no poison behind: it does not read its
@@ -359,17 +401,18 @@ class Planner(Accesses):
         return mp is not None and mp[0] in ("none", "static") and isinstance(op.ins[0], Access)
 
     def _scan_forwarding(self, stmts: list) -> None:
+        writes, reads, aliased = self.writes, self.reads, self.aliased
         for i, s in enumerate(stmts):
-            if isinstance(s, Loop):
+            if type(s) is Loop:
                 self._scan_forwarding(s.body)
-            if not isinstance(s, Alloc):
+                continue
+            if type(s) is not Alloc:
                 continue
             t = s.tensor
-            ws = self.writes.get(t.uid, [])
-            rs = self.reads.get(t.uid, [])
-            if len(ws) != 1 or dtypes.is_tf32(t.dtype) or t.base is not None:
-                continue
-            if t.uid in self.aliased:  # read or written through a reshape: keep its buffer
+            ws = writes.get(t.uid)
+            if ws is None or len(ws) != 1 or t.base is not None or t.uid in aliased:
+                continue  # aliased: read or written through a reshape, keep its buffer
+            if dtypes.is_tf32(t.dtype):
                 continue
             w = ws[0]
             # the writer must be a plain statement of this body, after the Alloc, with no
@@ -380,59 +423,106 @@ class Planner(Accesses):
                 pos > i + 1 and any(self._mentions(x, t, True) for x in stmts[i + 1 : pos])
             ):
                 continue
-            out = w.outs[0] if len(w.outs) == 1 else None
-            if self._plain_copy(w) and out is not None and out.tensor is t and self.whole(out):
-                src = w.ins[0]
-                root = src.tensor.root
-                if (
-                    root.is_hbm
-                    and root.uid not in self.writes
-                    and src.shape == t.shape
-                    and src.tensor.dtype == t.dtype
-                    and t not in [x.tensor for x in w.ins[1:]]
-                ):
-                    code = self.static_shape(src, False)
-                    if code is not None and code.layout_exact and "_bt(" not in code.expr:
-                        self.load_fwd[id(w)] = t
-                        self.forwarded.add(t.uid)
-                        continue
-            # store forwarding: t written whole by w, then read only by one plain store
-            if len(rs) != 1 or not any(o.tensor is t and self.whole(o) for o in w.outs):
+            rs = reads.get(t.uid, ())
+            st_op = rs[0] if len(rs) == 1 else None
+            spos = None if st_op is None else _find(stmts, st_op, pos + 1)
+            kind = self._forward_kind(t, w, st_op if spos is not None else None)
+            if kind is _LOAD:
+                self.load_fwd[id(w)] = t
+                self.forwarded.add(t.uid)
                 continue
-            st_op = rs[0]
-            spos = _find(stmts, st_op, pos + 1)
-            if spos is None or not self._plain_copy(st_op) or st_op.ins[0].tensor is not t:
+            if kind is not _STORE:
                 continue
-            src, dst = st_op.ins[0], st_op.outs[0]
-            droot = dst.tensor.root
-            if (
-                not self.whole(src)
-                or not droot.is_hbm
-                or dst.shape != t.shape
-                or dst.tensor.dtype != t.dtype
-                or any(isinstance(x, Access) and x.tensor.root is droot for x in w.ins)
-            ):
-                continue
-            # the writer must write every element of t unconditionally (else the reference
-            # would leave poison where this would leave the destination's old data)
-            if (
-                not writes_all(w)
-                or self.mask_plan(w) not in (("none", None), ("static", None))
-                or any(self.static_shape(x, False) is None for x in w.ins if isinstance(x, Access))
-                or any(self.static_shape(o, True) is None for o in w.outs)
-                or executor(w.prim).reference
-            ):
-                continue
+            # nothing between the writer and the store may touch the destination
+            droot = st_op.outs[0].tensor.root
             if spos > pos + 1 and any(
                 self._mentions(x, droot, False) for x in stmts[pos + 1 : spos]
             ):
                 continue
-            code = self.static_shape(dst, True)
-            if code is None or not code.layout_exact:
-                continue
             self.store_fwd[id(w)] = (t, st_op)
             self.store_skip[id(st_op)] = t
             self.forwarded.add(t.uid)
+
+    def _forward_kind(self, t: Tensor, w: Op, st_op: Op | None) -> object:
+        """``_forward_check``, remembered per kind of writer, position of ``t`` in it, kind
+        of store and the temporaries the two share (when neither touches a view, whose
+        owner keys do not show)."""
+        key = None
+        if t.kind == "temp":
+            sw = self.op_shape(w)
+            ss = None if st_op is None else self.op_shape(st_op)
+            if (
+                sw is not None
+                and sw[2]
+                and t.uid in sw[1]
+                and (st_op is None or (ss is not None and ss[2]))
+            ):
+                uw = sw[1]
+                written = self.writes
+                key = (
+                    sw[0],
+                    uw.index(t.uid),
+                    tuple([u in written for u in uw]),
+                    None if ss is None else ss[0],
+                    None if ss is None else tuple([uw.index(u) if u in uw else -1 for u in ss[1]]),
+                )
+                kind = self._forward_memo.get(key)
+                if kind is not None and not _table.CHECK_MEMO:
+                    return kind
+        found = self._forward_check(t, w, st_op)
+        if key is not None:
+            known = self._forward_memo.setdefault(key, found)
+            assert known is found, f"forwarding memo: {known} != {found} for {w!r}"
+        return found
+
+    def _forward_check(self, t: Tensor, w: Op, st_op: Op | None) -> object:
+        """Whether tile ``t``, written only by ``w`` (the next statement that touches it)
+        and read only by ``st_op`` (None: not by exactly one op after ``w`` in its body),
+        is load-forwarded (``_LOAD``), store-forwarded (``_STORE``, when nothing between
+        ``w`` and ``st_op`` touches the destination) or neither (``_KEEP``)."""
+        out = w.outs[0] if len(w.outs) == 1 else None
+        if self._plain_copy(w) and out is not None and out.tensor is t and self.whole(out):
+            src = w.ins[0]
+            root = src.tensor.root
+            if (
+                root.is_hbm
+                and root.uid not in self.writes
+                and src.shape == t.shape
+                and src.tensor.dtype == t.dtype
+                and t not in [x.tensor for x in w.ins[1:]]
+            ):
+                code = self.static_shape(src, False)
+                if code is not None and code.layout_exact and "_bt(" not in code.expr:
+                    return _LOAD
+        # store forwarding: t written whole by w, then read only by one plain store
+        if st_op is None or not any(o.tensor is t and self.whole(o) for o in w.outs):
+            return _KEEP
+        if not self._plain_copy(st_op) or st_op.ins[0].tensor is not t:
+            return _KEEP
+        src, dst = st_op.ins[0], st_op.outs[0]
+        droot = dst.tensor.root
+        if (
+            not self.whole(src)
+            or not droot.is_hbm
+            or dst.shape != t.shape
+            or dst.tensor.dtype != t.dtype
+            or any(isinstance(x, Access) and x.tensor.root is droot for x in w.ins)
+        ):
+            return _KEEP
+        # the writer must write every element of t unconditionally (else the reference
+        # would leave poison where this would leave the destination's old data)
+        if (
+            not writes_all(w)
+            or self.mask_plan(w) not in (("none", None), ("static", None))
+            or any(self.static_shape(x, False) is None for x in w.ins if isinstance(x, Access))
+            or any(self.static_shape(o, True) is None for o in w.outs)
+            or executor(w.prim).reference
+        ):
+            return _KEEP
+        code = self.static_shape(dst, True)
+        if code is None or not code.layout_exact:
+            return _KEEP
+        return _STORE
 
     # -- shadows ------------------------------------------------------------------------------
     def plan_shadows(self) -> None:

@@ -20,34 +20,12 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import numpy as np
-
-from ...ir.core import Access, Alloc, Op
+from ...ir.core import Alloc, Op
+from .keys import Unkeyable as _Unkeyable
 
 TABLE_ABOVE = 2048  # kernels with more statements than this are table-driven
 TABLE_BODY = 256  # bodies with more statements than this are table-driven as well
 CHECK_MEMO = False  # render every op and assert the memo's rows equal the rendered ones
-
-_PLAIN = (str, int, float, bool, type(None), np.generic)
-
-
-class _Unkeyable(Exception):
-    """An op holds a value the memo cannot compare safely: it is always rendered."""
-
-
-def _frozen(v: Any) -> Any:
-    """A hashable stand-in for an attribute value that tells apart every two values whose
-    generated code may differ (type and repr for scalars: 1 vs 1.0 vs True, 0.0 vs -0.0)."""
-    if isinstance(v, _PLAIN):
-        return (type(v), repr(v))
-    if isinstance(v, tuple | list):
-        return (type(v), tuple(_frozen(x) for x in v))
-    if isinstance(v, np.dtype):
-        return ("dtype", v, v.metadata is None)
-    if isinstance(v, np.ndarray | dict | set):
-        raise _Unkeyable
-    hash(v)  # functions, enums: compared by identity or their own equality
-    return (type(v), v)
 
 
 # what a template turns into parameters: tensor slots (m5, b5, s5), namespace constants
@@ -69,8 +47,7 @@ class TableMode:
     _memo: dict[tuple, tuple]  # op key -> (_FIRST, seen) | (_RECIPE, ...)
     _poison: dict[int, bool]  # id(Alloc) -> needs poison, decided by its memo key
     _bound_key: tuple[str, ...]  # the loop variables in scope, in every key
-    _tclass: dict[int, int]  # uid of a temporary -> its class number
-    _classes: dict[tuple, int]  # a temporary's class (what the plans decided) -> number
+    _tflags: dict[int, int]  # uid of a temporary -> what the plans decided (``_tflag``)
     n_replayed: int  # ops whose row came from the memo
 
     def table(self, stmts: list, depth: int) -> None:
@@ -123,76 +100,39 @@ class TableMode:
 
     def _op_key(self, op: Op) -> tuple[tuple, list[int]]:
         """(everything code generation reads about ``op``, with its temporaries named by
-        order of appearance; their uids in that order).  Other tensors are named by uid:
-        what the plans know of them is the same for every op.  Built from small ints and
-        interned parts (a temporary's class, an index's number), so that hashing the key --
-        once per op -- never reaches the IR's dataclasses."""
-        uids: list[int] = []
-        parts: list[Any] = [op.prim, op.mask]
-        for a in op.outs:
-            parts.append(self._access_key(a, uids))
-        parts.append(None)  # outputs | inputs
-        for x in op.ins:
-            parts.append(self._access_key(x, uids) if type(x) is Access else _frozen(x))
-        for k, v in op.attrs.items():
-            t = type(v)
-            # (type, value) tells 1, 1.0 and True apart; floats and others go by _frozen
-            parts.append(
-                (k, t, v) if t is str or t is int or t is bool or v is None else (k, _frozen(v))
-            )
+        order of appearance; their uids in that order): its structure's number
+        (``op_shape``), what the plans decided about its temporaries and about it, and the
+        loop variables in scope."""
+        shape = self.op_shape(op)
+        if shape is None:
+            raise _Unkeyable
+        no, uids = shape[0], shape[1]
+        flags = self._tflags
+        fl = tuple([flags[u] if u in flags else self._tflag(u) for u in uids])
         i = id(op)
         lf, ss, sf = self.load_fwd.get(i), self.store_skip.get(i), self.store_fwd.get(i)
-        if lf is not None or ss is not None or sf is not None:
-            parts.append(
-                (
-                    None if lf is None else self._tensor_key(lf, uids),
-                    None if ss is None else self._tensor_key(ss, uids),
-                    None if sf is None else self._tensor_key(sf[0], uids),
-                    None if sf is None else self._access_key(sf[1].outs[0], uids),
-                )
-            )
-        parts.append(self._bound_key)
-        return tuple(parts), uids
+        if lf is None and ss is None and sf is None:
+            return (no, fl, self._bound_key), uids
+        uids = list(uids)
+        fwd = (
+            None if lf is None else self.tensor_part(lf, uids),
+            None if ss is None else self.tensor_part(ss, uids),
+            None if sf is None else self.tensor_part(sf[0], uids),
+            None if sf is None else self.access_part(sf[1].outs[0], uids),
+        )
+        fl += tuple([flags[u] if u in flags else self._tflag(u) for u in uids[len(fl) :]])
+        return (no, fl, fwd, self._bound_key), uids
 
-    def _tensor_key(self, t: Any, uids: list[int]) -> Any:
-        """A temporary: (its position among the op's temporaries, its class: everything
-        the plans decided about it); any other tensor: its uid."""
-        u = t.uid
-        c = self._tclass.get(u)
-        if c is None:
-            if t.kind != "temp" or t.base is not None:
-                return u
-            c = self._tclass[u] = self._classes.setdefault(
-                (
-                    t.shape,
-                    t.dtype,
-                    t.dtype.metadata is None,
-                    t.buffer,
-                    t.par_axis,
-                    t.mutable,
-                    u in self.shadow,
-                    u in self.forwarded,
-                    u in self.aliased,
-                    u in self.reads,
-                    u in self.writes,
-                ),
-                len(self._classes),
-            )
-        for p in range(len(uids)):
-            if uids[p] == u:
-                return (p, c)
-        uids.append(u)
-        return (len(uids) - 1, c)
-
-    def _access_key(self, a: Access, uids: list[int]) -> tuple:
-        """An access: its tensor's key, its shape, its index's number (the index's Affines
-        are hashed here only, once per access), and its runtime index tile's key."""
-        idx = self.index_no(a)
-        t = self._tensor_key(a.tensor, uids)
-        ind = a.indirect
-        if ind is None:
-            return (t, a.shape, idx)
-        return (t, a.shape, idx, self._access_key(ind, uids), a.indirect_dim)
+    def _tflag(self, u: int) -> int:
+        """What the plans decided about temporary ``u``, as bits."""
+        f = self._tflags[u] = (
+            (u in self.shadow)
+            | (u in self.forwarded) << 1
+            | (u in self.aliased) << 2
+            | (u in self.reads) << 3
+            | (u in self.writes) << 4
+        )
+        return f
 
     def _alloc_key(self, s: Alloc, stmts: list, i: int) -> tuple[tuple, list[int]]:
         """``_op_key`` for an Alloc (``stmts[i]``): what its code depends on, the poison
@@ -202,8 +142,9 @@ class TableMode:
             raise _Unkeyable
         poison = self.needs_poison_temp(t, stmts, i + 1)
         self._poison[id(s)] = poison
-        uids: list[int] = []
-        return ("alloc", self._tensor_key(t, uids), poison, self._bound_key), uids
+        u = t.uid
+        flag = self._tflags[u] if u in self._tflags else self._tflag(u)
+        return ("alloc", self.static_class(t), flag, poison, self._bound_key), [u]
 
     def _replay(self, entry: tuple, op: Op, uids: list[int]) -> Any:
         """The row ``entry``'s recipe gives for ``op`` (None: the op has no code), or
