@@ -88,12 +88,17 @@ class Compiler(Planner, TableMode):
         if temps:
             self.emit(f"arena = np.empty({total}, np.uint8)", 1)
         rows = []
+        storage: dict[int, tuple[str, np.dtype]] = {}  # id(dtype) -> its storage (and name)
         for t in temps:
-            dt = self.const(dtypes.storage_dtype(t.dtype), "DT")
+            hit = storage.get(id(t.dtype))
+            if hit is None:
+                sdt = dtypes.storage_dtype(t.dtype)
+                hit = storage[id(t.dtype)] = (self.const(sdt, "DT"), sdt)
+            dt, sdt = hit
             off = offsets[t.uid]
-            nbytes = math.prod(t.shape) * dtypes.storage_dtype(t.dtype).itemsize
+            nbytes = math.prod(t.shape) * sdt.itemsize
             if self.chunked:
-                rows.append((t.uid, off, off + nbytes, self.ns[dt], t.shape))
+                rows.append((t.uid, off, off + nbytes, sdt, t.shape))
                 continue
             self.emit(
                 f"{self.slot(t)} = mem[{t.uid}] = arena[{off}:{off + nbytes}].view({dt}).reshape({t.shape!r})",

@@ -313,43 +313,55 @@ class Planner(OpShapes):
         uids = {t.uid for t in temps}
         start: dict[int, int] = {}
         depth: dict[int, int] = {}
-        uses: dict[int, list[tuple[int, Loop | None]]] = {}
+        end: dict[int, int] = {}  # last use outside loops that do not contain the Alloc
+        in_loops: list[tuple[int, Loop]] = []  # (uid, loop it is used in, not allocated in)
         loop_end: dict[int, int] = {}
         pos = 0
 
         def walk(stmts: list, loops: list[Loop]) -> None:
             nonlocal pos
+            n = len(loops)
             for st in stmts:
                 p = pos
                 pos += 1
-                if isinstance(st, Alloc):
-                    if st.tensor.uid in uids:
-                        start[st.tensor.uid] = p
-                        depth[st.tensor.uid] = len(loops)
-                elif isinstance(st, Loop):
-                    walk(st.body, loops + [st])
-                    loop_end[id(st)] = pos - 1
-                elif isinstance(st, Op):
-                    n = len(loops)
+                ts = type(st)
+                if ts is Op:
                     for a in (*st.outs, *st.ins):
-                        if not isinstance(a, Access):
+                        if type(a) is not Access:
                             continue
                         t = a.tensor
                         while t.base is not None:  # t.root, without the property call
                             t = t.base
                         uid = t.uid
                         if uid in uids:
-                            d = depth.get(uid, 0)
-                            uses.setdefault(uid, []).append((p, loops[d] if n > d else None))
+                            if n and n > depth.get(uid, 0):
+                                in_loops.append((uid, loops[depth.get(uid, 0)]))
+                            else:
+                                end[uid] = p
+                elif ts is Alloc:
+                    if st.tensor.uid in uids:
+                        start[st.tensor.uid] = p
+                        depth[st.tensor.uid] = n
+                elif ts is Loop:
+                    walk(st.body, loops + [st])
+                    loop_end[id(st)] = pos - 1
 
         walk(self.k.body, [])
+        for uid, lp in in_loops:
+            e = loop_end[id(lp)]
+            if e > end.get(uid, -1):
+                end[uid] = e
         live: list[tuple[int, int, int, int, int]] = []  # (start, end, offset, size, uid)
+        itemsize: dict[
+            int, int
+        ] = {}  # id(dtype) -> storage itemsize (equal dtypes may differ in metadata)
         for t in temps:
             b = start.get(t.uid, 0)
-            e = b
-            for p, lp in uses.get(t.uid, []):
-                e = max(e, loop_end[id(lp)] if lp is not None else p)
-            size = -(-math.prod(t.shape) * dtypes.storage_dtype(t.dtype).itemsize // 64) * 64
+            e = max(b, end.get(t.uid, b))
+            isz = itemsize.get(id(t.dtype))
+            if isz is None:
+                isz = itemsize[id(t.dtype)] = dtypes.storage_dtype(t.dtype).itemsize
+            size = -(-math.prod(t.shape) * isz // 64) * 64
             live.append((b, e, 0, max(size, 64), t.uid))
         live.sort()
         # first fit against the tiles still live when each one starts (tiles are taken in

@@ -60,25 +60,28 @@ class TableMode:
         memo = self._memo
         saved_bound = self._bound_key
         self._bound_key = tuple(self.bound)
+        op_key, alloc_key, replay = self._op_key, self._alloc_key, self._replay
+        replayed = fallbacks = 0  # added to the counters at the end
         for i in range(len(stmts)):
             s = stmts[i]
+            ts = type(s)
             key = None
             predicted: Any = _MISS
-            if type(s) is Op or type(s) is Alloc:
+            if ts is Op or ts is Alloc:
                 try:
-                    key, uids = self._op_key(s) if type(s) is Op else self._alloc_key(s, stmts, i)
+                    key, uids = op_key(s) if ts is Op else alloc_key(s, stmts, i)
                     entry = memo.get(key)
                 except (_Unkeyable, TypeError):  # TypeError: an unhashable value
                     key = entry = None
                 if entry is not None and entry[0] is _RECIPE:
-                    predicted = self._replay(entry, s, uids)
+                    predicted = replay(entry, s, uids)
                     if predicted is not _MISS:
-                        self.n_replayed += 1
-                    if predicted is not _MISS and not CHECK_MEMO:
-                        self.n_fallback += entry[4]
-                        if predicted is not None:
-                            rows.append(predicted)
-                        continue
+                        replayed += 1
+                        if not CHECK_MEMO:
+                            fallbacks += entry[4]
+                            if predicted is not None:
+                                rows.append(predicted)
+                            continue
             n_fallback = self.n_fallback
             saved, self.lines = self.lines, []
             self.statements(stmts, i, i + 1, 1)
@@ -93,6 +96,8 @@ class TableMode:
                 entry = memo.get(key)
                 if entry is None or entry[0] is _FIRST:
                     memo[key] = _learn(entry[1], seen) if entry is not None else (_FIRST, seen)
+        self.n_replayed += replayed
+        self.n_fallback += fallbacks
         self._bound_key = saved_bound
         bound = "".join(f"{n}, " for n in self.bound)
         self.emit(f"for a in {self.const(rows, 'TABLE')}:", depth)
@@ -113,15 +118,27 @@ class TableMode:
         lf, ss, sf = self.load_fwd.get(i), self.store_skip.get(i), self.store_fwd.get(i)
         if lf is None and ss is None and sf is None:
             return (no, fl, self._bound_key), uids
-        uids = list(uids)
-        fwd = (
-            None if lf is None else self.tensor_part(lf, uids),
-            None if ss is None else self.tensor_part(ss, uids),
-            None if sf is None else self.tensor_part(sf[0], uids),
-            None if sf is None else self.access_part(sf[1].outs[0], uids),
+        # the forwarded tile is one of the op's temporaries: its position names it
+        fwd: tuple = (
+            None if lf is None else self._position(lf, uids),
+            None if ss is None else self._position(ss, uids),
         )
-        fl += tuple([flags[u] if u in flags else self._tflag(u) for u in uids[len(fl) :]])
+        if sf is not None:
+            dst = sf[1].outs[0]
+            if dst.tensor.kind == "temp" or dst.indirect is not None:
+                uids = list(uids)
+                part = self.access_part(dst, uids)
+                fl += tuple([flags[u] if u in flags else self._tflag(u) for u in uids[len(fl) :]])
+            else:
+                part = (dst.tensor.uid, dst.shape, self.index_no(dst))
+            fwd += (self._position(sf[0], uids), part)
         return (no, fl, fwd, self._bound_key), uids
+
+    def _position(self, t: Any, uids: list[int]) -> Any:
+        """``t``'s part of a key, for a temporary of the op (in ``uids``)."""
+        if t.uid in uids:
+            return uids.index(t.uid)
+        raise _Unkeyable  # not one of the op's own tiles: the op is rendered
 
     def _tflag(self, u: int) -> int:
         """What the plans decided about temporary ``u``, as bits."""
