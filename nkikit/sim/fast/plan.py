@@ -51,6 +51,23 @@ def _find(stmts: list, s: object, start: int) -> int | None:
     return next((j for j in range(start + 1, len(stmts)) if stmts[j] is s), None)
 
 
+def _positions(stmts: list) -> dict[int, int]:
+    """id(op) -> the position in ``stmts`` of the statement that is or holds the op."""
+    out: dict[int, int] = {}
+    for j, s in enumerate(stmts):
+        if type(s) is Op:
+            out[id(s)] = j
+        elif type(s) is Loop:
+            stack = [s]
+            while stack:
+                for x in stack.pop().body:
+                    if type(x) is Op:
+                        out[id(x)] = j
+                    elif type(x) is Loop:
+                        stack.append(x)
+    return out
+
+
 def _loops_in(s: Loop):
     """(loop, depth) for ``s`` and every loop nested in it."""
     out = [(s, 0)]
@@ -72,6 +89,7 @@ class Planner(OpShapes):
         self._clean: dict[int, bool] = {}  # id(op) -> _clean_writer(op)
         self._touch_memo: dict[tuple[int, int], object] = {}  # (op shape, position) -> touch
         self._forward_memo: dict[tuple, object] = {}  # see _forward_kind
+        self._where: dict[int, tuple[list, dict[int, int]]] = {}  # id(body) -> (it, _positions)
 
     def whole(self, acc: Access) -> bool:
         """``acc.is_whole``, remembered (the plans ask for most accesses more than once)."""
@@ -207,7 +225,7 @@ class Planner(OpShapes):
         must poison: yes unless the write-only statements before the first read write every
         element."""
         cov = None
-        for j in range(start, len(stmts)):
+        for j in range(self._first_touch(t, stmts, start), len(stmts)):
             s = stmts[j]
             if type(s) is Op:
                 kind = self._touch(s, t)
@@ -240,6 +258,27 @@ class Planner(OpShapes):
             if cov.all():
                 return False
         return cov is not None and not cov.all()
+
+    def _first_touch(self, t: Tensor, stmts: list, start: int) -> int:
+        """The position of the first statement of ``stmts`` from ``start`` on that holds an
+        op reading or writing ``t`` (or a view of it), from the read and write index: a
+        kernel that allocates its tiles long before it uses them is not scanned from every
+        Alloc to its first use."""
+        reads = self.reads.get(t.uid, ())
+        writes = self.writes.get(t.uid, ())
+        if not reads and not writes:
+            return len(stmts)
+        where = self._where.get(id(stmts))
+        if where is None:
+            where = self._where[id(stmts)] = (stmts, _positions(stmts))
+        where = where[1]
+        best = len(stmts)
+        for ops in (reads, writes):
+            for op in ops:
+                j = where.get(id(op))
+                if j is not None and start <= j < best:
+                    best = j
+        return best
 
     def _touch(self, s: Op, t: Tensor) -> object:
         """How op ``s`` touches temporary ``t`` for the poison plan: not at all, a read or a
