@@ -54,10 +54,6 @@ class OpShapes(Accesses):
         self._static: dict[int, int] = {}  # uid of a temporary -> its static class number
         self._static_nos: dict[tuple, int] = {}
 
-    def is_temp(self, t: Tensor) -> bool:
-        """A tensor named by position in keys: a kernel-local buffer that is no view."""
-        return t.kind == "temp" and t.base is None
-
     def static_class(self, t: Tensor) -> int:
         """The number of what a temporary's code depends on before any plan: shape, dtype
         (and whether it carries metadata: ml_dtypes), buffer, partition axis, mutability."""

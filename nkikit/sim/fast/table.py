@@ -12,7 +12,9 @@ An unrolled kernel repeats a few kinds of op with fresh tiles: an op whose *shap
 everything code generation reads about it, its temporaries named by order of appearance)
 was seen twice reuses the row those two taught (``_learn``: which argument is a constant,
 which a temporary's uid, which the op itself) instead of being rendered and templated again.
-``CHECK_MEMO`` renders every op anyway and asserts the rows agree (the tests turn it on).
+``CHECK_MEMO`` renders every op anyway and asserts the rows agree, and makes the plans'
+memos (poison, forwarding: ``plan.py``) decide afresh and assert the same (the tests turn
+it on).
 """
 
 from __future__ import annotations
