@@ -28,9 +28,10 @@ Instructions this package has no compiled form for run through the reference int
 ``exec_op``; that is always correct, only slower.
 
 The modules, in the order a kernel goes through them: ``access`` (symbols, bounds, masks:
-how code reaches memory), ``plan`` (poisoning, arena, forwarding, shadows), ``executors``
-(the per-primitive table: generic, special code or the reference), ``codegen`` (the
-program's source), ``table`` (its table-driven form for large unrolled kernels) and
+how code reaches memory), ``keys`` (numbered op structures, by which the plans and the
+table remember decisions per kind of op), ``plan`` (poisoning, arena, forwarding, shadows),
+``executors`` (the per-primitive table: generic, special code or the reference), ``codegen``
+(the program's source), ``table`` (its table-driven form for large unrolled kernels) and
 ``runtime`` (what the program calls, and :class:`Program`).
 
 ``explain(kernel)`` returns the generated source, for debugging and for the curious.

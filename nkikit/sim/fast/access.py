@@ -18,7 +18,7 @@ import numpy as np
 from ... import dtypes
 from ...ir.affine import Affine, Axis, ProgramId, Sym, axis_env
 from ...ir.core import Access, Alloc, Kernel, Loop, Op, Tensor
-from ...ir.prims import mask_ref
+from ...ir.prims import mask_ref, reads_dst
 
 
 def _cmp_always(lo: int, hi: int, op: str) -> bool:
@@ -87,6 +87,8 @@ class Accesses:
         # the code of an access to any tensor of a shape, its uid left as "\0": unrolled
         # kernels make the same accesses to thousands of fresh tiles
         self._shape_memo: dict[tuple, tuple[AccessCode | None, list[str]]] = {}
+        self._indices: dict[tuple, int] = {}  # an access's index -> its number
+        self._index_of: dict[int, tuple] = {}  # id(index tuple) -> (it, its number)
         grid = kernel.grid or (1,)
         for i, g in enumerate(grid):
             self.names[ProgramId(i)] = f"p{i}"
@@ -95,20 +97,60 @@ class Accesses:
         for t in kernel.params + kernel.tensors:
             self.tensors[t.uid] = t
         self.n_statements = 0
-        for s, _ in kernel.walk():
-            self.n_statements += 1
-            if isinstance(s, Op):
-                for a in list(s.outs) + [x for x in s.ins if isinstance(x, Access)]:
-                    self.tensors.setdefault(a.tensor.uid, a.tensor)
-                    r = a.tensor
+        # root uid -> the ops that read / write it, in program order, an op once per access
+        # (and once more per output for an op that reads its destination)
+        self.reads: dict[int, list[Op]] = {}
+        self.writes: dict[int, list[Op]] = {}
+        self._index(kernel.body)
+
+    def _index(self, body: list) -> None:
+        """One pass over ``body`` and its loops: statements, symbols, tensors and the read
+        and write index (unrolled kernels have a statement per instruction: one walk)."""
+        tensors, reads, writes = self.tensors, self.reads, self.writes
+        self.n_statements += len(body)
+        for s in body:
+            ts = type(s)
+            if ts is Op:
+                rd = None
+                for a in s.outs:
+                    t = r = a.tensor
+                    if t.uid not in tensors:
+                        tensors[t.uid] = t
                     while r.base is not None:
                         r = r.base
-                        self.tensors.setdefault(r.uid, r)
-            elif isinstance(s, Alloc):
-                self.tensors.setdefault(s.tensor.uid, s.tensor)
-            elif isinstance(s, Loop):
+                        if r.uid not in tensors:
+                            tensors[r.uid] = r
+                    ws = writes.get(r.uid)
+                    if ws is None:
+                        writes[r.uid] = [s]
+                    else:
+                        ws.append(s)
+                    if rd is None:
+                        rd = reads_dst(s)
+                    if rd:
+                        reads.setdefault(r.uid, []).append(s)
+                for a in s.ins:
+                    if type(a) is not Access:
+                        continue
+                    t = r = a.tensor
+                    if t.uid not in tensors:
+                        tensors[t.uid] = t
+                    while r.base is not None:
+                        r = r.base
+                        if r.uid not in tensors:
+                            tensors[r.uid] = r
+                    rs = reads.get(r.uid)
+                    if rs is None:
+                        reads[r.uid] = [s]
+                    else:
+                        rs.append(s)
+            elif ts is Alloc:
+                if s.tensor.uid not in tensors:
+                    tensors[s.tensor.uid] = s.tensor
+            elif ts is Loop:
                 self.names[s.var] = f"v{len(self.names)}"
                 self.ranges[s.var] = s.trip
+                self._index(s.body)
 
     # -- small helpers ------------------------------------------------------------------------
     def const(self, value: Any, prefix: str = "C") -> str:
@@ -184,25 +226,52 @@ class Accesses:
         self, acc: Access, write: bool, raw_consumer: bool
     ) -> tuple[AccessCode | None, list[str]]:
         """``access``'s code and the conditions it adds."""
-        if acc.indirect is not None:
-            return None, []  # a gather/scatter: only the gather/scatter executor compiles those
-        t = acc.tensor
-        shadowed = t.uid in self.shadow
-        key = (t.shape, shadowed, acc.shape, acc.index, write, raw_consumer)
-        hit = self._shape_memo.get(key)
-        if hit is None:
-            hit = self._shape_memo[key] = self._access_code(acc, write, raw_consumer, shadowed)
-        code, conds = hit
+        hit = self.shape_access(acc, write, raw_consumer)
+        code = hit[0]
         if code is None:
             return hit
-        u = str(t.uid)
+        u = str(acc.tensor.uid)
         wide = code.wide
         return AccessCode(
             code.expr.replace("\0", u),
             code.layout_exact,
             None if wide is None else wide.replace("\0", u),
             code.region,
-        ), conds
+        ), hit[1]
+
+    def shape_access(
+        self, acc: Access, write: bool, raw_consumer: bool
+    ) -> tuple[AccessCode | None, list[str]]:
+        """``_access`` with the tensor's uid left as a NUL character: the same code for every
+        access of its shape to every tensor of its shape (what the plans' checks read)."""
+        if acc.indirect is not None:
+            return None, []  # a gather/scatter: only the gather/scatter executor compiles those
+        t = acc.tensor
+        shadowed = t.uid in self.shadow
+        key = (t.shape, shadowed, acc.shape, self.index_no(acc), write, raw_consumer)
+        hit = self._shape_memo.get(key)
+        if hit is None:
+            hit = self._shape_memo[key] = self._access_code(acc, write, raw_consumer, shadowed)
+        return hit
+
+    def static_shape(self, acc: Access, write: bool) -> AccessCode | None:
+        """``shape_access`` for a raw access that must be in bounds in every iteration:
+        whether ``static_access`` compiles, and the layout of what it gives."""
+        code, conds = self.shape_access(acc, write, True)
+        return None if conds else code
+
+    def index_no(self, acc: Access) -> int:
+        """A number for ``acc.index`` (equal indices, equal numbers), remembered per index
+        object: the tracer shares the index tuples of equal accesses, so an unrolled kernel's
+        Affines are hashed a few times, not once per access (the IR keeps every index alive
+        while the kernel compiles, so no id is reused)."""
+        index = acc.index
+        hit = self._index_of.get(id(index))
+        if hit is None:
+            indices = self._indices
+            # the entry keeps the index alive: an access built while compiling may die
+            hit = self._index_of[id(index)] = (index, indices.setdefault(index, len(indices)))
+        return hit[1]
 
     def _access_code(
         self, acc: Access, write: bool, raw_consumer: bool, shadowed: bool

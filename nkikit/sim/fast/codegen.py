@@ -69,6 +69,8 @@ class Compiler(Planner, TableMode):
         self._signatures = {}
         self._memo = {}
         self._poison = {}
+        self._bound_key = ()
+        self._tflags = {}
         self.n_replayed = 0
         self.emit("def _kernel(mem, interp):", 0)
         self.emit("env = {}", 1)
@@ -86,12 +88,17 @@ class Compiler(Planner, TableMode):
         if temps:
             self.emit(f"arena = np.empty({total}, np.uint8)", 1)
         rows = []
+        storage: dict[int, tuple[str, np.dtype]] = {}  # id(dtype) -> its storage (and name)
         for t in temps:
-            dt = self.const(dtypes.storage_dtype(t.dtype), "DT")
+            hit = storage.get(id(t.dtype))
+            if hit is None:
+                sdt = dtypes.storage_dtype(t.dtype)
+                hit = storage[id(t.dtype)] = (self.const(sdt, "DT"), sdt)
+            dt, sdt = hit
             off = offsets[t.uid]
-            nbytes = math.prod(t.shape) * dtypes.storage_dtype(t.dtype).itemsize
+            nbytes = math.prod(t.shape) * sdt.itemsize
             if self.chunked:
-                rows.append((t.uid, off, off + nbytes, self.ns[dt], t.shape))
+                rows.append((t.uid, off, off + nbytes, sdt, t.shape))
                 continue
             self.emit(
                 f"{self.slot(t)} = mem[{t.uid}] = arena[{off}:{off + nbytes}].view({dt}).reshape({t.shape!r})",
@@ -117,7 +124,7 @@ class Compiler(Planner, TableMode):
 
         for t in self.tensors.values():
             view(t)
-        self.plan_forwarding()  # first: its read and write index serves the poison plan
+        self.plan_forwarding()  # before the shadows: a forwarded tile keeps no shadow
         poison_start = {}
         for t in self.tensors.values():
             if t.base is None and t.kind in ("hbm", "output"):
@@ -155,7 +162,7 @@ class Compiler(Planner, TableMode):
         if self.chunks:
             self.chunks.append(f"T = [{', '.join(f'_t{i}' for i in range(len(self.chunks)))}]")
         source = "\n".join([*self.chunks, *self.lines]) + "\n"
-        return Program(k, source, self.ns, poison_start, self.n_fallback)
+        return Program(k, source, self.ns, poison_start, self.n_fallback, self.writes)
 
     # -- statements ---------------------------------------------------------------------------
     def body(self, stmts: list, depth: int, top: bool = False) -> None:
@@ -178,7 +185,7 @@ class Compiler(Planner, TableMode):
                     self.emit(f"m{t.uid} = mem[{t.uid}] = b{t.uid}", depth)
                 poison = self._poison.pop(id(s), None)  # decided by table mode's memo key
                 if poison is None:
-                    poison = self.needs_poison_temp(t, (stmts[j] for j in range(i + 1, len(stmts))))
+                    poison = self.needs_poison_temp(t, stmts, i + 1)
                 if poison:
                     pv = self.const(dtypes.poison_value(t.dtype), "POISON")
                     self.emit(f"{self.slot(t)}.fill({pv})", depth)

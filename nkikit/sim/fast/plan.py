@@ -14,7 +14,6 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from collections.abc import Iterable
 
 import numpy as np
 
@@ -22,13 +21,20 @@ from ... import dtypes
 from ...ir.affine import Axis, Sym
 from ...ir.core import Access, Alloc, Kernel, Loop, Op, Tensor
 from ...ir.prims import PRIMS, reads_dst, writes_partially
-from .access import Accesses
+from . import table as _table
 from .executors import executor
+from .keys import OpShapes
 
 # Largest buffer (elements) and number of loop iterations the coverage proof enumerates;
 # beyond them the buffer is simply poisoned, as the reference does.
 _COVER_MAX_ELEMS = 1 << 26
 _COVER_MAX_ITERS = 1 << 16
+
+
+# how an op touches a temporary, for the poison plan (``Planner._touch``)
+_UNTOUCHED, _POISON, _WHOLE, _PARTIAL = "untouched", "poison", "whole", "partial"
+# what the forwarding plan does with a tile (``Planner._forward_check``)
+_LOAD, _STORE, _KEEP = "load", "store", "keep"
 
 
 def writes_all(op: Op) -> bool:
@@ -45,6 +51,23 @@ def _find(stmts: list, s: object, start: int) -> int | None:
     return next((j for j in range(start + 1, len(stmts)) if stmts[j] is s), None)
 
 
+def _positions(stmts: list) -> dict[int, int]:
+    """id(op) -> the position in ``stmts`` of the statement that is or holds the op."""
+    out: dict[int, int] = {}
+    for j, s in enumerate(stmts):
+        if type(s) is Op:
+            out[id(s)] = j
+        elif type(s) is Loop:
+            stack = [s]
+            while stack:
+                for x in stack.pop().body:
+                    if type(x) is Op:
+                        out[id(x)] = j
+                    elif type(x) is Loop:
+                        stack.append(x)
+    return out
+
+
 def _loops_in(s: Loop):
     """(loop, depth) for ``s`` and every loop nested in it."""
     out = [(s, 0)]
@@ -54,7 +77,7 @@ def _loops_in(s: Loop):
     return out
 
 
-class Planner(Accesses):
+class Planner(OpShapes):
     """The kernel-wide plans (see the module docstring); ``plan_forwarding`` and
     ``plan_shadows`` fill ``forwarded``, ``load_fwd``, ``store_fwd``, ``store_skip`` and
     ``shadow``, which code generation follows."""
@@ -63,6 +86,10 @@ class Planner(Accesses):
         super().__init__(kernel)
         self.forwarded: set[int] = set()
         self._whole: dict[int, bool] = {}
+        self._clean: dict[int, bool] = {}  # id(op) -> _clean_writer(op)
+        self._touch_memo: dict[tuple[int, int], object] = {}  # (op shape, position) -> touch
+        self._forward_memo: dict[tuple, object] = {}  # see _forward_kind
+        self._where: dict[int, tuple[list, dict[int, int]]] = {}  # id(body) -> (it, _positions)
 
     def whole(self, acc: Access) -> bool:
         """``acc.is_whole``, remembered (the plans ask for most accesses more than once)."""
@@ -153,7 +180,7 @@ class Planner(Accesses):
                     mp = self.mask_plan(s)
                     if mp is None or mp[0] == "dynamic":
                         clean = False
-                    if not writes_all(s) or self.access(o, True, True, dynamic=False) is None:
+                    if not writes_all(s) or self.static_shape(o, True) is None:
                         clean = False
                     writes.append((s, o))
         return reads, writes, clean
@@ -186,35 +213,129 @@ class Planner(Accesses):
                     mp = self.mask_plan(s)
                     if mp is None or mp[0] == "dynamic":
                         clean = False
-                    if not writes_all(s) or self.access(o, True, True, dynamic=False) is None:
+                    if not writes_all(s) or self.static_shape(o, True) is None:
                         clean = False
                     writes.append(o)
         if not clean or not writes:
             return True
         return not self._cover(t, writes, set(self.ranges))
 
-    def needs_poison_temp(self, t: Tensor, rest: Iterable) -> bool:
-        """``rest``: the statements after the Alloc in its body.  Poison is needed unless
-        the write-only statements before the first read write every element."""
+    def needs_poison_temp(self, t: Tensor, stmts: list, start: int) -> bool:
+        """Whether the Alloc of ``t`` just before ``stmts[start]`` (in its body ``stmts``)
+        must poison: yes unless the write-only statements before the first read write every
+        element."""
         cov = None
-        for s in rest:
-            reads, writes, clean = self._touches([s], t)
-            if not reads and not writes:
+        for j in range(self._first_touch(t, stmts, start), len(stmts)):
+            s = stmts[j]
+            if type(s) is Op:
+                kind = self._touch(s, t)
+                if kind is _UNTOUCHED:
+                    continue
+                if kind is _POISON:
+                    return True
+                if kind is _WHOLE:
+                    return False  # what _mark would find without enumerating
+                writes = [o for o in s.outs if o.tensor.root is t]
+                free: set[Sym] = set()
+            elif type(s) is Loop:
+                reads, found, clean = self._touches([s], t)
+                if not reads and not found:
+                    continue
+                if reads or not clean:
+                    return True
+                writes = [w for _, w in found]
+                if any(self.whole(w) for w in writes):
+                    return False
+                free = {x.var for x, _ in _loops_in(s)}
+            else:
                 continue
-            if reads or not clean:
-                return True
-            if any(self.whole(w) for _, w in writes):
-                return False  # what _mark would find without enumerating
             if cov is None:
                 if math.prod(t.shape) > _COVER_MAX_ELEMS:
                     return True
                 cov = np.zeros(t.shape, dtype=bool)
-            free = {x.var for x, _ in _loops_in(s)} if isinstance(s, Loop) else set()
-            if not self._mark(cov, t, [w for _, w in writes], free):
+            if not self._mark(cov, t, writes, free):
                 return True
             if cov.all():
                 return False
         return cov is not None and not cov.all()
+
+    def _first_touch(self, t: Tensor, stmts: list, start: int) -> int:
+        """The position of the first statement of ``stmts`` from ``start`` on that holds an
+        op reading or writing ``t`` (or a view of it), from the read and write index: a
+        kernel that allocates its tiles long before it uses them is not scanned from every
+        Alloc to its first use."""
+        reads = self.reads.get(t.uid, ())
+        writes = self.writes.get(t.uid, ())
+        if not reads and not writes:
+            return len(stmts)
+        where = self._where.get(id(stmts))
+        if where is None:
+            where = self._where[id(stmts)] = (stmts, _positions(stmts))
+        where = where[1]
+        best = len(stmts)
+        for ops in (reads, writes):
+            for op in ops:
+                j = where.get(id(op))
+                if j is not None and start <= j < best:
+                    best = j
+        return best
+
+    def _touch(self, s: Op, t: Tensor) -> object:
+        """How op ``s`` touches temporary ``t`` for the poison plan: not at all, a read or a
+        write that may leave poison (``_POISON``), a clean write of all of ``t``
+        (``_WHOLE``) or clean partial writes (``_PARTIAL``).  Remembered per kind of op and
+        position of ``t`` in it (when ``t`` is a temporary of which no view exists: keys name
+        other tensors and views by uid)."""
+        key = None
+        if t.uid not in self.aliased and t.kind == "temp" and t.base is None:
+            shape = self.op_shape(s)
+            if shape is not None:
+                uids = shape[1]
+                if t.uid not in uids:
+                    return _UNTOUCHED
+                key = (shape[0], uids.index(t.uid))
+                kind = self._touch_memo.get(key)
+                if kind is not None and not _table.CHECK_MEMO:
+                    return kind
+        found = self._touch_scan(s, t)
+        if key is not None:
+            known = self._touch_memo.setdefault(key, found)
+            assert known is found, f"touch memo: {known} != {found} for {s!r}"
+        return found
+
+    def _touch_scan(self, s: Op, t: Tensor) -> object:
+        """``_touch``, found by looking at every access of ``s``."""
+        writes = None
+        for x in s.ins:
+            if type(x) is Access:
+                u = x.tensor
+                if u is t or (u.base is not None and u.root is t):
+                    return _POISON
+        for o in s.outs:
+            u = o.tensor
+            if u is t or (u.base is not None and u.root is t):
+                if writes is None:
+                    writes = []
+                writes.append(o)
+        if writes is None:
+            return _UNTOUCHED
+        if not self._clean_writer(s):
+            return _POISON
+        for o in writes:
+            if self.static_shape(o, True) is None:
+                return _POISON
+        return _WHOLE if any(self.whole(w) for w in writes) else _PARTIAL
+
+    def _clean_writer(self, op: Op) -> bool:
+        """Whether ``op``'s writes could leave no poison behind: it does not read its
+        destination, its mask needs no per-element test, and it writes whole outputs."""
+        ok = self._clean.get(id(op))
+        if ok is None:
+            mp = self.mask_plan(op)
+            ok = self._clean[id(op)] = (
+                not reads_dst(op) and mp is not None and mp[0] != "dynamic" and writes_all(op)
+            )
+        return ok
 
     # -- memory -------------------------------------------------------------------------------
     def plan_arena(self, temps: list[Tensor]) -> tuple[dict[int, int], int]:
@@ -231,43 +352,55 @@ class Planner(Accesses):
         uids = {t.uid for t in temps}
         start: dict[int, int] = {}
         depth: dict[int, int] = {}
-        uses: dict[int, list[tuple[int, Loop | None]]] = {}
+        end: dict[int, int] = {}  # last use outside loops that do not contain the Alloc
+        in_loops: list[tuple[int, Loop]] = []  # (uid, loop it is used in, not allocated in)
         loop_end: dict[int, int] = {}
         pos = 0
 
         def walk(stmts: list, loops: list[Loop]) -> None:
             nonlocal pos
+            n = len(loops)
             for st in stmts:
                 p = pos
                 pos += 1
-                if isinstance(st, Alloc):
-                    if st.tensor.uid in uids:
-                        start[st.tensor.uid] = p
-                        depth[st.tensor.uid] = len(loops)
-                elif isinstance(st, Loop):
-                    walk(st.body, loops + [st])
-                    loop_end[id(st)] = pos - 1
-                elif isinstance(st, Op):
-                    n = len(loops)
+                ts = type(st)
+                if ts is Op:
                     for a in (*st.outs, *st.ins):
-                        if not isinstance(a, Access):
+                        if type(a) is not Access:
                             continue
                         t = a.tensor
                         while t.base is not None:  # t.root, without the property call
                             t = t.base
                         uid = t.uid
                         if uid in uids:
-                            d = depth.get(uid, 0)
-                            uses.setdefault(uid, []).append((p, loops[d] if n > d else None))
+                            if n and n > depth.get(uid, 0):
+                                in_loops.append((uid, loops[depth.get(uid, 0)]))
+                            else:
+                                end[uid] = p
+                elif ts is Alloc:
+                    if st.tensor.uid in uids:
+                        start[st.tensor.uid] = p
+                        depth[st.tensor.uid] = n
+                elif ts is Loop:
+                    walk(st.body, loops + [st])
+                    loop_end[id(st)] = pos - 1
 
         walk(self.k.body, [])
+        for uid, lp in in_loops:
+            e = loop_end[id(lp)]
+            if e > end.get(uid, -1):
+                end[uid] = e
         live: list[tuple[int, int, int, int, int]] = []  # (start, end, offset, size, uid)
+        itemsize: dict[
+            int, int
+        ] = {}  # id(dtype) -> storage itemsize (equal dtypes may differ in metadata)
         for t in temps:
             b = start.get(t.uid, 0)
-            e = b
-            for p, lp in uses.get(t.uid, []):
-                e = max(e, loop_end[id(lp)] if lp is not None else p)
-            size = -(-math.prod(t.shape) * dtypes.storage_dtype(t.dtype).itemsize // 64) * 64
+            e = max(b, end.get(t.uid, b))
+            isz = itemsize.get(id(t.dtype))
+            if isz is None:
+                isz = itemsize[id(t.dtype)] = dtypes.storage_dtype(t.dtype).itemsize
+            size = -(-math.prod(t.shape) * isz // 64) * 64
             live.append((b, e, 0, max(size, 64), t.uid))
         live.sort()
         # first fit against the tiles still live when each one starts (tiles are taken in
@@ -301,19 +434,6 @@ class Planner(Accesses):
         run time: C-contiguous) the layout are those of the reference's own buffer; the
         copy is what disappears.  Dead writes (temporaries nobody reads) are dropped too.
         """
-        reads: dict[int, list[Op]] = {}
-        writes: dict[int, list[Op]] = {}
-        for s, _ in self.k.walk():
-            if not isinstance(s, Op):
-                continue
-            for x in s.ins:
-                if isinstance(x, Access):
-                    reads.setdefault(x.tensor.root.uid, []).append(s)
-            for o in s.outs:
-                writes.setdefault(o.tensor.root.uid, []).append(s)
-                if reads_dst(s):
-                    reads.setdefault(o.tensor.root.uid, []).append(s)
-        self.reads, self.writes = reads, writes
         # tensors viewed through a reshape (NKI 0.x views of on-chip tiles): their accesses
         # name the reshape, so forwarding and shadow copies, which follow the tile's own
         # accesses, do not apply
@@ -332,17 +452,18 @@ class Planner(Accesses):
         return mp is not None and mp[0] in ("none", "static") and isinstance(op.ins[0], Access)
 
     def _scan_forwarding(self, stmts: list) -> None:
+        writes, reads, aliased = self.writes, self.reads, self.aliased
         for i, s in enumerate(stmts):
-            if isinstance(s, Loop):
+            if type(s) is Loop:
                 self._scan_forwarding(s.body)
-            if not isinstance(s, Alloc):
+                continue
+            if type(s) is not Alloc:
                 continue
             t = s.tensor
-            ws = self.writes.get(t.uid, [])
-            rs = self.reads.get(t.uid, [])
-            if len(ws) != 1 or dtypes.is_tf32(t.dtype) or t.base is not None:
-                continue
-            if t.uid in self.aliased:  # read or written through a reshape: keep its buffer
+            ws = writes.get(t.uid)
+            if ws is None or len(ws) != 1 or t.base is not None or t.uid in aliased:
+                continue  # aliased: read or written through a reshape, keep its buffer
+            if dtypes.is_tf32(t.dtype):
                 continue
             w = ws[0]
             # the writer must be a plain statement of this body, after the Alloc, with no
@@ -353,59 +474,106 @@ class Planner(Accesses):
                 pos > i + 1 and any(self._mentions(x, t, True) for x in stmts[i + 1 : pos])
             ):
                 continue
-            out = w.outs[0] if len(w.outs) == 1 else None
-            if self._plain_copy(w) and out is not None and out.tensor is t and self.whole(out):
-                src = w.ins[0]
-                root = src.tensor.root
-                if (
-                    root.is_hbm
-                    and root.uid not in self.writes
-                    and src.shape == t.shape
-                    and src.tensor.dtype == t.dtype
-                    and t not in [x.tensor for x in w.ins[1:]]
-                ):
-                    code = self.static_access(src, False)
-                    if code is not None and code.layout_exact and "_bt(" not in code.expr:
-                        self.load_fwd[id(w)] = t
-                        self.forwarded.add(t.uid)
-                        continue
-            # store forwarding: t written whole by w, then read only by one plain store
-            if len(rs) != 1 or not any(o.tensor is t and self.whole(o) for o in w.outs):
+            rs = reads.get(t.uid, ())
+            st_op = rs[0] if len(rs) == 1 else None
+            spos = None if st_op is None else _find(stmts, st_op, pos + 1)
+            kind = self._forward_kind(t, w, st_op if spos is not None else None)
+            if kind is _LOAD:
+                self.load_fwd[id(w)] = t
+                self.forwarded.add(t.uid)
                 continue
-            st_op = rs[0]
-            spos = _find(stmts, st_op, pos + 1)
-            if spos is None or not self._plain_copy(st_op) or st_op.ins[0].tensor is not t:
+            if kind is not _STORE:
                 continue
-            src, dst = st_op.ins[0], st_op.outs[0]
-            droot = dst.tensor.root
-            if (
-                not self.whole(src)
-                or not droot.is_hbm
-                or dst.shape != t.shape
-                or dst.tensor.dtype != t.dtype
-                or any(isinstance(x, Access) and x.tensor.root is droot for x in w.ins)
-            ):
-                continue
-            # the writer must write every element of t unconditionally (else the reference
-            # would leave poison where this would leave the destination's old data)
-            if (
-                not writes_all(w)
-                or self.mask_plan(w) not in (("none", None), ("static", None))
-                or any(self.static_access(x, False) is None for x in w.ins if isinstance(x, Access))
-                or any(self.static_access(o, True) is None for o in w.outs)
-                or executor(w.prim).reference
-            ):
-                continue
+            # nothing between the writer and the store may touch the destination
+            droot = st_op.outs[0].tensor.root
             if spos > pos + 1 and any(
                 self._mentions(x, droot, False) for x in stmts[pos + 1 : spos]
             ):
                 continue
-            code = self.static_access(dst, True)
-            if code is None or not code.layout_exact:
-                continue
             self.store_fwd[id(w)] = (t, st_op)
             self.store_skip[id(st_op)] = t
             self.forwarded.add(t.uid)
+
+    def _forward_kind(self, t: Tensor, w: Op, st_op: Op | None) -> object:
+        """``_forward_check``, remembered per kind of writer, position of ``t`` in it, kind
+        of store and the temporaries the two share (when neither touches a view, whose
+        owner keys do not show)."""
+        key = None
+        if t.kind == "temp":
+            sw = self.op_shape(w)
+            ss = None if st_op is None else self.op_shape(st_op)
+            if (
+                sw is not None
+                and sw[2]
+                and t.uid in sw[1]
+                and (st_op is None or (ss is not None and ss[2]))
+            ):
+                uw = sw[1]
+                written = self.writes
+                key = (
+                    sw[0],
+                    uw.index(t.uid),
+                    tuple([u in written for u in uw]),
+                    None if ss is None else ss[0],
+                    None if ss is None else tuple([uw.index(u) if u in uw else -1 for u in ss[1]]),
+                )
+                kind = self._forward_memo.get(key)
+                if kind is not None and not _table.CHECK_MEMO:
+                    return kind
+        found = self._forward_check(t, w, st_op)
+        if key is not None:
+            known = self._forward_memo.setdefault(key, found)
+            assert known is found, f"forwarding memo: {known} != {found} for {w!r}"
+        return found
+
+    def _forward_check(self, t: Tensor, w: Op, st_op: Op | None) -> object:
+        """Whether tile ``t``, written only by ``w`` (the next statement that touches it)
+        and read only by ``st_op`` (None: not by exactly one op after ``w`` in its body),
+        is load-forwarded (``_LOAD``), store-forwarded (``_STORE``, when nothing between
+        ``w`` and ``st_op`` touches the destination) or neither (``_KEEP``)."""
+        out = w.outs[0] if len(w.outs) == 1 else None
+        if self._plain_copy(w) and out is not None and out.tensor is t and self.whole(out):
+            src = w.ins[0]
+            root = src.tensor.root
+            if (
+                root.is_hbm
+                and root.uid not in self.writes
+                and src.shape == t.shape
+                and src.tensor.dtype == t.dtype
+                and t not in [x.tensor for x in w.ins[1:]]
+            ):
+                code = self.static_shape(src, False)
+                if code is not None and code.layout_exact and "_bt(" not in code.expr:
+                    return _LOAD
+        # store forwarding: t written whole by w, then read only by one plain store
+        if st_op is None or not any(o.tensor is t and self.whole(o) for o in w.outs):
+            return _KEEP
+        if not self._plain_copy(st_op) or st_op.ins[0].tensor is not t:
+            return _KEEP
+        src, dst = st_op.ins[0], st_op.outs[0]
+        droot = dst.tensor.root
+        if (
+            not self.whole(src)
+            or not droot.is_hbm
+            or dst.shape != t.shape
+            or dst.tensor.dtype != t.dtype
+            or any(isinstance(x, Access) and x.tensor.root is droot for x in w.ins)
+        ):
+            return _KEEP
+        # the writer must write every element of t unconditionally (else the reference
+        # would leave poison where this would leave the destination's old data)
+        if (
+            not writes_all(w)
+            or self.mask_plan(w) not in (("none", None), ("static", None))
+            or any(self.static_shape(x, False) is None for x in w.ins if isinstance(x, Access))
+            or any(self.static_shape(o, True) is None for o in w.outs)
+            or executor(w.prim).reference
+        ):
+            return _KEEP
+        code = self.static_shape(dst, True)
+        if code is None or not code.layout_exact:
+            return _KEEP
+        return _STORE
 
     # -- shadows ------------------------------------------------------------------------------
     def plan_shadows(self) -> None:
@@ -418,22 +586,25 @@ class Planner(Accesses):
         would have the same (C-contiguous) layout.
         """
         self.shadow: set[int] = set()
+        candidates = [
+            t
+            for t in self.tensors.values()
+            if t.kind == "temp"
+            and t.base is None
+            and t.uid not in self.forwarded
+            and t.uid not in self.aliased
+            and not dtypes.is_tf32(t.dtype)
+            and dtypes.is_float(t.dtype)
+            and dtypes.storage_dtype(t.dtype) != np.float32
+        ]
+        if not candidates:
+            return
         execs: dict[int, int] = {}
         grid = math.prod(self.k.grid or (1,))
         for st, loops in self.k.walk():
             if isinstance(st, Op):
                 execs[id(st)] = grid * math.prod(lp.trip for lp in loops)
-        for t in self.tensors.values():
-            if (
-                t.kind != "temp"
-                or t.base is not None
-                or t.uid in self.forwarded
-                or t.uid in self.aliased
-                or dtypes.is_tf32(t.dtype)
-                or not dtypes.is_float(t.dtype)
-                or dtypes.storage_dtype(t.dtype) == np.float32
-            ):
-                continue
+        for t in candidates:
             r = sum(execs[id(op)] for op in self.reads.get(t.uid, []) if not PRIMS[op.prim].raw)
             w = sum(execs[id(op)] for op in self.writes.get(t.uid, []))
             if r > 2 * w:

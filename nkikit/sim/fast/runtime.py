@@ -102,16 +102,19 @@ class Program:
         namespace: dict,
         poison_at_start: dict[int, bool],
         n_fallback: int,
+        written: set[int] | dict[int, Any] | None = None,
     ) -> None:
         self.kernel = kernel
         self.source = source
         self.poison_at_start = poison_at_start
         self.n_fallback = n_fallback
         # parameters some instruction writes: the only ones a caller must copy to protect
-        written = set()
-        for op, _ in kernel.ops():
-            for o in op.outs:
-                written.add(o.tensor.root.uid)
+        # (``written``: the root uids of every op's outputs, when the compiler knows them)
+        if written is None:
+            written = set()
+            for op, _ in kernel.ops():
+                for o in op.outs:
+                    written.add(o.tensor.root.uid)
         self.written_params = frozenset(t.name for t in kernel.params if t.uid in written)
         code = compile(source, f"<nkikit.sim.fast {kernel.name}>", "exec")
         exec(code, namespace)  # noqa: S102 - our own generated source

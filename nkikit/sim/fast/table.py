@@ -12,7 +12,9 @@ An unrolled kernel repeats a few kinds of op with fresh tiles: an op whose *shap
 everything code generation reads about it, its temporaries named by order of appearance)
 was seen twice reuses the row those two taught (``_learn``: which argument is a constant,
 which a temporary's uid, which the op itself) instead of being rendered and templated again.
-``CHECK_MEMO`` renders every op anyway and asserts the rows agree (the tests turn it on).
+``CHECK_MEMO`` renders every op anyway and asserts the rows agree, and makes the plans'
+memos (poison, forwarding: ``plan.py``) decide afresh and assert the same (the tests turn
+it on).
 """
 
 from __future__ import annotations
@@ -20,34 +22,12 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import numpy as np
-
-from ...ir.core import Access, Alloc, Op
+from ...ir.core import Alloc, Op
+from .keys import Unkeyable as _Unkeyable
 
 TABLE_ABOVE = 2048  # kernels with more statements than this are table-driven
 TABLE_BODY = 256  # bodies with more statements than this are table-driven as well
 CHECK_MEMO = False  # render every op and assert the memo's rows equal the rendered ones
-
-_PLAIN = (str, int, float, bool, type(None), np.generic)
-
-
-class _Unkeyable(Exception):
-    """An op holds a value the memo cannot compare safely: it is always rendered."""
-
-
-def _frozen(v: Any) -> Any:
-    """A hashable stand-in for an attribute value that tells apart every two values whose
-    generated code may differ (type and repr for scalars: 1 vs 1.0 vs True, 0.0 vs -0.0)."""
-    if isinstance(v, _PLAIN):
-        return (type(v), repr(v))
-    if isinstance(v, tuple | list):
-        return (type(v), tuple(_frozen(x) for x in v))
-    if isinstance(v, np.dtype):
-        return ("dtype", v, v.metadata is None)
-    if isinstance(v, np.ndarray | dict | set):
-        raise _Unkeyable
-    hash(v)  # functions, enums: compared by identity or their own equality
-    return (type(v), v)
 
 
 # what a template turns into parameters: tensor slots (m5, b5, s5), namespace constants
@@ -68,6 +48,8 @@ class TableMode:
     _signatures: dict[tuple[int, int, int], tuple[list[str], str]]
     _memo: dict[tuple, tuple]  # op key -> (_FIRST, seen) | (_RECIPE, ...)
     _poison: dict[int, bool]  # id(Alloc) -> needs poison, decided by its memo key
+    _bound_key: tuple[str, ...]  # the loop variables in scope, in every key
+    _tflags: dict[int, int]  # uid of a temporary -> what the plans decided (``_tflag``)
     n_replayed: int  # ops whose row came from the memo
 
     def table(self, stmts: list, depth: int) -> None:
@@ -78,25 +60,30 @@ class TableMode:
         updates, so each statement sees what the ones before it left."""
         rows = []
         memo = self._memo
+        saved_bound = self._bound_key
+        self._bound_key = tuple(self.bound)
+        op_key, alloc_key, replay = self._op_key, self._alloc_key, self._replay
+        replayed = fallbacks = 0  # added to the counters at the end
         for i in range(len(stmts)):
             s = stmts[i]
+            ts = type(s)
             key = None
             predicted: Any = _MISS
-            if type(s) is Op or type(s) is Alloc:
+            if ts is Op or ts is Alloc:
                 try:
-                    key, uids = self._op_key(s) if type(s) is Op else self._alloc_key(s, stmts, i)
+                    key, uids = op_key(s) if ts is Op else alloc_key(s, stmts, i)
                     entry = memo.get(key)
                 except (_Unkeyable, TypeError):  # TypeError: an unhashable value
                     key = entry = None
                 if entry is not None and entry[0] is _RECIPE:
-                    predicted = self._replay(entry, s, uids)
+                    predicted = replay(entry, s, uids)
                     if predicted is not _MISS:
-                        self.n_replayed += 1
-                    if predicted is not _MISS and not CHECK_MEMO:
-                        self.n_fallback += entry[3]
-                        if predicted is not None:
-                            rows.append(predicted)
-                        continue
+                        replayed += 1
+                        if not CHECK_MEMO:
+                            fallbacks += entry[4]
+                            if predicted is not None:
+                                rows.append(predicted)
+                            continue
             n_fallback = self.n_fallback
             saved, self.lines = self.lines, []
             self.statements(stmts, i, i + 1, 1)
@@ -111,68 +98,60 @@ class TableMode:
                 entry = memo.get(key)
                 if entry is None or entry[0] is _FIRST:
                     memo[key] = _learn(entry[1], seen) if entry is not None else (_FIRST, seen)
+        self.n_replayed += replayed
+        self.n_fallback += fallbacks
+        self._bound_key = saved_bound
         bound = "".join(f"{n}, " for n in self.bound)
         self.emit(f"for a in {self.const(rows, 'TABLE')}:", depth)
         self.emit(f"T[a[0]](mem, interp, env, V, B, S, {bound}*a)", depth + 1)
 
     def _op_key(self, op: Op) -> tuple[tuple, list[int]]:
         """(everything code generation reads about ``op``, with its temporaries named by
-        order of appearance; their uids in that order).  Other tensors are named by uid:
-        what the plans know of them is the same for every op."""
-        temps: dict[int, tuple] = {}
-        uids: list[int] = []
-        shadow, forwarded, aliased = self.shadow, self.forwarded, self.aliased
-        reads, writes = self.reads, self.writes
-
-        def tk(t: Any) -> Any:
-            if t.kind != "temp" or t.base is not None:
-                return t.uid
-            u = t.uid
-            k = temps.get(u)
-            if k is None:
-                k = temps[u] = (
-                    len(uids),
-                    t.shape,
-                    t.dtype,
-                    t.dtype.metadata is None,
-                    t.buffer,
-                    t.par_axis,
-                    t.mutable,
-                    u in shadow,
-                    u in forwarded,
-                    u in aliased,
-                    u in reads,
-                    u in writes,
-                )
-                uids.append(u)
-            return k
-
-        def ak(a: Any) -> Any:
-            if type(a) is not Access:
-                return _frozen(a)
-            ind = a.indirect
-            return (
-                tk(a.tensor),
-                a.shape,
-                a.index,
-                None if ind is None else ak(ind),
-                a.indirect_dim,
-            )
-
+        order of appearance; their uids in that order): its structure's number
+        (``op_shape``), what the plans decided about its temporaries and about it, and the
+        loop variables in scope."""
+        shape = self.op_shape(op)
+        if shape is None:
+            raise _Unkeyable
+        no, uids = shape[0], shape[1]
+        flags = self._tflags
+        fl = tuple([flags[u] if u in flags else self._tflag(u) for u in uids])
         i = id(op)
         lf, ss, sf = self.load_fwd.get(i), self.store_skip.get(i), self.store_fwd.get(i)
-        key = (
-            op.prim,
-            tuple(map(ak, op.outs)),
-            tuple(map(ak, op.ins)),
-            tuple((k, _frozen(v)) for k, v in op.attrs.items()),
-            op.mask,
-            None if lf is None else tk(lf),
-            None if ss is None else tk(ss),
-            None if sf is None else (tk(sf[0]), ak(sf[1].outs[0])),
-            tuple(self.bound),
+        if lf is None and ss is None and sf is None:
+            return (no, fl, self._bound_key), uids
+        # the forwarded tile is one of the op's temporaries: its position names it
+        fwd: tuple = (
+            None if lf is None else self._position(lf, uids),
+            None if ss is None else self._position(ss, uids),
         )
-        return key, uids
+        if sf is not None:
+            dst = sf[1].outs[0]
+            if dst.tensor.kind == "temp" or dst.indirect is not None:
+                uids = list(uids)
+                part = self.access_part(dst, uids)
+                fl += tuple([flags[u] if u in flags else self._tflag(u) for u in uids[len(fl) :]])
+            else:
+                part = (dst.tensor.uid, dst.shape, self.index_no(dst))
+            fwd += (self._position(sf[0], uids), part)
+        return (no, fl, fwd, self._bound_key), uids
+
+    def _position(self, t: Any, uids: list[int]) -> Any:
+        """``t``'s part of a key, for a temporary of the op (in ``uids``)."""
+        if t.uid in uids:
+            return uids.index(t.uid)
+        raise _Unkeyable  # not one of the op's own tiles: the op is rendered
+
+    def _tflag(self, u: int) -> int:
+        """What the plans decided about temporary ``u``, as bits."""
+        f = self._tflags[u] = (
+            (u in self.shadow)
+            | (u in self.forwarded) << 1
+            | (u in self.aliased) << 2
+            | (u in self.reads) << 3
+            | (u in self.writes) << 4
+        )
+        return f
 
     def _alloc_key(self, s: Alloc, stmts: list, i: int) -> tuple[tuple, list[int]]:
         """``_op_key`` for an Alloc (``stmts[i]``): what its code depends on, the poison
@@ -180,45 +159,30 @@ class TableMode:
         t = s.tensor
         if t.kind != "temp" or t.base is not None:
             raise _Unkeyable
-        poison = self.needs_poison_temp(t, (stmts[j] for j in range(i + 1, len(stmts))))
+        poison = self.needs_poison_temp(t, stmts, i + 1)
         self._poison[id(s)] = poison
         u = t.uid
-        key = (
-            "alloc",
-            t.shape,
-            t.dtype,
-            t.dtype.metadata is None,
-            t.buffer,
-            u in self.forwarded,
-            u in self.shadow,
-            poison,
-            tuple(self.bound),
-        )
-        return key, [u]
+        flag = self._tflags[u] if u in self._tflags else self._tflag(u)
+        return ("alloc", self.static_class(t), flag, poison, self._bound_key), [u]
 
     def _replay(self, entry: tuple, op: Op, uids: list[int]) -> Any:
         """The row ``entry``'s recipe gives for ``op`` (None: the op has no code), or
         ``_MISS`` when it does not apply: a temporary the two teaching ops shared is another
         one here, or a uid equals an integer constant (the template would merge them)."""
-        _, k, recipe, _, const_ints, fixed, free = entry
+        _, row, fills, ops, _, const_ints, fixed, free = entry
         for p, u in fixed:
             if uids[p] != u:
                 return _MISS
         for p in free:
             if uids[p] in const_ints:
                 return _MISS
-        if k is None:
+        if row is None:
             return None
-        ints = self.ints
-        out = [k]
-        for kind, v in recipe:
-            if kind == 0:
-                out.append(v)
-            elif kind == 1:
-                u = uids[v]
-                out.append(ints.setdefault(u, u))
-            else:
-                out.append(op)
+        out = row.copy()
+        for r, p in fills:
+            out[r] = uids[p]
+        for r in ops:
+            out[r] = op
         return tuple(out)
 
     def _signature(self, n_uids: int, n_args: int) -> str:
@@ -290,11 +254,13 @@ def _same_row(a: Any, b: Any) -> bool:
 
 
 def _learn(first: tuple, second: tuple) -> tuple:
-    """A recipe from two ops of one key: each row element a constant (kind 0, same in both),
-    a temporary's uid (kind 1, its position) or the op (kind 2).  A temporary both ops share
-    is *fixed*: the recipe holds only for ops that share it too.  When the two do not teach
-    one (a uid equal to a constant merged two template parameters, an argument made per op),
-    the second becomes the first of the next try."""
+    """A recipe from two ops of one key: each row element a constant (same in both), a
+    temporary's uid (``fills``: row position, uid position) or the op (``ops``: row
+    positions).  A temporary both ops share is *fixed*: the recipe holds only for ops that
+    share it too.  When the two do not teach one (a uid equal to a constant merged two
+    template parameters, an argument made per op), the second becomes the first of the next
+    try.  A recipe is (_RECIPE, row with constants in place, fills, ops, fallbacks, integer
+    constants, fixed, free)."""
     (r1, op1, u1, nf1), (r2, op2, u2, nf2) = first, second
     if nf1 != nf2:
         return (_FIRST, second)
@@ -302,27 +268,27 @@ def _learn(first: tuple, second: tuple) -> tuple:
     free = tuple(p for p in range(len(u1)) if u1[p] != u2[p])
     if r1 is None or r2 is None:
         if r1 is r2:
-            return (_RECIPE, None, [], nf1, frozenset(), fixed, free)
+            return (_RECIPE, None, (), (), nf1, frozenset(), fixed, free)
         return (_FIRST, second)
     if len(r1) != len(r2) or r1[0] != r2[0]:
         return (_FIRST, second)
-    recipe: list[tuple[int, Any]] = []
+    row = list(r1)
+    fills: list[tuple[int, int]] = []
+    ops: list[int] = []
     const_ints = set()
-    for x, y in zip(r1[1:], r2[1:]):
+    for r in range(1, len(r1)):
+        x, y = r1[r], r2[r]
         if type(x) is int and type(y) is int:
             p = next((p for p in free if u1[p] == x and u2[p] == y), None)
             if p is not None:
-                recipe.append((1, p))
+                fills.append((r, p))
                 continue
             if x == y:
-                recipe.append((0, x))
                 const_ints.add(x)
                 continue
             return (_FIRST, second)
         if x is op1 and y is op2:
-            recipe.append((2, None))
-        elif x is y:
-            recipe.append((0, x))
-        else:
+            ops.append(r)
+        elif x is not y:
             return (_FIRST, second)
-    return (_RECIPE, r1[0], recipe, nf1, frozenset(const_ints), fixed, free)
+    return (_RECIPE, row, tuple(fills), tuple(ops), nf1, frozenset(const_ints), fixed, free)
