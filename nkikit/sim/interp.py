@@ -21,6 +21,7 @@ from ..errors import NkiError, NkiInternalError
 from ..ir.affine import Axis, LoopVar, ProgramId, axis_env
 from ..ir.core import Access, Alloc, Kernel, Loop, Op, Tensor
 from ..ir.prims import PRIMS, PrimError, mask_ref
+from .memory import reserve
 from .rules import RULES
 
 # a while loop that has not ended after this many iterations is reported, not run forever
@@ -247,6 +248,12 @@ class Interpreter:
         k = self.kernel
         for t, a in zip(k.params, args):
             self.mem[t.uid] = a
+        fresh = [t for t in k.tensors if t.base is None and t.kind in ("hbm", "output")]
+        need = sum(
+            int(np.prod(t.shape, dtype=np.int64)) * dtypes.storage_dtype(t.dtype).itemsize
+            for t in fresh
+        )
+        reserve(need, "the kernel's HBM tensors", k.loc)
         for t in k.tensors:
             if t.base is None and t.kind in ("hbm", "output"):
                 self.mem[t.uid] = dtypes.new_buffer(t.shape, t.dtype)
