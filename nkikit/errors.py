@@ -483,6 +483,16 @@ class ErrKernelHasNoOutput(NkiError):
     )
 
 
+class ErrSimulationOutOfMemory(NkiError):
+    # not an NKI name: the hardware has its own HBM; the simulator holds it in this machine's
+    name = "err_simulation_out_of_memory"
+    template = (
+        "simulating this kernel needs {need_mb} MiB more ({what}) with {used_mb} MiB in use, "
+        "more than the {room_mb} MiB this process may still take ({limit}); simulate a "
+        "smaller shape, or give the process more memory"
+    )
+
+
 CATALOGUE: dict[str, str] = {name: cls.template for name, cls in _CLASSES.items()}
 """NKI error name -> message template, for every entry above."""
 

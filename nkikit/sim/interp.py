@@ -14,12 +14,14 @@ else is a bug in nkikit and raises ``PrimError``, never a silent broadcast.
 from __future__ import annotations
 
 import numpy as np
+from numpy.lib.stride_tricks import as_strided
 
 from .. import dtypes
 from ..errors import NkiError, NkiInternalError
 from ..ir.affine import Axis, LoopVar, ProgramId, axis_env
 from ..ir.core import Access, Alloc, Kernel, Loop, Op, Tensor
 from ..ir.prims import PRIMS, PrimError, mask_ref
+from .memory import reserve
 from .rules import RULES
 
 # a while loop that has not ended after this many iterations is reported, not run forever
@@ -28,9 +30,11 @@ _MAX_DEVICE_ITERATIONS = 1 << 24
 
 class _Plan:
     """How to turn an access into numpy indexing: basic slices when each tensor dimension
-    follows at most one tile axis in order, otherwise broadcast index arrays."""
+    follows at most one tile axis in order; otherwise a strided view (``strided``: per tensor
+    dimension its tile-axis terms) when the tensor's memory allows one, else broadcast index
+    arrays."""
 
-    __slots__ = ("basic", "dims", "shape", "reshape", "bshape", "bcast")
+    __slots__ = ("basic", "dims", "shape", "reshape", "bshape", "bcast", "strided", "injective")
 
     def __init__(self, access: Access) -> None:
         self.shape = access.shape
@@ -53,6 +57,13 @@ class _Plan:
         self.bcast = self.bshape != tuple(self.shape)
         kept = [self.shape[k] for k in axes_seen]
         self.reshape = basic and tuple(kept) != self.bshape
+        # every tile axis term of every dimension: an access no slice expresses (several
+        # axes in one dimension, a reversed axis) is still an affine map of the tile, which
+        # one strided view of the tensor's memory reads without building index arrays
+        self.strided = tuple(
+            tuple((s.k, c) for s, c in a.terms if isinstance(s, Axis)) for a in access.index
+        )
+        self.injective = _injective(self.strided, self.shape)
 
 
 class Interpreter:
@@ -123,6 +134,10 @@ class Interpreter:
                 return tuple(idx), True
             if valid is None:
                 raise self._bounds_error(access, oob[0], oob[1], op)
+        if not plan.basic and (plan.injective or not writing):
+            view = self._strided(access, env, op, plan, valid)
+            if view is not None:
+                return view, None
         full = {**env, **axis_env(plan.shape)}
         idx = []
         for d, a in enumerate(access.index):
@@ -136,11 +151,45 @@ class Interpreter:
             idx.append(v)
         return tuple(idx), False
 
+    def _strided(
+        self, access: Access, env: dict, op: Op, plan: _Plan, valid: np.ndarray | None
+    ) -> np.ndarray | None:
+        """A view of the access's elements in tile order (shape ``access.shape``), or None
+        when (under a mask) the access leaves the tensor: the caller then builds index
+        arrays, which check bounds element by element."""
+        store = self.storage(access.tensor)
+        tshape = access.tensor.shape
+        first = []
+        strides = [0] * len(plan.shape)
+        for d, (a, axes) in enumerate(zip(access.index, plan.strided)):
+            b = a.const
+            for s, c in a.terms:
+                if not isinstance(s, Axis):
+                    b += c * env[s]
+            lo = hi = b
+            for k, c in axes:
+                span = c * (plan.shape[k] - 1)
+                if span < 0:
+                    lo += span
+                else:
+                    hi += span
+                strides[k] += c * store.strides[d]
+            if lo < 0 or hi >= tshape[d]:
+                if valid is not None:
+                    return None
+                raise self._bounds_error(access, d, hi if hi >= tshape[d] else lo, op)
+            first.append(slice(b, None))
+        # the tile's first element, and from there the steps of each tile axis (bounds are
+        # checked above, so every element the view reaches lies inside the tensor)
+        return as_strided(store[tuple(first)], plan.shape, strides)
+
     def read(self, access: Access, env: dict, op: Op, valid=None) -> np.ndarray:
         store = self.storage(access.tensor)
         if valid is not None and valid.shape != access.shape:
             valid = None
         idx, basic = self._index(access, env, op, valid)
+        if basic is None:  # a strided view: the fresh C-ordered copy index arrays would give
+            return np.ascontiguousarray(idx)
         x = store[idx]
         if basic:
             plan = self._plan(access)
@@ -168,6 +217,12 @@ class Interpreter:
         if access.indirect is not None:
             scatter(store, idx, value, valid)
             return
+        if basic is None:  # a strided view of distinct elements
+            if valid is None:
+                idx[...] = value
+            else:
+                np.copyto(idx, value, where=np.broadcast_to(valid, idx.shape))
+            return
         if basic:
             if all(isinstance(i, int | np.integer) for i in idx):
                 # one element at a constant index: numpy gives a scalar copy, not a view
@@ -193,6 +248,12 @@ class Interpreter:
         k = self.kernel
         for t, a in zip(k.params, args):
             self.mem[t.uid] = a
+        fresh = [t for t in k.tensors if t.base is None and t.kind in ("hbm", "output")]
+        need = sum(
+            int(np.prod(t.shape, dtype=np.int64)) * dtypes.storage_dtype(t.dtype).itemsize
+            for t in fresh
+        )
+        reserve(need, "the kernel's HBM tensors", k.loc)
         for t in k.tensors:
             if t.base is None and t.kind in ("hbm", "output"):
                 self.mem[t.uid] = dtypes.new_buffer(t.shape, t.dtype)
@@ -482,6 +543,22 @@ def scatter_rmw(
         where = tuple(i[sel] for i in idx)
         new = dtypes.cast(np.asarray(alu(op, dtypes.to_f32(store[where]), value[sel])), dt)
         store[where] = new.astype(np.float32) if dtypes.is_tf32(dt) else new
+
+
+def _injective(strided: tuple, shape: tuple[int, ...]) -> bool:
+    """Whether distinct tile positions reach distinct elements (a write may then go through
+    one strided view): per tensor dimension, its tile axes' steps must nest like the digits
+    of a mixed-radix number, and no tile axis may be broadcast."""
+    used = [k for axes in strided for k, _ in axes]
+    if sorted(used) != list(range(len(shape))):
+        return False
+    for axes in strided:
+        reach = 0
+        for k, c in sorted(((k, abs(c)) for k, c in axes), key=lambda t: t[1]):
+            if c <= reach:
+                return False
+            reach += c * (shape[k] - 1)
+    return True
 
 
 def _fit_valid(valid: np.ndarray, shape: tuple[int, ...]) -> np.ndarray | None:

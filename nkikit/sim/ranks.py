@@ -28,6 +28,7 @@ import numpy as np
 from ..errors import NkiError
 from ..ir.core import Kernel, Op
 from ..ir.prims import COLLECTIVES
+from .memory import reserve
 
 Runner = Callable[..., list[np.ndarray]]
 
@@ -178,6 +179,10 @@ def simulate_world(
 
     size = world_size(kernel)
     written = written_params(kernel)
+    need = sum(a.nbytes for t, a in zip(kernel.params, args) if t.name in written)
+    reserve(
+        need * (size - 1), f"copies of the written arguments for {size - 1} more ranks", kernel.loc
+    )
     copies = [
         [a.copy() if t.name in written else a for t, a in zip(kernel.params, args)]
         for _ in range(size - 1)

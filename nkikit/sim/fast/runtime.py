@@ -15,6 +15,7 @@ from ... import dtypes
 from ...ir.core import Kernel
 from ...ir.prims import PrimError
 from ..interp import Interpreter
+from ..memory import reserve
 
 # float dtypes numpy's own cast loop rounds exactly as ``dtypes.cast`` does
 DIRECT_CAST = {dtypes.float32, dtypes.bfloat16, dtypes.float16}
@@ -132,10 +133,14 @@ class Program:
             elif t.kind == "const":
                 self._consts.append((t.uid, t.const_value))
         self._outputs = list(kernel.outputs)
+        self._fresh_bytes = sum(
+            int(np.prod(shape, dtype=np.int64)) * dt.itemsize for _, shape, dt, _ in self._fresh
+        )
 
     def run(
         self, args: list[np.ndarray], seed: int = 0, rank: int = 0, world=None
     ) -> list[np.ndarray]:
+        reserve(self._fresh_bytes, "the kernel's HBM tensors", self.kernel.loc)
         mem: dict[int, np.ndarray] = dict(zip(self._param_uids, args))
         for uid, shape, dt, fill in self._fresh:
             mem[uid] = np.empty(shape, dt) if fill is None else np.full(shape, fill, dt)
