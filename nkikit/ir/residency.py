@@ -40,6 +40,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from math import prod
 
+import numpy as np
+
 from ..errors import UNKNOWN_LOC, NkiError, SourceLoc
 from ..targets import Target
 from .affine import Affine, Axis, LoopVar
@@ -94,57 +96,70 @@ class Timeline:
 
 def timeline(kernel: Kernel) -> Timeline:
     """Number the statements of ``kernel`` and record every on-chip tensor's lifetime."""
-    stmts: list[Stmt | None] = [None]
-    lifetimes: dict[int, Lifetime] = {}
-    starts: dict[int, int] = {}  # id(loop) -> its point
-    ends: dict[int, int] = {}  # id(loop) -> the last point of its body
+    scan = _TimelineScan()
+    scan.body(kernel.body, ())
+    return Timeline(scan.stmts, scan.lifetimes)
 
-    def touch(t: Tensor, point: int, loops: tuple[Loop, ...]) -> None:
-        if t.buffer not in ON_CHIP:
-            return
-        lt = lifetimes.get(t.uid)
-        if lt is None:  # used without an Alloc statement: live from its first use
-            end = ends[id(loops[0])] if loops else point
-            lt = lifetimes[t.uid] = Lifetime(t, point, point, 1, False, end)
-        depth = len(t.scope)
-        if len(loops) > depth:
-            lp = loops[depth]
-            use = (starts[id(lp)], ends[id(lp)])
-        else:
-            use = (point, point)
-        if not lt.uses or lt.uses[-1] != use:
-            lt.uses.append(use)
-        lt.hi = max(lt.hi, use[1])
-        lt.outer_end = max(lt.outer_end, lt.hi)
 
-    # depth first with a stack, not a recursive closure: a closure that calls itself is a
-    # reference cycle, and with the collector paused (as the compiler and the verifier run)
-    # it would keep every lifetime alive long after the timeline
-    stack: list[tuple] = [(iter(kernel.body), ())]
-    while stack:
-        body, loops = stack[-1]
-        s = next(body, None)
-        if s is None:
-            stack.pop()
-            continue
-        point = len(stmts)
-        stmts.append(s)
-        if isinstance(s, Alloc):
-            t = s.tensor
-            if t.buffer in ON_CHIP:
-                execs = prod(lp.trip for lp in loops)
-                pipelined = bool(loops) and loops[-1].kind == "affine"
-                end = ends[id(loops[0])] if loops else point
-                lifetimes[t.uid] = Lifetime(t, point, point, execs, pipelined, end)
-        elif isinstance(s, Op):
-            for a in (*s.outs, *s.ins):
-                if isinstance(a, Access):
-                    touch(a.tensor, point, loops)
-        elif isinstance(s, Loop):
-            starts[id(s)] = point
-            ends[id(s)] = point + _count(s.body)
-            stack.append((iter(s.body), loops + (s,)))
-    return Timeline(stmts, lifetimes)
+class _TimelineScan:
+    """The walk of :func:`timeline`: one pass over the statements, depth first (a method that
+    calls itself, not a recursive closure: a closure that calls itself is a reference cycle,
+    and with the collector paused, as the compiler and the verifier run, it would keep every
+    lifetime alive long after the timeline)."""
+
+    __slots__ = ("stmts", "lifetimes", "starts", "ends")
+
+    def __init__(self) -> None:
+        self.stmts: list[Stmt | None] = [None]
+        self.lifetimes: dict[int, Lifetime] = {}
+        self.starts: dict[int, int] = {}  # id(loop) -> its point
+        self.ends: dict[int, int] = {}  # id(loop) -> the last point of its body
+
+    def body(self, body: list[Stmt], loops: tuple[Loop, ...]) -> None:
+        stmts = self.stmts
+        lifetimes = self.lifetimes
+        ends = self.ends
+        depth_here = len(loops)
+        for s in body:
+            point = len(stmts)
+            stmts.append(s)
+            tp = type(s)
+            if tp is Op:
+                for a in (*s.outs, *s.ins):
+                    if not isinstance(a, Access):
+                        continue
+                    t = a.tensor
+                    if t.buffer not in ON_CHIP:
+                        continue
+                    lt = lifetimes.get(t.uid)
+                    if lt is None:  # used without an Alloc statement: live from its first use
+                        end = ends[id(loops[0])] if loops else point
+                        lt = lifetimes[t.uid] = Lifetime(t, point, point, 1, False, end)
+                    # a use from a loop nested in the tensor's own body is the loop's span
+                    depth = len(t.scope)
+                    if depth_here > depth:
+                        lp = loops[depth]
+                        lo, hi = self.starts[id(lp)], ends[id(lp)]
+                    else:
+                        lo = hi = point
+                    uses = lt.uses
+                    if not uses or uses[-1] != (lo, hi):
+                        uses.append((lo, hi))
+                    if hi > lt.hi:
+                        lt.hi = hi
+                    if lt.hi > lt.outer_end:
+                        lt.outer_end = lt.hi
+            elif tp is Alloc:
+                t = s.tensor
+                if t.buffer in ON_CHIP:
+                    execs = prod(lp.trip for lp in loops) if loops else 1
+                    pipelined = bool(loops) and loops[-1].kind == "affine"
+                    end = ends[id(loops[0])] if loops else point
+                    lifetimes[t.uid] = Lifetime(t, point, point, execs, pipelined, end)
+            elif tp is Loop:
+                self.starts[id(s)] = point
+                ends[id(s)] = point + _count(s.body)
+                self.body(s.body, loops + (s,))
 
 
 def _count(body: list[Stmt]) -> int:
@@ -215,34 +230,67 @@ def resident_overflow(tl: Timeline, target: Target, capacity: int | None = None)
     """The first statement (an instruction if any qualifies) where the resident segments of
     the SBUF tensors need more than ``capacity`` (default: the target's SBUF) bytes per
     partition, or None when every statement fits.  The partition ranges of the tensors are
-    not considered: their bytes add up as if they all shared one partition."""
+    not considered: their bytes add up as if they all shared one partition.
+
+    Vectorized: the uses of every SBUF tensor in one array (in the order of
+    ``tl.lifetimes``), cut into resident segments where a gap lies between two uses, and the
+    bytes resident at every point as a prefix sum over the segments' ends."""
     limit = target.sbuf_bytes if capacity is None else capacity
     n = len(tl.stmts)
-    delta = [0] * (n + 1)
-    segs: list[tuple[int, int, Lifetime]] = []
+    owners: list[Lifetime] = []
+    sizes: list[int] = []
+    counts: list[int] = []
+    los: list[int] = []
+    his: list[int] = []
+    size_of: dict[tuple, int] = {}  # sbuf_size by the facts it reads
     for lt in tl.lifetimes.values():
-        if lt.tensor.buffer != "sbuf":
+        t = lt.tensor
+        if t.buffer != "sbuf":
             continue
-        size = sbuf_size(lt.tensor, target)
-        for a, b in lt.resident():
-            delta[a] += size
-            delta[b + 1] -= size
-            segs.append((a, b, lt))
-    first = None
-    total = 0
-    for p in range(n):
-        total += delta[p]
-        if total > limit:
-            if isinstance(tl.stmts[p], Op):
-                first = (p, total)
-                break
-            if first is None:
-                first = (p, total)
-    if first is None:
+        key = (t.shape, t.dtype, t.par_axis, t.user_span)
+        size = size_of.get(key)
+        if size is None:
+            size = size_of[key] = sbuf_size(t, target)
+        owners.append(lt)
+        sizes.append(size)
+        u = lt.uses
+        if u:
+            counts.append(len(u))
+            for a, b in u:
+                los.append(a)
+                his.append(b)
+        else:  # never used: resident at its allocation only
+            counts.append(1)
+            los.append(lt.lo)
+            his.append(lt.lo)
+    if not owners:
         return None
-    p, used = first
+    lo = np.array(los, dtype=np.int64)
+    hi = np.array(his, dtype=np.int64)
+    owner = np.repeat(np.arange(len(owners)), counts)
+    size = np.array(sizes, dtype=np.int64)[owner]
+    # a segment starts at a tensor's first use and after every gap (a statement between two
+    # uses), and ends at its last use and before every gap (``Lifetime.resident``)
+    same = owner[1:] == owner[:-1]
+    gap = same & (hi[:-1] + 1 < lo[1:])
+    start = np.ones(len(lo), dtype=bool)
+    start[1:] = ~same | gap
+    stop = np.ones(len(lo), dtype=bool)
+    stop[:-1] = ~same | gap
+    seg_lo, seg_hi = lo[start], hi[stop]
+    seg_owner, seg_size = owner[start], size[start]
+    delta = np.zeros(n + 1, dtype=np.int64)
+    np.add.at(delta, seg_lo, seg_size)
+    np.add.at(delta, seg_hi + 1, -seg_size)
+    total = np.cumsum(delta[:n])
+    over = np.flatnonzero(total > limit)
+    if not len(over):
+        return None
+    p = next((int(q) for q in over if isinstance(tl.stmts[q], Op)), int(over[0]))
+    used = int(total[p])
+    covering = seg_owner[(seg_lo <= p) & (p <= seg_hi)]
     here = sorted(
-        {lt.tensor.uid: lt.tensor for a, b, lt in segs if a <= p <= b}.values(),
+        {owners[i].tensor.uid: owners[i].tensor for i in covering.tolist()}.values(),
         key=lambda t: -t.bytes_per_partition,
     )
     s = tl.stmts[p]

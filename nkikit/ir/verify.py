@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from itertools import accumulate
 from math import prod
 
 from .. import dtypes
@@ -1066,66 +1067,76 @@ class _Liveness:
     allocation placed hold their banks for the whole kernel (checked where they are created);
     the others share the banks above the highest of those (``ir/residency.psum_user_top``).
     A tensor whose blocks live one loop iteration at a time counts the blocks of an iteration
-    (``ir/residency.psum_blocks_in_use``)."""
+    (``ir/residency.psum_blocks_in_use``).
+
+    Cost: one pass over a body that allocates PSUM (two passes over its statements, the
+    second only over ops that touch PSUM and loops), linear in its statements."""
 
     def __init__(self, kernel: Kernel, target: Target) -> None:
-        self.limits = {"psum": target.psum_bytes - psum_user_top(kernel)}
+        self.limit = target.psum_bytes - psum_user_top(kernel)
         self.loop_uses: dict[int, set[int]] = {}
         # tensors whose blocks live one loop iteration at a time count those blocks
         self.blocks = psum_blocks_in_use(kernel)
 
-    def uses(self, stmt: object) -> set[int]:
-        if isinstance(stmt, Op):
-            out = {a.tensor.uid for a in stmt.outs}
-            out.update(a.tensor.uid for a in stmt.ins if isinstance(a, Access))
-            return out
-        if isinstance(stmt, Loop):
-            got = self.loop_uses.get(id(stmt))
-            if got is None:
-                got = set()
-                for s in stmt.body:
-                    got |= self.uses(s)
-                self.loop_uses[id(stmt)] = got
-            return got
-        return set()
+    def loop_uid_set(self, loop: Loop) -> set[int]:
+        """The uids of every tensor some op inside ``loop`` touches (remembered)."""
+        got = self.loop_uses.get(id(loop))
+        if got is None:
+            got = set()
+            for s in loop.body:
+                tp = type(s)
+                if tp is Op:
+                    got.update(a.tensor.uid for a in s.outs)
+                    got.update(a.tensor.uid for a in s.ins if isinstance(a, Access))
+                elif tp is Loop:
+                    got |= self.loop_uid_set(s)
+            self.loop_uses[id(loop)] = got
+        return got
 
-    def run(self, body: list, outer: dict[str, int], chain: list) -> None:
-        n = len(body)
+    def run(self, body: list, outer: int, chain: list) -> None:
         allocs: list[tuple[int, Tensor]] = []
         last: dict[int, int] = {}
+        # the PSUM allocations this body checks and the loops it enters, in program order
+        events: list[tuple[int, Tensor | Loop]] = []
         for i, s in enumerate(body):
-            if (
-                isinstance(s, Alloc)
-                and s.tensor.buffer in self.limits
-                and s.tensor.user_span is None
-            ):
-                allocs.append((i, s.tensor))
-                last[s.tensor.uid] = i
-        if not allocs and not any(isinstance(s, Loop) for s in body):
+            tp = type(s)
+            if tp is Alloc:
+                t = s.tensor
+                if t.buffer == "psum" and t.user_span is None:
+                    allocs.append((i, t))
+                    last[t.uid] = i
+                    events.append((i, t))
+            elif tp is Loop:
+                events.append((i, s))
+        if not events:
             return
+        n = len(body)
+        delta = [0] * (n + 1)
         if allocs:
             for i, s in enumerate(body):
-                if isinstance(s, Op | Loop):
-                    for uid in self.uses(s):
+                tp = type(s)
+                if tp is Op:
+                    for a in s.outs:
+                        if a.tensor.uid in last:
+                            last[a.tensor.uid] = i
+                    for a in s.ins:
+                        if isinstance(a, Access) and a.tensor.uid in last:
+                            last[a.tensor.uid] = i
+                elif tp is Loop:
+                    for uid in self.loop_uid_set(s):
                         if uid in last:
                             last[uid] = i
-        delta = {b: [0] * (n + 1) for b in self.limits}
-        for i, t in allocs:
-            size = self.size(t)
-            delta[t.buffer][i] += size
-            delta[t.buffer][last[t.uid] + 1] -= size
-        cur = dict.fromkeys(self.limits, 0)
+            for i, t in allocs:
+                size = self.size(t)
+                delta[i] += size
+                delta[last[t.uid] + 1] -= size
+        cur = list(accumulate(delta))  # cur[i]: bytes of this body's tensors live at i
         frame = (allocs, last)
-        for i, s in enumerate(body):
-            for b in cur:
-                cur[b] += delta[b][i]
-            if isinstance(s, Alloc) and s.tensor.buffer in self.limits and s.tensor.uid in last:
-                b = s.tensor.buffer
-                if outer[b] + cur[b] > self.limits[b]:
-                    self.fail(s.tensor, outer[b] + cur[b], chain + [(frame, i)])
-            elif isinstance(s, Loop):
-                inner = {b: outer[b] + cur[b] for b in cur}
-                self.run(s.body, inner, chain + [(frame, i)])
+        for i, x in events:
+            if type(x) is Loop:
+                self.run(x.body, outer + cur[i], chain + [(frame, i)])
+            elif outer + cur[i] > self.limit:
+                self.fail(x, outer + cur[i], chain + [(frame, i)])
 
     def size(self, t: Tensor) -> int:
         """Bytes per partition ``t`` holds while live."""
@@ -1135,17 +1146,16 @@ class _Liveness:
         return n * _bytes(t) // prod(t.shape[: t.par_axis])
 
     def fail(self, t: Tensor, used: int, chain: list) -> None:
-        buffer = t.buffer
         live: list[Tensor] = []
         for (allocs, last), pos in chain:
-            live.extend(x for a, x in allocs if x.buffer == buffer and a <= pos <= last[x.uid])
+            live.extend(x for a, x in allocs if a <= pos <= last[x.uid])
         live.sort(key=lambda x: -self.size(x))
         shown = ", ".join(
             f"{x.name} ({self.size(x)} B, line {x.loc.line if x.loc else '?'})" for x in live[:5]
         )
         if len(live) > 5:
             shown += f", and {len(live) - 5} more"
-        limit = self.limits[buffer]
+        limit = self.limit
         raise NkiError(
             "err_psum_total_capacity_exceeded",
             _tensor_loc(t),
@@ -1161,7 +1171,7 @@ def kernel_capacity(kernel: Kernel, target: Target) -> None:
     statement the SBUF tensors that cannot be spilled there fit the target's SBUF per
     partition (``ir/residency.py``: the same computation the allocator spills by, so a kernel
     over SBUF capacity that spilling makes fit is accepted, as the Neuron compiler spills)."""
-    _Liveness(kernel, target).run(kernel.body, {"psum": 0}, [])
+    _Liveness(kernel, target).run(kernel.body, 0, [])
     over = resident_overflow(timeline(kernel), target)
     if over is not None:
         raise over.error()
@@ -1173,62 +1183,117 @@ KERNEL_RULES: list[Callable[[Kernel, Target], None]] = [kernel_outputs_written, 
 # ---------------------------------------------------------------------------------------------
 # the driver
 
+_SEP = object()  # between an op's outputs and inputs in its signature
+
 
 @dataclass(slots=True)
 class _Walk:
+    """One walk over the kernel, checking every op.
+
+    An unrolled kernel repeats a few kinds of op thousands of times, so what the rules found is
+    remembered at three levels, each keyed by small ints or by the identity of IR objects the
+    kernel holds (alive, hence with ids of their own, for the whole walk):
+
+    - per tensor (by uid): a small int for the facts the rules read (``_tensor_sig``), and
+      which of those passed ``TENSOR_RULES`` (they read nothing else);
+    - per access, by (tensor facts, tile shape, identity of its index tuple, loop context):
+      a small int for its class (tensor facts, tile shape, index terms: everything the op
+      rules read of it but its index constants) and whether it is in bounds in that context;
+    - per op: the signature (``body``) of every op that passed every rule.
+    """
+
     kernel: Kernel
     target: Target
-    checked: set[int] = field(default_factory=set)
-    # signatures of ops that passed every rule but the bounds (see ``signature``)
+    # signatures of ops that passed every rule (see ``body``)
     passed: set[tuple] = field(default_factory=set)
-    # id of an Access -> its part of a signature (accesses outlive the walk: the kernel
-    # holds them, so their ids stay theirs)
-    access_sigs: dict[int, int] = field(default_factory=dict)
-    sig_ids: dict[object, int] = field(default_factory=dict)
+    # tensor uid -> its facts' int (``_tensor_sig``, interned in ``tensor_ids``)
     tensor_sigs: dict[int, int] = field(default_factory=dict)
-    term_ids: dict[int, int] = field(default_factory=dict)
-    # (id of an index tuple, tensor shape, tile shape, id of the ranges) found in bounds
-    bounds_ok: set[tuple] = field(default_factory=set)
-    # objects whose ids the walk's tables use, held so that no other object takes their id
-    kept: list = field(default_factory=list)
+    tensor_ids: dict[tuple, int] = field(default_factory=dict)
+    tensors_ok: set[int] = field(default_factory=set)  # tensor facts that passed TENSOR_RULES
+    # (tensor facts, tile shape, id(index tuple), context) -> class if in bounds, else ~class
+    accesses: dict[tuple, int] = field(default_factory=dict)
+    class_ids: dict[tuple, int] = field(default_factory=dict)
+    index_sigs: dict[int, tuple] = field(default_factory=dict)  # id(index tuple) -> term ids
+    term_ids: dict[int, int] = field(default_factory=dict)  # id(terms tuple) -> interned int
+    terms: dict[tuple, int] = field(default_factory=dict)
+    contexts: int = 0  # loop contexts (bodies entered) so far; 0 is the kernel body
+
+    def tensor_sig(self, t: Tensor) -> int:
+        ts = self.tensor_sigs[t.uid] = self.tensor_ids.setdefault(
+            _tensor_sig(t), len(self.tensor_ids)
+        )
+        return ts
 
     def tensor(self, t: Tensor) -> None:
-        if t.uid in self.checked:
+        """Run ``TENSOR_RULES`` on ``t`` unless a tensor of the same facts passed them."""
+        ts = self.tensor_sigs.get(t.uid)
+        if ts is None:
+            ts = self.tensor_sig(t)
+        if ts in self.tensors_ok:
             return
-        self.checked.add(t.uid)
         if t.buffer in ON_CHIP:
             for rule in TENSOR_RULES:
                 rule(t, self.target, self.kernel)
+        self.tensors_ok.add(ts)
 
     def run(self) -> None:
         k = self.kernel
         base: dict[Sym, int] = {ProgramId(i): g for i, g in enumerate(k.grid)}
-        self.body(k.body, (), base)
+        self.body(k.body, (), base, 0)
         for t in k.tensors:
             self.tensor(t)
         for rule in KERNEL_RULES:
             rule(k, self.target)
 
-    def body(self, stmts: list, loops: tuple[Loop, ...], ranges: dict[Sym, int]) -> None:
+    def body(self, stmts: list, loops: tuple[Loop, ...], ranges: dict[Sym, int], ctx: int) -> None:
+        """Check ``stmts`` (in loop context ``ctx``: ``loops`` with symbol ``ranges``).
+
+        An op's signature is everything the rules but ``rule_bounds`` read, its index
+        constants left out: its primitive, context, mask, attributes, immediates and the class
+        of every access.  Two ops of one signature pass or fail the same rules, so an op whose
+        signature passed before is checked for bounds only.  An op with a runtime index tile
+        (indirect DMA) is always checked in full."""
         passed = self.passed
+        accesses = self.accesses
+        tsigs = self.tensor_sigs
         for s in stmts:
-            if isinstance(s, Op):
-                sig = self.signature(s, loops)
-                try:
-                    hit = sig is not None and sig in passed
-                except TypeError:  # an unhashable attribute: check in full
-                    hit, sig = False, None
-                if hit:
-                    # the same op up to its index constants passed before: only the bounds
-                    # depend on the constants
-                    accesses = [*s.outs, *(a for a in s.ins if type(a) is Access)]
-                    for a in accesses:
-                        self.tensor(a.tensor)
-                    if s.mask is None:
-                        for a in accesses:
-                            if not self.in_bounds(a, ranges):
-                                rule_bounds(Site(s, loops, ranges, self.target, self.kernel))
-                    continue
+            tp = type(s)
+            if tp is Op:
+                parts: list | None = [s.prim, ctx, s.mask]
+                ok = True
+                for a in (*s.outs, _SEP, *s.ins):
+                    if type(a) is not Access:
+                        parts.append(-1 if a is _SEP else (type(a), a))
+                        continue
+                    if a.indirect is not None:
+                        parts = None
+                        break
+                    t = a.tensor
+                    ts = tsigs.get(t.uid)
+                    if ts is None:
+                        ts = self.tensor_sig(t)
+                    key = (ts, a.shape, id(a.index), ctx)
+                    c = accesses.get(key)
+                    if c is None:
+                        c = self.access_class(a, key, ranges)
+                    if c < 0:
+                        ok = False
+                        c = ~c
+                    parts.append(c)
+                sig = None
+                if parts is not None:
+                    parts.extend(s.attrs.items())
+                    sig = tuple(parts)
+                    try:
+                        hit = sig in passed
+                    except TypeError:  # an unhashable attribute: check in full
+                        hit, sig = False, None
+                    if hit:
+                        # only the bounds depend on the constants; a masked op's bounds are
+                        # the simulator's (rule_bounds)
+                        if not ok and s.mask is None:
+                            rule_bounds(Site(s, loops, ranges, self.target, self.kernel))
+                        continue
                 site = Site(s, loops, ranges, self.target, self.kernel)
                 for rule in OP_RULES:
                     rule(site)
@@ -1238,86 +1303,44 @@ class _Walk:
                     rule(site)
                 if sig is not None:
                     passed.add(sig)
-            elif isinstance(s, Loop):
+            elif tp is Loop:
                 inner = dict(ranges)
                 inner[s.var] = s.trip
-                self.kept.append(inner)  # ``in_bounds`` keys on its id
-                self.body(s.body, loops + (s,), inner)
+                self.contexts += 1
+                self.body(s.body, loops + (s,), inner, self.contexts)
 
-    def signature(self, op: Op, loops: tuple[Loop, ...]) -> tuple | None:
-        """Everything the op rules other than ``rule_bounds`` read, the index constants
-        left out: two ops of one signature pass or fail the same rules (an unrolled loop
-        repeats a few signatures thousands of times).  None (always check in full) for an
-        op with a runtime index tile."""
-        sigs = self.access_sigs
-        parts: list = [op.prim, loops, op.mask]
-        for a in op.outs:
-            sig = sigs.get(id(a))
-            if sig is None:
-                if a.indirect is not None:
-                    return None
-                sig = sigs[id(a)] = self.access_sig(a)
-            parts.append(sig)
-        parts.append(-1)
-        for a in op.ins:
-            if type(a) is Access:
-                sig = sigs.get(id(a))
-                if sig is None:
-                    if a.indirect is not None:
-                        return None
-                    sig = sigs[id(a)] = self.access_sig(a)
-                parts.append(sig)
-            else:
-                parts.append((type(a), a))
-        parts.extend(op.attrs.items())
-        return tuple(parts)
-
-    def access_sig(self, a: Access) -> int:
-        """A small int standing for the facts about ``a`` the op rules read, but its index
-        constants: its tensor's (``_tensor_sig``), its tile shape and its index terms."""
-        t = a.tensor
-        tsig = self.tensor_sigs.get(t.uid)
-        if tsig is None:
-            tsig = self.tensor_sigs[t.uid] = self.intern(_tensor_sig(t))
-        parts = [tsig, a.shape]
-        ids = self.term_ids
-        for x in a.index:
-            # index terms are often shared tuples (a front end's cached decompositions): look
-            # them up by identity before hashing their symbols
-            terms = x.terms
-            tid = ids.get(id(terms))
-            if tid is None:
-                tid = ids[id(terms)] = self.intern(terms)
-                self.kept.append(terms)  # keeps id(terms) its own
-            parts.append(tid)
-        return self.intern(tuple(parts))
-
-    def intern(self, sig: tuple) -> int:
-        """A small int standing for a signature part, so that op signatures hash fast."""
-        return self.sig_ids.setdefault(sig, len(self.sig_ids))
-
-    def in_bounds(self, a: Access, ranges: dict[Sym, int]) -> bool:
-        """``_out_of_bounds(a, ranges) is None``, remembered per index tuple (a front end may
-        share one among accesses) for ``ranges`` (kept alive for the walk by ``body``)."""
-        key = (id(a.index), a.tensor.shape, a.shape, id(ranges))
-        if key in self.bounds_ok:
-            return True
+    def access_class(self, a: Access, key: tuple, ranges: dict[Sym, int]) -> int:
+        """The class of direct access ``a`` under ``key`` (see ``body``), ``~class`` if it
+        leaves its tensor with ``ranges``; remembered."""
+        isig = self.index_sigs.get(id(a.index))
+        if isig is None:
+            ids = self.term_ids
+            out = []
+            for x in a.index:
+                # index terms are often shared tuples (a front end's cached decompositions):
+                # look them up by identity before hashing their symbols
+                tid = ids.get(id(x.terms))
+                if tid is None:
+                    tid = ids[id(x.terms)] = self.terms.setdefault(x.terms, len(self.terms))
+                out.append(tid)
+            isig = self.index_sigs[id(a.index)] = tuple(out)
+        c = self.class_ids.setdefault((key[0], a.shape, isig), len(self.class_ids))
         if _out_of_bounds(a, ranges) is not None:
-            return False
-        if a.indirect is None:
-            self.bounds_ok.add(key)
-            self.kept.append(a.index)
-        return True
+            c = ~c
+        self.accesses[key] = c
+        return c
 
 
 def _tensor_sig(t: Tensor) -> tuple:
-    """The facts about tensor ``t`` the op rules read (see ``_Walk.signature``)."""
-    root = t.root
+    """The facts about tensor ``t`` the rules read (``TENSOR_RULES`` and, through the access
+    classes, the op rules): the dtype itself, not only its name, so facts never merge two
+    dtypes a rule could tell apart."""
+    root = t if t.base is None else t.root
     return (
         t.buffer,
         t.shape,
         t.par_axis,
-        dtypes.name(t.dtype),
+        t.dtype,
         root.kind,
         root.mutable,
         root.buffer,
