@@ -36,8 +36,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from itertools import accumulate
 from math import prod
+
+import numpy as np
 
 from .. import dtypes
 from ..collector import gc_paused
@@ -46,7 +47,14 @@ from ..targets import TARGETS, Target, get_target
 from .affine import Affine, Axis, LoopVar, Predicate, ProgramId, Sym
 from .core import ON_CHIP, Access, Alloc, Kernel, Loop, Op, Tensor
 from .prims import PRIMS, accumulates, engine_of, engines_of, mask_ref, mx_scale_rows
-from .residency import psum_blocks_in_use, psum_user_top, resident_overflow, timeline
+from .residency import (
+    Recorder,
+    Scan,
+    psum_blocks_in_use,
+    psum_user_top,
+    resident_overflow,
+    timeline,
+)
 
 # ---------------------------------------------------------------------------------------------
 # the op in context
@@ -1038,7 +1046,7 @@ TENSOR_RULES: list[Callable[[Tensor, Target, Kernel], None]] = [tensor_partition
 # kernel rules (rules 7, 12)
 
 
-def kernel_outputs_written(kernel: Kernel, target: Target) -> None:
+def kernel_outputs_written(kernel: Kernel, target: Target, sc: Scan) -> None:
     """Every returned tensor is written by some instruction."""
     want = {t.root.uid for t in kernel.outputs}
     written: set[int] = set()
@@ -1056,7 +1064,7 @@ def kernel_outputs_written(kernel: Kernel, target: Target) -> None:
             )
 
 
-class _Liveness:
+def _psum_liveness(kernel: Kernel, target: Target, sc: Scan) -> None:
     """Peak PSUM bytes per partition under a simple, conservative liveness.
 
     Within a body, a tensor is live from its Alloc to the last statement that uses it (a use
@@ -1069,115 +1077,93 @@ class _Liveness:
     A tensor whose blocks live one loop iteration at a time counts the blocks of an iteration
     (``ir/residency.psum_blocks_in_use``).
 
-    Cost: one pass over a body that allocates PSUM (two passes over its statements, the
-    second only over ops that touch PSUM and loops), linear in its statements."""
-
-    def __init__(self, kernel: Kernel, target: Target) -> None:
-        self.limit = target.psum_bytes - psum_user_top(kernel)
-        self.loop_uses: dict[int, set[int]] = {}
-        # tensors whose blocks live one loop iteration at a time count those blocks
-        self.blocks = psum_blocks_in_use(kernel)
-
-    def loop_uid_set(self, loop: Loop) -> set[int]:
-        """The uids of every tensor some op inside ``loop`` touches (remembered)."""
-        got = self.loop_uses.get(id(loop))
-        if got is None:
-            got = set()
-            for s in loop.body:
-                tp = type(s)
-                if tp is Op:
-                    got.update(a.tensor.uid for a in s.outs)
-                    got.update(a.tensor.uid for a in s.ins if isinstance(a, Access))
-                elif tp is Loop:
-                    got |= self.loop_uid_set(s)
-            self.loop_uses[id(loop)] = got
-        return got
-
-    def run(self, body: list, outer: int, chain: list) -> None:
-        allocs: list[tuple[int, Tensor]] = []
-        last: dict[int, int] = {}
-        # the PSUM allocations this body checks and the loops it enters, in program order
-        events: list[tuple[int, Tensor | Loop]] = []
-        for i, s in enumerate(body):
-            tp = type(s)
-            if tp is Alloc:
-                t = s.tensor
-                if t.buffer == "psum" and t.user_span is None:
-                    allocs.append((i, t))
-                    last[t.uid] = i
-                    events.append((i, t))
-            elif tp is Loop:
-                events.append((i, s))
-        if not events:
-            return
-        n = len(body)
-        delta = [0] * (n + 1)
-        if allocs:
-            for i, s in enumerate(body):
-                tp = type(s)
-                if tp is Op:
-                    for a in s.outs:
-                        if a.tensor.uid in last:
-                            last[a.tensor.uid] = i
-                    for a in s.ins:
-                        if isinstance(a, Access) and a.tensor.uid in last:
-                            last[a.tensor.uid] = i
-                elif tp is Loop:
-                    for uid in self.loop_uid_set(s):
-                        if uid in last:
-                            last[uid] = i
-            for i, t in allocs:
-                size = self.size(t)
-                delta[i] += size
-                delta[last[t.uid] + 1] -= size
-        cur = list(accumulate(delta))  # cur[i]: bytes of this body's tensors live at i
-        frame = (allocs, last)
-        for i, x in events:
-            if type(x) is Loop:
-                self.run(x.body, outer + cur[i], chain + [(frame, i)])
-            elif outer + cur[i] > self.limit:
-                self.fail(x, outer + cur[i], chain + [(frame, i)])
-
-    def size(self, t: Tensor) -> int:
-        """Bytes per partition ``t`` holds while live."""
-        n = self.blocks.get(t.uid)
-        if n is None:
-            return _bytes(t)
-        return n * _bytes(t) // prod(t.shape[: t.par_axis])
-
-    def fail(self, t: Tensor, used: int, chain: list) -> None:
-        live: list[Tensor] = []
-        for (allocs, last), pos in chain:
-            live.extend(x for a, x in allocs if a <= pos <= last[x.uid])
-        live.sort(key=lambda x: -self.size(x))
-        shown = ", ".join(
-            f"{x.name} ({self.size(x)} B, line {x.loc.line if x.loc else '?'})" for x in live[:5]
-        )
-        if len(live) > 5:
-            shown += f", and {len(live) - 5} more"
-        limit = self.limit
-        raise NkiError(
-            "err_psum_total_capacity_exceeded",
-            _tensor_loc(t),
-            used=used,
-            limit=limit,
-            banks=limit // 2048,
-            tensors=shown,
-        )
+    In program points (``ir/residency.Scan``) a tensor allocated in body B is live from its
+    Alloc to the end of the span of its last statement in B, and the tensors live at a
+    statement of B are those of B and of the bodies enclosing it whose interval holds it: the
+    bytes live at every Alloc are one prefix sum over the intervals."""
+    psum = [t.buffer == "psum" and t.user_span is None for t in sc.tensors]
+    mask = np.array(psum, dtype=bool)[sc.alloc_owner] if psum else np.zeros(0, bool)
+    if not mask.any():
+        return
+    limit = target.psum_bytes - psum_user_top(kernel, sc)
+    blocks = psum_blocks_in_use(kernel, sc)
+    owner, at, body = sc.alloc_owner[mask], sc.alloc_point[mask], sc.alloc_ctx[mask]
+    depth = np.array([len(ch) - 1 for ch in sc.chain], dtype=np.int64)[body]
+    # each tensor's last statement in the body it is allocated in: the last use there, else
+    # its (last) Alloc there -- per (tensor, body), as a tensor allocated twice shares one
+    n_ctx = len(sc.chain)
+    groups, group = np.unique(owner * n_ctx + body, return_inverse=True)
+    group = group.reshape(-1)
+    last_use = np.full(len(groups), -1, dtype=np.int64)
+    for d in np.unique(depth).tolist():
+        own, _, hi = sc.statement_at(np.full(len(sc.touch_owner), d, dtype=np.int64))
+        key = sc.touch_owner * n_ctx + own
+        pos = np.searchsorted(groups, key).clip(0, len(groups) - 1)
+        mine = (own >= 0) & (groups[pos] == key)
+        np.maximum.at(last_use, pos[mine], hi[mine])
+    last_alloc = np.full(len(groups), -1, dtype=np.int64)
+    np.maximum.at(last_alloc, group, at)
+    last = np.where(last_use >= 0, last_use, last_alloc)[group]
+    tensors = [sc.tensors[k] for k in owner.tolist()]
+    sizes = np.array([_psum_size(t, blocks) for t in tensors], dtype=np.int64)
+    delta = np.zeros(len(sc.stmts) + 1, dtype=np.int64)
+    np.add.at(delta, at, sizes)
+    np.add.at(delta, last + 1, -sizes)
+    live = np.cumsum(delta)[at]
+    over = np.flatnonzero(live > limit)
+    if not len(over):
+        return
+    i = int(over[0])
+    p = int(at[i])
+    chain = set(sc.chain[int(body[i])])
+    # the tensors of the enclosing bodies live here: outer bodies first, then biggest first
+    here = [
+        j
+        for j in np.lexsort((at, depth)).tolist()
+        if int(body[j]) in chain and at[j] <= p <= last[j]
+    ]
+    here.sort(key=lambda j: -int(sizes[j]))
+    shown = ", ".join(
+        f"{t.name} ({int(sizes[j])} B, line {t.loc.line if t.loc else '?'})"
+        for j, t in ((j, tensors[j]) for j in here[:5])
+    )
+    if len(here) > 5:
+        shown += f", and {len(here) - 5} more"
+    raise NkiError(
+        "err_psum_total_capacity_exceeded",
+        _tensor_loc(tensors[i]),
+        used=int(live[i]),
+        limit=limit,
+        banks=limit // 2048,
+        tensors=shown,
+    )
 
 
-def kernel_capacity(kernel: Kernel, target: Target) -> None:
+def _psum_size(t: Tensor, blocks: dict[int, int]) -> int:
+    """Bytes per partition PSUM tensor ``t`` holds while live."""
+    n = blocks.get(t.uid)
+    if n is None:
+        return _bytes(t)
+    return n * _bytes(t) // prod(t.shape[: t.par_axis])
+
+
+def kernel_capacity(kernel: Kernel, target: Target, sc: Scan) -> None:
     """Live PSUM tensors fit the target's PSUM (PSUM is never spilled), and at every
     statement the SBUF tensors that cannot be spilled there fit the target's SBUF per
     partition (``ir/residency.py``: the same computation the allocator spills by, so a kernel
-    over SBUF capacity that spilling makes fit is accepted, as the Neuron compiler spills)."""
-    _Liveness(kernel, target).run(kernel.body, 0, [])
-    over = resident_overflow(timeline(kernel), target)
+    over SBUF capacity that spilling makes fit is accepted, as the Neuron compiler spills).
+    One scan of the kernel (``ir/residency.Scan``, recorded by the verifier's walk) serves
+    both."""
+    _psum_liveness(kernel, target, sc)
+    over = resident_overflow(timeline(kernel, sc), target)
     if over is not None:
         raise over.error()
 
 
-KERNEL_RULES: list[Callable[[Kernel, Target], None]] = [kernel_outputs_written, kernel_capacity]
+KERNEL_RULES: list[Callable[[Kernel, Target, Scan], None]] = [
+    kernel_outputs_written,
+    kernel_capacity,
+]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1216,7 +1202,9 @@ class _Walk:
     index_sigs: dict[int, tuple] = field(default_factory=dict)  # id(index tuple) -> term ids
     term_ids: dict[int, int] = field(default_factory=dict)  # id(terms tuple) -> interned int
     terms: dict[tuple, int] = field(default_factory=dict)
-    contexts: int = 0  # loop contexts (bodies entered) so far; 0 is the kernel body
+    # what the walk records for the capacity rule (``ir/residency.Scan``); its contexts (0:
+    # the kernel body, then one per loop body) are the walk's loop contexts
+    rec: Recorder = field(default_factory=Recorder)
 
     def tensor_sig(self, t: Tensor) -> int:
         ts = self.tensor_sigs[t.uid] = self.tensor_ids.setdefault(
@@ -1242,11 +1230,16 @@ class _Walk:
         self.body(k.body, (), base, 0)
         for t in k.tensors:
             self.tensor(t)
+        sc = self.rec.finish()
         for rule in KERNEL_RULES:
-            rule(k, self.target)
+            rule(k, self.target, sc)
 
-    def body(self, stmts: list, loops: tuple[Loop, ...], ranges: dict[Sym, int], ctx: int) -> None:
-        """Check ``stmts`` (in loop context ``ctx``: ``loops`` with symbol ``ranges``).
+    def body(
+        self, stmts_in: list, loops: tuple[Loop, ...], ranges: dict[Sym, int], ctx: int
+    ) -> None:
+        """Check ``stmts_in`` (in loop context ``ctx``: ``loops`` with symbol ``ranges``),
+        recording them in ``rec`` as ``ir/residency.Recorder.walk`` does (the capacity rule
+        reads the scan: the kernel is walked once).
 
         An op's signature is everything the rules but ``rule_bounds`` read, its index
         constants left out: its primitive, context, mask, attributes, immediates and the class
@@ -1256,18 +1249,27 @@ class _Walk:
         passed = self.passed
         accesses = self.accesses
         tsigs = self.tensor_sigs
-        for s in stmts:
+        rec = self.rec
+        stmts, touched, points = rec.stmts, rec.accesses, rec.points
+        for s in stmts_in:
+            point = len(stmts)
+            stmts.append(s)
             tp = type(s)
             if tp is Op:
                 parts: list | None = [s.prim, ctx, s.mask]
                 ok = True
                 for a in (*s.outs, _SEP, *s.ins):
                     if type(a) is not Access:
-                        parts.append(-1 if a is _SEP else (type(a), a))
+                        if parts is not None:
+                            parts.append(-1 if a is _SEP else (type(a), a))
+                        continue
+                    touched.append(a)
+                    points.append(point)
+                    if parts is None:
                         continue
                     if a.indirect is not None:
                         parts = None
-                        break
+                        continue
                     t = a.tensor
                     ts = tsigs.get(t.uid)
                     if ts is None:
@@ -1303,11 +1305,14 @@ class _Walk:
                     rule(site)
                 if sig is not None:
                     passed.add(sig)
+            elif tp is Alloc:
+                rec.allocs.append((s, point, ctx))
             elif tp is Loop:
                 inner = dict(ranges)
                 inner[s.var] = s.trip
-                self.contexts += 1
-                self.body(s.body, loops + (s,), inner, self.contexts)
+                body = rec.enter(s, point, ctx)
+                self.body(s.body, loops + (s,), inner, body)
+                rec.leave(body, ctx)
 
     def access_class(self, a: Access, key: tuple, ranges: dict[Sym, int]) -> int:
         """The class of direct access ``a`` under ``key`` (see ``body``), ``~class`` if it
