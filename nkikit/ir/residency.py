@@ -37,9 +37,11 @@ Cost: one walk, O(statements x loop depth + accesses), and a sweep over the segm
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass, field
+from itertools import repeat
 from math import prod
-from operator import attrgetter
+from operator import attrgetter, is_not
 
 import numpy as np
 
@@ -144,7 +146,8 @@ class Scan:
     program order.  ``chain[c]``: the contexts enclosing context ``c``, outermost first, ``c``
     last; ``loops[c]``: their loops; ``start[c]``/``end[c]``: the loop's point and the last
     point of its body (the kernel's: 0 and the last point).  ``tensors``: the on-chip tensors
-    the kernel allocates or its ops touch.  A *touch* is one access of an op to one of them:
+    the kernel allocates or its ops touch, with ``psum`` (in PSUM, else SBUF) and ``user``
+    (a user allocation placed it: ``Tensor.user_span``) for each.  A *touch* is one access of an op to one of them:
     ``touch_owner`` (index into ``tensors``), ``touch_point``, ``touch_ctx``, in program
     order; ``alloc_owner``/``alloc_point``/``alloc_ctx``: their ``Alloc`` statements, in
     program order.  ``psum_blocked``: the accesses to PSUM tensors with block dimensions an
@@ -156,6 +159,8 @@ class Scan:
     start: list[int]
     end: list[int]
     tensors: list[Tensor]
+    psum: np.ndarray
+    user: np.ndarray
     touch_owner: np.ndarray
     touch_point: np.ndarray
     touch_ctx: np.ndarray
@@ -198,16 +203,29 @@ class Recorder:
     """What a walk over a kernel records for :class:`Scan`, in lists; :func:`scan` walks with
     one (``walk``), and the verifier's own walk records into one as it goes, so that a kernel
     is walked once.  A walk appends every statement to ``stmts`` (its point is its index),
-    every tile access of an op (any memory) to ``accesses`` with its point in ``points``,
-    every ``Alloc`` to ``allocs`` (statement, point, context), calls ``enter``/``leave``
-    around a loop's body, and ``resume`` when a body goes on after a nested loop."""
+    the tensor uid of every tile access of an op (any memory) to ``uids`` with the op's point
+    in ``points`` (and the tensor to ``tensor_of``, at least once), every ``Alloc`` to
+    ``allocs`` (statement, point, context), and calls ``enter``/``leave`` around a loop's
+    body."""
 
-    __slots__ = ("stmts", "accesses", "points", "runs", "allocs", "chain", "loops", "start", "end")
+    __slots__ = (
+        "stmts",
+        "uids",
+        "points",
+        "tensor_of",
+        "runs",
+        "allocs",
+        "chain",
+        "loops",
+        "start",
+        "end",
+    )
 
     def __init__(self) -> None:
         self.stmts: list[Stmt | None] = [None]
-        self.accesses: list[Access] = []
-        self.points: list[int] = []
+        self.uids = array("q")  # int64 arrays, read by numpy without a copy
+        self.points = array("q")
+        self.tensor_of: dict[int, Tensor] = {}
         self.runs: list[tuple[int, int]] = [(0, 0)]  # (first access, context) of each run
         self.allocs: list[tuple[Alloc, int, int]] = []
         self.chain: list[tuple[int, ...]] = [(0,)]
@@ -222,20 +240,20 @@ class Recorder:
         self.loops.append((*self.loops[ctx], loop))
         self.start.append(point)
         self.end.append(point)
-        self.runs.append((len(self.accesses), inner))
+        self.runs.append((len(self.uids), inner))
         return inner
 
     def leave(self, inner: int, ctx: int) -> None:
         """The body of context ``inner`` ended; its parent ``ctx`` goes on."""
         self.end[inner] = len(self.stmts) - 1
-        self.runs.append((len(self.accesses), ctx))
+        self.runs.append((len(self.uids), ctx))
 
     def walk(self, body: list[Stmt], ctx: int) -> None:
         """Record ``body`` (in context ``ctx``) and the bodies nested in it (a method that
         calls itself, not a recursive closure: a closure that calls itself is a reference
         cycle, and with the collector paused, as the compiler and the verifier run, it would
         keep what it holds alive)."""
-        stmts, accesses, points = self.stmts, self.accesses, self.points
+        stmts, uids, points, tensor_of = self.stmts, self.uids, self.points, self.tensor_of
         for s in body:
             point = len(stmts)
             stmts.append(s)
@@ -243,8 +261,10 @@ class Recorder:
             if tp is Op:
                 for a in (*s.outs, *s.ins):
                     if isinstance(a, Access):
-                        accesses.append(a)
+                        t = a.tensor
+                        uids.append(t.uid)
                         points.append(point)
+                        tensor_of[t.uid] = t
             elif tp is Alloc:
                 self.allocs.append((s, point, ctx))
             elif tp is Loop:
@@ -253,42 +273,57 @@ class Recorder:
                 self.leave(inner, ctx)
 
     def finish(self) -> Scan:
-        """The scan of what was recorded: only accesses to on-chip tensors are touches."""
+        """The scan of what was recorded: only accesses to on-chip tensors are touches.
+        (Per-element work here is C-level maps and numpy: the walk itself only appends.)"""
         self.end[0] = len(self.stmts) - 1
-        accs = self.accesses
-        tens = list(map(_TENSOR, accs))
-        allocated = [s.tensor for s, _, _ in self.allocs]
-        everything = tens + allocated
-        ids = np.fromiter(map(id, everything), dtype=np.int64, count=len(everything))
-        _, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
+        n = len(self.uids)
+        alloc_stmts, alloc_points, alloc_ctxs = (
+            zip(*self.allocs, strict=True) if self.allocs else ((), (), ())
+        )
+        alloc_tensors = list(map(_TENSOR, alloc_stmts))
+        self.tensor_of.update(zip(map(_UID, alloc_tensors), alloc_tensors))
+        uids = np.frombuffer(self.uids, dtype=np.int64) if n else np.zeros(0, np.int64)
+        everything = np.concatenate(
+            [uids, np.fromiter(map(_UID, alloc_tensors), np.int64, len(alloc_tensors))]
+        )
+        seen, first, inverse = np.unique(everything, return_index=True, return_inverse=True)
         inverse = inverse.reshape(-1)
-        kinds = [everything[i] for i in first.tolist()]
-        on_chip = np.array([t.buffer in ON_CHIP for t in kinds], dtype=bool)
+        kinds = list(map(self.tensor_of.__getitem__, seen.tolist()))
+        buffers = np.array(list(map(_BUFFER, kinds)), dtype=str)
+        on_chip = np.isin(buffers, ON_CHIP)
         # on-chip tensors, numbered in order of first sight in the lists
         chip = np.flatnonzero(on_chip)
         chip = chip[np.argsort(first[chip], kind="stable")]
         number = np.full(len(kinds), -1, dtype=np.int64)
         number[chip] = np.arange(len(chip))
         tensors = [kinds[i] for i in chip.tolist()]
-        n = len(accs)
+        psum = buffers[chip] == "psum"
+        par_axis = np.fromiter(map(_PAR_AXIS, tensors), dtype=np.int64, count=len(tensors))
+        user = np.fromiter(
+            map(is_not, map(_USER_SPAN, tensors), repeat(None)), dtype=bool, count=len(tensors)
+        )
         owner = number[inverse[:n]]
         touched = owner >= 0
         run_at = np.array([i for i, _ in self.runs], dtype=np.int64)
         run_ctx = np.array([c for _, c in self.runs], dtype=np.int64)
         ctx = run_ctx[np.searchsorted(run_at, np.arange(n), side="right") - 1]
-        points = np.array(self.points, dtype=np.int64)
+        points = np.frombuffer(self.points, dtype=np.int64) if n else np.zeros(0, np.int64)
         a_owner = number[inverse[n:]]
         a_mask = a_owner >= 0
-        a_point = np.array([p for _, p, _ in self.allocs], dtype=np.int64)
-        a_ctx = np.array([c for _, _, c in self.allocs], dtype=np.int64)
-        blocked = np.array(
-            [t.buffer == "psum" and t.par_axis > 0 and t.user_span is None for t in tensors],
-            dtype=bool,
-        )
+        a_point = np.array(alloc_points, dtype=np.int64)
+        a_ctx = np.array(alloc_ctxs, dtype=np.int64)
+        blocked = psum & (par_axis > 0) & ~user
         psum_blocked = []
         if blocked.any():
-            for j in np.flatnonzero(touched & blocked[owner.clip(0)]).tolist():
-                psum_blocked.append((accs[j], int(points[j]), int(ctx[j])))
+            # the accesses to those tensors, op by op (an op's accesses in order)
+            uid_blocked = {tensors[k].uid for k in np.flatnonzero(blocked).tolist()}
+            at = np.flatnonzero(touched & blocked[owner.clip(0)])
+            ops = dict.fromkeys(zip(points[at].tolist(), ctx[at].tolist()))
+            for point, c in ops:
+                op = self.stmts[point]
+                for a in (*op.outs, *op.ins):
+                    if isinstance(a, Access) and a.tensor.uid in uid_blocked:
+                        psum_blocked.append((a, point, c))
         return Scan(
             self.stmts,
             self.chain,
@@ -296,6 +331,8 @@ class Recorder:
             self.start,
             self.end,
             tensors,
+            psum,
+            user,
             owner[touched],
             points[touched],
             ctx[touched],
@@ -307,6 +344,13 @@ class Recorder:
 
 
 _TENSOR = attrgetter("tensor")
+_UID = attrgetter("uid")
+_BUFFER = attrgetter("buffer")
+_PAR_AXIS = attrgetter("par_axis")
+_USER_SPAN = attrgetter("user_span")
+_SCOPE = attrgetter("scope")
+_SHAPE = attrgetter("shape")
+_DTYPE = attrgetter("dtype")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -357,7 +401,7 @@ def _lifetimes(sc: Scan) -> _Lifetimes:
     first = np.full(m, np.iinfo(np.int64).max, dtype=np.int64)  # first sight
     np.minimum.at(first, owner, point)
     np.minimum.at(first, a_owner, a_point)
-    depth = np.array([len(t.scope) for t in tensors], dtype=np.int64)
+    depth = np.fromiter(map(len, map(_SCOPE, tensors)), dtype=np.int64, count=m)
     _, ulo, uhi = sc.statement_at(depth[owner])
     keep = point > last_alloc[owner]
     order = np.argsort(first, kind="stable")  # tensors in order of first sight
@@ -424,10 +468,10 @@ def psum_user_top(kernel: Kernel, sc: Scan | None = None) -> int:
         if t.buffer == "psum" and t.user_span is not None:
             top = max(top, t.user_span[1])
     sc = sc if sc is not None else scan(kernel)
-    for k in np.unique(sc.alloc_owner).tolist():  # on-chip tensors with an Alloc
-        t = sc.tensors[k]
-        if t.buffer == "psum" and t.user_span is not None:
-            top = max(top, t.user_span[1])
+    placed = np.zeros(len(sc.tensors), dtype=bool)
+    placed[sc.alloc_owner] = True  # on-chip tensors with an Alloc
+    for k in np.flatnonzero(placed & sc.psum & sc.user).tolist():
+        top = max(top, sc.tensors[k].user_span[1])
     return top
 
 
@@ -472,20 +516,24 @@ def resident_overflow(tl: Timeline, target: Target, capacity: int | None = None)
     n = len(tl.stmts)
     lf = _lifetimes(tl.scan)
     tensors = tl.scan.tensors
-    owners = [tensors[k] for k in lf.order.tolist()]
-    size_of: dict[tuple, int] = {}  # sbuf_size by the facts it reads
-    sizes = np.zeros(len(owners), dtype=np.int64)
-    for i, t in enumerate(owners):
-        if t.buffer != "sbuf":
-            continue
-        key = (t.shape, t.dtype, t.par_axis, t.user_span)
-        size = size_of.get(key)
-        if size is None:
-            size = size_of[key] = sbuf_size(t, target)
-        sizes[i] = size
-    if not size_of:
+    order = lf.order.tolist()
+    owners = [tensors[k] for k in order]
+    sbuf = ~tl.scan.psum[lf.order]
+    if not sbuf.any():
         return None
-    sbuf = sizes > 0
+    # sbuf_size, once per distinct (shape, dtype, partition axis, user span)
+    facts = list(
+        zip(
+            map(_SHAPE, owners),
+            map(_DTYPE, owners),
+            map(_PAR_AXIS, owners),
+            map(_USER_SPAN, owners),
+            strict=True,
+        )
+    )
+    size_of = {f: sbuf_size(t, target) for f, t in dict(zip(facts, owners)).items()}
+    sizes = np.fromiter(map(size_of.__getitem__, facts), dtype=np.int64, count=len(facts))
+    sizes[~sbuf] = 0
     # uses of SBUF tensors; a tensor never used is resident at its allocation only
     take = sbuf[lf.use_owner]
     unused = np.flatnonzero(sbuf & (np.bincount(lf.use_owner, minlength=len(owners)) == 0))

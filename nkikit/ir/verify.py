@@ -37,6 +37,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from math import prod
+from operator import attrgetter
 
 import numpy as np
 
@@ -1081,8 +1082,7 @@ def _psum_liveness(kernel: Kernel, target: Target, sc: Scan) -> None:
     Alloc to the end of the span of its last statement in B, and the tensors live at a
     statement of B are those of B and of the bodies enclosing it whose interval holds it: the
     bytes live at every Alloc are one prefix sum over the intervals."""
-    psum = [t.buffer == "psum" and t.user_span is None for t in sc.tensors]
-    mask = np.array(psum, dtype=bool)[sc.alloc_owner] if psum else np.zeros(0, bool)
+    mask = (sc.psum & ~sc.user)[sc.alloc_owner]
     if not mask.any():
         return
     limit = target.psum_bytes - psum_user_top(kernel, sc)
@@ -1105,7 +1105,7 @@ def _psum_liveness(kernel: Kernel, target: Target, sc: Scan) -> None:
     np.maximum.at(last_alloc, group, at)
     last = np.where(last_use >= 0, last_use, last_alloc)[group]
     tensors = [sc.tensors[k] for k in owner.tolist()]
-    sizes = np.array([_psum_size(t, blocks) for t in tensors], dtype=np.int64)
+    sizes = _psum_sizes(tensors, blocks)
     delta = np.zeros(len(sc.stmts) + 1, dtype=np.int64)
     np.add.at(delta, at, sizes)
     np.add.at(delta, last + 1, -sizes)
@@ -1139,12 +1139,23 @@ def _psum_liveness(kernel: Kernel, target: Target, sc: Scan) -> None:
     )
 
 
-def _psum_size(t: Tensor, blocks: dict[int, int]) -> int:
-    """Bytes per partition PSUM tensor ``t`` holds while live."""
-    n = blocks.get(t.uid)
-    if n is None:
-        return _bytes(t)
-    return n * _bytes(t) // prod(t.shape[: t.par_axis])
+def _psum_sizes(tensors: list[Tensor], blocks: dict[int, int]) -> np.ndarray:
+    """Bytes per partition each PSUM tensor holds while live (the blocks an iteration holds,
+    for a tensor in ``blocks``); computed once per distinct (shape, dtype, axis)."""
+    facts = list(zip(map(_SHAPE, tensors), map(_DTYPE, tensors), map(_PAR_AXIS, tensors)))
+    size_of = {f: _bytes(t) for f, t in dict(zip(facts, tensors)).items()}
+    sizes = np.fromiter(map(size_of.__getitem__, facts), dtype=np.int64, count=len(facts))
+    if blocks:
+        for j, t in enumerate(tensors):
+            n = blocks.get(t.uid)
+            if n is not None:
+                sizes[j] = n * _bytes(t) // prod(t.shape[: t.par_axis])
+    return sizes
+
+
+_SHAPE = attrgetter("shape")
+_DTYPE = attrgetter("dtype")
+_PAR_AXIS = attrgetter("par_axis")
 
 
 def kernel_capacity(kernel: Kernel, target: Target, sc: Scan) -> None:
@@ -1168,8 +1179,6 @@ KERNEL_RULES: list[Callable[[Kernel, Target, Scan], None]] = [
 
 # ---------------------------------------------------------------------------------------------
 # the driver
-
-_SEP = object()  # between an op's outputs and inputs in its signature
 
 
 @dataclass(slots=True)
@@ -1196,8 +1205,9 @@ class _Walk:
     tensor_sigs: dict[int, int] = field(default_factory=dict)
     tensor_ids: dict[tuple, int] = field(default_factory=dict)
     tensors_ok: set[int] = field(default_factory=set)  # tensor facts that passed TENSOR_RULES
-    # (tensor facts, tile shape, id(index tuple), context) -> class if in bounds, else ~class
-    accesses: dict[tuple, int] = field(default_factory=dict)
+    # per loop context: (tensor facts, tile shape, id(index tuple)) -> the access's class if
+    # it is in bounds there, else ~class
+    accesses: list[dict[tuple, int]] = field(default_factory=lambda: [{}])
     class_ids: dict[tuple, int] = field(default_factory=dict)
     index_sigs: dict[int, tuple] = field(default_factory=dict)  # id(index tuple) -> term ids
     term_ids: dict[int, int] = field(default_factory=dict)  # id(terms tuple) -> interned int
@@ -1207,6 +1217,9 @@ class _Walk:
     rec: Recorder = field(default_factory=Recorder)
 
     def tensor_sig(self, t: Tensor) -> int:
+        """The int standing for ``t``'s facts (``_tensor_sig``), remembered by uid (and ``t``
+        by the recorder: the walk asks once per tensor)."""
+        self.rec.tensor_of[t.uid] = t
         ts = self.tensor_sigs[t.uid] = self.tensor_ids.setdefault(
             _tensor_sig(t), len(self.tensor_ids)
         )
@@ -1247,43 +1260,61 @@ class _Walk:
         signature passed before is checked for bounds only.  An op with a runtime index tile
         (indirect DMA) is always checked in full."""
         passed = self.passed
-        accesses = self.accesses
+        accesses = self.accesses[ctx]
         tsigs = self.tensor_sigs
         rec = self.rec
-        stmts, touched, points = rec.stmts, rec.accesses, rec.points
+        stmts, touched, points = rec.stmts, rec.uids, rec.points
         for s in stmts_in:
             point = len(stmts)
             stmts.append(s)
             tp = type(s)
             if tp is Op:
-                parts: list | None = [s.prim, ctx, s.mask]
-                ok = True
-                for a in (*s.outs, _SEP, *s.ins):
-                    if type(a) is not Access:
-                        if parts is not None:
-                            parts.append(-1 if a is _SEP else (type(a), a))
-                        continue
-                    touched.append(a)
-                    points.append(point)
-                    if parts is None:
-                        continue
-                    if a.indirect is not None:
-                        parts = None
-                        continue
+                parts = [s.prim, ctx, s.mask]
+                ok = direct = True
+                for a in s.outs:
                     t = a.tensor
-                    ts = tsigs.get(t.uid)
+                    uid = t.uid
+                    touched.append(uid)
+                    points.append(point)
+                    if a.indirect is not None:
+                        direct = False
+                        rec.tensor_of[uid] = t
+                        continue
+                    ts = tsigs.get(uid)
                     if ts is None:
                         ts = self.tensor_sig(t)
-                    key = (ts, a.shape, id(a.index), ctx)
-                    c = accesses.get(key)
+                    c = accesses.get((ts, a.shape, id(a.index)))
                     if c is None:
-                        c = self.access_class(a, key, ranges)
+                        c = self.access_class(a, ts, accesses, ranges)
+                    if c < 0:
+                        ok = False
+                        c = ~c
+                    parts.append(c)
+                parts.append(-1)
+                for a in s.ins:
+                    if type(a) is not Access:
+                        parts.append((type(a), a))
+                        continue
+                    t = a.tensor
+                    uid = t.uid
+                    touched.append(uid)
+                    points.append(point)
+                    if a.indirect is not None:
+                        direct = False
+                        rec.tensor_of[uid] = t
+                        continue
+                    ts = tsigs.get(uid)
+                    if ts is None:
+                        ts = self.tensor_sig(t)
+                    c = accesses.get((ts, a.shape, id(a.index)))
+                    if c is None:
+                        c = self.access_class(a, ts, accesses, ranges)
                     if c < 0:
                         ok = False
                         c = ~c
                     parts.append(c)
                 sig = None
-                if parts is not None:
+                if direct:
                     parts.extend(s.attrs.items())
                     sig = tuple(parts)
                     try:
@@ -1311,12 +1342,16 @@ class _Walk:
                 inner = dict(ranges)
                 inner[s.var] = s.trip
                 body = rec.enter(s, point, ctx)
+                self.accesses.append({})
                 self.body(s.body, loops + (s,), inner, body)
                 rec.leave(body, ctx)
 
-    def access_class(self, a: Access, key: tuple, ranges: dict[Sym, int]) -> int:
-        """The class of direct access ``a`` under ``key`` (see ``body``), ``~class`` if it
-        leaves its tensor with ``ranges``; remembered."""
+    def access_class(
+        self, a: Access, ts: int, accesses: dict[tuple, int], ranges: dict[Sym, int]
+    ) -> int:
+        """The class of direct access ``a`` of a tensor of facts ``ts`` (see ``body``),
+        ``~class`` if it leaves its tensor with ``ranges``; remembered in ``accesses`` (those
+        of its loop context)."""
         isig = self.index_sigs.get(id(a.index))
         if isig is None:
             ids = self.term_ids
@@ -1329,10 +1364,10 @@ class _Walk:
                     tid = ids[id(x.terms)] = self.terms.setdefault(x.terms, len(self.terms))
                 out.append(tid)
             isig = self.index_sigs[id(a.index)] = tuple(out)
-        c = self.class_ids.setdefault((key[0], a.shape, isig), len(self.class_ids))
+        c = self.class_ids.setdefault((ts, a.shape, isig), len(self.class_ids))
         if _out_of_bounds(a, ranges) is not None:
             c = ~c
-        self.accesses[key] = c
+        accesses[ts, a.shape, id(a.index)] = c
         return c
 
 
