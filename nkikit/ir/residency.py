@@ -350,7 +350,7 @@ _PAR_AXIS = attrgetter("par_axis")
 _USER_SPAN = attrgetter("user_span")
 _SCOPE = attrgetter("scope")
 _SHAPE = attrgetter("shape")
-_DTYPE = attrgetter("dtype")
+_ITEMSIZE = attrgetter("dtype.itemsize")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -521,11 +521,11 @@ def resident_overflow(tl: Timeline, target: Target, capacity: int | None = None)
     sbuf = ~tl.scan.psum[lf.order]
     if not sbuf.any():
         return None
-    # sbuf_size, once per distinct (shape, dtype, partition axis, user span)
+    # sbuf_size, once per distinct (shape, itemsize, partition axis, user span)
     facts = list(
         zip(
             map(_SHAPE, owners),
-            map(_DTYPE, owners),
+            map(_ITEMSIZE, owners),
             map(_PAR_AXIS, owners),
             map(_USER_SPAN, owners),
             strict=True,

@@ -1141,8 +1141,8 @@ def _psum_liveness(kernel: Kernel, target: Target, sc: Scan) -> None:
 
 def _psum_sizes(tensors: list[Tensor], blocks: dict[int, int]) -> np.ndarray:
     """Bytes per partition each PSUM tensor holds while live (the blocks an iteration holds,
-    for a tensor in ``blocks``); computed once per distinct (shape, dtype, axis)."""
-    facts = list(zip(map(_SHAPE, tensors), map(_DTYPE, tensors), map(_PAR_AXIS, tensors)))
+    for a tensor in ``blocks``); computed once per distinct (shape, itemsize, axis)."""
+    facts = list(zip(map(_SHAPE, tensors), map(_ITEMSIZE, tensors), map(_PAR_AXIS, tensors)))
     size_of = {f: _bytes(t) for f, t in dict(zip(facts, tensors)).items()}
     sizes = np.fromiter(map(size_of.__getitem__, facts), dtype=np.int64, count=len(facts))
     if blocks:
@@ -1154,7 +1154,7 @@ def _psum_sizes(tensors: list[Tensor], blocks: dict[int, int]) -> np.ndarray:
 
 
 _SHAPE = attrgetter("shape")
-_DTYPE = attrgetter("dtype")
+_ITEMSIZE = attrgetter("dtype.itemsize")
 _PAR_AXIS = attrgetter("par_axis")
 
 
@@ -1373,14 +1373,15 @@ class _Walk:
 
 def _tensor_sig(t: Tensor) -> tuple:
     """The facts about tensor ``t`` the rules read (``TENSOR_RULES`` and, through the access
-    classes, the op rules): the dtype itself, not only its name, so facts never merge two
-    dtypes a rule could tell apart."""
+    classes, the op rules).  The dtype by identity (dtypes are shared objects, and hashing one
+    is slow): finer than its name, so facts never merge two dtypes a rule could tell apart;
+    the tensor holds it, so its id stays its own."""
     root = t if t.base is None else t.root
     return (
         t.buffer,
         t.shape,
         t.par_axis,
-        t.dtype,
+        id(t.dtype),
         root.kind,
         root.mutable,
         root.buffer,
