@@ -32,7 +32,11 @@ their union, and automatically allocated PSUM goes above the highest of them
 automatically placed PSUM tensor whose blocks are live a part of the kernel at a time takes
 the most blocks in use at once (:func:`psum_blocks_in_use`), in both alike.
 
-Cost: one walk, O(statements x loop depth + accesses), and a sweep over the segments.
+Cost: one walk (:func:`scan`; the verifier's own walk records it as it goes) that only
+appends to flat lists, O(statements + accesses); everything after it is numpy over those
+arrays (lifetimes, resident segments, the prefix sums) and C-level maps, with Python work
+only per distinct kind of tensor, per loop and per error.  :class:`Lifetime` objects are
+built only when asked for (``Timeline.lifetimes``, for the allocator).
 """
 
 from __future__ import annotations

@@ -29,7 +29,9 @@ An unrolled kernel (NKI 0.x traces every loop) repeats a few kinds of op thousan
 differing only in the constants of their indices.  The walk remembers the *signature* of
 every op that passed (its primitive, attributes, mask, enclosing loops, and per operand the
 tensor facts, tile shape and index terms the rules read): an op with a signature seen before
-is checked for bounds only, the one rule that reads index constants.
+is checked for bounds only, the one rule that reads index constants.  Signatures are tuples
+of small ints (per tensor, per access class: ``_Walk``), and the same walk records the flat
+scan the capacity rules read (``ir/residency.Scan``), so a kernel is walked once.
 """
 
 from __future__ import annotations
