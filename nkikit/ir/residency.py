@@ -43,7 +43,7 @@ from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass, field
-from itertools import repeat
+from itertools import count, repeat
 from math import prod
 from operator import attrgetter, is_not
 
@@ -290,11 +290,15 @@ class Recorder:
         everything = np.concatenate(
             [uids, np.fromiter(map(_UID, alloc_tensors), np.int64, len(alloc_tensors))]
         )
-        seen, first, inverse = np.unique(everything, return_index=True, return_inverse=True)
-        inverse = inverse.reshape(-1)
-        kinds = list(map(self.tensor_of.__getitem__, seen.tolist()))
+        # every tensor the walk met (``tensor_of``), and where each first appears in the lists
+        kinds = list(self.tensor_of.values())
+        known = np.fromiter(self.tensor_of, dtype=np.int64, count=len(kinds))
+        by_uid = np.argsort(known)
+        inverse = by_uid[np.searchsorted(known[by_uid], everything)]
+        first = np.full(len(kinds), len(everything), dtype=np.int64)
+        np.minimum.at(first, inverse, np.arange(len(everything)))
         buffers = np.array(list(map(_BUFFER, kinds)), dtype=str)
-        on_chip = np.isin(buffers, ON_CHIP)
+        on_chip = np.isin(buffers, ON_CHIP) & (first < len(everything))
         # on-chip tensors, numbered in order of first sight in the lists
         chip = np.flatnonzero(on_chip)
         chip = chip[np.argsort(first[chip], kind="stable")]
@@ -535,8 +539,12 @@ def resident_overflow(tl: Timeline, target: Target, capacity: int | None = None)
             strict=True,
         )
     )
-    size_of = {f: sbuf_size(t, target) for f, t in dict(zip(facts, owners)).items()}
-    sizes = np.fromiter(map(size_of.__getitem__, facts), dtype=np.int64, count=len(facts))
+    # each tensor's first tensor of the same facts (one hashing pass, at C level)
+    rep = np.fromiter(map({}.setdefault, facts, count()), dtype=np.int64, count=len(facts))
+    sizes = np.zeros(len(owners), dtype=np.int64)
+    for k in np.unique(rep).tolist():
+        sizes[k] = sbuf_size(owners[k], target)
+    sizes = sizes[rep]
     sizes[~sbuf] = 0
     # uses of SBUF tensors; a tensor never used is resident at its allocation only
     take = sbuf[lf.use_owner]

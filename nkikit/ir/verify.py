@@ -38,6 +38,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from itertools import count
 from math import prod
 from operator import attrgetter
 
@@ -1145,8 +1146,12 @@ def _psum_sizes(tensors: list[Tensor], blocks: dict[int, int]) -> np.ndarray:
     """Bytes per partition each PSUM tensor holds while live (the blocks an iteration holds,
     for a tensor in ``blocks``); computed once per distinct (shape, itemsize, axis)."""
     facts = list(zip(map(_SHAPE, tensors), map(_ITEMSIZE, tensors), map(_PAR_AXIS, tensors)))
-    size_of = {f: _bytes(t) for f, t in dict(zip(facts, tensors)).items()}
-    sizes = np.fromiter(map(size_of.__getitem__, facts), dtype=np.int64, count=len(facts))
+    # each tensor's first tensor of the same facts (one hashing pass, at C level)
+    rep = np.fromiter(map({}.setdefault, facts, count()), dtype=np.int64, count=len(facts))
+    sizes = np.zeros(len(tensors), dtype=np.int64)
+    for k in np.unique(rep).tolist():
+        sizes[k] = _bytes(tensors[k])
+    sizes = sizes[rep]
     if blocks:
         for j, t in enumerate(tensors):
             n = blocks.get(t.uid)
