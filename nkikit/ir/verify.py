@@ -976,9 +976,10 @@ def _out_of_bounds(a: Access, ranges: dict[Sym, int]) -> tuple[int, int, int] | 
     return None
 
 
-# A rule here or in OP_SHAPE_RULES / PRIM_RULES may read only what ``_Walk.signature`` holds
-# (rule_bounds aside): a rule that reads more (index constants, tensor identity, another op)
-# must add it to the signature, or an op like one that passed would skip it.
+# A rule here or in OP_SHAPE_RULES / PRIM_RULES may read only what an op signature holds
+# (``_Walk.body``; rule_bounds aside): a rule that reads more (index constants, tensor
+# identity, another op) must add it to the signature, or an op like one that passed would
+# skip it.
 OP_RULES: list[Rule] = [
     rule_target,
     rule_mx_containers,
