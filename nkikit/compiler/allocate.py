@@ -456,9 +456,9 @@ def allocate(kernel: Kernel, target: Target, *, rotation: bool = True) -> Alloca
             pinned.append(info)
         else:
             infos[t.buffer].append(info)
-    top = psum_user_top(kernel)
+    top = psum_user_top(kernel, tl.scan)
     sbuf_base, sbuf_room = _user_sbuf_free(fixed, target)
-    blocks = psum_blocks_in_use(kernel)
+    blocks = psum_blocks_in_use(kernel, tl.scan)
     capacity = {"sbuf": sbuf_room, "psum": target.psum_bytes - top}
     base = {"sbuf": sbuf_base, "psum": top}
     # (first point, last point, first byte, end) of each, as the packers avoid them

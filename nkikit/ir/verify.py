@@ -29,14 +29,20 @@ An unrolled kernel (NKI 0.x traces every loop) repeats a few kinds of op thousan
 differing only in the constants of their indices.  The walk remembers the *signature* of
 every op that passed (its primitive, attributes, mask, enclosing loops, and per operand the
 tensor facts, tile shape and index terms the rules read): an op with a signature seen before
-is checked for bounds only, the one rule that reads index constants.
+is checked for bounds only, the one rule that reads index constants.  Signatures are tuples
+of small ints (per tensor, per access class: ``_Walk``), and the same walk records the flat
+scan the capacity rules read (``ir/residency.Scan``), so a kernel is walked once.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from itertools import count
 from math import prod
+from operator import attrgetter
+
+import numpy as np
 
 from .. import dtypes
 from ..collector import gc_paused
@@ -45,7 +51,14 @@ from ..targets import TARGETS, Target, get_target
 from .affine import Affine, Axis, LoopVar, Predicate, ProgramId, Sym
 from .core import ON_CHIP, Access, Alloc, Kernel, Loop, Op, Tensor
 from .prims import PRIMS, accumulates, engine_of, engines_of, mask_ref, mx_scale_rows
-from .residency import psum_blocks_in_use, psum_user_top, resident_overflow, timeline
+from .residency import (
+    Recorder,
+    Scan,
+    psum_blocks_in_use,
+    psum_user_top,
+    resident_overflow,
+    timeline,
+)
 
 # ---------------------------------------------------------------------------------------------
 # the op in context
@@ -963,9 +976,10 @@ def _out_of_bounds(a: Access, ranges: dict[Sym, int]) -> tuple[int, int, int] | 
     return None
 
 
-# A rule here or in OP_SHAPE_RULES / PRIM_RULES may read only what ``_Walk.signature`` holds
-# (rule_bounds aside): a rule that reads more (index constants, tensor identity, another op)
-# must add it to the signature, or an op like one that passed would skip it.
+# A rule here or in OP_SHAPE_RULES / PRIM_RULES may read only what an op signature holds
+# (``_Walk.body``; rule_bounds aside): a rule that reads more (index constants, tensor
+# identity, another op) must add it to the signature, or an op like one that passed would
+# skip it.
 OP_RULES: list[Rule] = [
     rule_target,
     rule_mx_containers,
@@ -1037,7 +1051,7 @@ TENSOR_RULES: list[Callable[[Tensor, Target, Kernel], None]] = [tensor_partition
 # kernel rules (rules 7, 12)
 
 
-def kernel_outputs_written(kernel: Kernel, target: Target) -> None:
+def kernel_outputs_written(kernel: Kernel, target: Target, sc: Scan) -> None:
     """Every returned tensor is written by some instruction."""
     want = {t.root.uid for t in kernel.outputs}
     written: set[int] = set()
@@ -1055,7 +1069,7 @@ def kernel_outputs_written(kernel: Kernel, target: Target) -> None:
             )
 
 
-class _Liveness:
+def _psum_liveness(kernel: Kernel, target: Target, sc: Scan) -> None:
     """Peak PSUM bytes per partition under a simple, conservative liveness.
 
     Within a body, a tensor is live from its Alloc to the last statement that uses it (a use
@@ -1066,17 +1080,109 @@ class _Liveness:
     allocation placed hold their banks for the whole kernel (checked where they are created);
     the others share the banks above the highest of those (``ir/residency.psum_user_top``).
     A tensor whose blocks live one loop iteration at a time counts the blocks of an iteration
-    (``ir/residency.psum_blocks_in_use``).  Tensors NKI 0.x placed by hand
-    (``nl.ndarray(address=)``: ``Tensor.address``) live as the others do, but the live ones
-    take the bytes of their union: tensors placed on the same bank share it (the NKI Library's
-    attention and MoE kernels place a tile per loop step on one of a few banks)."""
+    (``ir/residency.psum_blocks_in_use``).
 
-    def __init__(self, kernel: Kernel, target: Target) -> None:
-        self.limits = {"psum": target.psum_bytes - psum_user_top(kernel)}
+    In program points (``ir/residency.Scan``) a tensor allocated in body B is live from its
+    Alloc to the end of the span of its last statement in B, and the tensors live at a
+    statement of B are those of B and of the bodies enclosing it whose interval holds it: the
+    bytes live at every Alloc are one prefix sum over the intervals.  A kernel with PSUM tensors
+    placed by hand (NKI 0.x ``address=``) is checked by ``_PlacedLiveness``."""
+    mask = (sc.psum & ~sc.user)[sc.alloc_owner]
+    if not mask.any():
+        return
+    limit = target.psum_bytes - psum_user_top(kernel, sc)
+    blocks = psum_blocks_in_use(kernel, sc)
+    owner, at, body = sc.alloc_owner[mask], sc.alloc_point[mask], sc.alloc_ctx[mask]
+    tensors = [sc.tensors[k] for k in owner.tolist()]
+    if any(t.address is not None for t in tensors):
+        _PlacedLiveness(kernel, target, sc).run(kernel.body, {"psum": 0}, [])
+        return
+    depth = np.array([len(ch) - 1 for ch in sc.chain], dtype=np.int64)[body]
+    # each tensor's last statement in the body it is allocated in: the last use there, else
+    # its (last) Alloc there -- per (tensor, body), as a tensor allocated twice shares one
+    n_ctx = len(sc.chain)
+    groups, group = np.unique(owner * n_ctx + body, return_inverse=True)
+    group = group.reshape(-1)
+    last_use = np.full(len(groups), -1, dtype=np.int64)
+    for d in np.unique(depth).tolist():
+        own, _, hi = sc.statement_at(np.full(len(sc.touch_owner), d, dtype=np.int64))
+        key = sc.touch_owner * n_ctx + own
+        pos = np.searchsorted(groups, key).clip(0, len(groups) - 1)
+        mine = (own >= 0) & (groups[pos] == key)
+        np.maximum.at(last_use, pos[mine], hi[mine])
+    last_alloc = np.full(len(groups), -1, dtype=np.int64)
+    np.maximum.at(last_alloc, group, at)
+    last = np.where(last_use >= 0, last_use, last_alloc)[group]
+    sizes = _psum_sizes(tensors, blocks)
+    delta = np.zeros(len(sc.stmts) + 1, dtype=np.int64)
+    np.add.at(delta, at, sizes)
+    np.add.at(delta, last + 1, -sizes)
+    live = np.cumsum(delta)[at]
+    over = np.flatnonzero(live > limit)
+    if not len(over):
+        return
+    i = int(over[0])
+    p = int(at[i])
+    chain = set(sc.chain[int(body[i])])
+    # the tensors of the enclosing bodies live here: outer bodies first, then biggest first
+    here = [
+        j
+        for j in np.lexsort((at, depth)).tolist()
+        if int(body[j]) in chain and at[j] <= p <= last[j]
+    ]
+    here.sort(key=lambda j: -int(sizes[j]))
+    shown = ", ".join(
+        f"{t.name} ({int(sizes[j])} B, line {t.loc.line if t.loc else '?'})"
+        for j, t in ((j, tensors[j]) for j in here[:5])
+    )
+    if len(here) > 5:
+        shown += f", and {len(here) - 5} more"
+    raise NkiError(
+        "err_psum_total_capacity_exceeded",
+        _tensor_loc(tensors[i]),
+        used=int(live[i]),
+        limit=limit,
+        banks=limit // 2048,
+        tensors=shown,
+    )
+
+
+def _psum_sizes(tensors: list[Tensor], blocks: dict[int, int]) -> np.ndarray:
+    """Bytes per partition each PSUM tensor holds while live (the blocks an iteration holds,
+    for a tensor in ``blocks``); computed once per distinct (shape, itemsize, axis)."""
+    facts = list(zip(map(_SHAPE, tensors), map(_ITEMSIZE, tensors), map(_PAR_AXIS, tensors)))
+    # each tensor's first tensor of the same facts (one hashing pass, at C level)
+    rep = np.fromiter(map({}.setdefault, facts, count()), dtype=np.int64, count=len(facts))
+    sizes = np.zeros(len(tensors), dtype=np.int64)
+    for k in np.unique(rep).tolist():
+        sizes[k] = _bytes(tensors[k])
+    sizes = sizes[rep]
+    if blocks:
+        for j, t in enumerate(tensors):
+            n = blocks.get(t.uid)
+            if n is not None:
+                sizes[j] = n * _bytes(t) // prod(t.shape[: t.par_axis])
+    return sizes
+
+
+_SHAPE = attrgetter("shape")
+_ITEMSIZE = attrgetter("dtype.itemsize")
+_PAR_AXIS = attrgetter("par_axis")
+
+
+class _PlacedLiveness:
+    """``_psum_liveness`` for a kernel with PSUM tensors NKI 0.x placed by hand
+    (``nl.ndarray(address=)``: ``Tensor.address``), statement by statement: the placed ones live
+    as the others do, but the live ones take the bytes of their union, so tensors placed on the
+    same bank share it (the NKI Library's attention and MoE kernels place a tile per loop step
+    on one of a few banks)."""
+
+    def __init__(self, kernel: Kernel, target: Target, sc: Scan) -> None:
+        self.limits = {"psum": target.psum_bytes - psum_user_top(kernel, sc)}
         self.psum = target.psum_bytes
         self.loop_uses: dict[int, set[int]] = {}
         # tensors whose blocks live one loop iteration at a time count those blocks
-        self.blocks = psum_blocks_in_use(kernel)
+        self.blocks = psum_blocks_in_use(kernel, sc)
 
     def uses(self, stmt: object) -> set[int]:
         if isinstance(stmt, Op):
@@ -1202,18 +1308,23 @@ def _at(t: Tensor) -> str:
     return "" if t.address is None else f" at byte {t.address}"
 
 
-def kernel_capacity(kernel: Kernel, target: Target) -> None:
+def kernel_capacity(kernel: Kernel, target: Target, sc: Scan) -> None:
     """Live PSUM tensors fit the target's PSUM (PSUM is never spilled), and at every
     statement the SBUF tensors that cannot be spilled there fit the target's SBUF per
     partition (``ir/residency.py``: the same computation the allocator spills by, so a kernel
-    over SBUF capacity that spilling makes fit is accepted, as the Neuron compiler spills)."""
-    _Liveness(kernel, target).run(kernel.body, {"psum": 0}, [])
-    over = resident_overflow(timeline(kernel), target)
+    over SBUF capacity that spilling makes fit is accepted, as the Neuron compiler spills).
+    One scan of the kernel (``ir/residency.Scan``, recorded by the verifier's walk) serves
+    both."""
+    _psum_liveness(kernel, target, sc)
+    over = resident_overflow(timeline(kernel, sc), target)
     if over is not None:
         raise over.error()
 
 
-KERNEL_RULES: list[Callable[[Kernel, Target], None]] = [kernel_outputs_written, kernel_capacity]
+KERNEL_RULES: list[Callable[[Kernel, Target, Scan], None]] = [
+    kernel_outputs_written,
+    kernel_capacity,
+]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1222,59 +1333,150 @@ KERNEL_RULES: list[Callable[[Kernel, Target], None]] = [kernel_outputs_written, 
 
 @dataclass(slots=True)
 class _Walk:
+    """One walk over the kernel, checking every op.
+
+    An unrolled kernel repeats a few kinds of op thousands of times, so what the rules found is
+    remembered at three levels, each keyed by small ints or by the identity of IR objects the
+    kernel holds (alive, hence with ids of their own, for the whole walk):
+
+    - per tensor (by uid): a small int for the facts the rules read (``_tensor_sig``), and
+      which of those passed ``TENSOR_RULES`` (they read nothing else);
+    - per access, by (tensor facts, tile shape, identity of its index tuple, loop context):
+      a small int for its class (tensor facts, tile shape, index terms: everything the op
+      rules read of it but its index constants) and whether it is in bounds in that context;
+    - per op: the signature (``body``) of every op that passed every rule.
+    """
+
     kernel: Kernel
     target: Target
-    checked: set[int] = field(default_factory=set)
-    # signatures of ops that passed every rule but the bounds (see ``signature``)
+    # signatures of ops that passed every rule (see ``body``)
     passed: set[tuple] = field(default_factory=set)
-    # id of an Access -> its part of a signature (accesses outlive the walk: the kernel
-    # holds them, so their ids stay theirs)
-    access_sigs: dict[int, int] = field(default_factory=dict)
-    sig_ids: dict[object, int] = field(default_factory=dict)
+    # tensor uid -> its facts' int (``_tensor_sig``, interned in ``tensor_ids``)
     tensor_sigs: dict[int, int] = field(default_factory=dict)
-    term_ids: dict[int, int] = field(default_factory=dict)
-    # (id of an index tuple, tensor shape, tile shape, id of the ranges) found in bounds
-    bounds_ok: set[tuple] = field(default_factory=set)
-    # objects whose ids the walk's tables use, held so that no other object takes their id
-    kept: list = field(default_factory=list)
+    tensor_ids: dict[tuple, int] = field(default_factory=dict)
+    tensors_ok: set[int] = field(default_factory=set)  # tensor facts that passed TENSOR_RULES
+    # per loop context: (tensor facts, tile shape, id(index tuple)) -> the access's class if
+    # it is in bounds there, else ~class
+    accesses: list[dict[tuple, int]] = field(default_factory=lambda: [{}])
+    class_ids: dict[tuple, int] = field(default_factory=dict)
+    index_sigs: dict[int, tuple] = field(default_factory=dict)  # id(index tuple) -> term ids
+    term_ids: dict[int, int] = field(default_factory=dict)  # id(terms tuple) -> interned int
+    terms: dict[tuple, int] = field(default_factory=dict)
+    # what the walk records for the capacity rule (``ir/residency.Scan``); its contexts (0:
+    # the kernel body, then one per loop body) are the walk's loop contexts
+    rec: Recorder = field(default_factory=Recorder)
+
+    def tensor_sig(self, t: Tensor) -> int:
+        """The int standing for ``t``'s facts (``_tensor_sig``), remembered by uid (and ``t``
+        by the recorder: the walk asks once per tensor)."""
+        self.rec.tensor_of[t.uid] = t
+        ts = self.tensor_sigs[t.uid] = self.tensor_ids.setdefault(
+            _tensor_sig(t), len(self.tensor_ids)
+        )
+        return ts
 
     def tensor(self, t: Tensor) -> None:
-        if t.uid in self.checked:
+        """Run ``TENSOR_RULES`` on ``t`` unless a tensor of the same facts passed them."""
+        ts = self.tensor_sigs.get(t.uid)
+        if ts is None:
+            ts = self.tensor_sig(t)
+        if ts in self.tensors_ok:
             return
-        self.checked.add(t.uid)
         if t.buffer in ON_CHIP:
             for rule in TENSOR_RULES:
                 rule(t, self.target, self.kernel)
+        self.tensors_ok.add(ts)
 
     def run(self) -> None:
         k = self.kernel
         base: dict[Sym, int] = {ProgramId(i): g for i, g in enumerate(k.grid)}
-        self.body(k.body, (), base)
+        self.body(k.body, (), base, 0)
         for t in k.tensors:
             self.tensor(t)
+        sc = self.rec.finish()
         for rule in KERNEL_RULES:
-            rule(k, self.target)
+            rule(k, self.target, sc)
 
-    def body(self, stmts: list, loops: tuple[Loop, ...], ranges: dict[Sym, int]) -> None:
+    def body(
+        self, stmts_in: list, loops: tuple[Loop, ...], ranges: dict[Sym, int], ctx: int
+    ) -> None:
+        """Check ``stmts_in`` (in loop context ``ctx``: ``loops`` with symbol ``ranges``),
+        recording them in ``rec`` as ``ir/residency.Recorder.walk`` does (the capacity rule
+        reads the scan: the kernel is walked once).
+
+        An op's signature is everything the rules but ``rule_bounds`` read, its index
+        constants left out: its primitive, context, mask, attributes, immediates and the class
+        of every access.  Two ops of one signature pass or fail the same rules, so an op whose
+        signature passed before is checked for bounds only.  An op with a runtime index tile
+        (indirect DMA) is always checked in full."""
         passed = self.passed
-        for s in stmts:
-            if isinstance(s, Op):
-                sig = self.signature(s, loops)
-                try:
-                    hit = sig is not None and sig in passed
-                except TypeError:  # an unhashable attribute: check in full
-                    hit, sig = False, None
-                if hit:
-                    # the same op up to its index constants passed before: only the bounds
-                    # depend on the constants
-                    accesses = [*s.outs, *(a for a in s.ins if type(a) is Access)]
-                    for a in accesses:
-                        self.tensor(a.tensor)
-                    if s.mask is None:
-                        for a in accesses:
-                            if not self.in_bounds(a, ranges):
-                                rule_bounds(Site(s, loops, ranges, self.target, self.kernel))
-                    continue
+        accesses = self.accesses[ctx]
+        tsigs = self.tensor_sigs
+        rec = self.rec
+        stmts, touched, points = rec.stmts, rec.uids, rec.points
+        for s in stmts_in:
+            point = len(stmts)
+            stmts.append(s)
+            tp = type(s)
+            if tp is Op:
+                parts = [s.prim, ctx, s.mask]
+                ok = direct = True
+                for a in s.outs:
+                    t = a.tensor
+                    uid = t.uid
+                    touched.append(uid)
+                    points.append(point)
+                    if a.indirect is not None:
+                        direct = False
+                        rec.tensor_of[uid] = t
+                        continue
+                    ts = tsigs.get(uid)
+                    if ts is None:
+                        ts = self.tensor_sig(t)
+                    c = accesses.get((ts, a.shape, id(a.index)))
+                    if c is None:
+                        c = self.access_class(a, ts, accesses, ranges)
+                    if c < 0:
+                        ok = False
+                        c = ~c
+                    parts.append(c)
+                parts.append(-1)
+                for a in s.ins:
+                    if type(a) is not Access:
+                        parts.append((type(a), a))
+                        continue
+                    t = a.tensor
+                    uid = t.uid
+                    touched.append(uid)
+                    points.append(point)
+                    if a.indirect is not None:
+                        direct = False
+                        rec.tensor_of[uid] = t
+                        continue
+                    ts = tsigs.get(uid)
+                    if ts is None:
+                        ts = self.tensor_sig(t)
+                    c = accesses.get((ts, a.shape, id(a.index)))
+                    if c is None:
+                        c = self.access_class(a, ts, accesses, ranges)
+                    if c < 0:
+                        ok = False
+                        c = ~c
+                    parts.append(c)
+                sig = None
+                if direct:
+                    parts.extend(s.attrs.items())
+                    sig = tuple(parts)
+                    try:
+                        hit = sig in passed
+                    except TypeError:  # an unhashable attribute: check in full
+                        hit, sig = False, None
+                    if hit:
+                        # only the bounds depend on the constants; a masked op's bounds are
+                        # the simulator's (rule_bounds)
+                        if not ok and s.mask is None:
+                            rule_bounds(Site(s, loops, ranges, self.target, self.kernel))
+                        continue
                 site = Site(s, loops, ranges, self.target, self.kernel)
                 for rule in OP_RULES:
                     rule(site)
@@ -1284,86 +1486,52 @@ class _Walk:
                     rule(site)
                 if sig is not None:
                     passed.add(sig)
-            elif isinstance(s, Loop):
+            elif tp is Alloc:
+                rec.allocs.append((s, point, ctx))
+            elif tp is Loop:
                 inner = dict(ranges)
                 inner[s.var] = s.trip
-                self.kept.append(inner)  # ``in_bounds`` keys on its id
-                self.body(s.body, loops + (s,), inner)
+                body = rec.enter(s, point, ctx)
+                self.accesses.append({})
+                self.body(s.body, loops + (s,), inner, body)
+                rec.leave(body, ctx)
 
-    def signature(self, op: Op, loops: tuple[Loop, ...]) -> tuple | None:
-        """Everything the op rules other than ``rule_bounds`` read, the index constants
-        left out: two ops of one signature pass or fail the same rules (an unrolled loop
-        repeats a few signatures thousands of times).  None (always check in full) for an
-        op with a runtime index tile."""
-        sigs = self.access_sigs
-        parts: list = [op.prim, loops, op.mask]
-        for a in op.outs:
-            sig = sigs.get(id(a))
-            if sig is None:
-                if a.indirect is not None:
-                    return None
-                sig = sigs[id(a)] = self.access_sig(a)
-            parts.append(sig)
-        parts.append(-1)
-        for a in op.ins:
-            if type(a) is Access:
-                sig = sigs.get(id(a))
-                if sig is None:
-                    if a.indirect is not None:
-                        return None
-                    sig = sigs[id(a)] = self.access_sig(a)
-                parts.append(sig)
-            else:
-                parts.append((type(a), a))
-        parts.extend(op.attrs.items())
-        return tuple(parts)
-
-    def access_sig(self, a: Access) -> int:
-        """A small int standing for the facts about ``a`` the op rules read, but its index
-        constants: its tensor's (``_tensor_sig``), its tile shape and its index terms."""
-        t = a.tensor
-        tsig = self.tensor_sigs.get(t.uid)
-        if tsig is None:
-            tsig = self.tensor_sigs[t.uid] = self.intern(_tensor_sig(t))
-        parts = [tsig, a.shape]
-        ids = self.term_ids
-        for x in a.index:
-            # index terms are often shared tuples (a front end's cached decompositions): look
-            # them up by identity before hashing their symbols
-            terms = x.terms
-            tid = ids.get(id(terms))
-            if tid is None:
-                tid = ids[id(terms)] = self.intern(terms)
-                self.kept.append(terms)  # keeps id(terms) its own
-            parts.append(tid)
-        return self.intern(tuple(parts))
-
-    def intern(self, sig: tuple) -> int:
-        """A small int standing for a signature part, so that op signatures hash fast."""
-        return self.sig_ids.setdefault(sig, len(self.sig_ids))
-
-    def in_bounds(self, a: Access, ranges: dict[Sym, int]) -> bool:
-        """``_out_of_bounds(a, ranges) is None``, remembered per index tuple (a front end may
-        share one among accesses) for ``ranges`` (kept alive for the walk by ``body``)."""
-        key = (id(a.index), a.tensor.shape, a.shape, id(ranges))
-        if key in self.bounds_ok:
-            return True
+    def access_class(
+        self, a: Access, ts: int, accesses: dict[tuple, int], ranges: dict[Sym, int]
+    ) -> int:
+        """The class of direct access ``a`` of a tensor of facts ``ts`` (see ``body``),
+        ``~class`` if it leaves its tensor with ``ranges``; remembered in ``accesses`` (those
+        of its loop context)."""
+        isig = self.index_sigs.get(id(a.index))
+        if isig is None:
+            ids = self.term_ids
+            out = []
+            for x in a.index:
+                # index terms are often shared tuples (a front end's cached decompositions):
+                # look them up by identity before hashing their symbols
+                tid = ids.get(id(x.terms))
+                if tid is None:
+                    tid = ids[id(x.terms)] = self.terms.setdefault(x.terms, len(self.terms))
+                out.append(tid)
+            isig = self.index_sigs[id(a.index)] = tuple(out)
+        c = self.class_ids.setdefault((ts, a.shape, isig), len(self.class_ids))
         if _out_of_bounds(a, ranges) is not None:
-            return False
-        if a.indirect is None:
-            self.bounds_ok.add(key)
-            self.kept.append(a.index)
-        return True
+            c = ~c
+        accesses[ts, a.shape, id(a.index)] = c
+        return c
 
 
 def _tensor_sig(t: Tensor) -> tuple:
-    """The facts about tensor ``t`` the op rules read (see ``_Walk.signature``)."""
-    root = t.root
+    """The facts about tensor ``t`` the rules read (``TENSOR_RULES`` and, through the access
+    classes, the op rules).  The dtype by identity (dtypes are shared objects, and hashing one
+    is slow): finer than its name, so facts never merge two dtypes a rule could tell apart;
+    the tensor holds it, so its id stays its own."""
+    root = t if t.base is None else t.root
     return (
         t.buffer,
         t.shape,
         t.par_axis,
-        dtypes.name(t.dtype),
+        id(t.dtype),
         root.kind,
         root.mutable,
         root.buffer,

@@ -1,5 +1,5 @@
 """The verifier checks an op whose signature (everything but its index constants) passed
-before only for bounds (nkikit/ir/verify.py, ``_Walk.signature``): repeated ops that differ in
+before only for bounds (nkikit/ir/verify.py, ``_Walk.body``): repeated ops that differ in
 what a rule reads are still checked in full, and each is rejected at its own line."""
 
 from __future__ import annotations
