@@ -208,7 +208,7 @@ class Manifest:
     ) -> Manifest:
         """Build a Manifest from `kernel.json` data (or the tables of a `kernel.toml`).
 
-        Raises ManifestError naming the first problem found.
+        Raises ManifestError listing every problem found (its ``problems``: one message each).
         """
         if not isinstance(data, Mapping):
             raise ManifestError(f"{where}: expected a table")
@@ -261,7 +261,8 @@ class Problems:
 
     def __exit__(self, kind: object, value: BaseException | None, tb: object) -> bool:
         if isinstance(value, ManifestError):
-            self.messages.append(str(value))
+            # a nested collection (one function table's problems) keeps its items apart
+            self.messages.extend(getattr(value, "problems", None) or [str(value)])
             return True
         return False
 
@@ -389,16 +390,62 @@ def _parse_function(name: str, spec: object, where: str) -> FunctionSpec:
         "input_dtypes",
         "ranges",
     }
-    unknown = set(spec) - known
-    if unknown:
-        raise ManifestError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
-    entry = Symbol.parse(spec.get("entry"), f"{where} entry")
-    reference = (
-        Symbol.parse(spec["reference"], f"{where} reference") if "reference" in spec else None
+    # every key is checked, so one pass reports all of the table's problems; a key that
+    # depends on another (example on inputs) is checked once that one is valid
+    problems = Problems()
+    with problems:
+        unknown = set(spec) - known
+        if unknown:
+            raise ManifestError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
+    entry = problems.check(lambda: Symbol.parse(spec.get("entry"), f"{where} entry"))
+    reference = backward = None
+    if "reference" in spec:
+        reference = problems.check(lambda: Symbol.parse(spec["reference"], f"{where} reference"))
+    if "backward" in spec:
+        backward = problems.check(lambda: Symbol.parse(spec["backward"], f"{where} backward"))
+    inputs = problems.check(lambda: _parse_inputs(spec.get("inputs"), where))
+    dtypes = problems.check(lambda: _parse_dtypes(spec.get("dtypes", ["float32"]), where))
+    with problems:
+        outputs = spec.get("outputs")
+        if outputs is not None and (
+            not isinstance(outputs, int) or isinstance(outputs, bool) or outputs < 1
+        ):
+            raise ManifestError(f"{where}: outputs must be a positive int")
+    returns_tuple = spec.get("returns_tuple", False)
+    with problems:
+        if not isinstance(returns_tuple, bool):
+            raise ManifestError(f"{where}: returns_tuple must be a bool")
+    attrs = input_dtypes = shapes = ranges = None
+    if inputs is not None:
+        attrs = problems.check(lambda: _parse_attrs(spec.get("attrs", {}), inputs, where))
+        input_dtypes = problems.check(
+            lambda: _parse_input_dtypes(spec.get("input_dtypes", {}), inputs, where)
+        )
+        shapes = problems.check(lambda: _parse_example(spec.get("example", {}), inputs, where))
+        if dtypes is not None and input_dtypes is not None and shapes is not None:
+            ranges = problems.check(
+                lambda: _parse_ranges(
+                    spec.get("ranges", {}), inputs, input_dtypes, dtypes, shapes, where
+                )
+            )
+    problems.raise_if_any()
+    return FunctionSpec(
+        name=name,
+        entry=entry,
+        inputs=tuple(inputs),
+        attrs=dict(attrs),
+        dtypes=tuple(dtypes),
+        example=shapes,
+        reference=reference,
+        backward=backward,
+        outputs=outputs,
+        returns_tuple=returns_tuple,
+        input_dtypes=input_dtypes,
+        ranges=ranges,
     )
-    backward = Symbol.parse(spec["backward"], f"{where} backward") if "backward" in spec else None
 
-    inputs = spec.get("inputs")
+
+def _parse_inputs(inputs: object, where: str) -> list[str]:
     if (
         not isinstance(inputs, list)
         or not inputs
@@ -407,8 +454,10 @@ def _parse_function(name: str, spec: object, where: str) -> FunctionSpec:
         raise ManifestError(f"{where}: inputs must be a non-empty list of argument names")
     if len(set(inputs)) != len(inputs):
         raise ManifestError(f"{where}: inputs has duplicate names")
+    return inputs
 
-    attrs = spec.get("attrs", {})
+
+def _parse_attrs(attrs: object, inputs: list[str], where: str) -> dict[str, Any]:
     if not isinstance(attrs, Mapping):
         raise ManifestError(f"{where}: attrs must be a table of name = default")
     for k, v in attrs.items():
@@ -420,8 +469,10 @@ def _parse_function(name: str, spec: object, where: str) -> FunctionSpec:
             raise ManifestError(
                 f"{where}: attr {k} = {v!r}: defaults must be bool, int, float, str or a list of numbers"
             )
+    return dict(attrs)
 
-    dtypes = spec.get("dtypes", ["float32"])
+
+def _parse_dtypes(dtypes: object, where: str) -> list[str]:
     if not isinstance(dtypes, list) or not dtypes or not all(isinstance(d, str) for d in dtypes):
         raise ManifestError(f"{where}: dtypes must be a non-empty list of dtype names")
     bad = [d for d in dtypes if not _is_nki_dtype(d)]
@@ -429,9 +480,10 @@ def _parse_function(name: str, spec: object, where: str) -> FunctionSpec:
         raise ManifestError(
             f"{where}: unknown dtype(s) {bad}; use NKI dtype names (float32, bfloat16, ...)"
         )
-    input_dtypes = _parse_input_dtypes(spec.get("input_dtypes", {}), inputs, where)
+    return dtypes
 
-    example = spec.get("example", {})
+
+def _parse_example(example: object, inputs: list[str], where: str) -> dict[str, tuple[int, ...]]:
     if not isinstance(example, Mapping):
         raise ManifestError(f"{where}: example must be a table of input = shape")
     missing = [i for i in inputs if i not in example]
@@ -451,31 +503,7 @@ def _parse_function(name: str, spec: object, where: str) -> FunctionSpec:
                 f"{where}: example.{k} must be a list of positive ints, got {shape!r}"
             )
         shapes[k] = tuple(shape)
-
-    ranges = _parse_ranges(spec.get("ranges", {}), inputs, input_dtypes, dtypes, shapes, where)
-
-    outputs = spec.get("outputs")
-    if outputs is not None and (
-        not isinstance(outputs, int) or isinstance(outputs, bool) or outputs < 1
-    ):
-        raise ManifestError(f"{where}: outputs must be a positive int")
-    returns_tuple = spec.get("returns_tuple", False)
-    if not isinstance(returns_tuple, bool):
-        raise ManifestError(f"{where}: returns_tuple must be a bool")
-    return FunctionSpec(
-        name=name,
-        entry=entry,
-        inputs=tuple(inputs),
-        attrs=dict(attrs),
-        dtypes=tuple(dtypes),
-        example=shapes,
-        reference=reference,
-        backward=backward,
-        outputs=outputs,
-        returns_tuple=returns_tuple,
-        input_dtypes=input_dtypes,
-        ranges=ranges,
-    )
+    return shapes
 
 
 def _parse_input_dtypes(raw: object, inputs: list[str], where: str) -> dict[str, tuple[str, ...]]:

@@ -177,3 +177,38 @@ def test_missing_and_invalid_toml(tmp_path: Path) -> None:
     (tmp_path / "kernel.toml").write_text("x = 1\n")
     with pytest.raises(ManifestError, match=r"\[kernel\] table is required"):
         load_manifest(tmp_path)
+
+
+def test_one_function_table_reports_all_its_problems() -> None:
+    """A table with several bad keys gets one message per key; a key that depends on a bad
+    one (example on inputs) is not reported twice."""
+    data = {
+        "name": "kern",
+        "version": 1,
+        "license": "MIT",
+        "functions": {
+            "f": {
+                "entry": "kernel",  # not module:callable
+                "inputs": ["x", "x"],  # duplicate
+                "dtypes": ["float33"],
+                "outputs": 0,
+                "returns_tuple": "yes",
+                "colour": "red",
+            }
+        },
+    }
+    with pytest.raises(ManifestError) as info:
+        Manifest.from_dict(data)
+    problems = info.value.problems
+    assert len(problems) == 6, problems
+    joined = "\n".join(problems)
+    for part in (
+        "unknown key(s) colour",
+        "entry: expected 'module:callable'",
+        "inputs has duplicate names",
+        "unknown dtype(s) ['float33']",
+        "outputs must be a positive int",
+        "returns_tuple must be a bool",
+    ):
+        assert part in joined
+    assert all(p.startswith("manifest: [functions.f]") for p in problems)
