@@ -12,8 +12,8 @@ import pytest
 
 import nkikit as nki
 import nkikit.language as nl
-from nkikit.compiler import launches
 from nkikit.cli import main
+from nkikit.compiler import launches
 from nkikit.profiler.tracecheck import trace_problems
 from nkikit.typing import TensorSpec
 
