@@ -9,6 +9,7 @@ a report read back models its winner again when ``profile`` is first asked for).
 
 from __future__ import annotations
 
+import io
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -136,7 +137,7 @@ class TuneReport:
     def __str__(self) -> str:
         from rich.console import Console
 
-        console = Console(width=110, record=True, file=_Null(), color_system=None)
+        console = Console(width=110, record=True, file=io.StringIO(), color_system=None)
         console.print(self.table())
         console.print(f"winner: {_config_text(self.best)} ({self.speedup:.2f}× the baseline)")
         return console.export_text() + str(self.profile)
@@ -172,11 +173,3 @@ def _short(v: Any) -> str:
 
 def _config_text(config: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v!r}" for k, v in config.items()) or "(defaults)"
-
-
-class _Null:
-    def write(self, s: str) -> int:
-        return len(s)
-
-    def flush(self) -> None:
-        pass
