@@ -76,7 +76,7 @@ def c_elementwise(v: OpView) -> float:
     """``max(MIN_II, N)``: one pass over the data (tensor_copy, tensor_scalar, activation ...)."""
     kind = "copy" if v.op.prim in ("tensor_copy", "tensor_scalar") else ""
     cost = max(v.min_ii, v.n) / _vector_perf(v, kind)
-    if v.op.attrs.get("reduce_op") and v.op.prim in ("tensor_scalar", "activation"):
+    if v.op.attrs.get("reduce_op") and v.op.prim in ("tensor_scalar", "activation", "activate2"):
         cost += v.min_ii  # ActReadAccumulator / reduce readout [A2, LISA]
     return cost
 
@@ -136,6 +136,21 @@ def c_bn_aggr(v: OpView) -> float:
 def c_plain_n(v: OpView) -> float:
     """``N`` (max8, find_index8, match_replace8) [LISA]."""
     return max(1, v.n)
+
+
+def c_exponential(v: OpView) -> float:
+    """NC-v4 VectorE exp: 4x the ScalarE exp throughput [A4 via nki-0x.md §4.6], so
+    ``max(MIN_II, N / 4)``, plus the read-out of a running sum like activation's."""
+    cost = max(v.min_ii, v.n / 4)
+    if len(v.op.outs) > 1:
+        cost += v.min_ii
+    return cost
+
+
+def c_topk(v: OpView) -> float:
+    """``4n + K`` GpSimd cycles [ISA via nki-0x.md §4.8], after the GpSimd start.  Reading:
+    the 8 cores work on their 16-partition groups at once, each group's result once."""
+    return v.target.gpsimd_start_cycles + 4 * v.op.attrs["n"] + v.op.attrs["k"]
 
 
 def c_gpsimd(v: OpView) -> float:

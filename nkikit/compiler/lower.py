@@ -41,6 +41,7 @@ from .costs import (
     c_bn_aggr,
     c_broadcast,
     c_elementwise,
+    c_exponential,
     c_gpsimd,
     c_local_gather,
     c_matmul,
@@ -54,6 +55,7 @@ from .costs import (
     c_scalar_tensor_tensor,
     c_select,
     c_tensor_tensor,
+    c_topk,
     c_transpose,
     c_two_pass,
     dma_ns_per_partition,
@@ -126,6 +128,13 @@ PRIMS: dict[str, Lowering] = {
     "rank_id": Lowering("RANK_ID", c_gpsimd),
     # guess: one GpSimd pass over each core's partition, as iota's cost
     "nonzero_with_count": Lowering("NONZERO_WITH_COUNT", c_gpsimd),
+    "activate2": Lowering("ACTIVATE2", c_elementwise),
+    "exponential": Lowering("EXPONENTIAL", c_exponential),
+    # guess: one VectorE pass, the running value kept in the accumulator
+    "tensor_scalar_cumulative": Lowering("TENSOR_SCALAR_CUMULATIVE", c_elementwise),
+    # guess: one GpSimd pass over the ids, as iota's cost
+    "sequence_bounds": Lowering("SEQUENCE_BOUNDS", c_gpsimd),
+    "topk": Lowering("TOPK", c_topk),
 }
 """Compute primitives.  DMA primitives run on the DMA queues (see :func:`_lower_dma`);
 the ones no engine runs (``device_print``) exist only in simulation and lower to nothing."""

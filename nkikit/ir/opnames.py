@@ -9,12 +9,12 @@ ALU_OPS = frozenset(
     """add subtract multiply divide maximum minimum power mod fmod equal not_equal greater
     greater_equal less less_equal logical_and logical_or logical_xor logical_not bitwise_and
     bitwise_or bitwise_xor left_shift right_shift invert abs rsqrt reciprocal bypass
-    arith_shift_right""".split()
+    arith_shift_right abs_max abs_min""".split()
 )
 ACTIVATIONS = frozenset(
     """copy identity exp log tanh sigmoid relu gelu gelu_dx gelu_apprx_tanh gelu_apprx_sigmoid
     silu silu_dx erf erf_dx softplus mish sqrt rsqrt reciprocal square sin cos tan arctan abs
-    sign negative trunc floor ceil invert logical_not gelu_apprx_sigmoid_dx""".split()
+    sign negative trunc floor ceil invert logical_not gelu_apprx_sigmoid_dx prelu""".split()
 )
 REDUCE_OPS = frozenset(
     "add subtract multiply max min maximum minimum bitwise_and bitwise_or "

@@ -335,6 +335,40 @@ def _nonzero_out(ins: Sequence[Operand], attrs: Mapping[str, Any]) -> tuple[OutS
     return (OutSpec(p, f + 1, dtype=np.dtype(np.int32), dtypes=frozenset({"int32"})),)
 
 
+def _exponential_out(ins: Sequence[Operand], attrs: Mapping[str, Any]) -> tuple[OutSpec, ...]:
+    p, f = _pf(_tile(ins[0]))
+    return (
+        OutSpec(p, f, dtype=_tile(ins[0]).dtype, dtypes=_EXP_DST),
+        OutSpec(p, 1, dtype=dtypes.float32),
+    )
+
+
+def _cumulative_out(ins: Sequence[Operand], attrs: Mapping[str, Any]) -> tuple[OutSpec, ...]:
+    # dst: the running values; acc: the register after the last element (fp32)
+    p, f = _pf(_tile(ins[0]))
+    return (
+        OutSpec(p, f, dtype=_tile(ins[0]).dtype, dtypes=_CUMULATIVE),
+        OutSpec(p, 1, dtype=dtypes.float32),
+    )
+
+
+def _sequence_bounds_out(ins: Sequence[Operand], attrs: Mapping[str, Any]) -> tuple[OutSpec, ...]:
+    # (1, n) segment ids -> (1, 2, n): starts then ends [nki-0x.md §4.7]
+    a = _tile(ins[0])
+    p, f = _pf(a)
+    return (OutSpec(p, 2 * f, dtype=a.dtype, dtypes=_BOUNDS),)
+
+
+def _topk_out(ins: Sequence[Operand], attrs: Mapping[str, Any]) -> tuple[OutSpec, ...]:
+    # K bf16 values and K uint32 indices per partition [nki-0x.md §4.8 topk]
+    p = _pf(_tile(ins[0]))[0]
+    k = int(attrs["k"])
+    return (
+        OutSpec(p, k, dtype=dtypes.bfloat16, dtypes=frozenset({"bfloat16"})),
+        OutSpec(p, k, dtype=dtypes.uint32, dtypes=frozenset({"uint32"})),
+    )
+
+
 # ---------------------------------------------------------------------------------------------
 # dtype sets [ISA]
 
@@ -348,6 +382,17 @@ _MATMUL_IN = frozenset(
 _MATMUL_OUT = frozenset({"float32", "bfloat16"})
 _INDEX8_OUT = frozenset({"uint16", "uint32"})
 _FP32_MIN = -3.4028234663852886e38
+# exponential's destination and source dtypes [nki-0x.md §4.6 exponential]
+_EXP_DST = frozenset(
+    """float8_e4m3 float8_e4m3fn float8_e5m2 float16 bfloat16 float32 tfloat32 int8 int16 int32
+    uint8 uint16""".split()
+)
+_EXP_SRC = (_EXP_DST - {"tfloat32"}) | {"uint32"}
+# tensor_scalar_cumulative: no 32-bit integers [nki-0x.md §4.6 tensor_scalar_cumulative]
+_CUMULATIVE = frozenset(
+    "bfloat16 float16 float32 float8_e4m3 float8_e4m3fn float8_e5m2 uint8 uint16 int8 int16".split()
+)
+_BOUNDS = frozenset({"float32", "int32"})  # sequence_bounds [nki-0x.md §4.7]
 
 _ON_CHIP = ("sbuf", "psum")
 
@@ -471,6 +516,27 @@ _RECORDS = (
         min_outs=1,
         immediates=frozenset({"bias", "scale"}),
     ),
+    Prim(
+        # NC-v4 Activation2: v = (data op0 imm0) op1 imm1 (a "bypass" stage is skipped,
+        # reverseN swaps its operands), dst = op(v, relu_param), optional reduction of dst
+        # [nki-0x.md §4.10 activate2]
+        "activate2",
+        ins=("data", "imm0", "imm1", "relu_param"),
+        outs=("dst", "reduce_res"),
+        out_spec=_outs(_like(0), _column(0)),
+        engines=("scalar",),
+        attrs=(
+            Attr("op", _STR),
+            Attr("op0", _STR, "bypass"),
+            Attr("op1", _STR, "bypass"),
+            Attr("reverse0", _BOOL, False),
+            Attr("reverse1", _BOOL, False),
+            Attr("reduce_op", _OPT_STR, None),
+        ),
+        min_outs=1,
+        immediates=frozenset({"imm0", "imm1", "relu_param"}),
+        nc_versions=(4,),
+    ),
     # -- VectorE / ScalarE / GpSimd ----------------------------------------------------------
     Prim(
         "tensor_copy",
@@ -584,6 +650,33 @@ _RECORDS = (
         engines=("vector",),
         attrs=(Attr("op0", _STR), Attr("op1", _STR)),
         immediates=frozenset({"initial"}),
+    ),
+    Prim(
+        # NC-v4 VectorE exp: dst = exp(src - max_value), optionally summed into reduce_res
+        # [nki-0x.md §4.6 exponential]
+        "exponential",
+        ins=("src", "max_value"),
+        outs=("dst", "reduce_res"),
+        out_spec=_exponential_out,
+        engines=("vector",),
+        min_outs=1,
+        immediates=frozenset({"max_value"}),
+        in_dtypes=(("src", _EXP_SRC),),
+        nc_versions=(4,),
+    ),
+    Prim(
+        # per-partition running scan reg = op1(op0(src[i], imm0), reg), dst[i] = reg, starting
+        # from ``init``; ``acc`` receives the last reg (the VectorE accumulator)
+        # [nki-0x.md §4.6 tensor_scalar_cumulative]
+        "tensor_scalar_cumulative",
+        ins=("src", "imm0", "init"),
+        outs=("dst", "acc"),
+        out_spec=_cumulative_out,
+        engines=("vector",),
+        attrs=(Attr("op0", _STR), Attr("op1", _STR)),
+        min_outs=1,
+        immediates=frozenset({"imm0", "init"}),
+        in_dtypes=(("src", _CUMULATIVE),),
     ),
     Prim(
         "reciprocal",
@@ -721,6 +814,29 @@ _RECORDS = (
         out_spec=_n_gather_out,
         engines=("gpsimd",),
         raw=True,
+    ),
+    Prim(
+        # per element: start and end (exclusive) of its segment; id 0 (padding) -> (n, -1)
+        # [nki-0x.md §4.7 sequence_bounds]
+        "sequence_bounds",
+        ins=("segment_ids",),
+        outs=("dst",),
+        out_spec=_sequence_bounds_out,
+        engines=("gpsimd",),
+        in_dtypes=(("segment_ids", _BOUNDS),),
+    ),
+    Prim(
+        # the K largest of the n elements each 16-partition group holds "snake"-wise
+        # (element e at partition e % 16, column e // 16), ascending, with their indices
+        # [nki-0x.md §4.8 topk]
+        "topk",
+        ins=("src",),
+        outs=("val_dst", "idx_dst"),
+        out_spec=_topk_out,
+        engines=("gpsimd",),
+        attrs=(Attr("n", _INT), Attr("k", _INT)),
+        in_dtypes=(("src", frozenset({"bfloat16"})),),
+        memories=(("src", ("sbuf",)), ("val_dst", ("sbuf",)), ("idx_dst", ("sbuf",))),
     ),
     # -- registers (NKI 0.x) -----------------------------------------------------------------
     # A register is modeled as a one-element int32 SBUF tile (``nkikit/nki/isa/registers.py``);

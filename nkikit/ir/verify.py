@@ -601,6 +601,44 @@ def prim_quantize_mx(site: Site) -> None:
         _mx_scale(site, "dst_scale", op.outs[1], src.partitions, f // 4)
 
 
+def prim_sequence_bounds(site: Site) -> None:
+    """segment_ids is one partition: (1, n) [nki-0x.md §4.7 sequence_bounds]."""
+    ids = site.op.ins[0]
+    assert isinstance(ids, Access)
+    if ids.partitions != 1:
+        raise site.fail(
+            "err_invalid_argument",
+            op=site.op.prim,
+            why=f"segment_ids {_tile(ids)} must have one partition (shape (1, n))",
+        )
+
+
+def prim_topk(site: Site) -> None:
+    """P a multiple of 16 (one GpSimd core per 16 partitions), 8 <= n < 65536,
+    1 <= K < 32768, K <= n, and src holding ceil(n / 16) elements per partition
+    [nki-0x.md §4.8 topk]."""
+    op = site.op
+    src = op.ins[0]
+    assert isinstance(src, Access)
+    n, k = op.attrs["n"], op.attrs["k"]
+    why = None
+    if src.partitions % 16:
+        why = f"src {_tile(src)} spans {src.partitions} partitions; it must be a multiple of 16"
+    elif not 8 <= n < 65536:
+        why = f"n={n} must be at least 8 and below 65536"
+    elif not 1 <= k < 32768:
+        why = f"K={k} (val_dst's elements per partition) must be at least 1 and below 32768"
+    elif k > n:
+        why = f"K={k} (val_dst's elements per partition) must not exceed n={n}"
+    elif _fsize(src) < -(-n // 16):
+        why = (
+            f"src {_tile(src)} holds {_fsize(src)} elements per partition; n={n} needs "
+            f"ceil(n / 16) = {-(-n // 16)}"
+        )
+    if why is not None:
+        raise site.fail("err_invalid_argument", op=op.prim, why=why)
+
+
 PRIM_RULES: dict[str, list[Rule]] = {
     "nc_matmul_mx": [prim_nc_matmul_mx],
     "quantize_mx": [prim_quantize_mx],
@@ -616,6 +654,11 @@ PRIM_RULES: dict[str, list[Rule]] = {
     "tensor_tensor_scan": [_scalar_operands(2)],
     "range_select": [_scalar_operands(1, 2)],
     "dropout": [_scalar_operands(1)],
+    "activate2": [_scalar_operands(1, 2, 3)],
+    "exponential": [_scalar_operands(1)],
+    "tensor_scalar_cumulative": [_scalar_operands(1, 2)],
+    "sequence_bounds": [prim_sequence_bounds],
+    "topk": [prim_topk],
 }
 
 

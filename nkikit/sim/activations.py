@@ -89,8 +89,14 @@ ACT = {
 }
 
 
-def activate(name: str, x: np.ndarray) -> np.ndarray:
+def activate(name: str, x: np.ndarray, param=0.0) -> np.ndarray:
+    """``name`` applied to ``x``; ``param`` is activate2's ``relu_param`` (a scalar or a
+    per-partition column), the slope of ``prelu`` below 0.  ``activation`` has no such
+    argument: its ``prelu`` is the default slope 0.0 (reading of [nki-0x.md §4.10], whose
+    activation table lists prelu without saying where the slope comes from)."""
     with np.errstate(all="ignore"):
+        if name == "prelu":
+            return np.where(x >= 0, x, np.multiply(param, x))
         return ACT[name](x)
 
 

@@ -22,6 +22,38 @@ def _safe_pow(a, b):
         return np.power(a, b)
 
 
+def _abs_pick(larger: bool):
+    """``abs_max`` / ``abs_min``: the operand (signed) of the larger / smaller magnitude, ties
+    to the second operand [nki-0x.md §4.16]."""
+
+    def fn(a, b):
+        a, b = np.asarray(a), np.asarray(b)
+        first = np.abs(a) > np.abs(b) if larger else np.abs(a) < np.abs(b)
+        return np.where(first, a, b)
+
+    return fn
+
+
+def _abs_reduce(larger: bool):
+    """The ``abs_max`` / ``abs_min`` reduction: a left fold of :func:`_abs_pick`, so among
+    elements of equal magnitude the last one wins."""
+
+    def fn(x, axis, keepdims):
+        x = np.asarray(x)
+        axes = (axis,) if isinstance(axis, int) else tuple(axis)
+        kept = [d for d in range(x.ndim) if d not in axes]
+        flat = np.moveaxis(x, axes, range(x.ndim - len(axes), x.ndim))
+        flat = flat.reshape(*[x.shape[d] for d in kept], -1)
+        mag = np.abs(flat)[..., ::-1]  # reversed: argmax/argmin then finds the last tie
+        pick = mag.argmax(axis=-1) if larger else mag.argmin(axis=-1)
+        out = np.take_along_axis(flat, (flat.shape[-1] - 1 - pick)[..., None], axis=-1)[..., 0]
+        if keepdims:
+            out = np.expand_dims(out, axes)
+        return out
+
+    return fn
+
+
 def _safe_div(a, b):
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         return np.divide(a, b)
@@ -52,6 +84,8 @@ ALU = {
     "left_shift": _bits(np.left_shift),
     "right_shift": _bits(np.right_shift),
     "arith_shift_right": _bits(np.right_shift),
+    "abs_max": _abs_pick(True),
+    "abs_min": _abs_pick(False),
     # unary ALU ops ignore their second operand
     "bypass": lambda a, b: a,
     "abs": lambda a, b: np.abs(a),
@@ -67,6 +101,9 @@ REDUCE = {
     "multiply": (np.multiply.reduce, 1.0),
     "max": (np.maximum.reduce, -np.inf),
     "min": (np.minimum.reduce, np.inf),
+    # activate2's magnitude reductions (not legal for tensor_reduce [nki-0x.md §4.16])
+    "abs_max": (_abs_reduce(True), 0.0),
+    "abs_min": (_abs_reduce(False), np.inf),
     "logical_and": (
         lambda x, axis, keepdims: np.logical_and.reduce(x != 0, axis=axis, keepdims=keepdims),
         1.0,

@@ -153,6 +153,61 @@ def _activation(op, ins, ctx):
     return outs
 
 
+def _column_of(x, p: int):
+    """A scalar operand as a (P, 1) fp32 column (an immediate broadcasts to every partition)."""
+    return np.broadcast_to(np.asarray(x, dtype=np.float32).reshape(-1, 1), (p, 1))
+
+
+@rule("activate2")
+def _activate2(op, ins, ctx):
+    # (data op0 imm0) op1 imm1 in fp32, a bypass stage skipped, then the activation function
+    # with relu_param (prelu's slope) [nki-0x.md §4.10 activate2]
+    data, imm0, imm1, relu = ins
+    a = op.attrs
+    v = np.asarray(data, dtype=np.float32)
+    if a["op0"] != "bypass":
+        v = np.asarray(alu(a["op0"], v, imm0, a["reverse0"]), dtype=np.float32)
+    if a["op1"] != "bypass":
+        v = np.asarray(alu(a["op1"], v, imm1, a["reverse1"]), dtype=np.float32)
+    y = activate(a["op"], v, relu)
+    outs = [y]
+    if len(op.outs) > 1:
+        outs.append(_free_reduce(a["reduce_op"], np.asarray(y, dtype=np.float32), ctx.valid))
+    return outs
+
+
+@rule("exponential")
+def _exponential(op, ins, ctx):
+    # exp(src - max_value) in fp32, and the row sum of that fp32 result [nki-0x.md §4.6]
+    src, max_value = ins
+    with np.errstate(over="ignore", invalid="ignore"):
+        y = np.exp(np.asarray(np.asarray(src, dtype=np.float32) - max_value, dtype=np.float32))
+    outs = [y]
+    if len(op.outs) > 1:
+        outs.append(_free_reduce("add", y, ctx.valid))
+    return outs
+
+
+@rule("tensor_scalar_cumulative")
+def _cumulative(op, ins, ctx):
+    # reg = op1(op0(src[i], imm0), reg); dst[i] = reg, the register held in fp32 and rounded
+    # at every step as the hardware's is [nki-0x.md §4.6 tensor_scalar_cumulative]
+    src, imm0, init = ins
+    p = src.shape[0]
+    x = np.asarray(src, dtype=np.float32).reshape(p, -1)
+    v = np.asarray(alu(op.attrs["op0"], x, _column_of(imm0, p)), dtype=np.float32)
+    op1 = op.attrs["op1"]
+    reg = _column_of(init, p).astype(np.float32)
+    out = np.empty_like(v)
+    for i in range(v.shape[1]):
+        reg = np.asarray(alu(op1, v[:, i : i + 1], reg), dtype=np.float32)
+        out[:, i : i + 1] = reg
+    outs = [out.reshape(op.outs[0].shape)]
+    if len(op.outs) > 1:
+        outs.append(reg)
+    return outs
+
+
 @rule("tensor_tensor")
 def _tt(op, ins, ctx):
     return [alu(op.attrs["op"], ins[0], ins[1])]
@@ -374,6 +429,50 @@ def _n_gather(op, ins, ctx):
             size=flat.shape[1],
         )
     return [np.take_along_axis(flat, idx, axis=1)]
+
+
+@rule("sequence_bounds")
+def _sequence_bounds(op, ins, ctx):
+    # per element: the first position of its segment id and one past the last one; padding
+    # (id 0) gets start n and end -1 [nki-0x.md §4.7].  Reading: a segment is every element
+    # with that id (the reference's example, with contiguous ids, cannot tell this apart from
+    # "the contiguous run"; both agree on the sorted ids segment_ids are).
+    ids = np.asarray(ins[0]).reshape(ins[0].shape[0], -1)
+    p, n = ids.shape
+    out = np.empty((p, 2, n), dtype=np.float64)
+    pos = np.arange(n)
+    for r in range(p):
+        row = ids[r]
+        start = np.full(n, n, dtype=np.int64)
+        end = np.full(n, -1, dtype=np.int64)
+        for sid in np.unique(row[row != 0]):
+            at = pos[row == sid]
+            start[at], end[at] = at[0], at[-1] + 1
+        out[r, 0], out[r, 1] = start, end
+    return [out.reshape(op.outs[0].shape)]
+
+
+@rule("topk")
+def _topk(op, ins, ctx):
+    # each 16-partition group holds n elements "snake"-wise: element e at partition e % 16,
+    # column e // 16.  Every partition of the group receives the group's K largest values in
+    # ascending order and their element numbers e [nki-0x.md §4.8 topk].  Readings where the
+    # reference is silent: each partition of a group gets the same result; among equal values
+    # the lower element number ranks higher (so it comes later in the ascending output).
+    src = np.asarray(ins[0], dtype=np.float32)
+    p = src.shape[0]
+    flat = src.reshape(p, -1)
+    n, k = op.attrs["n"], op.attrs["k"]
+    e = np.arange(n)
+    vals = np.empty((p, k), dtype=np.float32)
+    idx = np.empty((p, k), dtype=np.float64)
+    for g in range(0, p, 16):
+        group = flat[g : g + 16]
+        x = group[e % 16, e // 16]
+        best = np.lexsort((e, -x))[:k][::-1]
+        vals[g : g + 16] = x[best]
+        idx[g : g + 16] = best
+    return [vals.reshape(op.outs[0].shape), idx.reshape(op.outs[1].shape)]
 
 
 @rule("nonzero_with_count")

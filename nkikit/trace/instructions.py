@@ -454,6 +454,99 @@ def emit_activation(
     return _emit("activation", [dst, *_opt(reduce_res)], [data, bias, scale], attrs, mask, loc)
 
 
+# the (op0, op1) stages activate2 has [nki-0x.md §4.10 activate2]
+_ACTIVATE2_STAGES = frozenset(
+    {
+        ("multiply", "add"),
+        ("multiply", "subtract"),
+        ("multiply", "bypass"),
+        ("add", "bypass"),
+        ("subtract", "bypass"),
+        ("bypass", "bypass"),
+    }
+)
+# activate2's reductions, by the IR's reduction names [nki-0x.md §4.10 activate2]
+_ACTIVATE2_REDUCE = {
+    "add": "add",
+    "maximum": "max",
+    "minimum": "min",
+    "abs_max": "abs_max",
+    "abs_min": "abs_min",
+}
+
+
+def activate2_reduce_op(reduce_op: object, loc: SourceLoc) -> str | None:
+    """The IR name of activate2's ``reduce_op`` (None: no reduction): add, maximum,
+    minimum, abs_max or abs_min [nki-0x.md §4.10]."""
+    if reduce_op is None:
+        return None
+    name = op_name(reduce_op)
+    if name not in _ACTIVATE2_REDUCE:
+        raise _invalid(
+            "activate2",
+            loc,
+            f"reduce_op must be nl.add, nl.maximum, nl.minimum, nl.abs_max or nl.abs_min, "
+            f"got {reduce_op!r}",
+        )
+    return _ACTIVATE2_REDUCE[name]
+
+
+def emit_activate2(
+    dst: Access,
+    data: Access,
+    imm0: Scalar = 0.0,
+    imm1: Scalar = 0.0,
+    relu_param: Scalar = 0.0,
+    *,
+    op: object,
+    op0: object = None,
+    op1: object = None,
+    reverse0: bool = False,
+    reverse1: bool = False,
+    reduce_res: Access | None = None,
+    reduce_op: str | None = None,
+    mask: Predicate | None = None,
+    loc: SourceLoc,
+) -> Op:
+    """NC-v4 ScalarE ``dst = op((data op0 imm0) op1 imm1, relu_param)``: a ``None`` /
+    ``bypass`` stage is skipped, ``reverseN`` swaps stage N's operands; ``(op0, op1)`` one of
+    the six pairs the ISA has; ``relu_param`` is prelu's slope.  With ``reduce_res`` (P, 1),
+    the row reduction ``reduce_op`` (an IR name from :func:`activate2_reduce_op`) of ``dst``
+    (before rounding) goes there."""
+    fn = op_name(op, "activation")
+    s0, s1 = op_name(op0), op_name(op1)
+    if (s0, s1) not in _ACTIVATE2_STAGES:
+        raise _invalid(
+            "activate2",
+            loc,
+            f"(op0, op1) = ({s0}, {s1}) is not one of the pairs the ScalarE has: "
+            + ", ".join(f"({a}, {b})" for a, b in sorted(_ACTIVATE2_STAGES)),
+        )
+    for flag, stage, n in ((reverse0, s0, 0), (reverse1, s1, 1)):
+        if flag and stage == "bypass":
+            raise _invalid("activate2", loc, f"reverse{n}=True needs op{n}")
+    if isinstance(imm0, Access) and isinstance(imm1, Access) and imm0.dtype != imm1.dtype:
+        raise _invalid(
+            "activate2",
+            loc,
+            f"imm0 and imm1 tensors must have one dtype, got {imm0.dtype} and {imm1.dtype}",
+        )
+    if reduce_res is not None and reduce_op is None:
+        raise _invalid("activate2", loc, "reduce_res needs reduce_op (e.g. reduce_op=nl.add)")
+    attrs = {
+        "op": fn,
+        "op0": s0,
+        "op1": s1,
+        "reverse0": bool(reverse0),
+        "reverse1": bool(reverse1),
+        "reduce_op": reduce_op if reduce_res is not None else None,
+    }
+    _elementwise("activate2", loc, [dst], data)
+    _same_partitions("activate2", loc, data, imm0, imm1, relu_param, reduce_res)
+    ins = [data, imm0, imm1, relu_param]
+    return _emit("activate2", [dst, *_opt(reduce_res)], ins, attrs, mask, loc)
+
+
 # ---------------------------------------------------------------------------------------------
 # VectorE / ScalarE / GpSimd
 
@@ -726,6 +819,92 @@ def emit_select_reduce(
     _same_partitions("select_reduce", loc, predicate, on_false, reduce_res)
     ins = [predicate, on_true, on_false]
     return _emit("select_reduce", [dst, *_opt(reduce_res)], ins, attrs, mask, loc)
+
+
+def emit_exponential(
+    dst: Access,
+    src: Access,
+    max_value: Scalar = 0.0,
+    *,
+    reduce_res: Access | None = None,
+    mask: Predicate | None = None,
+    loc: SourceLoc,
+) -> Op:
+    """NC-v4 VectorE ``dst = exp(src - max_value)`` (``max_value`` a scalar operand); with
+    ``reduce_res`` (P, 1), the row sum of the result (before rounding) goes there."""
+    _elementwise("exponential", loc, [dst], src)
+    _same_partitions("exponential", loc, src, max_value, reduce_res)
+    return _emit("exponential", [dst, *_opt(reduce_res)], [src, max_value], {}, mask, loc)
+
+
+# tensor_scalar_cumulative's running operators [nki-0x.md §4.6]
+_CUMULATIVE_OP1 = frozenset({"add", "subtract", "multiply", "maximum", "minimum"})
+# bit-vector operators: not arithmetic, so not an op0 of tensor_scalar_cumulative
+_BITVEC = frozenset(
+    "bitwise_and bitwise_or bitwise_xor left_shift right_shift arith_shift_right invert".split()
+)
+
+
+def emit_tensor_scalar_cumulative(
+    dst: Access,
+    src: Access,
+    imm0: Scalar,
+    init: Scalar,
+    *,
+    op0: object,
+    op1: object,
+    acc: Access | None = None,
+    mask: Predicate | None = None,
+    loc: SourceLoc,
+) -> Op:
+    """VectorE running scan per partition: ``reg = op1(op0(src[i], imm0), reg)``,
+    ``dst[i] = reg``, ``reg`` starting at ``init`` (a scalar operand); ``acc`` (P, 1) fp32
+    receives the last ``reg``.  ``op0`` arithmetic, ``op1`` one of add, subtract, multiply,
+    maximum, minimum."""
+    a0, a1 = op_name(op0), op_name(op1)
+    if a0 in _BITVEC or a0 == "bypass":
+        raise _invalid(
+            "tensor_scalar_cumulative", loc, f"op0 must be an arithmetic operator, got {a0}"
+        )
+    if a1 not in _CUMULATIVE_OP1:
+        raise _invalid(
+            "tensor_scalar_cumulative",
+            loc,
+            f"op1 must be nl.add, nl.subtract, nl.multiply, nl.maximum or nl.minimum, got {a1}",
+        )
+    _elementwise("tensor_scalar_cumulative", loc, [dst], src)
+    _same_partitions("tensor_scalar_cumulative", loc, src, imm0, init, acc)
+    attrs = {"op0": a0, "op1": a1}
+    outs = [dst, *_opt(acc)]
+    return _emit("tensor_scalar_cumulative", outs, [src, imm0, init], attrs, mask, loc)
+
+
+def emit_sequence_bounds(dst: Access, segment_ids: Access, *, loc: SourceLoc) -> Op:
+    """GpSimd: for each element of ``segment_ids`` (1, n), the start and the end (exclusive)
+    of its segment into ``dst`` (1, 2, n): starts first; padding (id 0) gets (n, -1)."""
+    _same_partitions("sequence_bounds", loc, segment_ids, dst)
+    return _emit("sequence_bounds", [dst], [segment_ids], {}, None, loc)
+
+
+def emit_topk(
+    val_dst: Access, idx_dst: Access, src: Access, *, n: int, loc: SourceLoc
+) -> Op:
+    """GpSimd top-K: K = ``val_dst``'s elements per partition; each 16-partition group of
+    ``src`` holds ``n`` elements "snake"-wise (element e at partition e % 16, column
+    e // 16); every partition of the group gets the group's K largest values in ascending
+    order (``val_dst``, bf16) and their element numbers (``idx_dst``, uint32)."""
+    if isinstance(n, bool) or not isinstance(n, int | np.integer):
+        raise _invalid("topk", loc, f"n must be an int, got {n!r}")
+    k = _free(val_dst)
+    if _free(idx_dst) != k:
+        raise _invalid(
+            "topk",
+            loc,
+            f"idx_dst {_name(idx_dst)} must hold as many elements per partition as val_dst "
+            f"{_name(val_dst)} ({k})",
+        )
+    _same_partitions("topk", loc, src, val_dst, idx_dst)
+    return _emit("topk", [val_dst, idx_dst], [src], {"n": int(n), "k": k}, None, loc)
 
 
 def _per_partition(prim: str) -> Callable[..., Op]:

@@ -299,7 +299,7 @@ def test_same_ir_in_both_dialects():
             ),
             "err_num_partition_mismatch",
         ),
-        # an unmodeled argument is a named error, not silently ignored
+        # an argument the command does not read is a named error, not silently ignored
         (
             lambda x: nisa.tensor_scalar_reduce(
                 dst=nl.ndarray((4, 4), dtype=nl.float32, buffer=nl.sbuf),
@@ -308,9 +308,9 @@ def test_same_ir_in_both_dialects():
                 operand0=1.0,
                 reduce_op=nl.add,
                 reduce_res=nl.ndarray((4, 1), dtype=nl.float32, buffer=nl.sbuf),
-                reduce_res_negate=True,
+                reduce_init=2.0,
             ),
-            "err_unsupported_api",
+            "err_invalid_argument",
         ),
         # a TensorE tile must hold the stationary operand
         (

@@ -27,6 +27,7 @@ from ...ir.affine import Affine, Axis, Predicate
 from ...ir.core import Access
 from ...ir.opnames import op_name
 from ...isa import dge_mode, engine, matmul_perf_mode, nc_version, oob_mode, reduce_cmd
+from ...trace import accumulators as ACC
 from ...trace import instructions as E
 from ...trace.builder import current, maybe_current
 from ..tensor import NkiTensor, access_of
@@ -1064,39 +1065,56 @@ def tensor_scalar_reduce(
     reduce_res_negate=False,
     name=None,
 ) -> NkiInstruction:
-    """``dst = data op0 operand0`` and the free-axis reduction of ``dst`` into ``reduce_res``."""
+    """``dst = data op0 operand0`` and the free-axis reduction of ``dst`` (add, multiply,
+    max, min) into the VectorE accumulators as ``reduce_cmd`` says (``load_reduce`` starts
+    from ``reduce_init``), read out into ``reduce_res`` (negated with ``reduce_res_negate``)
+    when given [nki-0x.md §4.6, §6.3]."""
     loc = caller_loc()
     _dst_chip(dst, loc, "tensor_scalar_reduce")
-    _reset_only(
-        reduce_cmd, reduce_res, "tensor_scalar_reduce", loc, globals()["reduce_cmd"].reset_reduce
-    )
-    if reduce_res_negate:
-        raise _unsupported("tensor_scalar_reduce(reduce_res_negate=True)", "not modeled", loc)
+    cmd = ACC.command(reduce_cmd, loc, "tensor_scalar_reduce")
+    if reduce_init is not None and cmd != "load_reduce":
+        raise _invalid("tensor_scalar_reduce", "reduce_init is only read by load_reduce", loc)
+    red = _reduce_name(reduce_op, ("add", "multiply", "max", "min"), "tensor_scalar_reduce", loc)
     d, a = _tiles(loc, "tensor_scalar_reduce", dst, data)
-    r = _reduce_res(reduce_res, a, loc)
-    s0 = _scalar_or_vector(0.0 if operand0 is None else operand0, loc, "operand0", a)
-    return _done(
-        E.emit_tensor_scalar(
-            d, a, s0, op0=op0, reverse0=reverse0, reduce_res=r, reduce_op=reduce_op, loc=loc
-        )
+    r = None if reduce_res is None else _reduce_res(reduce_res, a, loc)
+    init = None if reduce_init is None else _scalar_or_vector(reduce_init, loc, "reduce_init")
+    chain = ACC.Chain(
+        "vector",
+        cmd,
+        red,
+        a.shape[0],
+        r,
+        init=init,
+        negate=bool(reduce_res_negate),
+        loc=loc,
+        op="tensor_scalar_reduce",
     )
+    s0 = _scalar_or_vector(0.0 if operand0 is None else operand0, loc, "operand0", a)
+    op = E.emit_tensor_scalar(
+        d,
+        a,
+        s0,
+        op0=op0,
+        reverse0=reverse0,
+        reduce_res=chain.into,
+        reduce_op=None if chain.into is None else red,
+        engine="vector",
+        loc=loc,
+    )
+    chain.finish()
+    return _done(op)
 
 
-def _reset_only(cmd, reduce_res, op: str, loc: SourceLoc, default) -> None:
-    """The engines' accumulator registers are modeled within one instruction: a reduction
-    that starts from reset (or the default) and is read out into ``reduce_res``."""
-    if reduce_res is None:
-        raise _unsupported(
-            f"nisa.{op} without reduce_res",
-            "a reduction kept in the engine's accumulator for a later instruction is not modeled",
-            loc,
-        )
-    if cmd not in (default, reduce_cmd.reset_reduce, reduce_cmd.idle):
-        raise _unsupported(
-            f"nisa.{op}(reduce_cmd={getattr(cmd, 'name', cmd)})",
-            "accumulating across instructions is not modeled; reduce each result separately",
-            loc,
-        )
+def _invalid(op: str, why: str, loc: SourceLoc) -> NkiError:
+    return NkiError("err_invalid_argument", loc, op=f"nisa.{op}", why=why)
+
+
+def _reduce_name(reduce_op, allowed: tuple[str, ...], op: str, loc: SourceLoc) -> str:
+    """The IR name of a ``reduce_op`` argument, one of ``allowed``."""
+    name = op_name(reduce_op, "reduce")
+    if name not in allowed:
+        raise _invalid(op, f"reduce_op must be one of {', '.join(allowed)}, got {reduce_op!r}", loc)
+    return name
 
 
 def scalar_tensor_tensor(
@@ -1209,17 +1227,21 @@ def select_reduce(
     reverse_pred=False,
     name=None,
 ) -> NkiInstruction:
-    """``dst = where(predicate, on_true, on_false)``, optionally max-reduced into ``reduce_res``."""
+    """``dst = where(predicate, on_true, on_false)``; its row maximum goes into the VectorE
+    accumulators as ``reduce_cmd`` says, read out into ``reduce_res`` when given."""
     loc = caller_loc()
     _dst_chip(dst, loc, "select_reduce")
+    cmd = ACC.command(reduce_cmd, loc, "select_reduce")
     d, p, t = _tiles(loc, "select_reduce", dst, predicate, on_true)
     f = _scalar_or_vector(on_false, loc, "on_false", t)
     r = None if reduce_res is None else _reduce_res(reduce_res, p, loc)
-    return _done(
-        E.emit_select_reduce(
-            d, p, t, f, reduce_res=r, reduce_op=reduce_op, reverse=reverse_pred, loc=loc
-        )
+    red = E._max_only("select_reduce", reduce_op, loc)
+    chain = ACC.Chain("vector", cmd, red, p.shape[0], r, loc=loc, op="select_reduce")
+    op = E.emit_select_reduce(
+        d, p, t, f, reduce_res=chain.into, reduce_op=reduce_op, reverse=reverse_pred, loc=loc
     )
+    chain.finish()
+    return _done(op)
 
 
 def range_select(
@@ -1240,23 +1262,26 @@ def range_select(
     (P, 1) bounds, else ``on_false_value``; optionally max-reduce into ``reduce_res``."""
     loc = caller_loc()
     _dst_chip(dst, loc, "range_select")
+    cmd = ACC.command(reduce_cmd, loc, "range_select")
     d, a = _tiles(loc, "range_select", dst, on_true_tile)
     r = None if reduce_res is None else _reduce_res(reduce_res, a, loc)
-    return _done(
-        E.emit_range_select(
-            d,
-            a,
-            _scalar_or_vector(_lanes(bound0, a), loc, "bound0", a),
-            _scalar_or_vector(_lanes(bound1, a), loc, "bound1", a),
-            comp_op0=comp_op0,
-            comp_op1=comp_op1,
-            reduce_res=r,
-            reduce_op=reduce_op,
-            on_false=on_false_value,
-            range_start=range_start,
-            loc=loc,
-        )
+    red = E._max_only("range_select", reduce_op, loc)
+    chain = ACC.Chain("vector", cmd, red, a.shape[0], r, loc=loc, op="range_select")
+    op = E.emit_range_select(
+        d,
+        a,
+        _scalar_or_vector(_lanes(bound0, a), loc, "bound0", a),
+        _scalar_or_vector(_lanes(bound1, a), loc, "bound1", a),
+        comp_op0=comp_op0,
+        comp_op1=comp_op1,
+        reduce_res=chain.into,
+        reduce_op=reduce_op,
+        on_false=on_false_value,
+        range_start=range_start,
+        loc=loc,
     )
+    chain.finish()
+    return _done(op)
 
 
 def bn_stats(dst, data, name=None) -> NkiInstruction:
@@ -1374,37 +1399,198 @@ def activation(
     reduce_cmd=reduce_cmd.idle,
     name=None,
 ) -> NkiInstruction:
-    """``dst = op(data * scale + bias)`` on the ScalarE; with ``reduce_op`` (add) and
-    ``reduce_res``, also the free-axis sum of the result into ``reduce_res`` (P, 1)."""
+    """``dst = op(data * scale + bias)`` on the ScalarE; its row sum (``reduce_op``: add)
+    goes into the ScalarE accumulators as ``reduce_cmd`` says, read out into ``reduce_res``
+    (P, 1) when given [nki-0x.md §4.10, §6.3]."""
     loc = caller_loc()
-    _dst_chip(dst, loc, "activation")
-    d, a = _tiles(loc, "activation", dst, data)
-    b = 0.0 if bias is None else _scalar_or_vector(bias, loc, "activation bias", a)
-    s = _scalar_or_vector(scale, loc, "activation scale", a)
-    r = red = None
-    if reduce_op is not None or reduce_res is not None:
-        _reset_only(reduce_cmd, reduce_res, "activation", loc, globals()["reduce_cmd"].idle)
-        r, red = _reduce_res(reduce_res, a, loc), reduce_op or "add"
-    elif reduce_cmd not in (globals()["reduce_cmd"].idle, None):
-        raise _unsupported(
-            f"nisa.activation(reduce_cmd={getattr(reduce_cmd, 'name', reduce_cmd)})",
-            "the ScalarE accumulator registers are not modeled across instructions",
-            loc,
-        )
-    return _done(E.emit_activation(d, a, b, s, op=op, reduce_res=r, reduce_op=red, loc=loc))
+    cmd = ACC.command(reduce_cmd, loc, "activation")
+    return _activation(dst, op, data, bias, scale, reduce_op, reduce_res, cmd, loc, "activation")
 
 
 def activation_reduce(
     dst, op, data, reduce_op, reduce_res, bias=None, scale=1.0, name=None
 ) -> NkiInstruction:
-    """``activation`` plus the free-axis reduction of the result into ``reduce_res``."""
+    """``activation(..., reduce_cmd=reset_reduce)``: the free-axis reduction of the result
+    starts the ScalarE accumulators afresh and is read out into ``reduce_res`` when given."""
     loc = caller_loc()
-    _dst_chip(dst, loc, "activation_reduce")
-    d, a = _tiles(loc, "activation_reduce", dst, data)
+    return _activation(
+        dst, op, data, bias, scale, reduce_op, reduce_res, "reset_reduce", loc, "activation_reduce"
+    )
+
+
+def _activation(dst, op, data, bias, scale, reduce_op, reduce_res, cmd, loc, what):
+    _dst_chip(dst, loc, what)
+    d, a = _tiles(loc, what, dst, data)
     b = 0.0 if bias is None else _scalar_or_vector(bias, loc, "activation bias", a)
     s = _scalar_or_vector(scale, loc, "activation scale", a)
-    r = _reduce_res(reduce_res, a, loc)
-    return _done(E.emit_activation(d, a, b, s, op=op, reduce_res=r, reduce_op=reduce_op, loc=loc))
+    red = None
+    if reduce_op is not None:
+        red = op_name(reduce_op, "reduce")
+    elif reduce_res is not None or cmd != "idle":
+        red = "add"  # the ScalarE accumulators add [nki-0x.md §4.10]
+    r = None if reduce_res is None else _reduce_res(reduce_res, a, loc)
+    chain = ACC.Chain("scalar", cmd, red, a.shape[0], r, loc=loc, op=what)
+    into = chain.into
+    op_ = E.emit_activation(
+        d, a, b, s, op=op, reduce_res=into, reduce_op=None if into is None else red, loc=loc
+    )
+    chain.finish()
+    return _done(op_)
+
+
+def activate2(
+    dst,
+    op,
+    data,
+    imm0,
+    imm1,
+    op0,
+    op1,
+    relu_param=0.0,
+    reverse0=False,
+    reverse1=False,
+    reduce_op=None,
+    reduce_res=None,
+    reduce_cmd=reduce_cmd.idle,
+    name=None,
+) -> NkiInstruction:
+    """NC-v4 ScalarE ``dst = op((data op0 imm0) op1 imm1, relu_param)`` (``nl.bypass`` /
+    None skips a stage); its row reduction (add, maximum, minimum, abs_max, abs_min) goes
+    into the ScalarE accumulators as ``reduce_cmd`` says, read out into ``reduce_res`` when
+    given [nki-0x.md §4.10 activate2, §6.3]."""
+    loc = caller_loc()
+    _dst_chip(dst, loc, "activate2")
+    cmd = ACC.command(reduce_cmd, loc, "activate2")
+    d, a = _tiles(loc, "activate2", dst, data)
+    i0 = _scalar_or_vector(0.0 if imm0 is None else imm0, loc, "imm0", a)
+    i1 = _scalar_or_vector(0.0 if imm1 is None else imm1, loc, "imm1", a)
+    rp = _scalar_or_vector(relu_param, loc, "relu_param", a)
+    red = E.activate2_reduce_op(reduce_op, loc)
+    if red is None and reduce_res is not None:
+        raise _invalid("activate2", "reduce_res needs reduce_op (e.g. reduce_op=nl.add)", loc)
+    r = None if reduce_res is None else _reduce_res(reduce_res, a, loc)
+    chain = ACC.Chain("scalar", cmd, red, a.shape[0], r, loc=loc, op="activate2")
+    op_ = E.emit_activate2(
+        d,
+        a,
+        i0,
+        i1,
+        rp,
+        op=op,
+        op0=op0,
+        op1=op1,
+        reverse0=reverse0,
+        reverse1=reverse1,
+        reduce_res=chain.into,
+        reduce_op=red,
+        loc=loc,
+    )
+    chain.finish()
+    return _done(op_)
+
+
+def exponential(
+    dst,
+    src,
+    max_value=0.0,
+    reduce_res=None,
+    reduce_cmd=reduce_cmd.idle,
+    reduce_init=0.0,
+    name=None,
+) -> NkiInstruction:
+    """NC-v4 VectorE ``dst = exp(src - max_value)`` (``max_value`` a scalar or (P, 1));
+    its row sum goes into the VectorE accumulators as ``reduce_cmd`` says (``load_reduce``
+    starts from ``reduce_init``), read out into ``reduce_res`` when given
+    [nki-0x.md §4.6 exponential, §6.3]."""
+    loc = caller_loc()
+    _dst_chip(dst, loc, "exponential")
+    cmd = ACC.command(reduce_cmd, loc, "exponential")
+    d, a = _tiles(loc, "exponential", dst, src)
+    m = _scalar_or_vector(_lanes(max_value, a), loc, "max_value", a)
+    r = None if reduce_res is None else _reduce_res(reduce_res, a, loc)
+    init = _scalar_or_vector(_lanes(reduce_init, a), loc, "reduce_init")
+    chain = ACC.Chain("vector", cmd, "add", a.shape[0], r, init=init, loc=loc, op="exponential")
+    op = E.emit_exponential(d, a, m, reduce_res=chain.into, loc=loc)
+    chain.finish()
+    return _done(op)
+
+
+# tensor_scalar_cumulative's op1 as the reduction whose identity starts the register
+_SCAN_REDUCE = {
+    "add": "add",
+    "subtract": "subtract",
+    "multiply": "multiply",
+    "maximum": "max",
+    "minimum": "min",
+}
+
+
+def tensor_scalar_cumulative(
+    dst, src, op0, op1, imm0, imm1=None, reduce_cmd=reduce_cmd.reset_reduce, name=None
+) -> NkiInstruction:
+    """VectorE running scan per partition: ``reg = op1(op0(src[i], imm0), reg)``,
+    ``dst[i] = reg``.  ``reg`` is the VectorE accumulator: ``reset_reduce`` starts it at
+    op1's identity, ``reduce`` continues from its value, ``load_reduce`` starts it at
+    ``imm1``; it keeps the last value [nki-0x.md §4.6 tensor_scalar_cumulative, §6.3].
+    Reading: the pseudo-code's operand order ``op1(x, reg)`` is taken as written."""
+    loc = caller_loc()
+    _dst_chip(dst, loc, "tensor_scalar_cumulative")
+    cmd = ACC.command(reduce_cmd, loc, "tensor_scalar_cumulative")
+    if cmd not in ("reset_reduce", "reduce", "load_reduce"):
+        raise _invalid(
+            "tensor_scalar_cumulative",
+            f"reduce_cmd={cmd}: the scan starts from reset_reduce, reduce or load_reduce",
+            loc,
+        )
+    if (imm1 is None) == (cmd == "load_reduce"):
+        raise _invalid(
+            "tensor_scalar_cumulative",
+            "imm1 is the value load_reduce starts from: give it with load_reduce only",
+            loc,
+        )
+    d, a = _tiles(loc, "tensor_scalar_cumulative", dst, src)
+    i0 = _scalar_or_vector(_lanes(imm0, a), loc, "imm0", a)
+    acc = ACC.register("vector", a.shape[0], loc)
+    if cmd == "load_reduce":
+        init = _scalar_or_vector(_lanes(imm1, a), loc, "imm1")
+    elif cmd == "reduce":
+        init = acc
+    else:
+        name1 = op_name(op1)
+        init = ACC.IDENTITY.get(_SCAN_REDUCE.get(name1, ""), 0.0)
+    return _done(
+        E.emit_tensor_scalar_cumulative(d, a, i0, init, op0=op0, op1=op1, acc=acc, loc=loc)
+    )
+
+
+def sequence_bounds(dst, segment_ids, name=None) -> NkiInstruction:
+    """GpSimd: ``dst`` (1, 2, n) = the start and end (exclusive) of each element's segment
+    in ``segment_ids`` (1, n); padding (id 0) gets start n and end -1
+    [nki-0x.md §4.7 sequence_bounds]."""
+    loc = caller_loc()
+    _dst_chip(dst, loc, "sequence_bounds", allowed=("sbuf",))
+    if not isinstance(segment_ids, NkiTensor):
+        raise _invalid("sequence_bounds", "segment_ids must be a tensor", loc)
+    d = _acc(dst, loc, "sequence_bounds")
+    ids = _acc(segment_ids, loc, "sequence_bounds")
+    return _done(E.emit_sequence_bounds(d, ids, loc=loc))
+
+
+def topk(val_dst, idx_dst, src, n, name=None) -> NkiInstruction:
+    """GpSimd top-K (K = ``val_dst``'s elements per partition) of the ``n`` elements each
+    16-partition group of ``src`` holds "snake"-wise (element e at partition e % 16, column
+    e // 16): every partition of the group gets the K largest values, ascending (bf16), and
+    their element numbers (uint32) [nki-0x.md §4.8 topk]."""
+    loc = caller_loc()
+    for what, t in (("val_dst", val_dst), ("idx_dst", idx_dst), ("src", src)):
+        if not isinstance(t, NkiTensor):
+            raise _invalid("topk", f"{what} must be a tensor, got {type(t).__name__}", loc)
+    _dst_chip(val_dst, loc, "topk", allowed=("sbuf",))
+    _dst_chip(idx_dst, loc, "topk", allowed=("sbuf",))
+    v = _acc(val_dst, loc, "topk")
+    i = _acc(idx_dst, loc, "topk")
+    x = _acc(src, loc, "topk")
+    return _done(E.emit_topk(v, i, x, n=n, loc=loc))
 
 
 # -- LNC=2: the two programs of a launch meet ----------------------------------------------------
@@ -1494,11 +1680,6 @@ def _not_modeled(name: str, why: str):
 
 
 _NOT_MODELED = {
-    "activate2": "the NC-v4 two-stage activation is not modeled",
-    "exponential": "the NC-v4 VectorE exponential is not modeled",
-    "tensor_scalar_cumulative": "not modeled",
-    "topk": "not modeled",
-    "sequence_bounds": "not modeled",
     "rng": "random number generation is not modeled",
     "rand2": "random number generation is not modeled",
     "set_rng_seed": "random number generation is not modeled",

@@ -445,6 +445,11 @@ for _name in (
     "nc_n_gather",
     "nc_matmul_mx",
     "quantize_mx",
+    "activate2",
+    "exponential",
+    "tensor_scalar_cumulative",
+    "sequence_bounds",
+    "topk",
 ):
     EXECUTORS[_name] = GENERIC
 
