@@ -886,9 +886,7 @@ def emit_sequence_bounds(dst: Access, segment_ids: Access, *, loc: SourceLoc) ->
     return _emit("sequence_bounds", [dst], [segment_ids], {}, None, loc)
 
 
-def emit_topk(
-    val_dst: Access, idx_dst: Access, src: Access, *, n: int, loc: SourceLoc
-) -> Op:
+def emit_topk(val_dst: Access, idx_dst: Access, src: Access, *, n: int, loc: SourceLoc) -> Op:
     """GpSimd top-K: K = ``val_dst``'s elements per partition; each 16-partition group of
     ``src`` holds ``n`` elements "snake"-wise (element e at partition e % 16, column
     e // 16); every partition of the group gets the group's K largest values in ascending
