@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import dtypes
-from ..ir.core import Access, Op
+from ..ir.core import Access, Op, is_accumulator
 from ..targets import Target
 from .regions import unit_stride
 
@@ -77,7 +77,10 @@ def c_elementwise(v: OpView) -> float:
     kind = "copy" if v.op.prim in ("tensor_copy", "tensor_scalar") else ""
     cost = max(v.min_ii, v.n) / _vector_perf(v, kind)
     if v.op.attrs.get("reduce_op") and v.op.prim in ("tensor_scalar", "activation", "activate2"):
-        cost += v.min_ii  # ActReadAccumulator / reduce readout [A2, LISA]
+        # ActReadAccumulator / reduce readout [A2, LISA]; a reduction kept in the engine's
+        # accumulators is read out by a copy of its own (nkikit/trace/accumulators.py)
+        if len(v.op.outs) < 2 or not is_accumulator(v.op.outs[1].tensor):
+            cost += v.min_ii
     return cost
 
 
@@ -142,7 +145,7 @@ def c_exponential(v: OpView) -> float:
     """NC-v4 VectorE exp: 4x the ScalarE exp throughput [A4 via nki-0x.md §4.6], so
     ``max(MIN_II, N / 4)``, plus the read-out of a running sum like activation's."""
     cost = max(v.min_ii, v.n / 4)
-    if len(v.op.outs) > 1:
+    if len(v.op.outs) > 1 and not is_accumulator(v.op.outs[1].tensor):
         cost += v.min_ii
     return cost
 

@@ -78,6 +78,19 @@ class Tensor:
         return f"%{self.name}"
 
 
+ACCUMULATOR_LANES = 128
+ACCUMULATORS = frozenset({"acc_vector", "acc_scalar"})
+"""The names of the tensors that hold the VectorE and ScalarE accumulator registers
+(``nkikit/trace/accumulators.py``): engine state the engine updates in program order, so
+the verifier lets every iteration of a loop write them and the cost model charges a
+reduction's read-out to the copy out of them."""
+
+
+def is_accumulator(t: Tensor) -> bool:
+    """Whether ``t`` holds an engine's accumulator registers (see :data:`ACCUMULATORS`)."""
+    return t.name in ACCUMULATORS and t.shape == (ACCUMULATOR_LANES, 1) and t.buffer == "sbuf"
+
+
 @dataclass(frozen=True, slots=True)
 class Access:
     """A tile-shaped window of a tensor: tile element ``(a0, a1, ...)`` is tensor element

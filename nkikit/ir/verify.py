@@ -49,7 +49,7 @@ from ..collector import gc_paused
 from ..errors import UNKNOWN_LOC, NkiError, SourceLoc
 from ..targets import TARGETS, Target, get_target
 from .affine import Affine, Axis, LoopVar, Predicate, ProgramId, Sym
-from .core import ON_CHIP, Access, Alloc, Kernel, Loop, Op, Tensor
+from .core import ON_CHIP, Access, Alloc, Kernel, Loop, Op, Tensor, is_accumulator
 from .prims import PRIMS, accumulates, engine_of, engines_of, mask_ref, mx_scale_rows
 from .residency import (
     Recorder,
@@ -931,6 +931,8 @@ def rule_distinct_writes(site: Site) -> None:
         return
     for a in op.outs:
         root = a.tensor.root
+        if is_accumulator(root):  # engine state, updated in program order
+            continue
         scope = set(root.scope)
         for loop in site.loops:
             var = loop.var

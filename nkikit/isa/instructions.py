@@ -34,6 +34,7 @@ from ..language.operands import (
 )
 from ..language.tile import Tile
 from ..targets import default_target as _default_target
+from ..trace import accumulators as ACC
 from ..trace import instructions as E
 from ..trace.index import Index, Pred, int_arg
 
@@ -146,25 +147,14 @@ def _invalid(loc: SourceLoc, op: str, why: str) -> NkiError:
     return NkiError("err_invalid_argument", loc, op=f"nisa.{op}", why=why)
 
 
-# An instruction's own free-axis reduction into reduce_res is modeled: reduce_cmd idle (the
-# default) or reset_reduce.  Carrying the engine's accumulator registers from one instruction
-# to the next (reduce, load_reduce) or resetting them alone is not.
-_MODELED_REDUCE_CMDS = (reduce_cmd.idle, reduce_cmd.reset_reduce)
-
-
-def _check_reduce_cmd(cmd: object, loc: SourceLoc, prim: str) -> None:
-    try:
-        value = reduce_cmd(cmd)
-    except ValueError:
-        raise _invalid(loc, prim, f"reduce_cmd={cmd!r} is not a nisa.reduce_cmd member") from None
-    if value not in _MODELED_REDUCE_CMDS:
-        raise _unsupported(
-            loc,
-            f"{prim}(reduce_cmd=reduce_cmd.{value.name})",
-            "accumulator registers carried between instructions are not modeled; reduce "
-            "within one instruction (reduce_cmd.idle or reset_reduce) and combine the "
-            "reduce_res tiles with nl.add / nl.maximum",
-        )
+def _chain(
+    engine_: str, cmd: object, reduce_op: str | None, a: Access, reduce_res, loc, prim: str
+) -> ACC.Chain:
+    """What the instruction does to its engine's accumulator registers (``reduce_cmd``,
+    carried between instructions: ``nkikit/trace/accumulators.py``)."""
+    r = None if reduce_res is None else _tile(reduce_res, loc, "reduce_res")
+    name = ACC.command(cmd, loc, prim)
+    return ACC.Chain(engine_, name, reduce_op, a.shape[0], r, loc=loc, op=prim)
 
 
 def _swap_pf(mask: Pred | None, loc: SourceLoc):
@@ -293,15 +283,23 @@ def nc_transpose(data, *, mask=None, dtype=None, engine=engine.unknown) -> Tile:
 # --- ScalarE -------------------------------------------------------------------------------
 
 
-def _activation(op, data, bias, scale, reduce_op, reduce_res, loc, dtype, mask) -> Tile:
+def _activation(op, data, bias, scale, reduce_op, reduce_res, loc, dtype, mask, cmd) -> Tile:
     a = _tile(data, loc, "activation")
     fn = op_name(op, "activation")  # names the result tile (exp, tanh, ...)
     b = 0.0 if bias is None else operand(bias, loc, "activation bias")
     s = operand(scale, loc, "activation scale")
     tile, out = new_tile(a.shape, dtype or a.dtype, loc, fallback=fn)
-    r = None if reduce_res is None else _tile(reduce_res, loc, "reduce_res")
     m = mask_of(mask, loc)
-    E.emit_activation(out, a, b, s, op=fn, reduce_res=r, reduce_op=reduce_op, mask=m, loc=loc)
+    if ACC.command(cmd, loc, "activation") == "idle":  # the instruction's own reduction
+        r = None if reduce_res is None else _tile(reduce_res, loc, "reduce_res")
+        E.emit_activation(out, a, b, s, op=fn, reduce_res=r, reduce_op=reduce_op, mask=m, loc=loc)
+        return tile
+    red = "add" if reduce_op is None else op_name(reduce_op, "reduce")  # ScalarE adds
+    chain = _chain("scalar", cmd, red, a, reduce_res, loc, "activation")
+    into = chain.into
+    red = None if into is None else red
+    E.emit_activation(out, a, b, s, op=fn, reduce_res=into, reduce_op=red, mask=m, loc=loc)
+    chain.finish()
     return tile
 
 
@@ -319,18 +317,21 @@ def activation(
 ) -> Tile:
     """``op(data * scale + bias)`` on the ScalarE.  ``bias``: (P, 1) tile; ``scale``: scalar or
     (P, 1) tile.  With ``reduce_op`` (add), the free-axis reduction of this instruction's result
-    is written to ``reduce_res`` (P, 1).  ``reduce_cmd``: idle (default) or reset_reduce;
-    accumulating over earlier instructions (reduce) is ``err_unsupported_api``."""
+    is written to ``reduce_res`` (P, 1).  ``reduce_cmd`` (idle by default) says what it does to
+    the ScalarE accumulator registers, which carry a reduction from one instruction to the
+    next (``nkikit/trace/accumulators.py``)."""
     loc = caller_loc()
-    _check_reduce_cmd(reduce_cmd, loc, "activation")
-    return _activation(op, data, bias, scale, reduce_op, reduce_res, loc, dtype, mask)
+    return _activation(op, data, bias, scale, reduce_op, reduce_res, loc, dtype, mask, reduce_cmd)
 
 
 def activation_reduce(
     op, data, *, reduce_op, reduce_res, bias=None, scale=1.0, mask=None, dtype=None
 ) -> Tile:
-    """``activation`` plus a free-axis reduction into ``reduce_res``."""
-    return _activation(op, data, bias, scale, reduce_op, reduce_res, caller_loc(), dtype, mask)
+    """``activation(..., reduce_cmd=reset_reduce)``: a free-axis reduction that starts the
+    ScalarE accumulator registers afresh, read out into ``reduce_res``."""
+    loc = caller_loc()
+    cmd = reduce_cmd.reset_reduce
+    return _activation(op, data, bias, scale, reduce_op, reduce_res, loc, dtype, mask, cmd)
 
 
 # --- VectorE / GpSimd ------------------------------------------------------------------------
@@ -574,10 +575,19 @@ def range_select(
     """Keep elements whose free index i satisfies ``(i comp_op0 bound0) and (i comp_op1 bound1)``
     (bounds are (P, 1) tiles), else ``on_false_value``; optionally max-reduce into
     ``reduce_res``.  As on the hardware, ``on_false_value`` must be ``nl.fp32.min`` and
-    ``reduce_op`` ``np.max``; ``reduce_cmd``: idle (default) or reset_reduce."""
+    ``reduce_op`` ``np.max``; ``reduce_cmd`` (idle by default) says what it does to the VectorE
+    accumulator registers (``nkikit/trace/accumulators.py``)."""
     loc = caller_loc()
-    _check_reduce_cmd(reduce_cmd, loc, "range_select")
     a = _tile(on_true_tile, loc, "range_select")
+    chain = _chain(
+        "vector",
+        reduce_cmd,
+        E._max_only("range_select", reduce_op, loc),
+        a,
+        reduce_res,
+        loc,
+        "range_select",
+    )
     tile, out = new_tile(a.shape, dtype or a.dtype, loc, fallback="range_select")
     E.emit_range_select(
         out,
@@ -586,13 +596,14 @@ def range_select(
         operand(bound1, loc),
         comp_op0=comp_op0,
         comp_op1=comp_op1,
-        reduce_res=None if reduce_res is None else _tile(reduce_res, loc, "reduce_res"),
+        reduce_res=chain.into,
         reduce_op=reduce_op,
         on_false=scalar_arg(on_false_value, loc, "nisa.range_select", "on_false_value"),
         range_start=int_arg(range_start, "nisa.range_select", "range_start"),
         mask=mask_of(mask, loc),
         loc=loc,
     )
+    chain.finish()
     return tile
 
 
@@ -612,10 +623,12 @@ def select_reduce(
     """``where(predicate, on_true, on_false)`` (``on_false``: a scalar or (P, 1) tile) written
     into ``dst``, plus an optional max reduction into ``reduce_res``; returns ``dst``.  Without
     ``dst`` (an nkikit convenience) the result is a new tile.  ``reduce_op`` must be np.max;
-    ``reduce_cmd``: idle (default) or reset_reduce."""
+    ``reduce_cmd`` (idle by default) says what it does to the VectorE accumulator registers
+    (``nkikit/trace/accumulators.py``)."""
     loc = caller_loc()
-    _check_reduce_cmd(reduce_cmd, loc, "select_reduce")
     p = _tile(predicate, loc, "select_reduce")
+    red = E._max_only("select_reduce", reduce_op, loc)
+    chain = _chain("vector", reduce_cmd, red, p, reduce_res, loc, "select_reduce")
     t = broadcast_access(_tile(on_true, loc, "on_true"), p.shape, loc, "select_reduce")
     f = (
         broadcast_access(_tile(on_false, loc, "on_false"), p.shape, loc, "select_reduce")
@@ -647,12 +660,13 @@ def select_reduce(
         p,
         t,
         f,
-        reduce_res=None if reduce_res is None else _tile(reduce_res, loc, "reduce_res"),
+        reduce_res=chain.into,
         reduce_op=reduce_op,
         reverse=reverse_pred,
         mask=mask_of(mask, loc),
         loc=loc,
     )
+    chain.finish()
     return tile
 
 

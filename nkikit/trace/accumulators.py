@@ -45,11 +45,11 @@ import numpy as np
 from .. import dtypes
 from ..errors import NkiError, SourceLoc
 from ..ir.affine import Affine, Axis
-from ..ir.core import Access, Alloc, Tensor
+from ..ir.core import ACCUMULATOR_LANES, Access, Alloc, Tensor
 from . import instructions as E
 from .builder import current, maybe_current
 
-LANES = 128  # accumulators per engine, one per partition lane [§4.10]
+LANES = ACCUMULATOR_LANES  # accumulators per engine, one per partition lane [§4.10]
 
 CMDS = ("idle", "reset", "reduce", "reset_reduce", "load_reduce")
 """The ``reduce_cmd`` values, by their ``nisa.reduce_cmd`` names (values 0..4 [§4.1])."""

@@ -177,11 +177,16 @@ def test_activation_reduces_its_own_result(cmd):
 
 
 @nki.jit
-def activation_accumulates(x):
+def activation_accumulates(x, y):
+    out = nl.ndarray((x.shape[0], 1), dtype=nl.float32, buffer=nl.shared_hbm)
     s = nl.ndarray((x.shape[0], 1), dtype=nl.float32)
-    t, cmd = nl.load(x), nisa.reduce_cmd.reduce
-    nisa.activation(op=nl.exp, data=t, reduce_op=np.add, reduce_res=s, reduce_cmd=cmd)  # BAD
-    return None
+    cmd = nisa.reduce_cmd
+    nisa.activation(op=nl.exp, data=nl.load(x), reduce_op=np.add, reduce_cmd=cmd.reset_reduce)
+    nisa.activation(
+        op=nl.exp, data=nl.load(y), reduce_op=np.add, reduce_res=s, reduce_cmd=cmd.reduce
+    )
+    nl.store(out, value=s)
+    return out
 
 
 @nki.jit
@@ -191,9 +196,11 @@ def activation_res_without_op(x):
     return None
 
 
-def test_activation_accumulator_state_is_unsupported(rejects):
-    err = rejects(activation_accumulates, "err_unsupported_api", f32(128, 64))
-    assert "reduce_cmd=reduce_cmd.reduce" in str(err)
+def test_activation_accumulates_across_instructions(rejects):
+    # the ScalarE accumulators carry the first sum into the second instruction
+    x, y = f32(128, 64), f32(128, 32)
+    want = np.exp(x).sum(1) + np.exp(y).sum(1)
+    np.testing.assert_allclose(activation_accumulates(x, y)[:, 0], want, rtol=1e-5)
     err = rejects(activation_res_without_op, "err_invalid_argument", f32(128, 64))
     assert "reduce_res needs reduce_op" in str(err)
 
@@ -254,12 +261,15 @@ def test_tensor_scalar_operand1_needs_op1(rejects):
 
 
 @nki.jit
-def range_select_reduce_cmd(x):
+def range_select_reduce_cmd(x, y):
+    out = nl.ndarray((x.shape[0], 1), dtype=nl.float32, buffer=nl.shared_hbm)
     rs = nl.ndarray((x.shape[0], 1), dtype=nl.float32)
     kw = dict(comp_op0=np.greater_equal, comp_op1=np.less, bound0=1.0, bound1=5.0)
-    t, cmd = nl.load(x), nisa.reduce_cmd.reduce
-    nisa.range_select(on_true_tile=t, **kw, reduce_res=rs, reduce_cmd=cmd)  # BAD
-    return None
+    cmd = nisa.reduce_cmd
+    nisa.range_select(on_true_tile=nl.load(x), **kw, reduce_cmd=cmd.reset_reduce)
+    nisa.range_select(on_true_tile=nl.load(y), **kw, reduce_res=rs, reduce_cmd=cmd.reduce)
+    nl.store(out, value=rs)
+    return out
 
 
 @nki.jit
@@ -279,8 +289,6 @@ def range_select_sum(x):
 
 def test_range_select_rejects_what_the_hardware_cannot_do(rejects):
     x = f32(8, 16)
-    err = rejects(range_select_reduce_cmd, "err_unsupported_api", x)
-    assert "range_select(reduce_cmd=reduce_cmd.reduce)" in str(err)
     err = rejects(range_select_on_false, "err_invalid_argument", x)
     assert "nl.fp32.min" in str(err)
     err = rejects(range_select_sum, "err_invalid_argument", x)
@@ -319,17 +327,36 @@ def test_select_reduce_writes_dst():
 
 @nki.jit
 def select_reduce_accumulating(pred, x):
+    out = nl.ndarray((x.shape[0], 1), dtype=nl.float32, buffer=nl.shared_hbm)
     mx = nl.ndarray((x.shape[0], 1), dtype=nl.float32)
-    p, t, cmd = nl.load(pred), nl.load(x), nisa.reduce_cmd.reduce
-    nisa.select_reduce(predicate=p, on_true=t, on_false=0.0, reduce_res=mx, reduce_cmd=cmd)  # BAD
-    return None
-
-
-def test_select_reduce_accumulating_is_unsupported(rejects):
-    err = rejects(
-        select_reduce_accumulating, "err_unsupported_api", np.ones((8, 8), np.uint8), f32(8, 8)
+    p, t, cmd = nl.load(pred), nl.load(x), nisa.reduce_cmd
+    nisa.select_reduce(predicate=p, on_true=t, on_false=0.0, reduce_cmd=cmd.reset_reduce)
+    nisa.select_reduce(
+        predicate=p,
+        on_true=t,
+        on_false=-1.0,
+        reverse_pred=True,
+        reduce_res=mx,
+        reduce_cmd=cmd.reduce,
     )
-    assert "select_reduce(reduce_cmd=reduce_cmd.reduce)" in str(err)
+    nl.store(out, value=mx)
+    return out
+
+
+def test_select_reduce_accumulates_across_instructions():
+    pred, x = (rng.random((8, 8)) < 0.5).astype(np.uint8), f32(8, 8)
+    first = np.where(pred != 0, x, np.float32(0.0)).max(1)
+    second = np.where(pred == 0, x, np.float32(-1.0)).max(1)
+    got = select_reduce_accumulating(pred, x)[:, 0]
+    np.testing.assert_array_equal(got, np.maximum(first, second))
+
+
+def test_range_select_accumulates_across_instructions():
+    x, y = f32(8, 16), f32(8, 16)
+    idx = np.arange(16)
+    keep = (idx >= 1) & (idx < 5)
+    want = np.maximum(x[:, keep].max(1), y[:, keep].max(1))
+    np.testing.assert_array_equal(range_select_reduce_cmd(x, y)[:, 0], want)
 
 
 # -- dma_copy(oob_mode=, dge_mode=) ---------------------------------------------------------
