@@ -30,6 +30,7 @@ from .instructions import (  # noqa: F401
     reduce_cmd,
     scalar_tensor_tensor,
     select_reduce,
+    sequence_bounds,
     tensor_copy,
     tensor_partition_reduce,
     tensor_reduce,

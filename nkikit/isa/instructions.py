@@ -708,6 +708,17 @@ def max8(*, src, mask=None, dtype=None) -> Tile:
     return tile
 
 
+def sequence_bounds(*, segment_ids, dtype=None) -> Tile:
+    """GpSimd: for each element of ``segment_ids`` (1, n), the start and the end (exclusive)
+    of its segment, as a (1, 2 * n) tile: the n starts, then the n ends; padding (id 0) gets
+    start n and end -1 (fp32 or int32) [nki.md §2, nki-0x.md §4.7 sequence_bounds]."""
+    loc = caller_loc()
+    a = _tile(segment_ids, loc, "sequence_bounds")
+    tile, out = _result("sequence_bounds", [a], loc, dtype, fallback="bounds")
+    E.emit_sequence_bounds(out, a, loc=loc)
+    return tile
+
+
 def nc_find_index8(*, data, vals, mask=None, dtype=None) -> Tile:
     """Per partition, the index of the first occurrence of each of 8 values; ``dtype`` uint32
     (the default) or uint16."""

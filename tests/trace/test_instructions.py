@@ -425,3 +425,41 @@ def test_the_emit_layer_imports_no_front_end():
     ] + [a.name for node in ast.walk(tree) if isinstance(node, ast.Import) for a in node.names]
     for name in imported:
         assert name.lstrip(".").split(".")[0] not in ("isa", "language", "nki"), name
+
+
+def test_accumulator_chains_and_sequence_bounds_trace_the_same_ir_in_both_dialects():
+    ids = np.array([[0, 1, 1, 2, 2, 2, 0, 3, 3]], dtype=np.int32)
+    cmd = nisa.reduce_cmd
+
+    @nki.jit
+    def k0(x, ids):
+        t = _load0(x)
+        e = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.sbuf)
+        s = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.activation(dst=e, op=nl.exp, data=t, reduce_op=nl.add, reduce_cmd=cmd.reset_reduce)
+        nisa.activation(
+            dst=e, op=nl.exp, data=t, reduce_op=nl.add, reduce_res=s, reduce_cmd=cmd.reduce
+        )
+        b = nl.ndarray((1, 2 * ids.shape[1]), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.sequence_bounds(dst=b, segment_ids=_load0(ids))
+        return _store0(s), _store0(b)
+
+    @nki1.jit
+    def k1(x, ids):
+        t = nl1.load(x)
+        s = nl1.ndarray((P, 1), dtype=nl1.float32, buffer=nl1.sbuf)
+        nisa1.activation(np.exp, t, reduce_op=np.add, reduce_cmd=cmd.reset_reduce)
+        nisa1.activation(np.exp, t, reduce_op=np.add, reduce_res=s, reduce_cmd=cmd.reduce)
+        b = nisa1.sequence_bounds(segment_ids=nl1.load(ids))
+        out = nl1.ndarray((P, 1), dtype=nl1.float32, buffer=nl1.shared_hbm)
+        bounds = nl1.ndarray(b.shape, dtype=nl1.int32, buffer=nl1.shared_hbm)
+        nl1.store(out, value=s)
+        nl1.store(bounds, value=b)
+        return out, bounds
+
+    assert _ops(k0.ir(X, ids)) == _ops(k1.ir(X, ids))
+    (s0, b0), (s1, b1) = k0(X, ids), k1(X, ids)
+    np.testing.assert_array_equal(s0, s1)
+    np.testing.assert_allclose(s0[:, 0], 2 * np.exp(X).sum(1), rtol=1e-5)
+    np.testing.assert_array_equal(b0, b1)
+    np.testing.assert_array_equal(b1[0, 9:], [-1, 3, 3, 6, 6, 6, -1, 9, 9])
