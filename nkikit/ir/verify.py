@@ -601,6 +601,28 @@ def prim_quantize_mx(site: Site) -> None:
         _mx_scale(site, "dst_scale", op.outs[1], src.partitions, f // 4)
 
 
+def _engine_generations(**since: int) -> Rule:
+    """The op's engine exists for it from NeuronCore generation ``since[engine]`` on (the
+    GpSimd ``rng`` from NC-v3, the VectorE PRNG state moves from NC-v4 [nki-0x.md §4.12])."""
+
+    def rule(site: Site) -> None:
+        eng = site.op.attrs.get("engine")
+        first = since.get(eng)
+        have = site.target.nc_version
+        if first is not None and have < first:
+            want = next(t.name for t in TARGETS.values() if t.nc_version >= first)
+            raise site.fail(
+                "err_unsupported_instruction_on_target",
+                op=f"{site.op.prim} on the {eng} engine",
+                versions="/".join(str(v) for v in range(first, 5)),
+                target=site.target.name,
+                have=have,
+                want=want,
+            )
+
+    return rule
+
+
 PRIM_RULES: dict[str, list[Rule]] = {
     "nc_matmul_mx": [prim_nc_matmul_mx],
     "quantize_mx": [prim_quantize_mx],
@@ -616,6 +638,10 @@ PRIM_RULES: dict[str, list[Rule]] = {
     "tensor_tensor_scan": [_scalar_operands(2)],
     "range_select": [_scalar_operands(1, 2)],
     "dropout": [_scalar_operands(1)],
+    "rng": [_engine_generations(gpsimd=3)],
+    "rand2": [_scalar_operands(1, 2)],
+    "rand_set_state": [_engine_generations(vector=4)],
+    "rand_get_state": [_engine_generations(vector=4)],
 }
 
 
@@ -886,7 +912,10 @@ def rule_distinct_writes(site: Site) -> None:
     op = site.op
     if accumulates(op):
         return
-    for a in op.outs:
+    state = PRIMS[op.prim].state_outs
+    for i, a in enumerate(op.outs):
+        if state and PRIMS[op.prim].out_role(i) in state:
+            continue  # engine state (the PRNG's): carried from iteration to iteration
         root = a.tensor.root
         scope = set(root.scope)
         for loop in site.loops:

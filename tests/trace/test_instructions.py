@@ -97,6 +97,15 @@ SAMPLES: dict[str, Callable[[Access], tuple]] = {
     "device_print": lambda a: ((sb(P, F),), {"prefix": "x"}),
     "register_move": lambda a: ((sb(1, 1, dtype=np.int32), 3), {}),
     "rank_id": lambda a: ((sb(1, 1, dtype=np.int32),), {}),
+    "scalar_arith": lambda a: (
+        (sb(1, 1, dtype=np.int32), sb(1, 1, dtype=np.int32), 7),
+        {"op": "multiply"},
+    ),
+    "rng": lambda a: ((sb(P, F, dtype=np.uint16),), {}),
+    "rand2": lambda a: ((sb(P, F), 0.0, 2.0), {}),
+    "set_rng_seed": lambda a: ((sb(1, 1, dtype=np.int32),), {}),
+    "rand_set_state": lambda a: ((sb(P, 6, dtype=np.uint32),), {}),
+    "rand_get_state": lambda a: ((sb(P, 6, dtype=np.uint32),), {}),
     "all_reduce": lambda a: ((sb(P, F), sb(P, F)), {"groups": ((0, 1),), "op": np.add}),
     "all_gather": lambda a: ((sb(P, 2 * F), sb(P, F)), {"groups": ((0, 1),), "dim": 1}),
     "reduce_scatter": lambda a: (

@@ -1353,11 +1353,15 @@ def nonzero_with_count(dst, src, index_offset=0, padding_val=-1, name=None) -> N
 
 
 def dropout(dst, data, prob, name=None) -> NkiInstruction:
-    """Zero each element with probability ``prob`` (deterministic per simulated call)."""
+    """Zero each element with probability ``prob`` (a scalar or a (P, 1) tensor), drawing from
+    the VectorE's generator (``nisa.rng``'s; reproducible for a given seed); no rescaling."""
+    from .random import program
+
     loc = caller_loc()
     _dst_chip(dst, loc, "dropout")
     d, a = _tiles(loc, "dropout", dst, data)
-    return _done(E.emit_dropout(d, a, _scalar_or_vector(prob, loc, "prob", a), loc=loc))
+    prob = _scalar_or_vector(prob, loc, "prob", a)
+    return _done(E.emit_dropout(d, a, prob, loc=loc, key=program()))
 
 
 # -- ScalarE -------------------------------------------------------------------------------------
@@ -1499,19 +1503,14 @@ _NOT_MODELED = {
     "tensor_scalar_cumulative": "not modeled",
     "topk": "not modeled",
     "sequence_bounds": "not modeled",
-    "rng": "random number generation is not modeled",
-    "rand2": "random number generation is not modeled",
-    "set_rng_seed": "random number generation is not modeled",
-    "rand_set_state": "random number generation is not modeled",
-    "rand_get_state": "random number generation is not modeled",
-    "scalar_load": "NkiScalar is not modeled",
-    "scalar_store": "NkiScalar is not modeled",
 }
 for _n, _why in _NOT_MODELED.items():
     globals()[_n] = _not_modeled(_n, _why)
 
 
 from .mx import nc_matmul_mx, quantize_mx  # noqa: E402, F401 - uses the helpers above
+from .random import rand2, rand_get_state, rand_set_state, rng, set_rng_seed  # noqa: E402, F401
+from .scalars import NkiScalar, scalar_load, scalar_store  # noqa: E402, F401
 
 # -- helpers shared with nkikit.nki.language -------------------------------------------------------
 
