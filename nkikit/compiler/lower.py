@@ -132,6 +132,7 @@ PRIMS: dict[str, Lowering] = {
     # a register instruction on the engine's sequencer, charged as a one-element GpSimd op
     "register_move": Lowering("REGISTER_MOVE", c_gpsimd),
     "rank_id": Lowering("RANK_ID", c_gpsimd),
+    "ring_rank_id": Lowering("RING_RANK_ID", c_gpsimd),
     # guess: one GpSimd pass over each core's partition, as iota's cost
     "nonzero_with_count": Lowering("NONZERO_WITH_COUNT", c_gpsimd),
 }

@@ -922,6 +922,42 @@ _RECORDS = (
             ("collective_permute", _collective_out(1, 1), (Attr("pairs", (tuple,)),), True),
         )
     ),
+    # variable-length collectives (NKI 0.3 / 0.6): tensors are flat element buffers; the
+    # counts and displacements are a uint32 metadata tile read when the op runs (rows: send
+    # counts, send displacements, recv counts, recv displacements; one column per rank of the
+    # group) [nki.collectives.all_gather_v / all_to_all_v docs]; a destination element no
+    # chunk lands on keeps its value
+    *(
+        Prim(
+            name,
+            ins=("src", "metadata"),
+            outs=("dst",),
+            out_spec=_any_out,
+            engines=("dma",),
+            attrs=(
+                _GROUPS,
+                Attr("recv_counts_known", _BOOL, False),
+                Attr("has_rdispls", _BOOL, False),
+            ),
+            in_dtypes=(("metadata", _U32),),
+            raw=True,
+            partition_free=True,
+            reads_dst=True,
+            partial_write=True,
+        )
+        for name in ("all_gather_v", "all_to_all_v")
+    ),
+    Prim(
+        # ncc.collective_permute_implicit_current_processing_rank_id: the rank whose data a
+        # ring step ``iteration`` holds: this rank's own at 0, then its predecessors' in the
+        # ring of its replica group (the group's rank order)
+        "ring_rank_id",
+        ins=(),
+        outs=("dst",),
+        out_spec=_any_out,
+        engines=("gpsimd",),
+        attrs=(_GROUPS, Attr("iteration", _INT)),
+    ),
     Prim(
         "nonzero_with_count",
         ins=("src",),

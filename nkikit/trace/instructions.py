@@ -801,7 +801,9 @@ def emit_set_rng_seed(src: Access, *, loc: SourceLoc, key: tuple = ()) -> Op:
             f"src_seeds {_name(src)} must be one 32-bit element ([1, 1]), got {src.dtype}",
         )
     state = rng_state("vector", 128, loc, key)  # every lane
-    return _emit("set_rng_seed", [state], [src], {"call_seed": False, "engine": "vector"}, None, loc)
+    return _emit(
+        "set_rng_seed", [state], [src], {"call_seed": False, "engine": "vector"}, None, loc
+    )
 
 
 def emit_rand_set_state(
@@ -1078,6 +1080,96 @@ def emit_collective_permute(dst: Access, src: Access, *, pairs: tuple, loc: Sour
     """For each ``(source, target)`` rank pair, the target's ``dst`` = the source's ``src``;
     a rank no pair targets keeps its ``dst``."""
     return _collective("collective_permute", dst, src, {"pairs": pairs}, loc)
+
+
+def emit_all_gather_v(
+    dst: Access,
+    src: Access,
+    metadata: Access,
+    *,
+    groups: tuple,
+    recv_counts_known: bool = False,
+    has_rdispls: bool = False,
+    loc: SourceLoc,
+) -> Op:
+    """Variable-length all-gather of flat HBM buffers: every rank sends the chunk of ``src``
+    that column 0 of ``metadata`` rows 0 / 1 (count, displacement) names; the chunk of the
+    group's j-th rank lands in slot j of ``dst`` (or at its receive displacement, row 3)."""
+    return _collective_v(
+        "all_gather_v", dst, src, metadata, groups, recv_counts_known, has_rdispls, loc
+    )
+
+
+def emit_all_to_all_v(
+    dst: Access,
+    src: Access,
+    metadata: Access,
+    *,
+    groups: tuple,
+    recv_counts_known: bool = False,
+    has_rdispls: bool = False,
+    loc: SourceLoc,
+) -> Op:
+    """Variable-length all-to-all of flat HBM buffers: the group's j-th rank receives from
+    every rank the chunk its ``metadata`` rows 0 / 1 column j (count, displacement) name,
+    placed at this rank's receive displacements (row 3)."""
+    return _collective_v(
+        "all_to_all_v", dst, src, metadata, groups, recv_counts_known, has_rdispls, loc
+    )
+
+
+def _collective_v(
+    prim: str,
+    dst: Access,
+    src: Access,
+    metadata: Access,
+    groups: tuple,
+    recv_counts_known: bool,
+    has_rdispls: bool,
+    loc: SourceLoc,
+) -> Op:
+    for role, a in (("src", src), ("dst", dst)):
+        if not a.tensor.is_hbm:
+            raise NkiError(
+                "err_unsupported_memory",
+                loc,
+                op=f"ncc.{prim}",
+                what=f"{role} {_name(a)}",
+                allowed="HBM",
+                got=_MEM.get(a.tensor.buffer),
+            )
+    if dst.dtype != src.dtype:
+        raise NkiError(
+            "err_invalid_argument",
+            loc,
+            op=f"ncc.{prim}",
+            why=f"src and dst must have one dtype, got {src.dtype} and {dst.dtype}",
+        )
+    rows = 4 if has_rdispls else 3 if recv_counts_known else 2
+    m = metadata
+    if len(m.shape) != 2 or m.shape[0] < rows or m.shape[1] < len(groups[0]):
+        raise NkiError(
+            "err_invalid_argument",
+            loc,
+            op=f"ncc.{prim}",
+            why=f"metadata {_name(m)} must be ({rows}.., >= {len(groups[0])}): rows send counts, "
+            "send displacements[, recv counts[, recv displacements]], a column per rank of "
+            "the group",
+        )
+    attrs = {
+        "groups": groups,
+        "recv_counts_known": bool(recv_counts_known),
+        "has_rdispls": bool(has_rdispls),
+    }
+    return _emit(prim, [dst], [src, metadata], attrs, None, loc)
+
+
+def emit_ring_rank_id(dst: Access, *, groups: tuple, iteration: int, loc: SourceLoc) -> Op:
+    """``dst`` = the rank whose data ring step ``iteration`` holds: this rank at 0, then the
+    predecessors in its replica group's ring (the group's rank order)."""
+    return _emit(
+        "ring_rank_id", [dst], [], {"groups": groups, "iteration": int(iteration)}, None, loc
+    )
 
 
 def emit_device_print(x: Access, *, prefix: str, loc: SourceLoc) -> Op:

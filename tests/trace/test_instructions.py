@@ -113,6 +113,15 @@ SAMPLES: dict[str, Callable[[Access], tuple]] = {
         {"groups": ((0, 1),), "dim": 1, "op": np.add},
     ),
     "all_to_all": lambda a: ((sb(P, F), sb(P, F)), {"groups": ((0, 1),), "dim": 1}),
+    "all_gather_v": lambda a: (
+        (_tile((P, F), buffer="shared_hbm"), a, sb(4, 2, dtype=np.uint32)),
+        {"groups": ((0, 1),)},
+    ),
+    "all_to_all_v": lambda a: (
+        (_tile((P, F), buffer="shared_hbm"), a, sb(4, 2, dtype=np.uint32)),
+        {"groups": ((0, 1),), "has_rdispls": True},
+    ),
+    "ring_rank_id": lambda a: ((sb(1, 1, dtype=np.int32),), {"groups": ((0, 1),), "iteration": 1}),
     "collective_permute": lambda a: ((_tile((P, F), buffer="shared_hbm"), a), {"pairs": ((0, 1),)}),
     "nc_matmul_mx": lambda a: (
         (

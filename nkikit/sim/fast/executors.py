@@ -478,5 +478,8 @@ for _name in (
     "reduce_scatter",
     "all_to_all",
     "collective_permute",
+    "all_gather_v",
+    "all_to_all_v",
+    "ring_rank_id",
 ):
     EXECUTORS[_name] = REFERENCE
