@@ -237,7 +237,12 @@ def _one_pair(srcs, dsts, loc: SourceLoc, api: str) -> tuple:
     return pairs[0]
 
 
-def _metadata(metadata_tensor, loc: SourceLoc, api: str):
+def _variable(
+    api, srcs, dsts, replica_group, metadata_tensor, recv_counts_known, has_rdispls, loc
+) -> None:
+    """Emit the variable-length collective ``api`` (one tensor each side, a metadata tile)."""
+    groups = _groups(replica_group, loc, api)
+    dst, src = _one_pair(srcs, dsts, loc, api)
     if not isinstance(metadata_tensor, NkiTensor):
         raise NkiError(
             "err_invalid_argument",
@@ -245,7 +250,9 @@ def _metadata(metadata_tensor, loc: SourceLoc, api: str):
             op=f"ncc.{api}",
             why=f"metadata_tensor must be a uint32 tensor, got {type(metadata_tensor).__name__}",
         )
-    return access_of(metadata_tensor, loc, f"{api} metadata_tensor")
+    meta = access_of(metadata_tensor, loc, f"{api} metadata_tensor")
+    flags = {"recv_counts_known": bool(recv_counts_known), "has_rdispls": bool(has_rdispls)}
+    E.EMITTERS[api](dst, src, meta, groups=groups, **flags, loc=loc)
 
 
 def all_gather_v(
@@ -265,18 +272,8 @@ def all_gather_v(
     receive displacement (row 3) with ``has_rdispls``; with ``recv_counts_known`` row 2 says
     how many elements arrive from each rank.  Elements no chunk lands on keep their value."""
     loc = caller_loc()
-    groups = _groups(replica_group, loc, "all_gather_v")
-    d, s = _one_pair(srcs, dsts, loc, "all_gather_v")
-    m = _metadata(metadata_tensor, loc, "all_gather_v")
-    E.emit_all_gather_v(
-        d,
-        s,
-        m,
-        groups=groups,
-        recv_counts_known=bool(recv_counts_known),
-        has_rdispls=bool(has_rdispls),
-        loc=loc,
-    )
+    args = (srcs, dsts, replica_group, metadata_tensor, recv_counts_known, has_rdispls)
+    _variable("all_gather_v", *args, loc)
 
 
 def all_to_all_v(
@@ -303,18 +300,8 @@ def all_to_all_v(
             why="where each chunk lands without receive displacements is not documented; "
             "pass them in row 3 of metadata_tensor with has_rdispls=True",
         )
-    groups = _groups(replica_group, loc, "all_to_all_v")
-    d, s = _one_pair(srcs, dsts, loc, "all_to_all_v")
-    m = _metadata(metadata_tensor, loc, "all_to_all_v")
-    E.emit_all_to_all_v(
-        d,
-        s,
-        m,
-        groups=groups,
-        recv_counts_known=bool(recv_counts_known),
-        has_rdispls=True,
-        loc=loc,
-    )
+    args = (srcs, dsts, replica_group, metadata_tensor, recv_counts_known, has_rdispls)
+    _variable("all_to_all_v", *args, loc)
 
 
 def _ring_pairs(groups) -> tuple[tuple[int, int], ...]:

@@ -1082,40 +1082,36 @@ def emit_collective_permute(dst: Access, src: Access, *, pairs: tuple, loc: Sour
     return _collective("collective_permute", dst, src, {"pairs": pairs}, loc)
 
 
-def emit_all_gather_v(
-    dst: Access,
-    src: Access,
-    metadata: Access,
-    *,
-    groups: tuple,
-    recv_counts_known: bool = False,
-    has_rdispls: bool = False,
-    loc: SourceLoc,
-) -> Op:
+def _collective_v_emitter(prim: str, doc: str) -> Callable[..., Op]:
+    def emit(
+        dst: Access,
+        src: Access,
+        metadata: Access,
+        *,
+        groups: tuple,
+        recv_counts_known: bool = False,
+        has_rdispls: bool = False,
+        loc: SourceLoc,
+    ) -> Op:
+        return _collective_v(prim, dst, src, metadata, groups, recv_counts_known, has_rdispls, loc)
+
+    emit.__name__ = emit.__qualname__ = f"emit_{prim}"
+    emit.__doc__ = doc
+    return emit
+
+
+emit_all_gather_v = _collective_v_emitter(
+    "all_gather_v",
     """Variable-length all-gather of flat HBM buffers: every rank sends the chunk of ``src``
     that column 0 of ``metadata`` rows 0 / 1 (count, displacement) names; the chunk of the
-    group's j-th rank lands in slot j of ``dst`` (or at its receive displacement, row 3)."""
-    return _collective_v(
-        "all_gather_v", dst, src, metadata, groups, recv_counts_known, has_rdispls, loc
-    )
-
-
-def emit_all_to_all_v(
-    dst: Access,
-    src: Access,
-    metadata: Access,
-    *,
-    groups: tuple,
-    recv_counts_known: bool = False,
-    has_rdispls: bool = False,
-    loc: SourceLoc,
-) -> Op:
+    group's j-th rank lands in slot j of ``dst`` (or at its receive displacement, row 3).""",
+)
+emit_all_to_all_v = _collective_v_emitter(
+    "all_to_all_v",
     """Variable-length all-to-all of flat HBM buffers: the group's j-th rank receives from
     every rank the chunk its ``metadata`` rows 0 / 1 column j (count, displacement) name,
-    placed at this rank's receive displacements (row 3)."""
-    return _collective_v(
-        "all_to_all_v", dst, src, metadata, groups, recv_counts_known, has_rdispls, loc
-    )
+    placed at this rank's receive displacements (row 3).""",
+)
 
 
 def _collective_v(
