@@ -75,6 +75,21 @@ def test_the_seed_decides_the_stream(trn3):
 
 
 @nki.jit
+def seeded_by_language(seed):
+    s = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=s, src=seed)
+    nl.random_seed(s)
+    u = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.rand2(u, 0.0, 1.0)
+    return _out(u)
+
+
+def test_nl_random_seed_is_set_rng_seed(trn3):
+    s = np.array([[5]], np.int32)
+    np.testing.assert_array_equal(seeded_by_language(s), uniform(s, 0.0, 1.0, True))
+
+
+@nki.jit
 def bounds_per_partition(lo, hi):
     lo_t = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
     hi_t = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
