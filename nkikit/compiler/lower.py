@@ -114,6 +114,14 @@ PRIMS: dict[str, Lowering] = {
     "bn_stats": Lowering("BN_STATS", c_elementwise),
     "bn_aggr": Lowering("BN_AGGR", c_bn_aggr),
     "dropout": Lowering("DROPOUT", c_elementwise),
+    # random numbers: one pass over the destination (rng, rand2) on the engine's ALU; the
+    # state moves are one short instruction [nki-0x.md §4.12; cost: guess, as dropout]
+    "rng": Lowering("RNG", c_elementwise),
+    "rand2": Lowering("RAND2", c_elementwise),
+    "set_rng_seed": Lowering("SET_RNG_SEED", c_plain_n),
+    "rand_set_state": Lowering("RAND_SET_STATE", c_plain_n),
+    "rand_get_state": Lowering("RAND_GET_STATE", c_plain_n),
+    "scalar_arith": Lowering("SCALAR_ARITH", c_gpsimd),
     "max8": Lowering("MAX8", c_plain_n),
     "nc_find_index8": Lowering("FIND_INDEX8", c_plain_n),
     "nc_match_replace8": Lowering("MATCH_REPLACE8", c_plain_n),
@@ -126,6 +134,7 @@ PRIMS: dict[str, Lowering] = {
     # a register instruction on the engine's sequencer, charged as a one-element GpSimd op
     "register_move": Lowering("REGISTER_MOVE", c_gpsimd),
     "rank_id": Lowering("RANK_ID", c_gpsimd),
+    "ring_rank_id": Lowering("RING_RANK_ID", c_gpsimd),
     # guess: one GpSimd pass over each core's partition, as iota's cost
     "nonzero_with_count": Lowering("NONZERO_WITH_COUNT", c_gpsimd),
     "activate2": Lowering("ACTIVATE2", c_elementwise),

@@ -142,6 +142,9 @@ class Prim:
     nc_versions: tuple[int, ...] = (2, 3, 4)
     # computes on MX containers (x4 dtypes); other primitives may only move their bits
     mx: bool = False
+    # output roles that carry an engine's state from one instruction to the next (the PRNG
+    # state): written in program order, so an affine_range loop need not index them
+    state_outs: frozenset[str] = frozenset()
     attr_index: Mapping[str, Attr] = field(init=False, repr=False, compare=False)
     # the attribute that picks the engine, when there is a choice (else None)
     engine_attr: str | None = field(init=False, repr=False, compare=False)
@@ -412,6 +415,57 @@ def group_size(attrs: Mapping[str, Any]) -> int:
 
 def _one_element(ins: Sequence[Operand], attrs: Mapping[str, Any]) -> tuple[OutSpec, ...]:
     return (OutSpec(elements=1),)
+
+
+_U32 = frozenset({"uint32"})
+_F32 = frozenset({"float32"})
+_INT_DTYPES = frozenset({"int8", "int16", "int32", "uint8", "uint16", "uint32"})
+# rand2's destinations [nki-0x.md §4.12]
+_RAND2_DTYPES = _INT_DTYPES | frozenset(
+    {"float8_e4m3", "float8_e5m2", "float16", "bfloat16", "float32", "tfloat32"}
+)
+# uint32 words of one lane's PRNG state: one XORWOW state (x, y, z, w, v, d) on the GpSimd,
+# four on the VectorE, which draws 4 x 32 bits per lane per cycle [nki-0x.md §4.12]
+RNG_STATE_WORDS: Mapping[str, int] = {"gpsimd": 6, "vector": 24}
+SCALAR_OPS = frozenset(
+    {
+        "add",
+        "subtract",
+        "multiply",
+        "equal",
+        "not_equal",
+        "less",
+        "less_equal",
+        "greater",
+        "greater_equal",
+    }
+)
+
+
+def _rng_state_out(ins: Sequence[Operand], attrs: Mapping[str, Any]) -> tuple[OutSpec, ...]:
+    """The state words of the op's engine per partition (set_rng_seed writes every lane)."""
+    return (OutSpec(None, RNG_STATE_WORDS[attrs["engine"]], dtype=dtypes.uint32, dtypes=_U32),)
+
+
+def _rng_dst(allowed: frozenset[str]) -> Callable[[Sequence[Operand]], OutSpec]:
+    """A random destination: any partitions and size, one of the ``allowed`` dtypes."""
+
+    def spec(ins: Sequence[Operand]) -> OutSpec:
+        return OutSpec(dtypes=allowed)
+
+    return spec
+
+
+def _rng_out(dst: Callable[[Sequence[Operand]], OutSpec], state: int) -> OutRule:
+    """``dst``'s spec, then the advanced state: the partitions of input ``state`` and the
+    state words of the op's engine."""
+
+    def rule(ins: Sequence[Operand], attrs: Mapping[str, Any]) -> tuple[OutSpec, ...]:
+        p = _pf(_tile(ins[state]))[0]
+        words = RNG_STATE_WORDS[attrs.get("engine", "vector")]
+        return dst(ins), OutSpec(p, words, dtype=dtypes.uint32, dtypes=_U32)
+
+    return rule
 
 
 def _collective_out(mul: int, div: int) -> OutRule:
@@ -735,12 +789,17 @@ _RECORDS = (
         engines=("vector",),
     ),
     Prim(
+        # dst = data, each element zeroed when the Vector PRNG's next uniform draw is below
+        # ``prob`` [nki-0x.md §4.12]; reads and advances the PRNG state (see rng below)
         "dropout",
-        ins=("data", "prob"),
-        outs=("dst",),
-        out_spec=_outs(_like(0)),
+        ins=("data", "prob", "state"),
+        outs=("dst", "state"),
+        out_spec=_rng_out(_like(0), 2),
         engines=("vector",),
         immediates=frozenset({"prob"}),
+        in_dtypes=(("state", _U32),),
+        raw=True,  # the state's uint32 bits reach the rule as they are
+        state_outs=frozenset({"state"}),
     ),
     Prim(
         "max8",
@@ -863,6 +922,91 @@ _RECORDS = (
         out_spec=_any_out,
         engines=("gpsimd",),
     ),
+    # -- random numbers [nki-0x.md §4.12] ----------------------------------------------------
+    # Each engine's PRNG state is an IR tensor (``trace/rng.py``: RNG_STATE_WORDS uint32 words
+    # per partition, seeded at the kernel's start from the simulation call's seed), which the
+    # instructions below read and write like any operand, so both simulators and the
+    # scheduler see the state carried from one instruction to the next.  The generator is
+    # XORWOW per lane (``sim/prng.py``); hardware streams are not reproduced bit for bit.
+    Prim(
+        # rng(dst, engine): 32 random bits per element, truncated to dst's integer dtype
+        "rng",
+        ins=("state",),
+        outs=("dst", "state"),
+        out_spec=_rng_out(_rng_dst(_INT_DTYPES), 0),
+        engines=("vector", "gpsimd"),
+        in_dtypes=(("state", _U32),),
+        raw=True,
+        state_outs=frozenset({"state"}),
+    ),
+    Prim(
+        # rand2(dst, min, max): uniform in [min, max] (fp32 immediates or (P, 1) tiles)
+        "rand2",
+        ins=("state", "min", "max"),
+        outs=("dst", "state"),
+        out_spec=_rng_out(_rng_dst(_RAND2_DTYPES), 0),
+        engines=("vector",),
+        immediates=frozenset({"min", "max"}),
+        in_dtypes=(("state", _U32), ("min", _F32), ("max", _F32)),
+        raw=True,
+        state_outs=frozenset({"state"}),
+        nc_versions=(4,),
+    ),
+    Prim(
+        # set_rng_seed(src_seeds): every lane's state from one 32-bit seed (a [1, 1] tile, or
+        # the immediate of the kernel-start seeding, which ``call_seed`` mixes with the
+        # simulation call's seed); Vector only for the user, GpSimd for its kernel-start seeding
+        "set_rng_seed",
+        ins=("src_seeds",),
+        outs=("state",),
+        out_spec=_rng_state_out,
+        engines=("vector", "gpsimd"),
+        attrs=(Attr("call_seed", _BOOL, False),),
+        immediates=frozenset({"src_seeds"}),
+        in_dtypes=(("src_seeds", frozenset({"int32", "uint32", "float32"})),),
+        raw=True,
+        partition_free=True,
+        state_outs=frozenset({"state"}),
+    ),
+    Prim(
+        # rand_set_state(src_seeds, engine): the per-lane state words from an SBUF uint32 tile
+        "rand_set_state",
+        ins=("src_seeds",),
+        outs=("state",),
+        out_spec=_rng_state_out,
+        engines=("gpsimd", "vector"),
+        in_dtypes=(("src_seeds", _U32),),
+        raw=True,
+        state_outs=frozenset({"state"}),
+        nc_versions=(3, 4),
+    ),
+    Prim(
+        # rand_get_state(dst, engine): the per-lane state words into a uint32 tile
+        "rand_get_state",
+        ins=("state",),
+        outs=("dst",),
+        out_spec=_rng_state_out,
+        engines=("gpsimd", "vector"),
+        in_dtypes=(("state", _U32),),
+        raw=True,
+        nc_versions=(3, 4),
+    ),
+    # -- NkiScalar arithmetic (NKI 0.7) [nki-0x.md §4.14] -------------------------------------
+    Prim(
+        # dst = x op y on one on-device integer (``nkikit/nki/isa/scalars.py``): + - * wrap
+        # around at the dtype's width; comparisons give 0 / 1.  Run by the sequencer like
+        # the register moves.
+        "scalar_arith",
+        ins=("x", "y"),
+        outs=("dst",),
+        out_spec=_one_element,
+        engines=("gpsimd",),
+        attrs=(Attr("op", _STR),),
+        immediates=frozenset({"x", "y"}),
+        in_dtypes=(("x", frozenset({"int32"})), ("y", frozenset({"int32"}))),
+        raw=True,
+        partition_free=True,
+    ),
     # -- collectives across ranks (NKI 0.x nki.collectives) [nki-0x.md §5.8] -----------------
     # One op per (src, dst) pair; ``groups``: the replica groups (each a tuple of ranks).  The
     # collective engines' rings move the data; the cost model charges the op as a DMA of its
@@ -893,6 +1037,42 @@ _RECORDS = (
             ("all_to_all", _collective_out(1, 1), (_GROUPS, Attr("dim", _INT)), True),
             ("collective_permute", _collective_out(1, 1), (Attr("pairs", (tuple,)),), True),
         )
+    ),
+    # variable-length collectives (NKI 0.3 / 0.6): tensors are flat element buffers; the
+    # counts and displacements are a uint32 metadata tile read when the op runs (rows: send
+    # counts, send displacements, recv counts, recv displacements; one column per rank of the
+    # group) [nki.collectives.all_gather_v / all_to_all_v docs]; a destination element no
+    # chunk lands on keeps its value
+    *(
+        Prim(
+            name,
+            ins=("src", "metadata"),
+            outs=("dst",),
+            out_spec=_any_out,
+            engines=("dma",),
+            attrs=(
+                _GROUPS,
+                Attr("recv_counts_known", _BOOL, False),
+                Attr("has_rdispls", _BOOL, False),
+            ),
+            in_dtypes=(("metadata", _U32),),
+            raw=True,
+            partition_free=True,
+            reads_dst=True,
+            partial_write=True,
+        )
+        for name in ("all_gather_v", "all_to_all_v")
+    ),
+    Prim(
+        # ncc.collective_permute_implicit_current_processing_rank_id: the rank whose data a
+        # ring step ``iteration`` holds: this rank's own at 0, then its predecessors' in the
+        # ring of its replica group (the group's rank order)
+        "ring_rank_id",
+        ins=(),
+        outs=("dst",),
+        out_spec=_any_out,
+        engines=("gpsimd",),
+        attrs=(_GROUPS, Attr("iteration", _INT)),
     ),
     Prim(
         "nonzero_with_count",

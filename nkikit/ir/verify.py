@@ -639,6 +639,28 @@ def prim_topk(site: Site) -> None:
         raise site.fail("err_invalid_argument", op=op.prim, why=why)
 
 
+def _engine_generations(**since: int) -> Rule:
+    """The op's engine exists for it from NeuronCore generation ``since[engine]`` on (the
+    GpSimd ``rng`` from NC-v3, the VectorE PRNG state moves from NC-v4 [nki-0x.md §4.12])."""
+
+    def rule(site: Site) -> None:
+        eng = site.op.attrs.get("engine")
+        first = since.get(eng)
+        have = site.target.nc_version
+        if first is not None and have < first:
+            want = next(t.name for t in TARGETS.values() if t.nc_version >= first)
+            raise site.fail(
+                "err_unsupported_instruction_on_target",
+                op=f"{site.op.prim} on the {eng} engine",
+                versions="/".join(str(v) for v in range(first, 5)),
+                target=site.target.name,
+                have=have,
+                want=want,
+            )
+
+    return rule
+
+
 PRIM_RULES: dict[str, list[Rule]] = {
     "nc_matmul_mx": [prim_nc_matmul_mx],
     "quantize_mx": [prim_quantize_mx],
@@ -659,6 +681,10 @@ PRIM_RULES: dict[str, list[Rule]] = {
     "tensor_scalar_cumulative": [_scalar_operands(1, 2)],
     "sequence_bounds": [prim_sequence_bounds],
     "topk": [prim_topk],
+    "rng": [_engine_generations(gpsimd=3)],
+    "rand2": [_scalar_operands(1, 2)],
+    "rand_set_state": [_engine_generations(vector=4)],
+    "rand_get_state": [_engine_generations(vector=4)],
 }
 
 
@@ -929,7 +955,10 @@ def rule_distinct_writes(site: Site) -> None:
     op = site.op
     if accumulates(op):
         return
-    for a in op.outs:
+    state = PRIMS[op.prim].state_outs
+    for i, a in enumerate(op.outs):
+        if state and PRIMS[op.prim].out_role(i) in state:
+            continue  # engine state (the PRNG's): carried from iteration to iteration
         root = a.tensor.root
         if is_accumulator(root):  # engine state, updated in program order
             continue

@@ -8,9 +8,14 @@ in ``nkikit/ir/prims.py``); the simulator runs every rank of the kernel's world 
 them at those ops (``nkikit/sim/ranks.py``).  ``rank_id()`` returns a register holding the
 rank's id (0 in a kernel without collectives, which runs as one rank).
 
-Not modeled (``err_unsupported_api``): the variable-size ``all_gather_v`` / ``all_to_all_v``
-(their metadata tensor's layout is not documented) and the ring forms
-``collective_permute_implicit*`` (which neighbour each channel reads is not documented).
+The variable-length ``all_gather_v`` / ``all_to_all_v`` (primitives of their own: the counts
+are a metadata tile read when the op runs) follow AWS's API docs of ``nki.collectives``; the
+ring forms ``collective_permute_implicit*`` are ``collective_permute`` ops along the ring of
+each replica group, taken in the group's rank order (the hardware's ring follows its
+topology, which kernels do not see: they locate received data through
+``collective_permute_implicit_current_processing_rank_id``, which uses the same ring).
+Not modeled (``err_unsupported_api``): ``all_to_all_v`` without receive displacements
+(where the data lands is not documented) and a run-time ``iteration_id``.
 """
 
 from __future__ import annotations
@@ -22,9 +27,11 @@ from dataclasses import dataclass, field
 # absolute imports: a harness that aliases only ``nki`` to ``nkikit.nki`` reaches this file as
 # ``nki.collectives`` through the package's __path__, where relative imports do not resolve
 from nkikit.errors import NkiError, SourceLoc, caller_loc
+from nkikit.ir.core import Access
 from nkikit.nki.isa.registers import VirtualRegister, new_register
 from nkikit.nki.tensor import NkiTensor, access_of
 from nkikit.trace import instructions as E
+from nkikit.trace.builder import current
 
 if __name__ != "nkikit.nki.collectives":
     # ... and is then this module, not a second copy with its own ReplicaGroup class
@@ -217,20 +224,180 @@ def rank_id(name=None) -> VirtualRegister:
     return reg
 
 
-def _not_modeled(api: str, why: str):
-    def fn(*args, **kwargs):
-        raise NkiError("err_unsupported_api", caller_loc(), api=f"nki.collectives.{api}", why=why)
+def _one_pair(srcs, dsts, loc: SourceLoc, api: str) -> tuple:
+    """The ``(dst, src)`` accesses of one-tensor lists (no coalescing for these collectives)."""
+    pairs = _pairs(srcs, dsts, loc, api)
+    if len(pairs) != 1:
+        raise NkiError(
+            "err_invalid_argument",
+            loc,
+            op=f"ncc.{api}",
+            why=f"srcs and dsts must hold exactly one tensor each, got {len(pairs)}",
+        )
+    return pairs[0]
 
-    fn.__name__ = api
-    return fn
+
+def _variable(
+    api, srcs, dsts, replica_group, metadata_tensor, recv_counts_known, has_rdispls, loc
+) -> None:
+    """Emit the variable-length collective ``api`` (one tensor each side, a metadata tile)."""
+    groups = _groups(replica_group, loc, api)
+    dst, src = _one_pair(srcs, dsts, loc, api)
+    if not isinstance(metadata_tensor, NkiTensor):
+        raise NkiError(
+            "err_invalid_argument",
+            loc,
+            op=f"ncc.{api}",
+            why=f"metadata_tensor must be a uint32 tensor, got {type(metadata_tensor).__name__}",
+        )
+    meta = access_of(metadata_tensor, loc, f"{api} metadata_tensor")
+    flags = {"recv_counts_known": bool(recv_counts_known), "has_rdispls": bool(has_rdispls)}
+    E.EMITTERS[api](dst, src, meta, groups=groups, **flags, loc=loc)
 
 
-_V = "the layout of its metadata tensor (variable sizes) is not documented"
-_RING = "which neighbour each ring channel receives from is not documented"
-all_gather_v = _not_modeled("all_gather_v", _V)
-all_to_all_v = _not_modeled("all_to_all_v", _V)
-collective_permute_implicit = _not_modeled("collective_permute_implicit", _RING)
-collective_permute_implicit_reduce = _not_modeled("collective_permute_implicit_reduce", _RING)
-collective_permute_implicit_current_processing_rank_id = _not_modeled(
-    "collective_permute_implicit_current_processing_rank_id", _RING
-)
+def all_gather_v(
+    srcs,
+    dsts,
+    replica_group,
+    metadata_tensor,
+    recv_counts_known=False,
+    has_rdispls=False,
+    priority=None,
+    name=None,
+) -> None:
+    """Variable-length all-gather of flat HBM buffers (sizes known when the kernel runs):
+    every rank broadcasts ``src[send_displ : send_displ + send_count]`` (column 0 of
+    ``metadata_tensor`` rows 0 and 1, uint32); the chunk of the group's j-th rank lands at
+    the start of slot j of ``dst`` (``dst`` split into one equal slot per rank), or at its
+    receive displacement (row 3) with ``has_rdispls``; with ``recv_counts_known`` row 2 says
+    how many elements arrive from each rank.  Elements no chunk lands on keep their value."""
+    loc = caller_loc()
+    args = (srcs, dsts, replica_group, metadata_tensor, recv_counts_known, has_rdispls)
+    _variable("all_gather_v", *args, loc)
+
+
+def all_to_all_v(
+    srcs,
+    dsts,
+    replica_group,
+    metadata_tensor,
+    recv_counts_known=False,
+    has_rdispls=False,
+    priority=None,
+    name=None,
+) -> None:
+    """Variable-length all-to-all of flat HBM buffers: rank ``r`` sends the group's j-th rank
+    ``src[send_displ[j] : send_displ[j] + send_count[j]]`` (``metadata_tensor`` rows 0 and 1,
+    uint32, one column per rank of the group); the receiver places the chunk from its group's
+    j-th rank at ``recv_displ[j]`` (row 3).  Without ``has_rdispls`` nkikit raises
+    ``err_unsupported_api``: where the data then lands is not documented."""
+    loc = caller_loc()
+    if not has_rdispls:
+        raise NkiError(
+            "err_unsupported_api",
+            loc,
+            api="ncc.all_to_all_v(has_rdispls=False)",
+            why="where each chunk lands without receive displacements is not documented; "
+            "pass them in row 3 of metadata_tensor with has_rdispls=True",
+        )
+    args = (srcs, dsts, replica_group, metadata_tensor, recv_counts_known, has_rdispls)
+    _variable("all_to_all_v", *args, loc)
+
+
+def _ring_pairs(groups) -> tuple[tuple[int, int], ...]:
+    """Each rank sends to its successor in its group's ring (the group's rank order)."""
+    return tuple((g[k], g[(k + 1) % len(g)]) for g in groups for k in range(len(g)))
+
+
+def _channels(by_channel, channel_ids, loc: SourceLoc, api: str, what: str) -> list:
+    """One tensor per channel; channels consecutive from 0, at most 4 [nki-0x.md §5.8]."""
+    lists = list(by_channel) if isinstance(by_channel, list | tuple) else [by_channel]
+    ids = list(channel_ids) if isinstance(channel_ids, list | tuple) else [channel_ids]
+    why = None
+    if ids != list(range(len(ids))) or not 1 <= len(ids) <= 4:
+        why = f"channel_ids must be consecutive from 0, at most 4 of them, got {channel_ids!r}"
+    elif len(lists) != len(ids):
+        why = f"{what} has {len(lists)} channels, channel_ids {len(ids)}"
+    if why:
+        raise NkiError("err_invalid_argument", loc, op=f"ncc.{api}", why=why)
+    return [c if isinstance(c, list | tuple) else [c] for c in lists]
+
+
+def collective_permute_implicit(
+    srcs_by_channel, dsts_by_channel, replica_group, channel_ids=(0,), priority=None, name=None
+) -> None:
+    """Ring permute: on every channel each rank sends its source to its successor in its
+    replica group's ring and receives its predecessor's into its destination.  The ring is
+    the group's rank order (the hardware's follows its topology; a kernel that locates
+    received data with ``collective_permute_implicit_current_processing_rank_id`` gets the
+    same result with either)."""
+    loc = caller_loc()
+    api = "collective_permute_implicit"
+    groups = _groups(replica_group, loc, api)
+    srcs = _channels(srcs_by_channel, channel_ids, loc, api, "srcs_by_channel")
+    dsts = _channels(dsts_by_channel, channel_ids, loc, api, "dsts_by_channel")
+    for s, d in zip(srcs, dsts):
+        dst, src = _one_pair(s, d, loc, api)
+        E.emit_collective_permute(dst, src, pairs=_ring_pairs(groups), loc=loc)
+
+
+def collective_permute_implicit_reduce(
+    srcs0_by_channel,
+    srcs1_by_channel,
+    dsts_by_channel,
+    replica_group,
+    op,
+    channel_ids=(0,),
+    priority=None,
+    name=None,
+) -> None:
+    """Ring permute of ``op(srcs0, srcs1)``: each rank reduces its two sources (an HBM
+    temporary: a copy, then a DMA read-modify-write with ``op``), sends the result to its
+    successor and receives its predecessor's into its destination."""
+    loc = caller_loc()
+    api = "collective_permute_implicit_reduce"
+    groups = _groups(replica_group, loc, api)
+    s0 = _channels(srcs0_by_channel, channel_ids, loc, api, "srcs0_by_channel")
+    s1 = _channels(srcs1_by_channel, channel_ids, loc, api, "srcs1_by_channel")
+    dsts = _channels(dsts_by_channel, channel_ids, loc, api, "dsts_by_channel")
+    b = current(f"ncc.{api}")
+    for a, c, d in zip(s0, s1, dsts):
+        dd, aa = _one_pair(a, d, loc, api)
+        _, cc = _one_pair(c, d, loc, api)
+        if list(aa.shape) != list(cc.shape):
+            raise NkiError(
+                "err_invalid_argument",
+                loc,
+                op=f"ncc.{api}",
+                why=f"the two sources must have one shape, got {list(aa.shape)} and "
+                f"{list(cc.shape)}",
+            )
+        t = b.new_tensor(aa.shape, aa.dtype, "private_hbm", loc=loc, fallback="ring_reduce")
+        tmp = Access.whole(t)
+        E.emit_dma_copy(tmp, aa, loc=loc)
+        E.emit_dma_copy(tmp, cc, rmw_op=op, loc=loc)
+        E.emit_collective_permute(dd, tmp, pairs=_ring_pairs(groups), loc=loc)
+
+
+def collective_permute_implicit_current_processing_rank_id(
+    iteration_id, replica_group, channel_id=0, name=None
+) -> VirtualRegister:
+    """A register holding the rank whose data ring step ``iteration_id`` (a Python int)
+    holds: this rank's own id at 0, then its predecessors' in the ring of its replica group
+    (the group's rank order, as ``collective_permute_implicit``)."""
+    loc = caller_loc()
+    api = "collective_permute_implicit_current_processing_rank_id"
+    groups = _groups(replica_group, loc, api)
+    if isinstance(iteration_id, bool) or not isinstance(iteration_id, int):
+        raise NkiError(
+            "err_unsupported_api",
+            loc,
+            api=f"ncc.{api} with a {type(iteration_id).__name__} iteration_id",
+            why="only an iteration number known when the kernel is traced (a Python int) "
+            "is modeled",
+        )
+    reg = new_register(loc, "ring_rank")
+    E.emit_ring_rank_id(
+        access_of(reg.tile, loc, api), groups=groups, iteration=iteration_id, loc=loc
+    )
+    return reg

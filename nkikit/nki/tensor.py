@@ -581,7 +581,8 @@ class NkiTensor:
                 from .isa.registers import VirtualRegister
 
                 if isinstance(index, VirtualRegister):
-                    index = index.tile  # the register's one-element SBUF tile holds its value
+                    # the register's (or NkiScalar's) one-element SBUF tile holds its value
+                    index = index.value_tile(loc, ".ap(scalar_offset=...)")
             if not isinstance(index, NkiTensor):
                 raise NkiError(
                     "err_unsupported_api",

@@ -502,14 +502,6 @@ def _affine_select(op, ins, ctx):
     return [np.where(keep, ins[0], np.float32(op.attrs["on_false"]))]
 
 
-@rule("dropout")
-def _dropout(op, ins, ctx):
-    # deterministic per (call seed, source line, loop iteration): reruns reproduce
-    key = [ctx.seed, op.loc.line, *(int(v) for v in ctx.env.values())]
-    keep = np.random.default_rng(key).random(ins[0].shape) >= np.asarray(ins[1], np.float32)
-    return [np.where(keep, ins[0], np.float32(0.0))]
-
-
 @rule("device_print")
 def _print(op, ins, ctx):
     print(op.attrs["prefix"], np.asarray(ins[0]))
@@ -518,3 +510,6 @@ def _print(op, ins, ctx):
 
 # the rules of registers, rank_id and the collectives (they ask the context for the rank)
 from . import collective_rules as _collective_rules  # noqa: E402, F401
+
+# the random number instructions and NkiScalar arithmetic (state carried in IR tensors)
+from . import state_rules as _state_rules  # noqa: E402, F401

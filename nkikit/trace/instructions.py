@@ -45,6 +45,8 @@ from ..ir.core import Access, Op, Operand
 from ..ir.opnames import op_name
 from ..ir.prims import (
     PRIMS,
+    RNG_STATE_WORDS,
+    SCALAR_OPS,
     PrimError,
     engine_choices,
     local_gather_indices,
@@ -56,6 +58,7 @@ from ..ir.prims import (
 # check and the verifier can never disagree about where an engine reads and writes
 from ..ir.verify import _ENGINE_MEMORIES, _MEM
 from .builder import current, maybe_current
+from .rng import rng_state
 
 Scalar = Access | float
 """A scalar operand: an immediate or a (P, 1) tile (one value per partition)."""
@@ -926,13 +929,102 @@ descending, on the VectorE."""
 
 
 def emit_dropout(
-    dst: Access, data: Access, prob: Scalar, *, mask: Predicate | None = None, loc: SourceLoc
+    dst: Access,
+    data: Access,
+    prob: Scalar,
+    *,
+    mask: Predicate | None = None,
+    loc: SourceLoc,
+    key: tuple = (),
 ) -> Op:
     """``dst = data`` with each element zeroed with probability ``prob`` (a scalar operand),
-    on the VectorE; deterministic per simulated call."""
+    on the VectorE: an element is dropped when the Vector PRNG's next uniform draw is below
+    ``prob`` (the state ``rng`` and ``rand2`` use; ``key``: see :func:`rng_state`)."""
     _elementwise("dropout", loc, [dst], data)
     _same_partitions("dropout", loc, data, prob)
-    return _emit("dropout", [dst], [data, prob], {}, mask, loc)
+    state = rng_state("vector", _partitions(data), loc, key)
+    return _emit("dropout", [dst, state], [data, prob, state], {}, mask, loc)
+
+
+# -- random numbers [nki-0x.md §4.12]: every instruction reads and writes its engine's PRNG
+# state tensor (``trace/rng.py``); ``key`` names the program of an LNC launch traced in lockstep
+
+
+def emit_rng(dst: Access, *, engine: str | None = None, loc: SourceLoc, key: tuple = ()) -> Op:
+    """``dst`` = 32 random bits per element, truncated to its integer dtype, from the
+    ``engine``'s generator (VectorE by default, or GpSimd)."""
+    eng = engine_for("rng", engine, loc)
+    state = rng_state(eng, _partitions(dst), loc, key)
+    return _emit("rng", [dst, state], [state], {"engine": eng}, None, loc)
+
+
+def emit_rand2(dst: Access, lo: Scalar, hi: Scalar, *, loc: SourceLoc, key: tuple = ()) -> Op:
+    """``dst`` uniform in ``[lo, hi]`` (fp32 immediates, or (P, 1) fp32 tiles), from the
+    VectorE's generator.  Immediates must satisfy ``lo < hi`` (``err_invalid_argument``)."""
+    if not isinstance(lo, Access) and not isinstance(hi, Access) and not float(lo) < float(hi):
+        raise _invalid("rand2", loc, f"min must be less than max, got min={lo} max={hi}")
+    _same_partitions("rand2", loc, dst, lo, hi)
+    state = rng_state("vector", _partitions(dst), loc, key)
+    return _emit("rand2", [dst, state], [state, lo, hi], {}, None, loc)
+
+
+def emit_set_rng_seed(src: Access, *, loc: SourceLoc, key: tuple = ()) -> Op:
+    """Seed every lane of the VectorE's generator from the 32-bit value of the one-element
+    SBUF/PSUM tile ``src``."""
+    if _partitions(src) * _free(src) != 1 or src.dtype.itemsize != 4:
+        raise _invalid(
+            "set_rng_seed",
+            loc,
+            f"src_seeds {_name(src)} must be one 32-bit element ([1, 1]), got {src.dtype}",
+        )
+    state = rng_state("vector", 128, loc, key)  # every lane
+    return _emit(
+        "set_rng_seed", [state], [src], {"call_seed": False, "engine": "vector"}, None, loc
+    )
+
+
+def emit_rand_set_state(
+    src: Access, *, engine: str | None = None, loc: SourceLoc, key: tuple = ()
+) -> Op:
+    """The first P lanes of the ``engine``'s generator (GpSimd by default) take the state
+    words in ``src`` (P, RNG_STATE_WORDS[engine]) uint32."""
+    eng = engine_for("rand_set_state", engine, loc)
+    _state_words("rand_set_state", "src_seeds", src, eng, loc)
+    state = rng_state(eng, _partitions(src), loc, key)
+    return _emit("rand_set_state", [state], [src], {"engine": eng}, None, loc)
+
+
+def emit_rand_get_state(
+    dst: Access, *, engine: str | None = None, loc: SourceLoc, key: tuple = ()
+) -> Op:
+    """``dst`` (P, RNG_STATE_WORDS[engine]) uint32 = the state of the first P lanes of the
+    ``engine``'s generator (GpSimd by default)."""
+    eng = engine_for("rand_get_state", engine, loc)
+    _state_words("rand_get_state", "dst", dst, eng, loc)
+    state = rng_state(eng, _partitions(dst), loc, key)
+    return _emit("rand_get_state", [dst], [state], {"engine": eng}, None, loc)
+
+
+def _state_words(prim: str, role: str, a: Access, engine: str, loc: SourceLoc) -> None:
+    """A state tile holds the engine's words per lane, for at most 128 lanes."""
+    words = RNG_STATE_WORDS[engine]
+    if _free(a) != words or _partitions(a) > 128:
+        raise _invalid(
+            prim,
+            loc,
+            f"{role} {_name(a)} must hold {words} uint32 words per partition (the {engine} "
+            f"PRNG state: {words // 6} XORWOW state(s) of 6 words) on at most 128 partitions",
+        )
+
+
+def emit_scalar_arith(
+    dst: Access, x: Access | int, y: Access | int, *, op: str, loc: SourceLoc
+) -> Op:
+    """``dst = x op y`` on one-element int32 tiles or ints: ``add`` / ``subtract`` /
+    ``multiply`` wrap around at 32 bits, comparisons give 0 or 1 (NKI 0.7 ``NkiScalar``)."""
+    if op not in SCALAR_OPS:
+        raise _invalid("scalar_arith", loc, f"op={op} is not one of {sorted(SCALAR_OPS)}")
+    return _emit("scalar_arith", [dst], [x, y], {"op": op}, None, loc)
 
 
 def emit_nc_find_index8(
@@ -1165,6 +1257,92 @@ def emit_collective_permute(dst: Access, src: Access, *, pairs: tuple, loc: Sour
     """For each ``(source, target)`` rank pair, the target's ``dst`` = the source's ``src``;
     a rank no pair targets keeps its ``dst``."""
     return _collective("collective_permute", dst, src, {"pairs": pairs}, loc)
+
+
+def _collective_v_emitter(prim: str, doc: str) -> Callable[..., Op]:
+    def emit(
+        dst: Access,
+        src: Access,
+        metadata: Access,
+        *,
+        groups: tuple,
+        recv_counts_known: bool = False,
+        has_rdispls: bool = False,
+        loc: SourceLoc,
+    ) -> Op:
+        return _collective_v(prim, dst, src, metadata, groups, recv_counts_known, has_rdispls, loc)
+
+    emit.__name__ = emit.__qualname__ = f"emit_{prim}"
+    emit.__doc__ = doc
+    return emit
+
+
+emit_all_gather_v = _collective_v_emitter(
+    "all_gather_v",
+    """Variable-length all-gather of flat HBM buffers: every rank sends the chunk of ``src``
+    that column 0 of ``metadata`` rows 0 / 1 (count, displacement) names; the chunk of the
+    group's j-th rank lands in slot j of ``dst`` (or at its receive displacement, row 3).""",
+)
+emit_all_to_all_v = _collective_v_emitter(
+    "all_to_all_v",
+    """Variable-length all-to-all of flat HBM buffers: the group's j-th rank receives from
+    every rank the chunk its ``metadata`` rows 0 / 1 column j (count, displacement) name,
+    placed at this rank's receive displacements (row 3).""",
+)
+
+
+def _collective_v(
+    prim: str,
+    dst: Access,
+    src: Access,
+    metadata: Access,
+    groups: tuple,
+    recv_counts_known: bool,
+    has_rdispls: bool,
+    loc: SourceLoc,
+) -> Op:
+    for role, a in (("src", src), ("dst", dst)):
+        if not a.tensor.is_hbm:
+            raise NkiError(
+                "err_unsupported_memory",
+                loc,
+                op=f"ncc.{prim}",
+                what=f"{role} {_name(a)}",
+                allowed="HBM",
+                got=_MEM.get(a.tensor.buffer),
+            )
+    if dst.dtype != src.dtype:
+        raise NkiError(
+            "err_invalid_argument",
+            loc,
+            op=f"ncc.{prim}",
+            why=f"src and dst must have one dtype, got {src.dtype} and {dst.dtype}",
+        )
+    rows = 4 if has_rdispls else 3 if recv_counts_known else 2
+    m = metadata
+    if len(m.shape) != 2 or m.shape[0] < rows or m.shape[1] < len(groups[0]):
+        raise NkiError(
+            "err_invalid_argument",
+            loc,
+            op=f"ncc.{prim}",
+            why=f"metadata {_name(m)} must be ({rows}.., >= {len(groups[0])}): rows send counts, "
+            "send displacements[, recv counts[, recv displacements]], a column per rank of "
+            "the group",
+        )
+    attrs = {
+        "groups": groups,
+        "recv_counts_known": bool(recv_counts_known),
+        "has_rdispls": bool(has_rdispls),
+    }
+    return _emit(prim, [dst], [src, metadata], attrs, None, loc)
+
+
+def emit_ring_rank_id(dst: Access, *, groups: tuple, iteration: int, loc: SourceLoc) -> Op:
+    """``dst`` = the rank whose data ring step ``iteration`` holds: this rank at 0, then the
+    predecessors in its replica group's ring (the group's rank order)."""
+    return _emit(
+        "ring_rank_id", [dst], [], {"groups": groups, "iteration": int(iteration)}, None, loc
+    )
 
 
 def emit_device_print(x: Access, *, prefix: str, loc: SourceLoc) -> Op:

@@ -297,13 +297,6 @@ def test_per_rank_inputs_must_specialize_alike():
         nki.simulate_ranks(all_reduce_k, [dict(x=x, groups=groups, op=nl.add) for x in xs])
 
 
-def test_the_variable_size_and_ring_forms_are_named_unsupported():
-    for fn in (ncc.all_gather_v, ncc.all_to_all_v, ncc.collective_permute_implicit):
-        with pytest.raises(NkiError) as e:
-            fn([], [], None, None)
-        assert e.value.name == "err_unsupported_api"
-
-
 def test_the_cost_model_charges_a_collective_as_data_movement():
     import nkikit
 

@@ -112,6 +112,15 @@ SAMPLES: dict[str, Callable[[Access], tuple]] = {
     ),
     "register_move": lambda a: ((sb(1, 1, dtype=np.int32), 3), {}),
     "rank_id": lambda a: ((sb(1, 1, dtype=np.int32),), {}),
+    "scalar_arith": lambda a: (
+        (sb(1, 1, dtype=np.int32), sb(1, 1, dtype=np.int32), 7),
+        {"op": "multiply"},
+    ),
+    "rng": lambda a: ((sb(P, F, dtype=np.uint16),), {}),
+    "rand2": lambda a: ((sb(P, F), 0.0, 2.0), {}),
+    "set_rng_seed": lambda a: ((sb(1, 1, dtype=np.int32),), {}),
+    "rand_set_state": lambda a: ((sb(P, 6, dtype=np.uint32),), {}),
+    "rand_get_state": lambda a: ((sb(P, 6, dtype=np.uint32),), {}),
     "all_reduce": lambda a: ((sb(P, F), sb(P, F)), {"groups": ((0, 1),), "op": np.add}),
     "all_gather": lambda a: ((sb(P, 2 * F), sb(P, F)), {"groups": ((0, 1),), "dim": 1}),
     "reduce_scatter": lambda a: (
@@ -119,6 +128,15 @@ SAMPLES: dict[str, Callable[[Access], tuple]] = {
         {"groups": ((0, 1),), "dim": 1, "op": np.add},
     ),
     "all_to_all": lambda a: ((sb(P, F), sb(P, F)), {"groups": ((0, 1),), "dim": 1}),
+    "all_gather_v": lambda a: (
+        (_tile((P, F), buffer="shared_hbm"), a, sb(4, 2, dtype=np.uint32)),
+        {"groups": ((0, 1),)},
+    ),
+    "all_to_all_v": lambda a: (
+        (_tile((P, F), buffer="shared_hbm"), a, sb(4, 2, dtype=np.uint32)),
+        {"groups": ((0, 1),), "has_rdispls": True},
+    ),
+    "ring_rank_id": lambda a: ((sb(1, 1, dtype=np.int32),), {"groups": ((0, 1),), "iteration": 1}),
     "collective_permute": lambda a: ((_tile((P, F), buffer="shared_hbm"), a), {"pairs": ((0, 1),)}),
     "nc_matmul_mx": lambda a: (
         (

@@ -1378,11 +1378,15 @@ def nonzero_with_count(dst, src, index_offset=0, padding_val=-1, name=None) -> N
 
 
 def dropout(dst, data, prob, name=None) -> NkiInstruction:
-    """Zero each element with probability ``prob`` (deterministic per simulated call)."""
+    """Zero each element with probability ``prob`` (a scalar or a (P, 1) tensor), drawing from
+    the VectorE's generator (``nisa.rng``'s; reproducible for a given seed); no rescaling."""
+    from .random import program
+
     loc = caller_loc()
     _dst_chip(dst, loc, "dropout")
     d, a = _tiles(loc, "dropout", dst, data)
-    return _done(E.emit_dropout(d, a, _scalar_or_vector(prob, loc, "prob", a), loc=loc))
+    prob = _scalar_or_vector(prob, loc, "prob", a)
+    return _done(E.emit_dropout(d, a, prob, loc=loc, key=program()))
 
 
 # -- ScalarE -------------------------------------------------------------------------------------
@@ -1667,32 +1671,9 @@ def core_barrier(data, cores, engine=engine.gpsimd, name=None) -> None:  # noqa:
     meet("core_barrier", None, lambda payloads: None, loc)
 
 
-# -- not modeled: each a named error at the user's line -------------------------------------------
-
-
-def _not_modeled(name: str, why: str):
-    def fn(*args, **kwargs):
-        raise NkiError("err_unsupported_api", caller_loc(), api=f"nisa.{name}", why=why)
-
-    fn.__name__ = fn.__qualname__ = name
-    fn.__doc__ = f"Not modeled by nkikit yet: {why}."
-    return fn
-
-
-_NOT_MODELED = {
-    "rng": "random number generation is not modeled",
-    "rand2": "random number generation is not modeled",
-    "set_rng_seed": "random number generation is not modeled",
-    "rand_set_state": "random number generation is not modeled",
-    "rand_get_state": "random number generation is not modeled",
-    "scalar_load": "NkiScalar is not modeled",
-    "scalar_store": "NkiScalar is not modeled",
-}
-for _n, _why in _NOT_MODELED.items():
-    globals()[_n] = _not_modeled(_n, _why)
-
-
 from .mx import nc_matmul_mx, quantize_mx  # noqa: E402, F401 - uses the helpers above
+from .random import rand2, rand_get_state, rand_set_state, rng, set_rng_seed  # noqa: E402, F401
+from .scalars import NkiScalar, scalar_load, scalar_store  # noqa: E402, F401
 
 # -- helpers shared with nkikit.nki.language -------------------------------------------------------
 

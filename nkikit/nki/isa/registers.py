@@ -69,6 +69,10 @@ class VirtualRegister:
         b.__dict__.setdefault("_nki_open_whiles", []).append((self, loc))
         return True
 
+    def value_tile(self, loc: SourceLoc, use: str) -> NkiTensor:
+        """The tile that holds the value, for ``use`` (an offset, a loop bound, a move)."""
+        return self.tile
+
     def __int__(self) -> int:
         self._no_value("int()")
 
@@ -89,7 +93,7 @@ def new_register(loc: SourceLoc, name: str = "reg") -> VirtualRegister:
 def _value(x, loc: SourceLoc, what: str):
     """The IR operand of a register, a one-element tensor or an int."""
     if isinstance(x, VirtualRegister):
-        return access_of(x.tile, loc, what)
+        return access_of(x.value_tile(loc, what), loc, what)
     if isinstance(x, NkiTensor):
         return access_of(x, loc, what)
     if isinstance(x, np.integer):

@@ -436,6 +436,21 @@ def device_print(print_prefix: str, tensor: NkiTensor) -> None:
 
 
 # -- op constants and experimental wrappers -------------------------------------------------------
+def random_seed(seed) -> None:
+    """Seed the VectorE's random generator (``nisa.set_rng_seed``) from ``seed``, a ``[1, 1]``
+    SBUF/PSUM tensor holding a 32-bit value; a Python int is rejected [nki-0x.md §3.2]."""
+    if not isinstance(seed, NkiTensor):
+        raise NkiError(
+            "err_invalid_argument",
+            caller_loc(),
+            op="nl.random_seed",
+            why=f"seed must be a [1, 1] SBUF/PSUM tensor of 32 bits, got {type(seed).__name__}",
+        )
+    from ..isa import set_rng_seed
+
+    set_rng_seed(seed)
+
+
 from ._ops import *  # noqa: E402, F403
 from ._ops import OPS as _OPS  # noqa: E402
 

@@ -31,7 +31,7 @@ def is_register(x) -> bool:
 
 def _bound(x, loc: SourceLoc, api: str):
     if isinstance(x, VirtualRegister):
-        return access_of(x.tile, loc, api)
+        return access_of(x.value_tile(loc, f"{api} bound"), loc, api)
     if isinstance(x, int | np.integer) and not isinstance(x, bool):
         return int(x)
     raise NkiError(

@@ -454,10 +454,23 @@ for _name in (
     EXECUTORS[_name] = GENERIC
 
 # rare instructions whose rule needs more than the generated program hands it: the
-# destination's old partitions (shuffle, nonzero_with_count), a random stream keyed by the
-# seed, the source line and the loop values (dropout), a side effect in the reference's order
-# (device_print), the index expression over the tile (iota)
-for _name in ("nc_stream_shuffle", "nonzero_with_count", "dropout", "device_print", "iota"):
+# destination's old partitions (shuffle, nonzero_with_count), a side effect in the
+# reference's order (device_print), the index expression over the tile (iota)
+for _name in ("nc_stream_shuffle", "nonzero_with_count", "device_print", "iota"):
+    EXECUTORS[_name] = REFERENCE
+
+# the PRNG instructions (their state is an IR tensor, read and written in program order;
+# the call's seed for the kernel-start seeding) and NkiScalar arithmetic: run by the
+# reference's own rule on the shared memory, so both simulators draw the same stream
+for _name in (
+    "rng",
+    "rand2",
+    "dropout",
+    "set_rng_seed",
+    "rand_set_state",
+    "rand_get_state",
+    "scalar_arith",
+):
     EXECUTORS[_name] = REFERENCE
 
 # registers, rank_id and the collectives: a few per kernel; their rules ask the context for
@@ -470,5 +483,8 @@ for _name in (
     "reduce_scatter",
     "all_to_all",
     "collective_permute",
+    "all_gather_v",
+    "all_to_all_v",
+    "ring_rank_id",
 ):
     EXECUTORS[_name] = REFERENCE
