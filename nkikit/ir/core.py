@@ -45,7 +45,7 @@ class Tensor:
     # byte offset in each partition that NKI 0.x ``nl.ndarray(address=(p, offset))`` placed an
     # on-chip tensor at; None: unplaced.  Unlike ``user_span`` it does not hold its bytes for
     # the whole kernel: the tensor lives as any other, and placed tensors alive at once that
-    # share bytes share them (``ir/verify.py``: ``_PlacedLiveness``)
+    # share bytes share them (``ir/verify.py``: ``_psum_liveness``)
     address: int | None = None
     # the counter's own __next__: no Python frame per tensor (an unrolled kernel makes many)
     uid: int = field(default_factory=_tensor_ids.__next__)
