@@ -204,7 +204,9 @@ class DeviceLoop:
 
     ``peers``: the (start, stop) of the same counting loop in the other programs of an LNC
     launch, when the programs' loops are one IR loop (``nki/language/device_loops.py``);
-    they must give the same iterations (cores run identical control flow)."""
+    they must give the same iterations (cores run identical control flow).  ``peer_conds``:
+    likewise for a while loop, the other programs' condition registers, which must agree
+    with ``cond`` on being 0 before every iteration."""
 
     start: Access | int = 0
     stop: Access | int | None = None
@@ -212,6 +214,7 @@ class DeviceLoop:
     counter: Access | None = None
     cond: Access | None = None
     peers: tuple[tuple[Access | int, Access | int], ...] = ()
+    peer_conds: tuple[Access, ...] = ()
 
 
 @dataclass(eq=False, slots=True)

@@ -118,21 +118,48 @@ def fori_loop(lower, upper, body_fun: Callable, step, loc: SourceLoc) -> None:
 
 def while_loop(init, body_fun: Callable, loc: SourceLoc) -> None:
     """``r = init; while r != 0: r = body_fun(r)`` on the device: ``init`` a register or an
-    int, ``body_fun`` returns the register holding the next condition."""
-    b = current("nl.while_loop")
+    int, ``body_fun`` returns the register holding the next condition.
+
+    In an LNC launch traced in lockstep the programs' loops are one IR loop, entered and left
+    at two meeting points as ``counting_loop``'s: it tests program 0's condition register,
+    and the others' (``DeviceLoop.peer_conds``) must agree before every iteration."""
+    api = "nl.while_loop"
+    b = current(api)
     cond = new_register(loc, "cond")
-    cond_acc = access_of(cond.tile, loc, "nl.while_loop")
-    E.emit_register_move(cond_acc, _bound(init, loc, "nl.while_loop"), loc=loc)
-    var = LoopVar(b.unique("while"), 1, "sequential")
-    with b.loop(var, loc, DeviceLoop(0, None, 1, None, cond_acc)):
-        nxt = body_fun(cond)
-        if not isinstance(nxt, VirtualRegister):
-            raise NkiError(
-                "err_invalid_argument",
-                loc,
-                op="nl.while_loop",
-                why="body_fun must return the register holding the next condition, got "
-                f"{type(nxt).__name__}",
-            )
-        if nxt is not cond:
-            E.emit_register_move(cond_acc, access_of(nxt.tile, loc, "nl.while_loop"), loc=loc)
+    cond_acc = access_of(cond.tile, loc, api)
+    E.emit_register_move(cond_acc, _bound(init, loc, api), loc=loc)
+    if not in_lockstep():
+        var = LoopVar(b.unique("while"), 1, "sequential")
+        with b.loop(var, loc, DeviceLoop(0, None, 1, None, cond_acc)):
+            _while_body(cond, cond_acc, body_fun, loc)
+        return
+    open_loops = b.__dict__.setdefault("_nki_device_loops", [])
+
+    def enter(payloads: dict) -> None:
+        cond0, *rest = payloads.values()
+        var = LoopVar(b.unique("while"), 1, "sequential")
+        entered = b.loop(var, loc, DeviceLoop(0, None, 1, None, cond0, peer_conds=tuple(rest)))
+        entered.__enter__()
+        open_loops.append(entered)
+
+    def leave(payloads: dict) -> None:
+        open_loops.pop().__exit__(None, None, None)
+
+    meet("while_loop (entering the loop)", cond_acc, enter, loc)
+    _while_body(cond, cond_acc, body_fun, loc)
+    meet("while_loop (leaving the loop)", None, leave, loc)
+
+
+def _while_body(cond: VirtualRegister, cond_acc, body_fun: Callable, loc: SourceLoc) -> None:
+    """Trace one iteration of a while loop: ``body_fun(cond)``, then its result into ``cond``."""
+    nxt = body_fun(cond)
+    if not isinstance(nxt, VirtualRegister):
+        raise NkiError(
+            "err_invalid_argument",
+            loc,
+            op="nl.while_loop",
+            why="body_fun must return the register holding the next condition, got "
+            f"{type(nxt).__name__}",
+        )
+    if nxt is not cond:
+        E.emit_register_move(cond_acc, access_of(nxt.tile, loc, "nl.while_loop"), loc=loc)
