@@ -95,6 +95,9 @@ def _in_name(op: Op, i: int) -> str:
     return PRIMS[op.prim].in_role(i)
 
 
+_INDEX_TILE = "index tile"  # the role of the runtime index tiles an op's inputs end with
+
+
 def _operands(op: Op) -> Iterable[tuple[str, Access, bool]]:
     """``(role, access, is_write)`` for every tile operand of ``op``."""
     p = PRIMS[op.prim]
@@ -181,19 +184,33 @@ def rule_memory(site: Site) -> None:
 def rule_indirect(site: Site) -> None:
     """An index tile (``t[idx_tile, i_f]``) may only index the HBM side of a DMA (nl.load,
     nl.store, nl.atomic_rmw, nisa.dma_copy); it is an SBUF tile of integers with one index
-    per partition of the access ((P, 1)), on the dimension the partition axis walks."""
+    per partition of the access ((P, 1)), on the dimension the partition axis walks.  An NKI
+    0.x scalar offset (``.ap(scalar_offset=)``: one runtime value for the whole access) may
+    shift an operand of any instruction, in HBM or along a free dimension of an SBUF/PSUM
+    tensor [nki-0x.md §3.7]."""
     op = site.op
     for role, a, _ in site.operands:
         ind = a.indirect
         if ind is None:
             continue
-        if engine_of(op) != "dma" or op.attrs.get("transpose"):
+        scalar = site.kernel.dialect == "nki-0.x" and all(n == 1 for n in ind.shape)
+        if scalar and not a.tensor.is_hbm and a.indirect_dim == 0:
+            raise site.fail(
+                "err_unsupported_memory",
+                op=op.prim,
+                what=f"a runtime offset along the partition dimension of {role} {a.tensor.name!r}",
+                allowed="HBM (on SBUF/PSUM a scalar_offset moves along a free dimension)",
+                got=_mem(a.tensor),
+            )
+        if scalar and not a.tensor.is_hbm:
+            pass  # an on-chip operand of any engine, shifted along a free dimension
+        elif engine_of(op) != "dma" or op.attrs.get("transpose"):
             raise site.fail(
                 "err_indirect_indices_are_not_supported_with_nki_api",
                 api="load_transpose2d" if op.attrs.get("transpose") else op.prim,
                 operand=f"{role} {a!r}",
             )
-        if not a.tensor.is_hbm:
+        elif not a.tensor.is_hbm:
             raise site.fail(
                 "err_unsupported_memory",
                 op=op.prim,
@@ -217,7 +234,7 @@ def rule_indirect(site: Site) -> None:
                 why=f"index tile {ind.tensor.name!r} must hold integers (int32 or uint32; "
                 "e.g. nl.load of an int32 tensor, or nisa.iota(..., dtype=nl.int32))",
             )
-        if site.kernel.dialect == "nki-0.x" and all(n == 1 for n in ind.shape):
+        if scalar:
             # one runtime value for the whole access (NKI 0.x .ap(scalar_offset=)): it shifts
             # the access along its dimension; no per-partition pairing to check.  (Beta 1 has
             # no such form: there an index tile gives each partition its own index.)
@@ -825,7 +842,9 @@ def rule_partition_match(site: Site) -> None:
     if not ops:
         return
     p0 = _parts(op, ops[0][1])
-    for _, a, _ in ops[1:]:
+    for role, a, _ in ops[1:]:
+        if role == _INDEX_TILE:  # one runtime offset for the whole access (scalar_offset)
+            continue
         if _parts(op, a) != p0:
             raise site.fail("err_num_partition_mismatch", op=op.prim, a=p0, b=_parts(op, a))
 

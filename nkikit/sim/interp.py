@@ -493,7 +493,12 @@ def indirect_index(
             if bad.any():
                 at = tuple(int(i[0]) for i in np.nonzero(bad))
                 value = int(v[at])
-                if d == access.indirect_dim:
+                if d == access.indirect_dim and all(n == 1 for n in ind.shape):
+                    where = (
+                        f"{value} (the runtime offset {ind.tensor.name} holds "
+                        f"{int(runtime[at])}; runtime offsets are checked when the kernel runs)"
+                    )
+                elif d == access.indirect_dim:
                     where = (
                         f"{value} (index tile {ind.tensor.name} holds {int(runtime[at])} for "
                         f"partition {at[0]}; an indirect DMA's indices are checked at run time)"
