@@ -84,13 +84,10 @@ def counting_loop(start, stop, step, loc: SourceLoc, api: str) -> Iterator[Virtu
         for _, _, other in rest:
             E.emit_register_move(other, acc0, loc=loc)
 
-    def leave(payloads: dict) -> None:
-        open_loops.pop().__exit__(None, None, None)
-
     # the kinds name the meeting in the launch's divergence errors ("nisa.<kind>")
     meet(f"{api[3:]} (entering the loop)", (lo, hi, acc), enter, loc)
     yield counter
-    meet(f"{api[3:]} (leaving the loop)", None, leave, loc)
+    leave_together(b, loc, api[3:])
 
 
 def _var(b, lo, hi, st: int) -> LoopVar:
@@ -133,6 +130,16 @@ def while_loop(init, body_fun: Callable, loc: SourceLoc) -> None:
         with b.loop(var, loc, DeviceLoop(0, None, 1, None, cond_acc)):
             _while_body(cond, cond_acc, body_fun, loc)
         return
+    enter_while_together(b, cond_acc, loc, "while_loop")
+    _while_body(cond, cond_acc, body_fun, loc)
+    leave_together(b, loc, "while_loop")
+
+
+def enter_while_together(b, cond, loc: SourceLoc, kind: str) -> None:
+    """In an LNC launch traced in lockstep: wait for every program to reach this while loop
+    (``cond`` its condition register), then open one IR loop for all of them that tests
+    program 0's condition and checks the others' (``DeviceLoop.peer_conds``) agree before
+    every iteration.  ``kind`` names the loop in the launch's divergence errors."""
     open_loops = b.__dict__.setdefault("_nki_device_loops", [])
 
     def enter(payloads: dict) -> None:
@@ -142,12 +149,19 @@ def while_loop(init, body_fun: Callable, loc: SourceLoc) -> None:
         entered.__enter__()
         open_loops.append(entered)
 
-    def leave(payloads: dict) -> None:
-        open_loops.pop().__exit__(None, None, None)
+    meet(f"{kind} (entering the loop)", cond, enter, loc)
 
-    meet("while_loop (entering the loop)", cond_acc, enter, loc)
-    _while_body(cond, cond_acc, body_fun, loc)
-    meet("while_loop (leaving the loop)", None, leave, loc)
+
+def leave_together(b, loc: SourceLoc, kind: str) -> None:
+    """Wait for every program to reach the end of the device loop opened together last, then
+    close it."""
+    open_loops = b.__dict__["_nki_device_loops"]
+    meet(
+        f"{kind} (leaving the loop)",
+        None,
+        lambda _: open_loops.pop().__exit__(None, None, None),
+        loc,
+    )
 
 
 def _while_body(cond: VirtualRegister, cond_acc, body_fun: Callable, loc: SourceLoc) -> None:
