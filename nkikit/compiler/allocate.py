@@ -36,7 +36,7 @@ Contract of :func:`allocate`:
 * A PSUM tensor NKI 0.x placed by hand (``Tensor.address``: ``nl.ndarray(address=)``) keeps
   its bytes, one buffer, over its own lifetime (placed tensors may share bytes: the program
   orders them); automatically placed PSUM avoids the placed ranges live with it
-  (:func:`_pinned_at`), as the verifier counts them (``ir/verify.py``: ``_PlacedLiveness``).
+  (:func:`_pinned_at`), as the verifier counts them (``ir/verify.py``: ``_psum_liveness``).
 * A PSUM tile never straddles a 2 KiB bank: tiles are padded to a power of two and aligned
   to it, and tiles of a bank or more start on a bank boundary [A2, MIG].
 * Partition starts follow the hardware rule: 0 when P > 64, 0 or 64 when P > 32, a multiple

@@ -45,7 +45,7 @@ class Tensor:
     # byte offset in each partition that NKI 0.x ``nl.ndarray(address=(p, offset))`` placed an
     # on-chip tensor at; None: unplaced.  Unlike ``user_span`` it does not hold its bytes for
     # the whole kernel: the tensor lives as any other, and placed tensors alive at once that
-    # share bytes share them (``ir/verify.py``: ``_PlacedLiveness``)
+    # share bytes share them (``ir/verify.py``: ``_psum_liveness``)
     address: int | None = None
     # the counter's own __next__: no Python frame per tensor (an unrolled kernel makes many)
     uid: int = field(default_factory=_tensor_ids.__next__)
@@ -217,7 +217,9 @@ class DeviceLoop:
 
     ``peers``: the (start, stop) of the same counting loop in the other programs of an LNC
     launch, when the programs' loops are one IR loop (``nki/language/device_loops.py``);
-    they must give the same iterations (cores run identical control flow)."""
+    they must give the same iterations (cores run identical control flow).  ``peer_conds``:
+    likewise for a while loop, the other programs' condition registers, which must agree
+    with ``cond`` on being 0 before every iteration."""
 
     start: Access | int = 0
     stop: Access | int | None = None
@@ -225,6 +227,7 @@ class DeviceLoop:
     counter: Access | None = None
     cond: Access | None = None
     peers: tuple[tuple[Access | int, Access | int], ...] = ()
+    peer_conds: tuple[Access, ...] = ()
 
 
 @dataclass(eq=False, slots=True)

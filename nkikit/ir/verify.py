@@ -95,6 +95,9 @@ def _in_name(op: Op, i: int) -> str:
     return PRIMS[op.prim].in_role(i)
 
 
+_INDEX_TILE = "index tile"  # the role of the runtime index tiles an op's inputs end with
+
+
 def _operands(op: Op) -> Iterable[tuple[str, Access, bool]]:
     """``(role, access, is_write)`` for every tile operand of ``op``."""
     p = PRIMS[op.prim]
@@ -181,19 +184,33 @@ def rule_memory(site: Site) -> None:
 def rule_indirect(site: Site) -> None:
     """An index tile (``t[idx_tile, i_f]``) may only index the HBM side of a DMA (nl.load,
     nl.store, nl.atomic_rmw, nisa.dma_copy); it is an SBUF tile of integers with one index
-    per partition of the access ((P, 1)), on the dimension the partition axis walks."""
+    per partition of the access ((P, 1)), on the dimension the partition axis walks.  An NKI
+    0.x scalar offset (``.ap(scalar_offset=)``: one runtime value for the whole access) may
+    shift an operand of any instruction, in HBM or along a free dimension of an SBUF/PSUM
+    tensor [nki-0x.md §3.7]."""
     op = site.op
     for role, a, _ in site.operands:
         ind = a.indirect
         if ind is None:
             continue
-        if engine_of(op) != "dma" or op.attrs.get("transpose"):
+        scalar = site.kernel.dialect == "nki-0.x" and all(n == 1 for n in ind.shape)
+        if scalar and not a.tensor.is_hbm and a.indirect_dim == 0:
+            raise site.fail(
+                "err_unsupported_memory",
+                op=op.prim,
+                what=f"a runtime offset along the partition dimension of {role} {a.tensor.name!r}",
+                allowed="HBM (on SBUF/PSUM a scalar_offset moves along a free dimension)",
+                got=_mem(a.tensor),
+            )
+        if scalar and not a.tensor.is_hbm:
+            pass  # an on-chip operand of any engine, shifted along a free dimension
+        elif engine_of(op) != "dma" or op.attrs.get("transpose"):
             raise site.fail(
                 "err_indirect_indices_are_not_supported_with_nki_api",
                 api="load_transpose2d" if op.attrs.get("transpose") else op.prim,
                 operand=f"{role} {a!r}",
             )
-        if not a.tensor.is_hbm:
+        elif not a.tensor.is_hbm:
             raise site.fail(
                 "err_unsupported_memory",
                 op=op.prim,
@@ -217,7 +234,7 @@ def rule_indirect(site: Site) -> None:
                 why=f"index tile {ind.tensor.name!r} must hold integers (int32 or uint32; "
                 "e.g. nl.load of an int32 tensor, or nisa.iota(..., dtype=nl.int32))",
             )
-        if site.kernel.dialect == "nki-0.x" and all(n == 1 for n in ind.shape):
+        if scalar:
             # one runtime value for the whole access (NKI 0.x .ap(scalar_offset=)): it shifts
             # the access along its dimension; no per-partition pairing to check.  (Beta 1 has
             # no such form: there an index tile gives each partition its own index.)
@@ -894,7 +911,9 @@ def rule_partition_match(site: Site) -> None:
     if not ops:
         return
     p0 = _parts(op, ops[0][1])
-    for _, a, _ in ops[1:]:
+    for role, a, _ in ops[1:]:
+        if role == _INDEX_TILE:  # one runtime offset for the whole access (scalar_offset)
+            continue
         if _parts(op, a) != p0:
             raise site.fail("err_num_partition_mismatch", op=op.prim, a=p0, b=_parts(op, a))
 
@@ -1154,13 +1173,18 @@ def _psum_liveness(kernel: Kernel, target: Target, sc: Scan) -> None:
     allocation placed hold their banks for the whole kernel (checked where they are created);
     the others share the banks above the highest of those (``ir/residency.psum_user_top``).
     A tensor whose blocks live one loop iteration at a time counts the blocks of an iteration
-    (``ir/residency.psum_blocks_in_use``).
+    (``ir/residency.psum_blocks_in_use``).  A tensor NKI 0.x placed by hand
+    (``nl.ndarray(address=)``: ``Tensor.address``) lives as the others do, but the placed
+    tensors live at a statement take the bytes of the union of their byte ranges, so tiles
+    placed on the same bank share it (the NKI Library's attention and MoE kernels place a tile
+    per loop step on one of a few banks).  A placement past the end of PSUM is reported as the
+    walk enters its body (before any capacity error at a later statement).
 
     In program points (``ir/residency.Scan``) a tensor allocated in body B is live from its
     Alloc to the end of the span of its last statement in B, and the tensors live at a
     statement of B are those of B and of the bodies enclosing it whose interval holds it: the
-    bytes live at every Alloc are one prefix sum over the intervals.  A kernel with PSUM tensors
-    placed by hand (NKI 0.x ``address=``) is checked by ``_PlacedLiveness``."""
+    unplaced bytes live at every Alloc are one prefix sum over the intervals, the placed bytes
+    one interval count per elementary byte segment (``_placed_bytes``)."""
     mask = (sc.psum & ~sc.user)[sc.alloc_owner]
     if not mask.any():
         return
@@ -1168,9 +1192,12 @@ def _psum_liveness(kernel: Kernel, target: Target, sc: Scan) -> None:
     blocks = psum_blocks_in_use(kernel, sc)
     owner, at, body = sc.alloc_owner[mask], sc.alloc_point[mask], sc.alloc_ctx[mask]
     tensors = [sc.tensors[k] for k in owner.tolist()]
-    if any(t.address is not None for t in tensors):
-        _PlacedLiveness(kernel, target, sc).run(kernel.body, {"psum": 0}, [])
-        return
+    sizes = _psum_sizes(tensors, blocks)
+    placed = np.fromiter((t.address is not None for t in tensors), dtype=bool, count=len(tensors))
+    addr = np.zeros(len(tensors), dtype=np.int64)
+    addr[placed] = [tensors[j].address for j in np.flatnonzero(placed).tolist()]
+    # placements past the end of PSUM, each reported when the walk enters its body
+    oob = np.flatnonzero(placed & (addr + sizes > target.psum_bytes))
     depth = np.array([len(ch) - 1 for ch in sc.chain], dtype=np.int64)[body]
     # each tensor's last statement in the body it is allocated in: the last use there, else
     # its (last) Alloc there -- per (tensor, body), as a tensor allocated twice shares one
@@ -1187,12 +1214,24 @@ def _psum_liveness(kernel: Kernel, target: Target, sc: Scan) -> None:
     last_alloc = np.full(len(groups), -1, dtype=np.int64)
     np.maximum.at(last_alloc, group, at)
     last = np.where(last_use >= 0, last_use, last_alloc)[group]
-    sizes = _psum_sizes(tensors, blocks)
+    unplaced = np.where(placed, 0, sizes)
     delta = np.zeros(len(sc.stmts) + 1, dtype=np.int64)
-    np.add.at(delta, at, sizes)
-    np.add.at(delta, last + 1, -sizes)
+    np.add.at(delta, at, unplaced)
+    np.add.at(delta, last + 1, -unplaced)
     live = np.cumsum(delta)[at]
+    if placed.any():
+        live += _placed_bytes(at, last, addr, addr + sizes, placed)
     over = np.flatnonzero(live > limit)
+    if len(oob):
+        j = int(oob[np.argmin(np.asarray(sc.start, dtype=np.int64)[body[oob]])])
+        if not len(over) or sc.start[int(body[j])] < at[over[0]]:
+            lo, hi = int(addr[j]), int(addr[j] + sizes[j])
+            raise NkiError(
+                "err_allocation_out_of_bounds",
+                _tensor_loc(tensors[j]),
+                what=f"{tensors[j].name} at bytes [{lo}, {hi}) of each PSUM partition, "
+                f"which has {target.psum_bytes}",
+            )
     if not len(over):
         return
     i = int(over[0])
@@ -1206,7 +1245,7 @@ def _psum_liveness(kernel: Kernel, target: Target, sc: Scan) -> None:
     ]
     here.sort(key=lambda j: -int(sizes[j]))
     shown = ", ".join(
-        f"{t.name} ({int(sizes[j])} B, line {t.loc.line if t.loc else '?'})"
+        f"{t.name} ({int(sizes[j])} B{_at(t)}, line {t.loc.line if t.loc else '?'})"
         for j, t in ((j, tensors[j]) for j in here[:5])
     )
     if len(here) > 5:
@@ -1219,6 +1258,31 @@ def _psum_liveness(kernel: Kernel, target: Target, sc: Scan) -> None:
         banks=limit // 2048,
         tensors=shown,
     )
+
+
+def _placed_bytes(
+    at: np.ndarray, last: np.ndarray, lo: np.ndarray, hi: np.ndarray, placed: np.ndarray
+) -> np.ndarray:
+    """At every point ``at``, the bytes covered by the union of the byte ranges ``[lo, hi)``
+    of the ``placed`` entries live there (entry ``j`` live at points ``at[j]..last[j]``).
+
+    The distinct range ends cut PSUM into elementary segments, each inside or outside every
+    range; a segment is covered at a point when some entry whose range holds it is live there,
+    counted as (entries allocated at or before it) - (entries dead before it) by binary search.
+    A kernel places a few distinct ranges (a bank or two each), so there are few segments."""
+    j = np.flatnonzero(placed)
+    plo, phi, pat, plast = lo[j], hi[j], at[j], last[j]
+    ends = np.unique(np.concatenate([plo, phi]))
+    covered = np.zeros(len(at), dtype=np.int64)
+    for a, b in zip(ends[:-1].tolist(), ends[1:].tolist()):
+        holds = (plo <= a) & (phi >= b)
+        if not holds.any():
+            continue
+        born = np.sort(pat[holds])
+        dead = np.sort(plast[holds])
+        n = np.searchsorted(born, at, side="right") - np.searchsorted(dead, at, side="left")
+        covered += (b - a) * (n > 0)
+    return covered
 
 
 def _psum_sizes(tensors: list[Tensor], blocks: dict[int, int]) -> np.ndarray:
@@ -1242,140 +1306,6 @@ def _psum_sizes(tensors: list[Tensor], blocks: dict[int, int]) -> np.ndarray:
 _SHAPE = attrgetter("shape")
 _ITEMSIZE = attrgetter("dtype.itemsize")
 _PAR_AXIS = attrgetter("par_axis")
-
-
-class _PlacedLiveness:
-    """``_psum_liveness`` for a kernel with PSUM tensors NKI 0.x placed by hand
-    (``nl.ndarray(address=)``: ``Tensor.address``), statement by statement: the placed ones live
-    as the others do, but the live ones take the bytes of their union, so tensors placed on the
-    same bank share it (the NKI Library's attention and MoE kernels place a tile per loop step
-    on one of a few banks)."""
-
-    def __init__(self, kernel: Kernel, target: Target, sc: Scan) -> None:
-        self.limits = {"psum": target.psum_bytes - psum_user_top(kernel, sc)}
-        self.psum = target.psum_bytes
-        self.loop_uses: dict[int, set[int]] = {}
-        # tensors whose blocks live one loop iteration at a time count those blocks
-        self.blocks = psum_blocks_in_use(kernel, sc)
-
-    def uses(self, stmt: object) -> set[int]:
-        if isinstance(stmt, Op):
-            out = {a.tensor.uid for a in stmt.outs}
-            out.update(a.tensor.uid for a in stmt.ins if isinstance(a, Access))
-            return out
-        if isinstance(stmt, Loop):
-            got = self.loop_uses.get(id(stmt))
-            if got is None:
-                got = set()
-                for s in stmt.body:
-                    got |= self.uses(s)
-                self.loop_uses[id(stmt)] = got
-            return got
-        return set()
-
-    def run(
-        self,
-        body: list,
-        outer: dict[str, int],
-        chain: list,
-        placed: dict[tuple[int, int], int] | None = None,
-    ) -> None:
-        """Check ``body`` with ``outer`` bytes of unplaced tensors and the ``placed`` byte
-        ranges (with how many live tensors hold each) of enclosing bodies live."""
-        n = len(body)
-        allocs: list[tuple[int, Tensor]] = []
-        last: dict[int, int] = {}
-        for i, s in enumerate(body):
-            if (
-                isinstance(s, Alloc)
-                and s.tensor.buffer in self.limits
-                and s.tensor.user_span is None
-            ):
-                allocs.append((i, s.tensor))
-                last[s.tensor.uid] = i
-        if not allocs and not any(isinstance(s, Loop) for s in body):
-            return
-        if allocs:
-            for i, s in enumerate(body):
-                if isinstance(s, Op | Loop):
-                    for uid in self.uses(s):
-                        if uid in last:
-                            last[uid] = i
-        delta = {b: [0] * (n + 1) for b in self.limits}
-        spans: dict[int, list[tuple[tuple[int, int], int]]] = {}  # point -> (range, +1/-1)
-        for i, t in allocs:
-            if t.address is not None:
-                r = (t.address, t.address + self.size(t))
-                if r[1] > self.psum:
-                    raise NkiError(
-                        "err_allocation_out_of_bounds",
-                        _tensor_loc(t),
-                        what=f"{t.name} at bytes [{r[0]}, {r[1]}) of each PSUM partition, "
-                        f"which has {self.psum}",
-                    )
-                spans.setdefault(i, []).append((r, 1))
-                spans.setdefault(last[t.uid] + 1, []).append((r, -1))
-                continue
-            size = self.size(t)
-            delta[t.buffer][i] += size
-            delta[t.buffer][last[t.uid] + 1] -= size
-        live = dict(placed or {})
-        cur = dict.fromkeys(self.limits, 0)
-        frame = (allocs, last)
-        for i, s in enumerate(body):
-            for b in cur:
-                cur[b] += delta[b][i]
-            for r, d in spans.get(i, ()):
-                live[r] = live.get(r, 0) + d
-                if not live[r]:
-                    del live[r]
-            if isinstance(s, Alloc) and s.tensor.buffer in self.limits and s.tensor.uid in last:
-                b = s.tensor.buffer
-                used = outer[b] + cur[b] + _union(live)
-                if used > self.limits[b]:
-                    self.fail(s.tensor, used, chain + [(frame, i)])
-            elif isinstance(s, Loop):
-                inner = {b: outer[b] + cur[b] for b in cur}
-                self.run(s.body, inner, chain + [(frame, i)], live)
-
-    def size(self, t: Tensor) -> int:
-        """Bytes per partition ``t`` holds while live."""
-        n = self.blocks.get(t.uid)
-        if n is None:
-            return _bytes(t)
-        return n * _bytes(t) // prod(t.shape[: t.par_axis])
-
-    def fail(self, t: Tensor, used: int, chain: list) -> None:
-        buffer = t.buffer
-        live: list[Tensor] = []
-        for (allocs, last), pos in chain:
-            live.extend(x for a, x in allocs if x.buffer == buffer and a <= pos <= last[x.uid])
-        live.sort(key=lambda x: -self.size(x))
-        shown = ", ".join(
-            f"{x.name} ({self.size(x)} B{_at(x)}, line {x.loc.line if x.loc else '?'})"
-            for x in live[:5]
-        )
-        if len(live) > 5:
-            shown += f", and {len(live) - 5} more"
-        limit = self.limits[buffer]
-        raise NkiError(
-            "err_psum_total_capacity_exceeded",
-            _tensor_loc(t),
-            used=used,
-            limit=limit,
-            banks=limit // 2048,
-            tensors=shown,
-        )
-
-
-def _union(ranges: Iterable[tuple[int, int]]) -> int:
-    """Bytes covered by the byte ranges ``[lo, hi)``."""
-    total, end = 0, 0
-    for lo, hi in sorted(ranges):
-        if hi > end:
-            total += hi - max(lo, end)
-            end = hi
-    return total
 
 
 def _at(t: Tensor) -> str:

@@ -590,8 +590,26 @@ class NkiTensor:
                     api=f".ap({kind}_offset=...)",
                     why="the offset must be an SBUF tensor of integers or a register",
                 )
+            if kind == "scalar" and self.on_chip:
+                _check_on_chip_offset(self, int(indirect_dim), loc)
             view._indirect = (index, int(indirect_dim), kind, self.shape)
         return view
+
+
+def _check_on_chip_offset(base: NkiTensor, dim: int, loc: SourceLoc) -> None:
+    """``base.ap(..., scalar_offset=..., indirect_dim=dim)`` on SBUF/PSUM: the offset moves
+    along a free dimension, never the partition dimension [nki-0x.md §3.7].  (Its int32 rule
+    [§3.6 "0.7 scalar restrictions"] holds already: nkikit has no 64-bit integer dtype.)"""
+    root = _dtype_root(base._layout)
+    if dim == 0 or base.shape[0] != root.shape[0]:
+        raise NkiError(
+            "err_invalid_argument",
+            loc,
+            op="ap scalar_offset",
+            why=f"on {root.buffer.upper()} a runtime offset moves along a free dimension "
+            f"(indirect_dim >= 1 of a tensor whose dimension 0 is its {root.shape[0]} "
+            f"partitions), got indirect_dim={dim} of {tuple(base.shape)}",
+        )
 
 
 _ALL = slice(None)
@@ -845,26 +863,18 @@ def _indirect_access(x: NkiTensor, loc: SourceLoc, what: str) -> Access:
     ``idx[p]`` of the HBM tensor (the IR's indirect DMA access)."""
     index, dim, kind, base_shape = x._indirect
     root = _dtype_root(x._layout)
-    if root.buffer in ON_CHIP:
-        raise NkiError(
-            "err_unsupported_api" if kind == "scalar" else "err_unsupported_memory",
-            loc,
-            **(
-                {
-                    "api": ".ap(scalar_offset=...) on an SBUF/PSUM tensor",
-                    "why": "only HBM runtime offsets (DMA) are modeled",
-                }
-                if kind == "scalar"
-                else {
-                    "op": what,
-                    "what": "a vector_offset access",
-                    "allowed": "HBM",
-                    "got": root.buffer,
-                }
-            ),
-        )
     if kind == "scalar":
         return _scalar_offset_access(x, index, dim, base_shape, loc, what)
+    if root.buffer in ON_CHIP:
+        # a vector offset indexes HBM rows of a DMA only [nki-0x.md §3.6, §3.7]
+        raise NkiError(
+            "err_unsupported_memory",
+            loc,
+            op=what,
+            what="a vector_offset access",
+            allowed="HBM",
+            got=root.buffer,
+        )
     if dim != 0:
         raise NkiError(
             "err_unsupported_api",
@@ -917,10 +927,12 @@ def _indirect_access(x: NkiTensor, loc: SourceLoc, what: str) -> Access:
 def _scalar_offset_access(
     x: NkiTensor, index: NkiTensor, dim: int, base_shape, loc: SourceLoc, what: str
 ) -> Access:
-    """``.ap(pattern, offset, scalar_offset=t, indirect_dim=d)`` on HBM: the access starts
+    """``.ap(pattern, offset, scalar_offset=t, indirect_dim=d)``: the access starts
     ``t * prod(base.shape[d + 1:])`` elements later, ``t`` the runtime value of a (1, 1) SBUF
-    tensor and ``base`` the tensor ``.ap`` was called on [NKI 0.x access patterns].  In the IR:
-    the static pattern's index in ``base``'s shape, plus the runtime value along dimension d."""
+    tensor and ``base`` the tensor ``.ap`` was called on [nki-0x.md §3.6].  In the IR: the
+    static pattern's index in ``base``'s shape, plus the runtime value along dimension d
+    (an indirect access the simulator bounds-checks when it runs).  HBM or on-chip (checked
+    by ``_check_on_chip_offset`` where ``.ap`` is called)."""
     root = _dtype_root(x._layout)
     if index.size != 1:
         raise NkiError(

@@ -13,6 +13,8 @@ else is a bug in nkikit and raises ``PrimError``, never a silent broadcast.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
@@ -306,7 +308,7 @@ class Interpreter:
         var: LoopVar = loop.var
         if d.stop is None:
             k = 0
-            while value(d.cond) != 0:
+            while self._while_goes_on(loop, k, value):
                 if k >= _MAX_DEVICE_ITERATIONS:
                     raise NkiError(
                         "err_invalid_argument",
@@ -337,6 +339,26 @@ class Interpreter:
                 env[var] = k
                 self.exec_body(loop.body, env)
         env.pop(var, None)
+
+    @staticmethod
+    def _while_goes_on(loop: Loop, k: int, value: Callable[[object], int]) -> bool:
+        """Whether a while loop runs iteration ``k``: its condition register is not 0, and the
+        other programs' of an LNC launch (``DeviceLoop.peer_conds``) agree."""
+        d = loop.device
+        mine = value(d.cond)
+        for other in d.peer_conds:
+            theirs = value(other)
+            if (mine != 0) != (theirs != 0):
+                raise NkiError(
+                    "err_invalid_argument",
+                    loop.loc,
+                    op="device loop",
+                    why=f"before iteration {k} of the while loop the cores' conditions are "
+                    f"{mine} and {theirs}: one core would run it, the other not; every core "
+                    "must run the same iterations (the hardware runs one control flow on all "
+                    "cores)",
+                )
+        return mine != 0
 
     def _mask(self, op: Op, env: dict) -> np.ndarray | None:
         if op.mask is None:
@@ -471,7 +493,12 @@ def indirect_index(
             if bad.any():
                 at = tuple(int(i[0]) for i in np.nonzero(bad))
                 value = int(v[at])
-                if d == access.indirect_dim:
+                if d == access.indirect_dim and all(n == 1 for n in ind.shape):
+                    where = (
+                        f"{value} (the runtime offset {ind.tensor.name} holds "
+                        f"{int(runtime[at])}; runtime offsets are checked when the kernel runs)"
+                    )
+                elif d == access.indirect_dim:
                     where = (
                         f"{value} (index tile {ind.tensor.name} holds {int(runtime[at])} for "
                         f"partition {at[0]}; an indirect DMA's indices are checked at run time)"

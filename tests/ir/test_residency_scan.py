@@ -12,6 +12,7 @@ from math import prod
 import numpy as np
 import pytest
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import nkikit as nki
 import nkikit.isa as nisa
@@ -120,8 +121,11 @@ def ref_overflow(kernel: Kernel, limit: int):
     return p, used, [t.uid for t in here]
 
 
-def ref_psum(kernel: Kernel, limit: int) -> str | None:
-    """The PSUM liveness rule, body by body: the error it raises, as text (None: it passes)."""
+def ref_psum(kernel: Kernel, limit: int, psum: int | None = None) -> str | None:
+    """The PSUM liveness rule, body by body: the error it raises, as text (None: it passes).
+    Unplaced tensors add their bytes; the tensors placed by hand (``Tensor.address``) live at a
+    statement add the bytes of the union of their byte ranges.  ``psum``: the bytes of a
+    partition, which no placement may pass (checked as the walk enters a body)."""
     blocks = psum_blocks_in_use(kernel)
 
     def size(t: Tensor) -> int:
@@ -136,37 +140,52 @@ def ref_psum(kernel: Kernel, limit: int) -> str | None:
             return set().union(*(uses(x) for x in s.body)) if s.body else set()
         return set()
 
-    def run(body, outer: int, chain: list) -> None:
-        allocs = [
+    def union(ranges) -> int:
+        covered: set[int] = set()
+        for lo, hi in ranges:
+            covered.update(range(lo, hi))
+        return len(covered)
+
+    def allocs_of(body) -> list:
+        return [
             (i, s.tensor)
             for i, s in enumerate(body)
             if isinstance(s, Alloc) and s.tensor.buffer == "psum" and s.tensor.user_span is None
         ]
+
+    def show(x: Tensor) -> str:
+        at = "" if x.address is None else f" at byte {x.address}"
+        return f"{x.name} ({size(x)} B{at}, line {x.loc.line if x.loc else '?'})"
+
+    def run(body, outer: int, chain: list) -> str | None:
+        allocs = allocs_of(body)
+        for _, t in allocs:  # the body's placements, as the walk enters it
+            if t.address is not None and psum is not None and t.address + size(t) > psum:
+                lo, hi = t.address, t.address + size(t)
+                what = f"{t.name} at bytes [{lo}, {hi}) of each PSUM partition, which has {psum}"
+                err = NkiError("err_allocation_out_of_bounds", t.loc or UNKNOWN_LOC, what=what)
+                return str(err)
         last = {t.uid: i for i, t in allocs}
         for i, s in enumerate(body):
             for uid in uses(s):
                 if uid in last:
                     last[uid] = i
-        delta = [0] * (len(body) + 1)
-        for i, t in allocs:
-            delta[i] += size(t)
-            delta[last[t.uid] + 1] -= size(t)
         cur = 0
         for i, s in enumerate(body):
-            cur += delta[i]
             frames = chain + [((allocs, last), i)]
-            if isinstance(s, Alloc) and s.tensor.uid in last and outer + cur > limit:
-                live = [x for (al, la), pos in frames for a, x in al if a <= pos <= la[x.uid]]
+            live = [x for (al, la), pos in frames for a, x in al if a <= pos <= la[x.uid]]
+            cur = sum(size(x) for a, x in allocs if a <= i <= last[x.uid] and x.address is None)
+            placed = union((x.address, x.address + size(x)) for x in live if x.address is not None)
+            used = outer + cur + placed
+            if isinstance(s, Alloc) and s.tensor.uid in last and used > limit:
                 live.sort(key=lambda x: -size(x))
-                shown = ", ".join(
-                    f"{x.name} ({size(x)} B, line {x.loc.line if x.loc else '?'})" for x in live[:5]
-                )
+                shown = ", ".join(show(x) for x in live[:5])
                 if len(live) > 5:
                     shown += f", and {len(live) - 5} more"
                 err = NkiError(
                     "err_psum_total_capacity_exceeded",
                     s.tensor.loc or UNKNOWN_LOC,
-                    used=outer + cur,
+                    used=used,
                     limit=limit,
                     banks=limit // 2048,
                     tensors=shown,
@@ -224,7 +243,7 @@ def check_scan(kernel: Kernel) -> None:
             got_psum = None
         except NkiError as e:
             got_psum = e
-        ref = ref_psum(kernel, limit)
+        ref = ref_psum(kernel, limit, psum=limit + top)
         assert (None if got_psum is None else str(got_psum)) == ref, limit
 
 
@@ -331,6 +350,46 @@ def _hand_built() -> Kernel:
     return Kernel("hand", [], [hbm], body, tensors=[hbm, early, loose, twice, inner, p])
 
 
+def _placed() -> Kernel:
+    """PSUM tensors placed by hand (``Tensor.address``) among unplaced ones: two placed on the
+    same bank, two overlapping by half a bank, a placed tensor of the outer body live across a
+    loop whose body places one per iteration on bytes it shares, one allocated twice."""
+    loc = SourceLoc("placed.py", 1, "x")
+    f32 = np.dtype(np.float32)
+    i = LoopVar("i", 4, "affine")
+
+    def psum(name, cols, address=None, scope=()):
+        return Tensor(name, (128, cols), f32, "psum", scope=scope, address=address, loc=loc)
+
+    hbm = Tensor("h", (128, 512), f32, "shared_hbm", kind="output")
+    a, b = psum("a", 512, 0), psum("b", 512, 0)  # one bank, shared
+    c, d = psum("c", 512, 2048), psum("d", 512, 3072)  # bytes [2048, 4096) and [3072, 5120)
+    u = psum("u", 256)  # unplaced, 1 KiB
+    e = psum("e", 256, 5120, (i,))  # per iteration, inside d's and beside it
+    v = psum("v", 128, None, (i,))
+    twice = psum("twice", 512, 8192)
+
+    def op(dst, *src):
+        return Op("tensor_copy", [Access.whole(dst)], [Access.whole(x) for x in src], {}, loc)
+
+    body = [
+        Alloc(a),
+        Alloc(u),
+        op(a, hbm),
+        Alloc(b),
+        op(b, a),
+        Alloc(c),
+        Alloc(d),
+        op(c, d),
+        Loop(i, [Alloc(e), Alloc(v), op(e, c), op(v, e), op(u, v)], loc),
+        Alloc(twice),
+        op(twice, b),
+        Alloc(twice),
+        op(hbm, twice, u),
+    ]
+    return Kernel("placed", [], [hbm], body, tensors=[hbm, a, b, c, d, u, e, v, twice])
+
+
 @pytest.mark.parametrize(
     "make",
     [
@@ -338,8 +397,9 @@ def _hand_built() -> Kernel:
         lambda: _ir(psum_blocks, nt.tensor[[128, 128], F32], nt.tensor[[128, 4 * 512], F32]),
         lambda: _unrolled(9),
         _hand_built,
+        _placed,
     ],
-    ids=["nested-loops", "psum-blocks", "nki0x-unrolled", "hand-built"],
+    ids=["nested-loops", "psum-blocks", "nki0x-unrolled", "hand-built", "placed"],
 )
 def test_scan_matches_the_definitions(make) -> None:
     check_scan(make())
@@ -362,3 +422,67 @@ def test_the_verifier_records_the_scan_it_checks_capacity_with() -> None:
     for f in ("touch_owner", "touch_point", "touch_ctx", "alloc_owner", "alloc_point"):
         assert np.array_equal(getattr(mine, f), getattr(theirs, f)), f
     assert isinstance(Recorder().finish().touch_owner, np.ndarray)
+
+
+@st.composite
+def placed_kernels(draw) -> Kernel:
+    """Random hand-built kernels of PSUM tensors, some placed by hand at random bytes (so
+    placements coincide, overlap or sit apart), allocated in loops up to two deep and used by
+    later statements of the same or of nested bodies."""
+    loc = SourceLoc("random_placed.py", 1, "x")
+    f32 = np.dtype(np.float32)
+    hbm = Tensor("h", (128, 128), f32, "shared_hbm", kind="output")
+    made: list[Tensor] = [hbm]
+
+    def body(scope: tuple, visible: list[Tensor], depth: int) -> list:
+        out: list = []
+        mine = list(visible)
+        for _ in range(draw(st.integers(1, 5))):
+            kind = draw(
+                st.sampled_from(
+                    ["alloc", "alloc", "use", "loop"] if depth < 2 else ["alloc", "use"]
+                )
+            )
+            if kind == "alloc":
+                again = [t for t in mine if t.scope == scope and t.buffer == "psum"]
+                if again and draw(st.booleans()):
+                    out.append(Alloc(draw(st.sampled_from(again))))
+                    continue
+                cols = draw(st.sampled_from([128, 256, 512]))
+                address = draw(st.sampled_from([None, None, 0, 1024, 2048, 4096, 7168]))
+                t = Tensor(
+                    f"t{len(made)}",
+                    (128, cols),
+                    f32,
+                    "psum",
+                    scope=scope,
+                    address=address,
+                    loc=SourceLoc("random_placed.py", len(made), "x"),
+                )
+                made.append(t)
+                mine.append(t)
+                out.append(Alloc(t))
+            elif kind == "use":
+                t = draw(st.sampled_from(mine))
+                out.append(Op("tensor_copy", [Access.whole(hbm)], [Access.whole(t)], {}, loc))
+            else:
+                var = LoopVar(f"i{len(made)}", draw(st.integers(1, 3)), "affine")
+                out.append(Loop(var, body(scope + (var,), mine, depth + 1), loc))
+        return out
+
+    stmts = body((), [hbm], 0)
+    return Kernel("random_placed", [], [hbm], stmts, tensors=made)
+
+
+@settings(settings.get_profile("ci"), max_examples=60)
+@given(placed_kernels())
+def test_psum_liveness_matches_the_definition_on_random_placed_kernels(kernel) -> None:
+    sc = scan(kernel)
+    for limit in (0, 1024, 2048, 4096, 6144, 8192, 12288, 16384, 10**9):
+        target = TRN2.with_overrides(psum_bytes=limit)
+        try:
+            V._psum_liveness(kernel, target, sc)
+            got = None
+        except NkiError as e:
+            got = str(e)
+        assert got == ref_psum(kernel, limit, psum=limit), limit

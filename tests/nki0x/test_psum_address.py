@@ -205,3 +205,90 @@ def test_the_allocator_keeps_placed_tiles_at_their_bytes_and_packs_around_them()
     (auto,) = [p for p in psum if p.tensor.name == "free"]
     assert auto.offset == 7 * BANK
     np.testing.assert_array_equal(np.asarray(k(x, w)), 13 * (x.T @ w))
+
+
+def _overlapping(offset: int):
+    """Eight whole-bank tiles at ``k * 2048 + offset`` bytes (k = 0..7) and a half-bank tile at
+    byte 0, all alive at once: with ``offset`` 0 they fill PSUM exactly and the half tile sits
+    inside the first; with ``offset`` 1024 each straddles two banks' halves and the last
+    passes the end of PSUM unless only seven are made."""
+
+    @nki.jit
+    def k(x, w):
+        out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+        xs = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.sbuf)
+        ws = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=xs, src=x)
+        nisa.dma_copy(dst=ws, src=w)
+        n = 8 if offset == 0 else 7
+        tiles = [
+            nl.ndarray((128, 512), nl.float32, buffer=nl.psum, address=(0, i * BANK + offset))
+            for i in range(n)
+        ]
+        half = nl.ndarray((128, 256), nl.float32, buffer=nl.psum, address=(0, 0))
+        acc = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.memset(dst=acc, value=0.0)
+        for t in tiles:
+            nisa.nc_matmul(dst=t, stationary=xs, moving=ws)
+        nisa.nc_matmul(dst=half, stationary=xs, moving=ws[:, 0:256])
+        for t in tiles:
+            nisa.tensor_tensor(dst=acc, data1=acc, data2=t, op=nl.add)
+        nisa.tensor_tensor(dst=acc[:, 0:256], data1=acc[:, 0:256], data2=half, op=nl.add)
+        nisa.dma_copy(dst=out, src=acc)
+        return out
+
+    return k
+
+
+def test_overlapping_placements_count_their_union():
+    # eight full banks and a half tile inside the first: 16 KiB in all, which fits; the
+    # simulator gives every tensor its own storage, so the values are the plain sums
+    x, w = _inputs()
+    out = np.asarray(_overlapping(0)(x, w))
+    want = 8 * (x.T @ w)
+    want[:, :256] += (x.T @ w)[:, :256]
+    np.testing.assert_array_equal(out, want)
+
+
+def test_half_bank_placements_overlap_and_fit():
+    # seven tiles at 1 KiB + k * 2 KiB cover bytes [1024, 15360); with the half tile at
+    # [0, 1024) the union is 15 KiB: it fits
+    x, w = _inputs()
+    out = np.asarray(_overlapping(1024)(x, w))
+    want = 7 * (x.T @ w)
+    want[:, :256] += (x.T @ w)[:, :256]
+    np.testing.assert_array_equal(out, want)
+
+
+def test_placed_union_over_capacity_names_the_users_line():
+    # placed tiles cover bytes [1024, 16384) (union 15 KiB); an unplaced 2 KiB tile created
+    # while they live needs 17 KiB: the error is at the line that created it
+    @nki.jit
+    def k(x, w):
+        out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+        xs = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.sbuf)
+        ws = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=xs, src=x)
+        nisa.dma_copy(dst=ws, src=w)
+        tiles = [
+            nl.ndarray((128, 512), nl.float32, buffer=nl.psum, address=(0, 1024 + i * 1024))
+            for i in range(14)
+        ]
+        extra = nl.ndarray((128, 512), nl.float32, buffer=nl.psum)  # the line reported
+        acc = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.memset(dst=acc, value=0.0)
+        for t in [*tiles, extra]:
+            nisa.nc_matmul(dst=t, stationary=xs, moving=ws)
+        for t in [extra, *tiles]:
+            nisa.tensor_tensor(dst=acc, data1=acc, data2=t, op=nl.add)
+        nisa.dma_copy(dst=out, src=acc)
+        return out
+
+    x, w = _inputs()
+    with pytest.raises(NkiError) as e:
+        k(x, w)
+    assert e.value.name == "err_psum_total_capacity_exceeded"
+    assert "17408 bytes" in str(e.value)
+    line = next(n for n, text in enumerate(open(__file__), 1) if "# the line reported" in text)
+    assert e.value.loc.file.endswith("test_psum_address.py") and e.value.loc.line == line
+    assert "at byte 1024" in str(e.value)  # the placed tiles are shown with their bytes

@@ -12,6 +12,7 @@ import nkikit.nki as nki
 import nkikit.nki.isa as nisa
 import nkikit.nki.language as nl
 from nkikit.errors import NkiError
+from nkikit.ir.core import Loop, Op
 
 ROWS, W = 6, 4
 X = np.arange(ROWS * W, dtype=np.float32).reshape(ROWS, W)
@@ -287,3 +288,98 @@ def test_lnc_programs_whose_device_loops_differ_are_reported():
     assert e.value.name == "err_invalid_argument"
     assert "range(1, 3) and range(1, 4)" in str(e.value)
     assert e.value.loc.line == _line_of(lnc_block_loop.func, "nl.dynamic_range(1, stop)")
+
+
+@nki.jit
+def lnc_while_loop(x, n):
+    """Each of the launch's 2 programs counts ``c`` down from ``n[pid]`` with ``nl.while_loop``,
+    adding row ``c`` of ``x`` (rows n .. 1) and meeting the other program at a barrier in every
+    iteration; program p writes its sum to row p."""
+    pid = nl.program_id(0)
+    out = nl.ndarray((2, W), dtype=nl.float32, buffer=nl.shared_hbm)
+    c = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=c, src=n[pid : pid + 1, :])
+    acc = nl.ndarray((1, W), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.memset(acc, value=0.0)
+    row = nl.ndarray((1, W), dtype=nl.float32, buffer=nl.sbuf)
+
+    def body(cond):
+        nisa.dma_copy(dst=row, src=_row(x, c))
+        nisa.tensor_tensor(dst=acc, data1=acc, data2=row, op=nl.add)
+        nisa.core_barrier(out, (0, 1))
+        nisa.tensor_scalar(dst=c, data=c, op0=nl.subtract, operand0=1)
+        nxt = nisa.register_alloc()
+        nisa.register_load(nxt, c)
+        return nxt
+
+    nl.while_loop(nisa.register_alloc(c), body)  # the loop
+    nisa.dma_copy(dst=out[pid : pid + 1, :], src=acc)
+    return out
+
+
+@pytest.mark.parametrize("n", [0, 1, ROWS - 1])
+def test_an_lnc_launch_runs_one_while_loop_iteration_per_barrier(n):
+    out = nki.cpu_simulate(lnc_while_loop)[2](x=X, n=np.array([[n], [n]], np.int32))
+    want = X[1 : n + 1].sum(axis=0)
+    np.testing.assert_array_equal(np.asarray(out), np.stack([want, want]))
+
+
+def test_an_lnc_while_loop_is_one_ir_loop_testing_both_programs_conditions():
+    ir = lnc_while_loop[2].ir(X, np.array([[2], [2]], np.int32))
+    loops = [s for s, _ in ir.walk() if isinstance(s, Loop) and s.device is not None]
+    assert len(loops) == 1 and len(loops[0].device.peer_conds) == 1
+    prims = [s.prim for s in loops[0].body if isinstance(s, Op)]
+    # both programs' reads come before either's count-down: they meet at the barrier inside
+    # the one loop, once per iteration
+    reads = [i for i, p in enumerate(prims) if p == "dma_copy"]
+    steps = [i for i, p in enumerate(prims) if p == "tensor_scalar"]
+    assert len(reads) == 2 and len(steps) == 2 and max(reads) < min(steps)
+
+
+@pytest.mark.parametrize("n0, n1", [(2, 3), (3, 0)])
+def test_lnc_programs_whose_while_conditions_differ_are_reported(n0, n1):
+    with pytest.raises(NkiError) as e:
+        nki.cpu_simulate(lnc_while_loop)[2](x=X, n=np.array([[n0], [n1]], np.int32))
+    assert e.value.name == "err_invalid_argument"
+    assert f"before iteration {min(n0, n1)} of the while loop" in str(e.value)
+    assert e.value.loc.line == _line_of(lnc_while_loop.func, "# the loop")
+
+
+@nki.jit
+def lnc_legacy_while(x, n):
+    """``lnc_while_loop`` written with the NKI 0.1 - 0.6 ``while reg:`` loop."""
+    pid = nl.program_id(0)
+    out = nl.ndarray((2, W), dtype=nl.float32, buffer=nl.shared_hbm)
+    c = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=c, src=n[pid : pid + 1, :])
+    acc = nl.ndarray((1, W), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.memset(acc, value=0.0)
+    row = nl.ndarray((1, W), dtype=nl.float32, buffer=nl.sbuf)
+    reg = nisa.register_alloc()
+    nisa.register_load(reg, c)
+    while reg:  # the loop
+        nisa.dma_copy(dst=row, src=_row(x, c))
+        nisa.tensor_tensor(dst=acc, data1=acc, data2=row, op=nl.add)
+        nisa.core_barrier(out, (0, 1))
+        nisa.tensor_scalar(dst=c, data=c, op0=nl.subtract, operand0=1)
+        nisa.register_load(reg, c)
+    nisa.dma_copy(dst=out[pid : pid + 1, :], src=acc)
+    return out
+
+
+@pytest.mark.parametrize("n", [0, 2, ROWS - 1])
+def test_an_lnc_launch_runs_one_legacy_while_iteration_per_barrier(n):
+    out = nki.cpu_simulate(lnc_legacy_while)[2](x=X, n=np.array([[n], [n]], np.int32))
+    want = X[1 : n + 1].sum(axis=0)
+    np.testing.assert_array_equal(np.asarray(out), np.stack([want, want]))
+    ir = lnc_legacy_while[2].ir(X, np.array([[n], [n]], np.int32))
+    loops = [s for s, _ in ir.walk() if isinstance(s, Loop) and s.device is not None]
+    assert len(loops) == 1 and len(loops[0].device.peer_conds) == 1
+
+
+def test_lnc_programs_whose_legacy_while_conditions_differ_are_reported():
+    with pytest.raises(NkiError) as e:
+        nki.cpu_simulate(lnc_legacy_while)[2](x=X, n=np.array([[1], [3]], np.int32))
+    assert e.value.name == "err_invalid_argument"
+    assert "before iteration 1 of the while loop" in str(e.value)
+    assert e.value.loc.line == _line_of(lnc_legacy_while.func, "# the loop")

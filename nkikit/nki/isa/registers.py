@@ -4,8 +4,8 @@ and the ``VirtualRegister`` they work on [reference/nki-0x.md §4.14].
 A register holds one 32-bit integer at run time.  nkikit models it as a one-element int32 SBUF
 tile (an IR tensor named ``reg...``), so its value lives in simulated memory and a register
 can be used wherever the reference allows a runtime value that nkikit models: as
-``.ap(scalar_offset=reg)`` on an HBM tensor (an indirect DMA whose runtime index is the
-register).  Its value is unknown while the kernel is traced, so Python cannot branch or loop
+``.ap(scalar_offset=reg)`` on an HBM, SBUF or PSUM tensor (an indirect access whose runtime
+index is the register).  Its value is unknown while the kernel is traced, so Python cannot branch or loop
 on it: ``if reg`` / ``int(reg)`` / ``range(reg)`` raise ``err_unsupported_api``
 (NKI 0.7's tracer raises ``TypeError`` there), except the NKI 0.1 - 0.6 device loop
 ``while reg:`` (removed in 0.7, still in the NKI Library), which ``__bool__`` traces.
@@ -24,6 +24,7 @@ from ...ir.affine import LoopVar
 from ...ir.core import DeviceLoop
 from ...trace import instructions as E
 from ...trace.builder import current
+from ..launch import in_lockstep
 from ..tensor import NkiTensor, access_of
 
 
@@ -61,10 +62,17 @@ class VirtualRegister:
                 return False
         if not linecache.getline(loc.file, loc.line).lstrip().startswith("while"):
             self._no_value("`if reg` (or and / or / not)")
-        var = LoopVar(b.unique("while"), 1, "sequential")
         cond = access_of(self.tile, loc, "while reg")
         stack = ExitStack()
-        stack.enter_context(b.loop(var, loc, DeviceLoop(0, None, 1, None, cond)))
+        if in_lockstep():
+            # the programs of an LNC launch share one loop, as for nl.while_loop
+            from ..language.device_loops import enter_while_together, leave_together
+
+            enter_while_together(b, cond, loc, "while reg")
+            stack.callback(leave_together, b, loc, "while reg")
+        else:
+            var = LoopVar(b.unique("while"), 1, "sequential")
+            stack.enter_context(b.loop(var, loc, DeviceLoop(0, None, 1, None, cond)))
         self._while = (stack, len(b.bodies), loc.line)
         b.__dict__.setdefault("_nki_open_whiles", []).append((self, loc))
         return True

@@ -84,13 +84,10 @@ def counting_loop(start, stop, step, loc: SourceLoc, api: str) -> Iterator[Virtu
         for _, _, other in rest:
             E.emit_register_move(other, acc0, loc=loc)
 
-    def leave(payloads: dict) -> None:
-        open_loops.pop().__exit__(None, None, None)
-
     # the kinds name the meeting in the launch's divergence errors ("nisa.<kind>")
     meet(f"{api[3:]} (entering the loop)", (lo, hi, acc), enter, loc)
     yield counter
-    meet(f"{api[3:]} (leaving the loop)", None, leave, loc)
+    leave_together(b, loc, api[3:])
 
 
 def _var(b, lo, hi, st: int) -> LoopVar:
@@ -118,21 +115,65 @@ def fori_loop(lower, upper, body_fun: Callable, step, loc: SourceLoc) -> None:
 
 def while_loop(init, body_fun: Callable, loc: SourceLoc) -> None:
     """``r = init; while r != 0: r = body_fun(r)`` on the device: ``init`` a register or an
-    int, ``body_fun`` returns the register holding the next condition."""
-    b = current("nl.while_loop")
+    int, ``body_fun`` returns the register holding the next condition.
+
+    In an LNC launch traced in lockstep the programs' loops are one IR loop, entered and left
+    at two meeting points as ``counting_loop``'s: it tests program 0's condition register,
+    and the others' (``DeviceLoop.peer_conds``) must agree before every iteration."""
+    api = "nl.while_loop"
+    b = current(api)
     cond = new_register(loc, "cond")
-    cond_acc = access_of(cond.tile, loc, "nl.while_loop")
-    E.emit_register_move(cond_acc, _bound(init, loc, "nl.while_loop"), loc=loc)
-    var = LoopVar(b.unique("while"), 1, "sequential")
-    with b.loop(var, loc, DeviceLoop(0, None, 1, None, cond_acc)):
-        nxt = body_fun(cond)
-        if not isinstance(nxt, VirtualRegister):
-            raise NkiError(
-                "err_invalid_argument",
-                loc,
-                op="nl.while_loop",
-                why="body_fun must return the register holding the next condition, got "
-                f"{type(nxt).__name__}",
-            )
-        if nxt is not cond:
-            E.emit_register_move(cond_acc, access_of(nxt.tile, loc, "nl.while_loop"), loc=loc)
+    cond_acc = access_of(cond.tile, loc, api)
+    E.emit_register_move(cond_acc, _bound(init, loc, api), loc=loc)
+    if not in_lockstep():
+        var = LoopVar(b.unique("while"), 1, "sequential")
+        with b.loop(var, loc, DeviceLoop(0, None, 1, None, cond_acc)):
+            _while_body(cond, cond_acc, body_fun, loc)
+        return
+    enter_while_together(b, cond_acc, loc, "while_loop")
+    _while_body(cond, cond_acc, body_fun, loc)
+    leave_together(b, loc, "while_loop")
+
+
+def enter_while_together(b, cond, loc: SourceLoc, kind: str) -> None:
+    """In an LNC launch traced in lockstep: wait for every program to reach this while loop
+    (``cond`` its condition register), then open one IR loop for all of them that tests
+    program 0's condition and checks the others' (``DeviceLoop.peer_conds``) agree before
+    every iteration.  ``kind`` names the loop in the launch's divergence errors."""
+    open_loops = b.__dict__.setdefault("_nki_device_loops", [])
+
+    def enter(payloads: dict) -> None:
+        cond0, *rest = payloads.values()
+        var = LoopVar(b.unique("while"), 1, "sequential")
+        entered = b.loop(var, loc, DeviceLoop(0, None, 1, None, cond0, peer_conds=tuple(rest)))
+        entered.__enter__()
+        open_loops.append(entered)
+
+    meet(f"{kind} (entering the loop)", cond, enter, loc)
+
+
+def leave_together(b, loc: SourceLoc, kind: str) -> None:
+    """Wait for every program to reach the end of the device loop opened together last, then
+    close it."""
+    open_loops = b.__dict__["_nki_device_loops"]
+    meet(
+        f"{kind} (leaving the loop)",
+        None,
+        lambda _: open_loops.pop().__exit__(None, None, None),
+        loc,
+    )
+
+
+def _while_body(cond: VirtualRegister, cond_acc, body_fun: Callable, loc: SourceLoc) -> None:
+    """Trace one iteration of a while loop: ``body_fun(cond)``, then its result into ``cond``."""
+    nxt = body_fun(cond)
+    if not isinstance(nxt, VirtualRegister):
+        raise NkiError(
+            "err_invalid_argument",
+            loc,
+            op="nl.while_loop",
+            why="body_fun must return the register holding the next condition, got "
+            f"{type(nxt).__name__}",
+        )
+    if nxt is not cond:
+        E.emit_register_move(cond_acc, access_of(nxt.tile, loc, "nl.while_loop"), loc=loc)
