@@ -11,9 +11,10 @@ rows of a size run the same computation: their first runs do the same BLAS work.
 ``python -m benchmarks.nki0x`` runs 10^3, 10^4 and 10^5 IR ops (each size in a subprocess of
 its own, so that its peak memory is its own); ``--million`` adds 10^6, ``--sizes 1000,1000000``
 picks the sizes; ``--tiny`` is a smoke test.  ``--call-only`` stops after the first run (the
-call->result stages of an ``@nki.jit`` call; compile and profile are left out of the row), which
-keeps a 10^6 row to a few minutes.  Results: ``benchmarks/nki0x/results.{json,md}`` (or ``--out DIR``).  As in ``@nki.jit``,
-the cyclic garbage collector is paused while a kernel is traced, verified and first run.
+call->result stages of an ``@nki.jit`` call: compile and profile are left out of the row, and
+its "all" columns sum those four stages), which keeps a 10^6 row to a few minutes.  Results:
+``benchmarks/nki0x/results.{json,md}`` (or ``--out DIR``).  As in ``@nki.jit``, the cyclic
+garbage collector is paused while a kernel is traced, verified and first run.
 """
 
 from __future__ import annotations
