@@ -277,6 +277,11 @@ class Planner(OpShapes):
         writes = self.writes.get(t.uid, ())
         if not reads and not writes:
             return len(stmts)
+        if start < len(stmts):
+            # an unrolled kernel writes most tiles in the statement after their Alloc
+            s = stmts[start]
+            if (writes and writes[0] is s) or (reads and reads[0] is s):
+                return start
         where = self._body_positions(stmts)
         best = len(stmts)
         for ops in (reads, writes):
