@@ -150,9 +150,9 @@ def _markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     head = (
         "| IR ops | trace s | verify s | codegen s | first run s | compile s | profile s "
         "| µs/op (all) | µs/op (trace+verify) | CPU µs/op (trace+verify) "
-        "| CPU s trace / verify / codegen / first run | CPU s call→result | peak MB "
-        "| matches numpy |\n"
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---:|\n"
+        "| CPU s trace / verify / codegen / first run | CPU s call→result "
+        "| CPU µs/op call→result | peak MB | matches numpy |\n"
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---:|\n"
     )
     lines = []
     for r in rows:
@@ -167,7 +167,7 @@ def _markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
             f"| {r['us_per_op']:.0f} | {r['trace_verify_us_per_op']:.0f} "
             f"| {r['cpu_trace_verify_us_per_op']:.0f} "
             f"| {c['trace']:.2f} / {c['verify']:.2f} / {c['codegen']:.2f} / {c['first_run']:.2f} "
-            f"| {call:.2f} | {r['peak_rss_mb']:.0f} "
+            f"| {call:.2f} | {1e6 * call / r['ir_ops']:.0f} | {r['peak_rss_mb']:.0f} "
             f"| {'yes' if r['matches_numpy'] else 'NO'} |"
         )
     load = meta.get("load")
