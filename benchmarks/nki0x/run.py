@@ -9,9 +9,12 @@ Tiles are 128 x 128 fp32, as in the Beta-1 scale benchmark (``benchmarks/scale``
 rows of a size run the same computation: their first runs do the same BLAS work.
 
 ``python -m benchmarks.nki0x`` runs 10^3, 10^4 and 10^5 IR ops (each size in a subprocess of
-its own, so that its peak memory is its own); ``--million`` adds 10^6; ``--tiny`` is a smoke
-test.  Results: ``benchmarks/nki0x/results.{json,md}`` (or ``--out DIR``).  As in ``@nki.jit``,
-the cyclic garbage collector is paused while a kernel is traced, verified and first run.
+its own, so that its peak memory is its own); ``--million`` adds 10^6, ``--sizes 1000,1000000``
+picks the sizes; ``--tiny`` is a smoke test.  ``--call-only`` stops after the first run (the
+call->result stages of an ``@nki.jit`` call: compile and profile are left out of the row, and
+its "all" columns sum those four stages), which keeps a 10^6 row to a few minutes.  Results:
+``benchmarks/nki0x/results.{json,md}`` (or ``--out DIR``).  As in ``@nki.jit``, the cyclic
+garbage collector is paused while a kernel is traced, verified and first run.
 """
 
 from __future__ import annotations
@@ -74,8 +77,9 @@ def _peak_mb() -> float:
     return peak / 2**20 if sys.platform == "darwin" else peak / 2**10
 
 
-def measure(ops: int) -> dict[str, Any]:
-    """Every stage once on the kernel of about ``ops`` IR ops, in this process."""
+def measure(ops: int, call_only: bool = False) -> dict[str, Any]:
+    """Every stage once on the kernel of about ``ops`` IR ops, in this process (``call_only``:
+    trace, verify, fast-path codegen and first run only)."""
     from nkikit.compiler.build import build_program
     from nkikit.ir.verify import verify
     from nkikit.sim import fast
@@ -101,8 +105,9 @@ def measure(ops: int) -> dict[str, Any]:
         stage("verify", lambda: verify(ir, TARGET))
         prog = stage("codegen", lambda: fast.compile_kernel(ir))
         outs = stage("first_run", lambda: prog.run([a, w]))
-        program = stage("compile", lambda: build_program(ir, TARGET))
-        summary = stage("profile", lambda: program.profile().summary)
+        if not call_only:
+            program = stage("compile", lambda: build_program(ir, TARGET))
+            summary = stage("profile", lambda: program.profile().summary)
     finally:
         gc.enable()
     n_ops = sum(1 for _ in ir.ops())
@@ -118,17 +123,18 @@ def measure(ops: int) -> dict[str, Any]:
         # this process's CPU time: what a busy machine's other processes do not add
         "cpu_trace_verify_us_per_op": 1e6 * (cpu["trace"] + cpu["verify"]) / n_ops,
         "cpu_s": cpu,
-        "instructions": len(program),
-        "modeled_us": summary["total_us"],
+        "instructions": None if call_only else len(program),
+        "modeled_us": None if call_only else summary["total_us"],
         "peak_rss_mb": _peak_mb(),
         "matches_numpy": bool(np.allclose(outs[0][:visited], expect, rtol=1e-4, atol=1e-3)),
     }
 
 
-def _child(ops: int) -> dict[str, Any]:
+def _child(ops: int, call_only: bool = False) -> dict[str, Any]:
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
     r = subprocess.run(
-        [sys.executable, "-m", "benchmarks.nki0x.run", "--one", str(ops)],
+        [sys.executable, "-m", "benchmarks.nki0x.run", "--one", str(ops)]
+        + (["--call-only"] if call_only else []),
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -144,21 +150,24 @@ def _markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     head = (
         "| IR ops | trace s | verify s | codegen s | first run s | compile s | profile s "
         "| µs/op (all) | µs/op (trace+verify) | CPU µs/op (trace+verify) "
-        "| CPU s trace / verify / codegen / first run | CPU s call→result | peak MB "
-        "| matches numpy |\n"
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---:|\n"
+        "| CPU s trace / verify / codegen / first run | CPU s call→result "
+        "| CPU µs/op call→result | peak MB | matches numpy |\n"
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---:|\n"
     )
     lines = []
     for r in rows:
         c = r["cpu_s"]
         call = c["trace"] + c["verify"] + c["codegen"] + c["first_run"]
+        # a --call-only row has no compile or profile stage
+        comp = f"{r['compile_s']:.2f}" if "compile_s" in r else "—"
+        prof = f"{r['profile_s']:.2f}" if "profile_s" in r else "—"
         lines.append(
             f"| {r['ir_ops']:,} | {r['trace_s']:.2f} | {r['verify_s']:.2f} | {r['codegen_s']:.2f} "
-            f"| {r['first_run_s']:.2f} | {r['compile_s']:.2f} | {r['profile_s']:.2f} "
+            f"| {r['first_run_s']:.2f} | {comp} | {prof} "
             f"| {r['us_per_op']:.0f} | {r['trace_verify_us_per_op']:.0f} "
             f"| {r['cpu_trace_verify_us_per_op']:.0f} "
             f"| {c['trace']:.2f} / {c['verify']:.2f} / {c['codegen']:.2f} / {c['first_run']:.2f} "
-            f"| {call:.2f} | {r['peak_rss_mb']:.0f} "
+            f"| {call:.2f} | {1e6 * call / r['ir_ops']:.0f} | {r['peak_rss_mb']:.0f} "
             f"| {'yes' if r['matches_numpy'] else 'NO'} |"
         )
     load = meta.get("load")
@@ -175,10 +184,31 @@ def _markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     )
 
 
+def _sizes(text: str) -> tuple[int, ...]:
+    """``--sizes``: comma-separated positive IR op counts (``1000,1e6`` reads as well)."""
+    try:
+        sizes = tuple(int(float(x)) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated op counts, got {text!r}"
+        ) from None
+    if not sizes or min(sizes) < 2:
+        raise argparse.ArgumentTypeError(f"op counts must be at least 2, got {text!r}")
+    return sizes
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.nki0x", description=__doc__)
     ap.add_argument("--million", action="store_true", help="add the 10^6-op row")
     ap.add_argument("--tiny", action="store_true", help="two small sizes (a smoke test)")
+    ap.add_argument(
+        "--sizes", type=_sizes, help="comma-separated IR op counts, e.g. 1000,100000,1000000"
+    )
+    ap.add_argument(
+        "--call-only",
+        action="store_true",
+        help="stop each size after its first run (no compile / profile stages)",
+    )
     ap.add_argument("--out", type=Path, default=HERE, help="folder for results.{json,md}")
     ap.add_argument("--one", type=int, help=argparse.SUPPRESS)
     ap.add_argument(
@@ -190,13 +220,16 @@ def main(argv: list[str] | None = None) -> None:
         (args.out / "results.md").write_text(_markdown(data["rows"], data["meta"]))
         return
     if args.one:
-        print(json.dumps(measure(args.one)))
+        print(json.dumps(measure(args.one, args.call_only)))
         return
-    sizes = TINY_SIZES if args.tiny else DEFAULT_SIZES + ((MILLION,) if args.million else ())
+    if args.sizes:
+        sizes = args.sizes
+    else:
+        sizes = TINY_SIZES if args.tiny else DEFAULT_SIZES + ((MILLION,) if args.million else ())
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else ""
     rows = []
     for ops in sizes:
-        row = _child(ops)
+        row = _child(ops, args.call_only)
         rows.append(row)
         print(
             f"{row['ir_ops']:>9,} ops  {row['total_s']:7.2f} s  {row['us_per_op']:6.0f} µs/op  "

@@ -159,14 +159,15 @@ class Builder:
         # that follows reads (liveness, dependencies, the simulators' memory plans) sees it
         ins = list(ins)
         outs = list(outs)
-        tiles = [a for a in (*outs, *ins) if isinstance(a, Access)]
-        for a in tiles:
-            if a.indirect is not None:
-                ins.extend(x for x in indirect_index_tiles(tiles) if x not in ins)
-                tiles = [a for a in (*outs, *ins) if isinstance(a, Access)]
-                break
+        n_ins = len(ins)
+        indirect = False
         in_loop = bool(self.loops)
-        for a in tiles:
+        # one pass over the accesses (an unrolled kernel appends an op per instruction)
+        for a in (*outs, *ins):
+            if type(a) is not Access and not isinstance(a, Access):
+                continue
+            if a.indirect is not None:
+                indirect = True
             root = a.tensor
             if root.base is not None:
                 root = root.root
@@ -176,10 +177,16 @@ class Builder:
                     self.check_scope(root, loc)
                 else:
                     raise NkiError("err_local_variable_used_out_of_scope", loc, tensor=root.name)
+        if indirect:
+            tiles = [a for a in (*outs, *ins) if isinstance(a, Access)]
+            ins.extend(x for x in indirect_index_tiles(tiles) if x not in ins)
+            for a in ins[n_ins:]:
+                self.check_scope(a.tensor, loc)
         fresh = self.fresh
         if fresh:
-            for a in tiles[len(outs) :]:  # a temporary stays fresh (retargetable) until read
-                fresh.discard(a.tensor.uid)
+            for a in ins:  # a temporary stays fresh (retargetable) until read
+                if isinstance(a, Access):
+                    fresh.discard(a.tensor.uid)
         op = Op(prim, outs, ins, attrs, loc, mask)
         self.bodies[-1].append(op)
         self.last_op = op

@@ -22,6 +22,7 @@ from .access import Accesses
 
 _PLAIN = (str, int, float, bool, type(None), np.generic)
 _SEP = object()  # between an op's outputs and inputs
+_UNSEEN = object()  # an op op_shape has not keyed yet (None is a key's "unkeyable")
 
 
 class Unkeyable(Exception):
@@ -93,10 +94,10 @@ class OpShapes(Accesses):
         compares (an array attribute); the list is shared: copy it before extending it.
         A view is named by uid, so whose view it is does not show in keys."""
         i = id(op)
-        try:
-            return self._op_shapes[i]
-        except KeyError:
-            pass
+        # .get with a marker, not try/except KeyError: the first call per op would raise
+        hit = self._op_shapes.get(i, _UNSEEN)
+        if hit is not _UNSEEN:
+            return hit
         uids: list[int] = []
         parts: list[Any] = [op.prim, op.mask]
         plain = True  # no view among the op's tensors
@@ -118,10 +119,8 @@ class OpShapes(Accesses):
                     c = static.get(u)
                     if c is None:
                         c = self.static_class(t)
-                    for p in range(len(uids)):
-                        if uids[p] == u:
-                            tp = (p, c)
-                            break
+                    if u in uids:
+                        tp = (uids.index(u), c)
                     else:
                         tp = (len(uids), c)
                         uids.append(u)

@@ -44,13 +44,6 @@ def writes_all(op: Op) -> bool:
     return bool(PRIMS[op.prim].outs) and not writes_partially(op)
 
 
-def _find(stmts: list, s: object, start: int) -> int | None:
-    """The position of statement ``s`` (by identity) in ``stmts`` from ``start`` on."""
-    if start < len(stmts) and stmts[start] is s:
-        return start
-    return next((j for j in range(start + 1, len(stmts)) if stmts[j] is s), None)
-
-
 def _positions(stmts: list) -> dict[int, int]:
     """id(op) -> the position in ``stmts`` of the statement that is or holds the op."""
     out: dict[int, int] = {}
@@ -259,6 +252,22 @@ class Planner(OpShapes):
                 return False
         return cov is not None and not cov.all()
 
+    def _body_positions(self, stmts: list) -> dict[int, int]:
+        """``_positions(stmts)``, built once per body."""
+        where = self._where.get(id(stmts))
+        if where is None:
+            where = self._where[id(stmts)] = (stmts, _positions(stmts))
+        return where[1]
+
+    def _find(self, stmts: list, s: Op, start: int) -> int | None:
+        """The position of op ``s`` as a statement of ``stmts`` (not inside one of its
+        loops) from ``start`` on.  From the body's position index: a store that is not in
+        this body would otherwise be searched for to the body's end, once per tile."""
+        if start < len(stmts) and stmts[start] is s:
+            return start
+        j = self._body_positions(stmts).get(id(s))
+        return j if j is not None and j >= start and stmts[j] is s else None
+
     def _first_touch(self, t: Tensor, stmts: list, start: int) -> int:
         """The position of the first statement of ``stmts`` from ``start`` on that holds an
         op reading or writing ``t`` (or a view of it), from the read and write index: a
@@ -268,10 +277,12 @@ class Planner(OpShapes):
         writes = self.writes.get(t.uid, ())
         if not reads and not writes:
             return len(stmts)
-        where = self._where.get(id(stmts))
-        if where is None:
-            where = self._where[id(stmts)] = (stmts, _positions(stmts))
-        where = where[1]
+        if start < len(stmts):
+            # an unrolled kernel writes most tiles in the statement after their Alloc
+            s = stmts[start]
+            if (writes and writes[0] is s) or (reads and reads[0] is s):
+                return start
+        where = self._body_positions(stmts)
         best = len(stmts)
         for ops in (reads, writes):
             for op in ops:
@@ -414,10 +425,11 @@ class Planner(OpShapes):
             while active and active[0][0] < b:
                 heapq.heappop(active)
             off = 0
-            for lo, hi in sorted((o, o + sz) for _, o, sz in active):
+            for lo, sz in sorted([(o, sz) for _, o, sz in active]):
                 if off + size <= lo:
                     break
-                off = max(off, hi)
+                if lo + sz > off:
+                    off = lo + sz
             heapq.heappush(active, (e, off, size))
             offsets[uid] = off
             total = max(total, off + size)
@@ -469,14 +481,14 @@ class Planner(OpShapes):
             # the writer must be a plain statement of this body, after the Alloc, with no
             # read of t in between (that read would see the poison)
             # (an unrolled kernel writes most tiles in the statement after their Alloc)
-            pos = _find(stmts, w, i + 1)
+            pos = self._find(stmts, w, i + 1)
             if pos is None or (
                 pos > i + 1 and any(self._mentions(x, t, True) for x in stmts[i + 1 : pos])
             ):
                 continue
             rs = reads.get(t.uid, ())
             st_op = rs[0] if len(rs) == 1 else None
-            spos = None if st_op is None else _find(stmts, st_op, pos + 1)
+            spos = None if st_op is None else self._find(stmts, st_op, pos + 1)
             kind = self._forward_kind(t, w, st_op if spos is not None else None)
             if kind is _LOAD:
                 self.load_fwd[id(w)] = t

@@ -115,7 +115,9 @@ class TableMode:
             raise _Unkeyable
         no, uids = shape[0], shape[1]
         flags = self._tflags
-        fl = tuple([flags[u] if u in flags else self._tflag(u) for u in uids])
+        fl = tuple(map(flags.get, uids))  # every temporary's Alloc came first: all known
+        if None in fl:
+            fl = tuple([flags[u] if u in flags else self._tflag(u) for u in uids])
         i = id(op)
         lf, ss, sf = self.load_fwd.get(i), self.store_skip.get(i), self.store_fwd.get(i)
         if lf is None and ss is None and sf is None:
