@@ -582,7 +582,7 @@ def range_select(
     chain = _chain(
         "vector",
         reduce_cmd,
-        E._max_only("range_select", reduce_op, loc),
+        E.max_reduce_op("range_select", reduce_op, loc),
         a,
         reduce_res,
         loc,
@@ -627,7 +627,7 @@ def select_reduce(
     (``nkikit/trace/accumulators.py``)."""
     loc = caller_loc()
     p = _tile(predicate, loc, "select_reduce")
-    red = E._max_only("select_reduce", reduce_op, loc)
+    red = E.max_reduce_op("select_reduce", reduce_op, loc)
     chain = _chain("vector", reduce_cmd, red, p, reduce_res, loc, "select_reduce")
     t = broadcast_access(_tile(on_true, loc, "on_true"), p.shape, loc, "select_reduce")
     f = (
