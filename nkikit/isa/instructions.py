@@ -298,8 +298,8 @@ def _activation(op, data, bias, scale, reduce_op, reduce_res, loc, dtype, mask, 
     chain = _chain("scalar", cmd, red, a, reduce_res, loc, "activation")
     into = chain.into
     red = None if into is None else red
-    E.emit_activation(out, a, b, s, op=fn, reduce_res=into, reduce_op=red, mask=m, loc=loc)
-    chain.finish()
+    op_ = E.emit_activation(out, a, b, s, op=fn, reduce_res=into, reduce_op=red, mask=m, loc=loc)
+    chain.finish(op_)
     return tile
 
 
@@ -589,7 +589,7 @@ def range_select(
         "range_select",
     )
     tile, out = new_tile(a.shape, dtype or a.dtype, loc, fallback="range_select")
-    E.emit_range_select(
+    op = E.emit_range_select(
         out,
         a,
         operand(bound0, loc),
@@ -603,7 +603,7 @@ def range_select(
         mask=mask_of(mask, loc),
         loc=loc,
     )
-    chain.finish()
+    chain.finish(op)
     return tile
 
 
@@ -655,7 +655,7 @@ def select_reduce(
                 src=p.shape,
             )
         tile = dst
-    E.emit_select_reduce(
+    op = E.emit_select_reduce(
         out,
         p,
         t,
@@ -666,7 +666,7 @@ def select_reduce(
         mask=mask_of(mask, loc),
         loc=loc,
     )
-    chain.finish()
+    chain.finish(op)
     return tile
 
 

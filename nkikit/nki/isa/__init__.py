@@ -1101,7 +1101,7 @@ def tensor_scalar_reduce(
         engine="vector",
         loc=loc,
     )
-    chain.finish()
+    chain.finish(op)
     return _done(op)
 
 
@@ -1240,7 +1240,7 @@ def select_reduce(
     op = E.emit_select_reduce(
         d, p, t, f, reduce_res=chain.into, reduce_op=reduce_op, reverse=reverse_pred, loc=loc
     )
-    chain.finish()
+    chain.finish(op)
     return _done(op)
 
 
@@ -1280,7 +1280,7 @@ def range_select(
         range_start=range_start,
         loc=loc,
     )
-    chain.finish()
+    chain.finish(op)
     return _done(op)
 
 
@@ -1434,7 +1434,7 @@ def _activation(dst, op, data, bias, scale, reduce_op, reduce_res, cmd, loc, wha
     op_ = E.emit_activation(
         d, a, b, s, op=op, reduce_res=into, reduce_op=None if into is None else red, loc=loc
     )
-    chain.finish()
+    chain.finish(op_)
     return _done(op_)
 
 
@@ -1485,7 +1485,7 @@ def activate2(
         reduce_op=red,
         loc=loc,
     )
-    chain.finish()
+    chain.finish(op_)
     return _done(op_)
 
 
@@ -1513,7 +1513,7 @@ def exponential(
     init = _scalar_or_vector(_lanes(reduce_init, a), loc, "reduce_init")
     chain = ACC.Chain("vector", cmd, "add", a.shape[0], r, init=init, loc=loc, op="exponential")
     op = E.emit_exponential(d, a, m, reduce_res=chain.into, loc=loc)
-    chain.finish()
+    chain.finish(op)
     return _done(op)
 
 
