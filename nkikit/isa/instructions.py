@@ -298,8 +298,8 @@ def _activation(op, data, bias, scale, reduce_op, reduce_res, loc, dtype, mask, 
     chain = _chain("scalar", cmd, red, a, reduce_res, loc, "activation")
     into = chain.into
     red = None if into is None else red
-    E.emit_activation(out, a, b, s, op=fn, reduce_res=into, reduce_op=red, mask=m, loc=loc)
-    chain.finish()
+    op_ = E.emit_activation(out, a, b, s, op=fn, reduce_res=into, reduce_op=red, mask=m, loc=loc)
+    chain.finish(op_)
     return tile
 
 
@@ -582,14 +582,14 @@ def range_select(
     chain = _chain(
         "vector",
         reduce_cmd,
-        E._max_only("range_select", reduce_op, loc),
+        E.max_reduce_op("range_select", reduce_op, loc),
         a,
         reduce_res,
         loc,
         "range_select",
     )
     tile, out = new_tile(a.shape, dtype or a.dtype, loc, fallback="range_select")
-    E.emit_range_select(
+    op = E.emit_range_select(
         out,
         a,
         operand(bound0, loc),
@@ -603,7 +603,7 @@ def range_select(
         mask=mask_of(mask, loc),
         loc=loc,
     )
-    chain.finish()
+    chain.finish(op)
     return tile
 
 
@@ -627,7 +627,7 @@ def select_reduce(
     (``nkikit/trace/accumulators.py``)."""
     loc = caller_loc()
     p = _tile(predicate, loc, "select_reduce")
-    red = E._max_only("select_reduce", reduce_op, loc)
+    red = E.max_reduce_op("select_reduce", reduce_op, loc)
     chain = _chain("vector", reduce_cmd, red, p, reduce_res, loc, "select_reduce")
     t = broadcast_access(_tile(on_true, loc, "on_true"), p.shape, loc, "select_reduce")
     f = (
@@ -655,7 +655,7 @@ def select_reduce(
                 src=p.shape,
             )
         tile = dst
-    E.emit_select_reduce(
+    op = E.emit_select_reduce(
         out,
         p,
         t,
@@ -666,7 +666,7 @@ def select_reduce(
         mask=mask_of(mask, loc),
         loc=loc,
     )
-    chain.finish()
+    chain.finish(op)
     return tile
 
 

@@ -45,7 +45,7 @@ import numpy as np
 from .. import dtypes
 from ..errors import NkiError, SourceLoc
 from ..ir.affine import Affine, Axis
-from ..ir.core import ACCUMULATOR_LANES, Access, Alloc, Tensor
+from ..ir.core import ACCUMULATOR_LANES, Access, Alloc, Op, Tensor
 from . import instructions as E
 from .builder import current, maybe_current
 
@@ -171,9 +171,16 @@ class Chain:
         t = b.new_tensor((partitions, 1), dtypes.float32, "sbuf", loc=self.loc, fallback="red")
         return Access.whole(t)
 
-    def finish(self) -> None:
-        """Emit what follows the instruction: the fold of ``reduce`` / ``load_reduce`` and
-        the read-out into ``reduce_res``."""
+    def finish(self, op: Op) -> None:
+        """Emit what follows the instruction ``op``: the fold of ``reduce`` / ``load_reduce``
+        and the read-out into ``reduce_res``.  ``op`` stays the builder's last op, so that
+        ``t[...] = nisa.activation_reduce(...)`` still writes ``t`` directly (none of these
+        ops reads the instruction's destination)."""
+        self._finish()
+        b = maybe_current() or current("the engine accumulators")
+        b.last_op = op
+
+    def _finish(self) -> None:
         loc = self.loc
         if self.tmp is not None and self.acc is not None:
             E.emit_tensor_tensor(

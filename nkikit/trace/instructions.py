@@ -259,7 +259,7 @@ def _invalid(prim: str, loc: SourceLoc, why: str) -> NkiError:
     return NkiError("err_invalid_argument", loc, op=f"nisa.{prim}", why=why)
 
 
-def _max_only(prim: str, reduce_op: object, loc: SourceLoc) -> str:
+def max_reduce_op(prim: str, reduce_op: object, loc: SourceLoc) -> str:
     """The reduction of ``range_select`` / ``select_reduce``: the ISA has only max."""
     if reduce_op is None:
         return "max"
@@ -793,7 +793,7 @@ def emit_range_select(
         "comp_op1": op_name(comp_op1),
         "on_false": float(on_false),
         "range_start": int(range_start),
-        "reduce_op": _max_only("range_select", reduce_op, loc),
+        "reduce_op": max_reduce_op("range_select", reduce_op, loc),
     }
     _elementwise("range_select", loc, [dst], on_true_tile)
     _same_partitions("range_select", loc, on_true_tile, bound0, bound1, reduce_res)
@@ -817,7 +817,7 @@ def emit_select_reduce(
     the VectorE; ``on_true`` of ``predicate``'s shape, ``on_false`` an immediate or a tile of
     its partitions ((P, 1), or broadcast to its shape).  With ``reduce_res``, also the row
     maximum (``reduce_op``: np.max, the only one)."""
-    attrs = {"reverse": bool(reverse), "reduce_op": _max_only("select_reduce", reduce_op, loc)}
+    attrs = {"reverse": bool(reverse), "reduce_op": max_reduce_op("select_reduce", reduce_op, loc)}
     _elementwise("select_reduce", loc, [dst], predicate, on_true)
     _same_partitions("select_reduce", loc, predicate, on_false, reduce_res)
     ins = [predicate, on_true, on_false]

@@ -177,7 +177,8 @@ def test_exponential_sum_runs_over_tiles_from_reduce_init():
             a = _load(x[:, j * 20 : (j + 1) * 20])
             y = nl.ndarray((P, 20), dtype=nl.bfloat16, buffer=nl.sbuf)
             cmd = CMD.load_reduce if j == 0 else CMD.reduce
-            nisa.exponential(dst=y, src=a, max_value=1.0, reduce_cmd=cmd, reduce_init=5.0,
+            nisa.exponential(dst=y, src=a, max_value=1.0, reduce_cmd=cmd,
+                             reduce_init=5.0 if j == 0 else 0.0,
                              reduce_res=s if j == 2 else None)  # fmt: skip
         return _store(s)
 

@@ -307,8 +307,17 @@ def exp_wide_max(x):
     return _store(y)
 
 
+@nki.jit
+def exp_unread_init(x):
+    a = _load(x)
+    y = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)
+    nisa.exponential(dst=y, src=a, reduce_init=2.0)  # BAD
+    return _store(y)
+
+
 def test_exponential_constraints_are_named_errors_at_the_line():
     x = f32(16, 8)
+    assert "load_reduce" in str(rejects(exp_unread_init, "err_invalid_argument", x))
     rejects(exp_tf32_src, "err_unsupported_dtype", x)
     rejects(exp_uint32_dst, "err_unsupported_dtype", x)
     rejects(exp_wide_max, "err_invalid_argument", x)

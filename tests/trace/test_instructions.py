@@ -481,3 +481,26 @@ def test_accumulator_chains_and_sequence_bounds_trace_the_same_ir_in_both_dialec
     np.testing.assert_allclose(s0[:, 0], 2 * np.exp(X).sum(1), rtol=1e-5)
     np.testing.assert_array_equal(b0, b1)
     np.testing.assert_array_equal(b1[0, 9:], [-1, 3, 3, 6, 6, 6, -1, 9, 9])
+
+
+def test_an_assigned_activation_reduce_writes_its_target_directly():
+    # the accumulator read-out follows the activation, which still writes t itself
+    @nki1.jit
+    def k(x):
+        t = nl1.ndarray((P, F), dtype=nl1.float32, buffer=nl1.sbuf)
+        s = nl1.ndarray((P, 1), dtype=nl1.float32, buffer=nl1.sbuf)
+        t[...] = nisa1.activation_reduce(
+            op=np.exp, data=nl1.load(x), reduce_op=np.add, reduce_res=s
+        )
+        out = nl1.ndarray((P, F), dtype=nl1.float32, buffer=nl1.shared_hbm)
+        total = nl1.ndarray((P, 1), dtype=nl1.float32, buffer=nl1.shared_hbm)
+        nl1.store(out, value=t)
+        nl1.store(total, value=s)
+        return out, total
+
+    ops = [(op.prim, [o.shape for o in op.outs]) for op, _ in k.ir(X).ops()]
+    assert ops.count(("tensor_copy", [(P, 1)])) == 1  # the read-out, no copy of the tile
+    assert [p for p, _ in ops].count("tensor_copy") == 1
+    out, total = k(X)
+    np.testing.assert_allclose(out, np.exp(X), rtol=1e-6)
+    np.testing.assert_allclose(total[:, 0], np.exp(X).sum(1), rtol=1e-5)

@@ -1101,7 +1101,7 @@ def tensor_scalar_reduce(
         engine="vector",
         loc=loc,
     )
-    chain.finish()
+    chain.finish(op)
     return _done(op)
 
 
@@ -1235,12 +1235,12 @@ def select_reduce(
     d, p, t = _tiles(loc, "select_reduce", dst, predicate, on_true)
     f = _scalar_or_vector(on_false, loc, "on_false", t)
     r = None if reduce_res is None else _reduce_res(reduce_res, p, loc)
-    red = E._max_only("select_reduce", reduce_op, loc)
+    red = E.max_reduce_op("select_reduce", reduce_op, loc)
     chain = ACC.Chain("vector", cmd, red, p.shape[0], r, loc=loc, op="select_reduce")
     op = E.emit_select_reduce(
         d, p, t, f, reduce_res=chain.into, reduce_op=reduce_op, reverse=reverse_pred, loc=loc
     )
-    chain.finish()
+    chain.finish(op)
     return _done(op)
 
 
@@ -1265,7 +1265,7 @@ def range_select(
     cmd = ACC.command(reduce_cmd, loc, "range_select")
     d, a = _tiles(loc, "range_select", dst, on_true_tile)
     r = None if reduce_res is None else _reduce_res(reduce_res, a, loc)
-    red = E._max_only("range_select", reduce_op, loc)
+    red = E.max_reduce_op("range_select", reduce_op, loc)
     chain = ACC.Chain("vector", cmd, red, a.shape[0], r, loc=loc, op="range_select")
     op = E.emit_range_select(
         d,
@@ -1280,7 +1280,7 @@ def range_select(
         range_start=range_start,
         loc=loc,
     )
-    chain.finish()
+    chain.finish(op)
     return _done(op)
 
 
@@ -1438,7 +1438,7 @@ def _activation(dst, op, data, bias, scale, reduce_op, reduce_res, cmd, loc, wha
     op_ = E.emit_activation(
         d, a, b, s, op=op, reduce_res=into, reduce_op=None if into is None else red, loc=loc
     )
-    chain.finish()
+    chain.finish(op_)
     return _done(op_)
 
 
@@ -1489,7 +1489,7 @@ def activate2(
         reduce_op=red,
         loc=loc,
     )
-    chain.finish()
+    chain.finish(op_)
     return _done(op_)
 
 
@@ -1512,10 +1512,12 @@ def exponential(
     d, a = _tiles(loc, "exponential", dst, src)
     m = _scalar_or_vector(_lanes(max_value, a), loc, "max_value", a)
     r = None if reduce_res is None else _reduce_res(reduce_res, a, loc)
+    if cmd != "load_reduce" and not (isinstance(reduce_init, int | float) and reduce_init == 0):
+        raise _invalid("exponential", "reduce_init is only read by load_reduce", loc)
     init = _scalar_or_vector(_lanes(reduce_init, a), loc, "reduce_init")
     chain = ACC.Chain("vector", cmd, "add", a.shape[0], r, init=init, loc=loc, op="exponential")
     op = E.emit_exponential(d, a, m, reduce_res=chain.into, loc=loc)
-    chain.finish()
+    chain.finish(op)
     return _done(op)
 
 
