@@ -6,8 +6,16 @@ Importing this package sets the device up (idempotent): ``"neuron"`` is then a t
 
 from .device import NeuronTensor, neuron_device
 from .dispatch import NeuronFallbackWarning
+from .source import kernel_source
 from .stats import DeviceStats, device_stats
 
 neuron_device()
 
-__all__ = ["DeviceStats", "NeuronFallbackWarning", "NeuronTensor", "device_stats", "neuron_device"]
+__all__ = [
+    "DeviceStats",
+    "NeuronFallbackWarning",
+    "NeuronTensor",
+    "device_stats",
+    "kernel_source",
+    "neuron_device",
+]

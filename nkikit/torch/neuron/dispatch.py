@@ -60,6 +60,8 @@ def dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
         if e.kind == "transfer":
             device_stats().transfer(name)
             return func(*_unwrap(args), **_unwrap(kwargs))
+        if e.kind == "alloc":
+            return e.run(*args, **kwargs)
         if e.kind == "kernel":
             out = e.run(*args, **kwargs)
             return fallback(func, args, kwargs, out) if isinstance(out, str) else out

@@ -176,3 +176,77 @@ def copy_between(dst: Any, src: Any) -> Any:
     moved = launch("copy_.default", "dma_copy_kernel", dma_copy, to_np(src))
     storage(dst).copy_(from_numpy(moved))
     return dst
+
+
+# -- allocation and fills ----------------------------------------------------------------------
+
+
+def _filled(op: str, like: torch.Tensor, value: Any) -> Any:
+    from .movement import memset
+
+    why = _copy_fits(like)
+    if why:
+        return why
+    if isinstance(value, torch.Tensor):
+        value = storage(value).item()
+    out = launch(op, "memset_kernel", memset, to_np(like), value)
+    return from_numpy(out)
+
+
+def fill_(t: Any, value: Any, op: str = "fill_.Scalar") -> Any:
+    """aten::fill_.Scalar / fill_.Tensor: one memset kernel writing the tensor."""
+    out = _filled(op, storage(t), value)
+    if isinstance(out, str):
+        return out
+    storage(t).copy_(out)
+    return t
+
+
+def zero_(t: Any) -> Any:
+    """aten::zero_: one memset kernel."""
+    return fill_(t, 0, "zero_.default")
+
+
+def _alloc(like: Any, size: Any, dtype: Any, memory_format: Any = None) -> torch.Tensor:
+    base = storage(like)
+    if size is None:
+        fmt = memory_format or torch.preserve_format
+        return torch.empty_like(base, dtype=dtype or base.dtype, memory_format=fmt)
+    return torch.empty(size, dtype=dtype or base.dtype)
+
+
+def filled_like(op: str, value: Any) -> Callable[..., Any]:
+    """aten::zeros_like / ones_like (``value``) and full_like: a new tensor by one memset."""
+
+    def run(t, *rest, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+        v = rest[0] if value is None else value
+        out = _filled(op, _alloc(t, None, dtype), v)
+        return out if isinstance(out, str) else wrap(out)
+
+    return run
+
+
+def new_filled(op: str, value: Any) -> Callable[..., Any]:
+    """aten::new_zeros / new_ones (``value``) and new_full: a new tensor by one memset."""
+
+    def run(t, size, *rest, dtype=None, layout=None, device=None, pin_memory=None):
+        v = rest[0] if value is None else value
+        out = _filled(op, _alloc(t, size, dtype), v)
+        return out if isinstance(out, str) else wrap(out)
+
+    return run
+
+
+def empty_like(t, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    """aten::empty_like: an allocation (no kernel; fresh device memory)."""
+    return wrap(_alloc(t, None, dtype, memory_format))
+
+
+def new_empty(t, size, *, dtype=None, layout=None, device=None, pin_memory=None):
+    """aten::new_empty: an allocation (no kernel)."""
+    return wrap(_alloc(t, size, dtype))
+
+
+def new_empty_strided(t, size, stride, *, dtype=None, layout=None, device=None, pin_memory=None):
+    """aten::new_empty_strided: an allocation (no kernel)."""
+    return wrap(torch.empty_strided(size, stride, dtype=dtype or t.dtype))
