@@ -205,7 +205,7 @@ def fallback(func: Any, args: tuple, kwargs: dict, reason: str) -> Any:
     mine = {
         id(storage(t)): t for t in tree_flatten((args, kwargs))[0] if isinstance(t, NeuronTensor)
     }
-    return tree_map(lambda t: mine.get(id(t)) or _wrap_cpu(t), out)
+    return tree_map(lambda t: mine[id(t)] if id(t) in mine else _wrap_cpu(t), out)
 
 
 # -- helpers -----------------------------------------------------------------------------------
