@@ -81,7 +81,8 @@ def rms_norm(x, normalized_shape, weight=None, eps=None):
     """aten::rms_norm on the device: one ``rmsnorm_kernel`` launch (see module doc)."""
     if not _norm_fits(x, normalized_shape, weight):
         return torch.ops.aten.rms_norm.default.decompose(x, normalized_shape, weight, eps)
-    eps = torch.finfo(x.dtype).eps if eps is None else float(eps)
+    # torch's default: the epsilon of the op-math type, fp32 for bf16 too (ATen rms_norm)
+    eps = torch.finfo(torch.float32).eps if eps is None else float(eps)
     return _RMSNorm.apply(x, weight, math.prod(normalized_shape), eps)
 
 
