@@ -20,6 +20,8 @@ Routes, in order (see the table in :mod:`nkikit.torch.neuron.ops`):
 from __future__ import annotations
 
 import contextlib
+import os
+import sys
 import warnings
 from typing import Any
 
@@ -190,10 +192,12 @@ def fallback(func: Any, args: tuple, kwargs: dict, reason: str) -> Any:
     device_stats().fallback(name, reason)
     if name not in _WARNED:
         _WARNED.add(name)
-        warnings.warn(
+        filename, lineno = _user_frame()
+        warnings.warn_explicit(
             f"neuron: aten::{name} runs on the CPU (fallback): {reason}",
             NeuronFallbackWarning,
-            stacklevel=3,
+            filename,
+            lineno,
         )
     rng = (
         torch.profiler.record_function(f"neuron.fallback {name}")
@@ -228,3 +232,19 @@ def _to_meta(x: Any) -> Any:
         s = storage(x)
         return torch.empty_strided(s.shape, s.stride(), dtype=s.dtype, device="meta")
     return x
+
+
+_INTERNAL = (
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+    os.path.dirname(os.path.abspath(torch.__file__)),
+)
+
+
+def _user_frame() -> tuple[str, int]:
+    """The innermost calling frame outside nkikit and torch: the user's file and line."""
+    f = sys._getframe(1)
+    while f is not None and f.f_code.co_filename.startswith(_INTERNAL):
+        f = f.f_back
+    if f is None:
+        return "<unknown>", 0
+    return f.f_code.co_filename, f.f_lineno
