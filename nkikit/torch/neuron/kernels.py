@@ -29,12 +29,16 @@ MAX_K = 8192  # the library matmul's contraction limit (kernels/matmul: MAX_K)
 def to_np(t: Any) -> np.ndarray:
     """The values of a device (or CPU) tensor as a C-contiguous numpy array (bf16 as
     ``ml_dtypes.bfloat16``)."""
-    return np.ascontiguousarray(to_numpy(storage(t).detach().contiguous()))
+    a = to_numpy(storage(t).detach().contiguous())
+    return a if a.flags.c_contiguous else a.copy()  # (ascontiguousarray makes 0-d arrays 1-d)
 
 
 def to_device(a: Any) -> NeuronTensor:
     """A numpy array (or CPU tensor) as a new device tensor."""
-    t = a if isinstance(a, torch.Tensor) else from_numpy(np.ascontiguousarray(a))
+    if not isinstance(a, torch.Tensor):
+        a = np.asarray(a)
+        a = from_numpy(a if a.flags.c_contiguous else a.copy())
+    t = a
     return wrap(t)
 
 

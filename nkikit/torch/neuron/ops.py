@@ -86,6 +86,22 @@ OPS: dict[str, OpEntry] = {
     "empty_like.default": OpEntry("alloc", kernels.empty_like),
     "new_empty.default": OpEntry("alloc", kernels.new_empty),
     "new_empty_strided.default": OpEntry("alloc", kernels.new_empty_strided),
+    **{
+        op: OpEntry(
+            "fallback", "random numbers are drawn by the CPU generator (seeds reproduce CPU)"
+        )
+        for op in (
+            "normal_.default",
+            "uniform_.default",
+            "bernoulli_.float",
+            "bernoulli.default",
+            "random_.default",
+            "random_.from",
+            "random_.to",
+            "exponential_.default",
+            "randperm.default",
+        )
+    },
     "embedding_dense_backward.default": OpEntry(
         "fallback", "scatter-add of row gradients: no device kernel (indirect DMA accumulate)"
     ),

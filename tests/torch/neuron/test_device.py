@@ -305,3 +305,14 @@ def test_decoder_layer_forward_backward_matches_cpu(dtype):
     )
     # every launch is accounted to an op
     assert st.total_kernels == len(s.records)
+
+
+def test_more_factories_and_host_reads():
+    assert torch.equal(torch.tensor([1.0, 2.0], device="neuron").cpu(), torch.tensor([1.0, 2.0]))
+    assert torch.ones(2, device="neuron").tolist() == [1.0, 1.0]
+    z = torch.zeros(4, device="neuron")
+    z[1:3] = 1.0
+    assert torch.equal(z.cpu(), torch.tensor([0.0, 1.0, 1.0, 0.0]))
+    assert torch.full((2, 2), 7.0, device="neuron").sum().item() == 28.0
+    torch.randn(3, device="neuron")
+    assert "random numbers" in device_stats().fallback_reasons["normal_.default"]
