@@ -9,7 +9,8 @@ Routes, in order (see the table in :mod:`nkikit.torch.neuron.ops`):
 3. An in-place op without an entry (``add_``): its out-of-place op on the device, written back
    into the tensor's storage.
 4. The default route: a one-node region compiled by ``codegen.compile_region`` (a generated NKI
-   kernel) when ``codegen.supported`` accepts it.
+   kernel) when ``codegen.supported`` accepts it.  A generated kernel that fails to build or
+   run falls back too, with the error as the reason (warned, so a codegen gap never hides).
 5. Anything else: a CPU fallback.  The op runs on the CPU storage, its results are wrapped back
    onto the device, it is counted per op with its reason (:func:`device_stats`), warned once per
    op (:class:`NeuronFallbackWarning`) and, while ``torch.profiler`` runs, recorded as a range
@@ -132,8 +133,12 @@ def region_call(func: Any, args: tuple, kwargs: dict) -> Any:
         return why
     from .kernels import to_device, to_np
 
-    compiled = cg.compile_region(region)
-    outs = compiled.run(*(to_np(t) for t in tensors))
+    try:
+        compiled = cg.compile_region(region)
+        outs = compiled.run(*(to_np(t) for t in tensors))
+    except Exception as err:  # noqa: BLE001 - a kernel nkikit cannot build: counted, warned, CPU
+        # (reported as this op's fallback reason, with the error's name and first line)
+        return f"generated kernel failed: {type(err).__name__}: {str(err).splitlines()[0][:120]}"
     device_stats().kernel(region.nodes[0].op, compiled.name)
     return to_device(outs[0])
 
