@@ -241,16 +241,20 @@ def new_filled(op: str, value: Any) -> Callable[..., Any]:
     return run
 
 
-def empty_like(t, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+def empty_like(
+    t, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None
+) -> NeuronTensor:
     """aten::empty_like: an allocation (no kernel; fresh device memory)."""
     return wrap(_alloc(t, None, dtype, memory_format))
 
 
-def new_empty(t, size, *, dtype=None, layout=None, device=None, pin_memory=None):
+def new_empty(t, size, *, dtype=None, layout=None, device=None, pin_memory=None) -> NeuronTensor:
     """aten::new_empty: an allocation (no kernel)."""
     return wrap(_alloc(t, size, dtype))
 
 
-def new_empty_strided(t, size, stride, *, dtype=None, layout=None, device=None, pin_memory=None):
+def new_empty_strided(
+    t, size, stride, *, dtype=None, layout=None, device=None, pin_memory=None
+) -> NeuronTensor:
     """aten::new_empty_strided: an allocation (no kernel)."""
     return wrap(torch.empty_strided(size, stride, dtype=dtype or t.dtype))

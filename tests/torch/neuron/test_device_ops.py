@@ -195,3 +195,17 @@ def test_elementwise_and_reductions_match_cpu(dtype, a, b, bcast):
     close(xd.amax(-1), x.amax(-1), dtype, "reduction")
     close(torch.softmax(xd, -1), torch.softmax(x, -1), dtype, "normalization")
     close(torch.log_softmax(xd, -1), torch.log_softmax(x, -1), dtype, "normalization")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@SETTINGS
+@given(shape=st.lists(st.integers(1, 9), min_size=1, max_size=3), data=st.data())
+def test_cat_along_any_dim_is_exact(dtype, shape, data):
+    d = data.draw(st.integers(0, len(shape) - 1))
+    extra = data.draw(st.integers(1, 5))
+    a = rand(*shape, dtype=dtype)
+    other = list(shape)
+    other[d] = extra
+    b = rand(*other, dtype=dtype, seed=1)
+    got = torch.cat([a.to("neuron"), b.to("neuron")], d)
+    assert torch.equal(got.cpu(), torch.cat([a, b], d))
