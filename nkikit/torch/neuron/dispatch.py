@@ -139,7 +139,7 @@ def region_call(func: Any, args: tuple, kwargs: dict) -> Any:
     except Exception as err:  # noqa: BLE001 - a kernel nkikit cannot build: counted, warned, CPU
         # (reported as this op's fallback reason, with the error's name and first line)
         return f"generated kernel failed: {type(err).__name__}: {str(err).splitlines()[0][:120]}"
-    device_stats().kernel(region.nodes[0].op, compiled.name)
+    device_stats().kernel(region.nodes[0].op, compiled.name, spec=region.key[0])
     return to_device(outs[0])
 
 

@@ -45,8 +45,13 @@ def to_device(a: Any) -> NeuronTensor:
 def launch(op: str, kernel: str, fn: Callable, *args: Any, launches: int = 1, **kw: Any) -> Any:
     """``fn(*args, **kw)`` (which launches ``launches`` kernels), counted for ``op``."""
     out = fn(*args, **kw)
-    device_stats().kernel(op, kernel, launches)
+    device_stats().kernel(op, kernel, launches, spec_of(args))
     return out
+
+
+def spec_of(arrays: Any) -> tuple:
+    """The (shape, dtype name) signature of the arrays among ``arrays``."""
+    return tuple((a.shape, str(a.dtype)) for a in arrays if isinstance(a, np.ndarray))
 
 
 # -- matmul family (library matmul: lhsT.T @ rhs) ----------------------------------------------
@@ -86,7 +91,7 @@ def bmm(a: Any, b: Any) -> Any:
         return why
     an, bn = to_np(a), to_np(b)
     outs = [_matmul_np(an[i], bn[i]) for i in range(an.shape[0])]
-    device_stats().kernel("bmm.default", "matmul_kernel", len(outs))
+    device_stats().kernel("bmm.default", "matmul_kernel", len(outs), spec_of((an, bn)))
     return to_device(np.stack(outs))
 
 

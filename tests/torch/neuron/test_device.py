@@ -184,9 +184,14 @@ def test_in_place_fallback_returns_the_same_tensor():
 def test_stats_reset_and_table():
     torch.ones(3, device="neuron")
     assert device_stats().total_kernels == 1
+    a, b = torch.randn(4, 8).to("neuron"), torch.randn(8, 2).to("neuron")
+    a @ b, a @ b, a[:2] @ b  # two shapes: two cached specializations of the matmul kernel
+    assert device_stats().kernels["mm.default"] == 3
+    assert len(device_stats().specializations["mm.default"]) == 2
     assert "memset_kernel" in str(device_stats())
     device_stats().reset()
     assert device_stats().total_kernels == 0 and device_stats().total_fallbacks == 0
+    assert not device_stats().specializations
 
 
 def test_kernel_source_prints_nki():
