@@ -6,12 +6,14 @@ Routes, in order (see the table in :mod:`nkikit.torch.neuron.ops`):
    generated kernel) or a DMA copy kernel.
 2. The op's table entry: a view of the storage, a transfer, library / data-movement kernels,
    or a fixed fallback.
-3. An in-place op without an entry (``add_``): its out-of-place op on the device, written back
+3. A composite op (CompositeImplicitAutograd) that still arrives whole, which happens only
+   where autograd is off (``torch.inference_mode``): its decomposition, as elsewhere.
+4. An in-place op without an entry (``add_``): its out-of-place op on the device, written back
    into the tensor's storage.
-4. The default route: a one-node region compiled by ``codegen.compile_region`` (a generated NKI
+5. The default route: a one-node region compiled by ``codegen.compile_region`` (a generated NKI
    kernel) when ``codegen.supported`` accepts it.  A generated kernel that fails to build or
    run falls back too, with the error as the reason (warned, so a codegen gap never hides).
-5. Anything else: a CPU fallback.  The op runs on the CPU storage, its results are wrapped back
+6. Anything else: a CPU fallback.  The op runs on the CPU storage, its results are wrapped back
    onto the device, it is counted per op with its reason (:func:`device_stats`), warned once per
    op (:class:`NeuronFallbackWarning`) and, while ``torch.profiler`` runs, recorded as a range
    ``neuron.fallback <op>``.  A fallback computes with CPU torch's numerics, never silently
@@ -27,6 +29,7 @@ import warnings
 from typing import Any
 
 import torch
+from torch._C import DispatchKey
 from torch.utils._pytree import tree_flatten, tree_map
 
 from .device import NeuronTensor, storage, wrap
@@ -69,6 +72,10 @@ def dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
             out = e.run(*args, **kwargs)
             return fallback(func, args, kwargs, out) if isinstance(out, str) else out
         return fallback(func, args, kwargs, str(e.run))
+    if func.has_kernel_for_dispatch_key(DispatchKey.CompositeImplicitAutograd):
+        # a composite op arrives whole only where autograd is off (inference mode): run its
+        # decomposition, as torch does everywhere else (``to`` becomes ``_to_copy``...)
+        return func.decompose(*args, **kwargs)
     if func._opname.endswith("_") and not kwargs.get("out"):
         return _in_place(func, args, kwargs)
     out = region_call(func, args, kwargs)

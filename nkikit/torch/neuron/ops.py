@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from . import kernels
+from . import fused, kernels
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +68,11 @@ TRANSFER_OPS = ("_local_scalar_dense.default", "is_same_size.default")
 OPS: dict[str, OpEntry] = {
     **{op: OpEntry("view") for op in VIEW_OPS},
     **{op: OpEntry("transfer") for op in TRANSFER_OPS},
+    # these reach the dispatcher whole only where autograd is off (torch.inference_mode);
+    # elsewhere their AutogradPrivateUse1 kernels (nkikit.torch.neuron.fused) take them first
+    "rms_norm.default": OpEntry("kernel", fused.rms_norm),
+    "layer_norm.default": OpEntry("kernel", fused.layer_norm),
+    "scaled_dot_product_attention.default": OpEntry("kernel", fused.scaled_dot_product_attention),
     "mm.default": OpEntry("kernel", kernels.mm),
     "bmm.default": OpEntry("kernel", kernels.bmm),
     "addmm.default": OpEntry("kernel", kernels.addmm),

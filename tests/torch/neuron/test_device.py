@@ -135,6 +135,20 @@ def test_rms_norm_is_one_kernel_launch():
     assert device_stats().total_fallbacks == 0
 
 
+def test_one_kernel_ops_in_inference_mode():
+    x, w = torch.randn(4, 64).to("neuron"), torch.randn(64).to("neuron")
+    q = torch.randn(1, 2, 8, 16).to("neuron")
+    with torch.inference_mode(), Session() as s:
+        y = torch.rms_norm(x, (64,), w, 1e-6)
+        F.layer_norm(x, (64,))
+        F.scaled_dot_product_attention(q, q, q)
+    kernels = [r.kernel for r in s.records]
+    assert kernels == ["rmsnorm_kernel", "layernorm_kernel", "flash_attention_fwd_kernel"]
+    torch.testing.assert_close(
+        y.cpu(), torch.rms_norm(x.cpu(), (64,), w.cpu(), 1e-6), rtol=2e-5, atol=2e-5
+    )
+
+
 def test_rms_norm_the_library_cannot_take_decomposes_on_the_device():
     x = torch.randn(3, 4).to("neuron")
     w = torch.randn(4, dtype=torch.bfloat16).to("neuron")  # mixed dtypes: not the kernel's
