@@ -322,8 +322,9 @@ def test_decoder_layer_forward_backward_matches_cpu(dtype):
         st.kernels["rms_norm.default"] == 2
         and st.kernels["scaled_dot_product_attention.default"] == 1
     )
-    # every launch is accounted to an op
+    # every launch is accounted to an op, and nothing fell back to the CPU
     assert st.total_kernels == len(s.records)
+    assert st.total_fallbacks == 0, st.fallback_reasons
 
 
 def test_more_factories_and_host_reads():
