@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import dataclasses
 import hashlib
 import importlib
 import keyword
@@ -330,6 +331,8 @@ class _Writer:
             body.emit(f"nisa.dma_copy(dst={t}, src={self.params[v.name]}.ap({pat}, offset={off}))")
             env[v.name] = t
         results: dict[str, list[Tile]] = {}
+        consumer = _single_consumers(r)
+        fused = len([n for n in r.nodes if n.op != "getitem"]) > 1
         for n in r.nodes:
             if n.op == "getitem":
                 t = results[n.args[0]][n.args[1]]
@@ -337,10 +340,26 @@ class _Writer:
                     t = body.copy(n.out.dtype, t)
                 env[n.out.name] = t
                 continue
+            rule = RULES[n.op]
             body.prefix = _ident(n.out.name) + "_sb"
+            body.out_wide = p.wide[n.out.name]
+            if fused and not p.wide[n.out.name] and n.out.name not in r.outputs:
+                # a per-row statistic inside a fused kernel stays fp32 (it is a (P, 1) operand,
+                # which the engines take in fp32 anyway), as torch.compile keeps it
+                if n.out.dtype in ("bfloat16", "float16"):
+                    n = dataclasses.replace(n, out=dataclasses.replace(n.out, dtype="float32"))
             args = [_resolve(a, env) for a in n.args]
             kwargs = {k: _resolve(a, env) for k, a in n.kwargs}
-            out = RULES[n.op].emit(body, n, args, kwargs)
+            if not rule.takes_lazy:
+                args = [_forced(body, a) for a in args]
+                kwargs = {k: _forced(body, a) for k, a in kwargs.items()}
+            user = consumer.get(n.out.name)
+            if rule.lazy is not None and user is not None and RULES[user.op].takes_lazy:
+                pending = rule.lazy(body, n, args, kwargs)
+                if pending is not None and pending.kind == RULES[user.op].takes_lazy:
+                    env[n.out.name] = pending
+                    continue
+            out = rule.emit(body, n, args, kwargs)
             outs = out if isinstance(out, list) else [out]
             results[n.out.name] = outs
             env[n.out.name] = outs[0]
@@ -351,6 +370,35 @@ class _Writer:
         lines += body.lines
         lines.append(f"    return {', '.join(self.outs)}")
         return name, "\n".join(lines) + "\n"
+
+
+def _single_consumers(region: Region) -> dict[str, Node]:
+    """Each node result used by exactly one later node (once) and not returned: that node.
+    Only such a result may stay pending (:class:`.rules.Lazy`) for its consumer to fold."""
+    uses: dict[str, list[Node]] = {}
+    for n in region.nodes:
+        for a in set(_flat_args(n)):
+            uses.setdefault(a, []).append(n)
+    out = {}
+    for n in region.nodes:
+        users = uses.get(n.out.name, [])
+        if len(users) == 1 and n.out.name not in region.outputs:
+            if _flat_args(users[0]).count(n.out.name) == 1:
+                out[n.out.name] = users[0]
+    return out
+
+
+def _flat_args(n: Node) -> list:
+    out = []
+    for a in list(n.args) + [v for _, v in n.kwargs]:
+        out.extend(a if isinstance(a, tuple | list) else (a,))
+    return [a for a in out if isinstance(a, str)]
+
+
+def _forced(body: Body, a: Any) -> Any:
+    if isinstance(a, tuple | list):
+        return type(a)(_forced(body, e) for e in a)
+    return body.force(a)
 
 
 def _ident(name: str) -> str:
