@@ -15,6 +15,13 @@ backend cuts the region there).
 Multi-result ops (``native_layer_norm``, ``var_mean``) follow FX: the node's ``out`` is its
 first result and a ``getitem`` node (``args=(name, k)``) names result ``k``.
 
+Numerics: the engines compute in fp32 and round on write (reference/nki-0x.md §6.1).  Each op
+writes its result in its own dtype, so a one-op region rounds exactly where torch does (bit
+for bit for single-instruction ops); inside a fused region an op folded into its consumer's
+instruction (an activation summed by its accumulate, a scalar stage of a two-stage
+``tensor_scalar``, a scale or bias of an activation) and the per-row statistics stay fp32,
+as ``torch.compile`` keeps them.
+
 Dtypes: float32, bfloat16 and float16 compute; bool and small integer types are accepted by
 casts, comparisons and ``where``.  int64 has no NKI tile dtype (NKI's dtype list,
 reference/nki-0x.md §3.11): regions with int64 tensors are not generated.  Float-to-integer
