@@ -37,6 +37,7 @@ import hashlib
 import importlib
 import keyword
 import linecache
+import math
 import os
 import threading
 from dataclasses import dataclass
@@ -80,7 +81,7 @@ class CompiledRegion:
         args = []
         for a, v in zip(arrays, self.region.inputs):
             a = np.ascontiguousarray(a)
-            if tuple(a.shape) != v.shape:
+            if tuple(a.shape) != v.shape and a.size != math.prod(v.shape):
                 raise ValueError(f"{self.name}: {v.name} has shape {a.shape}, expected {v.shape}")
             args.append(a.reshape(v.shape or (1,)))
         with _target(self.target):

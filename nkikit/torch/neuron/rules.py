@@ -635,12 +635,23 @@ def _to_copy(b, node, args, kwargs):
     return b.copy(node.out.dtype, x)
 
 
-@_rule("zeros_like.default ones_like.default full_like.default fill.Scalar", "fill", _any)
+_FILL_VALUES = {"zeros_like": 0, "ones_like": 1, "zeros": 0, "ones": 1}
+
+
+@_rule(
+    "zeros_like.default ones_like.default full_like.default fill.Scalar full.default "
+    "zeros.default ones.default scalar_tensor.default",
+    "fill",
+    _any,
+)
 def _fill(b, node, args, kwargs):
-    value = {"zeros_like.default": 0, "ones_like.default": 1}.get(node.op)
-    if value is None:
-        value = _arg(args, kwargs, 1, "fill_value" if node.op == "full_like.default" else "value")
-    return b.fill(node.out.dtype, args[0].wide, value)
+    name = node.op.split(".")[0]
+    value = _FILL_VALUES.get(name)
+    if value is None and name == "scalar_tensor":
+        value = args[0]
+    elif value is None:
+        value = _arg(args, kwargs, 1, "value" if name == "fill" else "fill_value")
+    return b.fill(node.out.dtype, b.out_wide, value)
 
 
 # -- backward of elementwise functions ---------------------------------------------------------

@@ -474,3 +474,24 @@ def test_views_that_move_no_element_fuse():
     assert_matches_torch(lambda t, w: t * w.expand(6, 130, 40), x, _randn(40), kind="reduction")
     region = region_from(lambda t: t.view(6, 40, 130) + 1, x)
     assert "moves elements" in supported(region.nodes[0], region)
+
+
+def test_scalars_masks_fills_and_passthrough():
+    """0-d tensor operands, bool masks, factory ops inside a region, and a region that also
+    returns one of its inputs."""
+    x = _randn(200, 30)
+    assert_matches_torch(lambda x, s: x * s + s, x, torch.tensor(2.5))
+    assert_matches_torch(lambda m, a, b: torch.where(m, a, b), x > 0, x, _randn(30, seed=1))
+    assert_matches_torch(lambda m, a: a.masked_fill(m, -1e9), x > 0.5, x)
+    assert_matches_torch(lambda t: t + torch.full((30,), 2.0), x)
+    assert_matches_torch(lambda t: torch.where(t > 0, t, torch.scalar_tensor(0.5)), x)
+    assert_matches_torch(lambda t: t.exp(), _randn(()))
+    region = Region(
+        (Value("a", (3, 4), "float32"),),
+        (Node("full.default", ([3, 4], 2.0), (), Value("b", (3, 4), "float32")),),
+        ("a", "b"),
+    )
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    same, full = compile_region(region).run(a)
+    np.testing.assert_array_equal(same, a)
+    np.testing.assert_array_equal(full, np.full((3, 4), 2.0, np.float32))
