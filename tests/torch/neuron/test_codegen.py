@@ -249,6 +249,30 @@ def _bind(fn, d):
     return lambda t: fn(t, d)
 
 
+@st.composite
+def shape_and_dim(draw):
+    rank = draw(st.integers(1, 4))
+    sizes = [draw(st.sampled_from([1, 2, 3, 5, 33, 129, 200])) for _ in range(rank)]
+    while math.prod(sizes) > 30_000:
+        sizes[sizes.index(max(sizes))] = 5
+    return tuple(sizes), draw(st.integers(-rank, rank - 1))
+
+
+@settings(max_examples=10, deadline=None)
+@given(case=shape_and_dim(), dtype=st.sampled_from(list(DTYPES)))
+def test_fused_normalization_over_any_dim(case, dtype):
+    """An rms-norm-like chain over a drawn dimension: one kernel, the dimension on the free
+    axis wherever it is."""
+    shape, d = case
+    x = _randn(*shape, dtype=DTYPES[dtype])
+
+    def fn(t):
+        scale = t.amax(d, keepdim=True).abs() + 1.0  # a product: no cancellation to amplify
+        return t * torch.rsqrt(t.pow(2).mean(d, keepdim=True) + 1e-6) * scale
+
+    assert_matches_torch(fn, x, kind="normalization")
+
+
 def test_reduction_over_several_dims():
     x = _randn(4, 9, 130, 3)
     assert_matches_torch(lambda t: t.sum((0, 3), keepdim=True), x, kind="reduction")
