@@ -1,5 +1,8 @@
 """PyTorch on an emulated NeuronCore: a ``neuron`` device whose ATen ops run as NKI kernels on
 nkikit's simulator, and a ``torch.compile`` backend that fuses graphs into generated kernels.
+
+Importing this package sets the device up (idempotent): ``"neuron"`` is then a torch device,
+and ``"neuron"`` a ``torch.compile`` backend (also ``backend=nkikit.torch.neuron.backend``).
 """
 
 from .backend import (
@@ -9,14 +12,23 @@ from .backend import (
     reset_compile_report,
     write_kernel_folder,
 )
-from .backend import neuron_backend as backend  # noqa: E402  (torch.compile(backend=backend))
+from .backend import neuron_backend as backend
+from .device import NeuronTensor, neuron_device
+from .dispatch import NeuronFallbackWarning
+from .stats import DeviceStats, device_stats
 
+neuron_device()
 register()
 
 __all__ = [
+    "DeviceStats",
+    "NeuronFallbackWarning",
+    "NeuronTensor",
     "backend",
     "compile_report",
+    "device_stats",
     "generated_kernels",
+    "neuron_device",
     "reset_compile_report",
     "write_kernel_folder",
 ]

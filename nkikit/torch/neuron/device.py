@@ -1,0 +1,102 @@
+"""The emulated ``neuron`` device for PyTorch (eager mode).
+
+Contract: after ``import nkikit.torch.neuron`` (or a call of :func:`neuron_device`, which is
+idempotent), ``"neuron"`` is a torch device like TorchNeuron's: ``torch.randn(..., device=
+"neuron")``, ``t.to("neuron")``, ``module.to("neuron")``, ``t.cpu()``, ``t.to(torch.bfloat16)``,
+printing and autograd all work on unmodified PyTorch code.  A tensor on the device is a
+:class:`NeuronTensor`: a wrapper subclass whose data lives in a CPU tensor (``_storage``), the
+emulated HBM.  Every ATen op on it goes through :func:`nkikit.torch.neuron.dispatch.dispatch`,
+which runs it as an NKI kernel on the simulator, as a zero-cost view of the storage, or as a
+counted CPU fallback (see the ops table in :mod:`nkikit.torch.neuron.ops`).
+
+How (PyTorch's pure-Python extension points, torch 2.x): the PrivateUse1 backend is renamed
+``neuron`` (``torch.utils.backend_registration``), factories get Python kernels at the
+``PrivateUse1`` dispatch key (``empty.memory_format``, ``empty_strided``), and ``torch.rms_norm``,
+``F.layer_norm`` and ``F.scaled_dot_product_attention`` get kernels at ``AutogradPrivateUse1``
+so that they reach the device whole (one library kernel each) instead of decomposed.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import torch
+
+DEVICE = "neuron"
+_SETUP_LOCK = threading.Lock()
+_SETUP: list[Any] = []  # the torch.library.Library objects, kept alive once set up
+
+
+class NeuronTensor(torch.Tensor):
+    """A tensor on the emulated device; its data is the CPU tensor ``_storage`` (which views
+    of it share, so in-place ops and views behave as on any torch device)."""
+
+    _storage: torch.Tensor
+    __slots__ = ("_storage",)
+
+    @staticmethod
+    def __new__(cls, data: torch.Tensor, requires_grad: bool = False) -> NeuronTensor:
+        r = torch.Tensor._make_wrapper_subclass(
+            cls,
+            data.shape,
+            dtype=data.dtype,
+            device=torch.device(DEVICE, 0),
+            strides=data.stride(),
+            storage_offset=data.storage_offset(),
+            requires_grad=requires_grad,
+        )
+        r._storage = data
+        return r
+
+    def __repr__(self, *, tensor_contents: Any = None) -> str:
+        body = repr(self._storage.detach())
+        body = body.replace("tensor(", "NeuronTensor(", 1)
+        return body[:-1] + f", device='{self.device}')" if body.endswith(")") else body
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        from .dispatch import dispatch
+
+        return dispatch(func, args, kwargs or {})
+
+
+def wrap(t: torch.Tensor) -> NeuronTensor:
+    """The device tensor whose storage is the CPU tensor ``t``."""
+    return NeuronTensor(t)
+
+
+def storage(t: Any) -> Any:
+    """A device tensor's CPU storage; anything else as it is."""
+    return t._storage if isinstance(t, NeuronTensor) else t
+
+
+def neuron_device() -> torch.device:
+    """Set up the ``neuron`` device once (idempotent, thread-safe) and return it."""
+    with _SETUP_LOCK:
+        if not _SETUP:
+            _setup()
+    return torch.device(DEVICE, 0)
+
+
+def _setup() -> None:
+    from torch.utils import backend_registration
+
+    if torch._C._get_privateuse1_backend_name() != DEVICE:
+        backend_registration._setup_privateuseone_for_python_backend(DEVICE)
+    lib = torch.library.Library("aten", "IMPL")
+    lib.impl("empty.memory_format", _empty, "PrivateUse1")
+    lib.impl("empty_strided", _empty_strided, "PrivateUse1")
+    _SETUP.append(lib)
+    from .fused import register
+
+    _SETUP.append(register())
+
+
+def _empty(size, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    fmt = memory_format or torch.contiguous_format
+    return wrap(torch.empty(size, dtype=dtype, memory_format=fmt))
+
+
+def _empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory=None):
+    return wrap(torch.empty_strided(size, stride, dtype=dtype))
