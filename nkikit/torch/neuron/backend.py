@@ -71,31 +71,59 @@ def _codegen() -> Any:
     return codegen
 
 
+def _supported(node: Any, region: Any) -> str | None:
+    """The code generator's verdict (every node falls back while there is none)."""
+    try:
+        codegen = _codegen()
+    except ImportError:
+        return "no code generator (nkikit.torch.neuron.codegen) in this build"
+    return codegen.supported(node, region)
+
+
 class CompiledGraph:
     """The callable AOTAutograd gets for one ATen graph (boxed: takes the list of arguments)."""
 
-    _boxed_call = True
-
     def __init__(self, gm: fx.GraphModule, record: GraphRecord) -> None:
+        # an instance attribute: wrappers (functools.wraps) copy it, so AOTAutograd still sees
+        # the boxed convention through Dynamo's disable wrapper of the backward
+        self._boxed_call = True
         self.gm = gm
         self.record = record
         self.placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         self.output = next(n for n in gm.graph.nodes if n.op == "output")
         self.constants = {n: _get_attr(gm, n.target) for n in gm.graph.nodes if n.op == "get_attr"}
 
-    def __call__(self, args: list[Any]) -> list[Any]:
+    def __call__(self, *args: Any) -> list[Any]:
+        """Run the graph on its arguments: one list (AOTAutograd's boxed convention; the list
+        is emptied, the graph owns its inputs) or the tensors themselves."""
+        if len(args) == 1 and isinstance(args[0], list):
+            boxed: list[Any] = args[0]
+            args = tuple(boxed)
+            boxed.clear()
+        return self._run(list(args))
+
+    def _run(self, args: list[Any]) -> list[Any]:
+        from .device import NeuronTensor, storage, wrap
+
         rec = self.record
         rec.calls += 1
-        env: dict[fx.Node, Any] = dict(zip(self.placeholders, args, strict=True))
-        args.clear()  # boxed convention: the graph owns its inputs now
-        env.update(self.constants)
+        # Device tensors are run on their storage (the emulated HBM) and the results put back
+        # on the device: the graph is one device program, its ops are not dispatched one by one.
+        on_device = any(isinstance(a, NeuronTensor) for a in args)
+        host = [storage(a) if isinstance(a, NeuronTensor) else a for a in args]
+        env: dict[fx.Node, Any] = dict(zip(self.placeholders, host, strict=True))
+        args.clear()
+        env.update({n: storage(c) for n, c in self.constants.items()})
         with torch.profiler.record_function(f"neuron graph {rec.graph} {rec.kind}"):
             for step in rec.partition.steps:
                 if isinstance(step, FusedStep):
                     self._fused(step, env)
                 else:
                     self._op(step, env)
-        return list(_load(self.output.args[0], env))
+        outs = list(_load(self.output.args[0], env))
+        if on_device:
+            outs = [wrap(o) if isinstance(o, torch.Tensor) else o for o in outs]
+        return outs
 
     def _fused(self, step: FusedStep, env: dict[fx.Node, Any]) -> None:
         compiled = _compile(step.region)
@@ -314,7 +342,7 @@ _LIBRARY: dict[Any, Callable[..., Any]] = {
 
 def _graph_compiler(graph: int, kind: str) -> Callable[[fx.GraphModule, list[Any]], Any]:
     def compile_graph(gm: fx.GraphModule, example_inputs: list[Any]) -> CompiledGraph:
-        part = partition(gm.graph, _codegen().supported)
+        part = partition(gm.graph, _supported)
         rec = GraphRecord(graph, kind, part)
         for step in part.regions:  # compile once per shape, now rather than at the first call
             _compile(step.region)

@@ -177,14 +177,15 @@ class _Builder:
                     inputs.append(m)
             return names[m]
 
+        op = "getitem" if n.target is operator.getitem else op_name(n.target)
         args = tuple(_encode(a, name) for a in n.args)
         kwargs = tuple(
             (k, _encode(v, name)) for k, v in n.kwargs.items() if k not in _PLACEMENT_KWARGS
         )
-        val = _fake(n)
+        val = _first(_fake(n))
         out = Value(f"t{len(names)}", tuple(val.shape), dtype_name(val.dtype))
         names[n] = out.name
-        node = Node(op_name(n.target), args, kwargs, out)
+        node = Node(op, args, kwargs, out)
         region = Region(
             tuple(_value(m, names[m]) for m in inputs), (*self.rnodes, node), (out.name,)
         )
@@ -216,18 +217,30 @@ def _encode(x: Any, name: Callable[[fx.Node], str]) -> Any:
     return x
 
 
+def _first(val: Any) -> Any:
+    """A multi-result op's first result (a region node's ``out``, as FX names it)."""
+    return val[0] if isinstance(val, tuple | list) else val
+
+
 def _value(n: fx.Node, name: str) -> Value:
-    val = _fake(n)
+    val = _first(_fake(n))
     return Value(name, tuple(val.shape), dtype_name(val.dtype))
 
 
+def _static(t: Any) -> bool:
+    return isinstance(t, torch.Tensor) and all(isinstance(d, int) for d in t.shape)
+
+
 def _fusible_shape(n: fx.Node) -> str | None:
-    """Why ``n`` cannot be in a region whatever the code generator says (None if it can)."""
-    if not _is_tensor_node(n):
-        return "its result is not one tensor"
+    """Why ``n`` cannot be in a region whatever the code generator says (None if it can).
+    Multi-result ops qualify (their ``getitem`` users name the other results)."""
+    val = _fake(n)
+    vals = val if isinstance(val, tuple | list) and val else (val,)
+    if not all(_static(v) for v in vals):
+        return "its result is not tensors of a static shape (compile with dynamic=False)"
     for a in _tensor_inputs(n):
-        if not _is_tensor_node(a):
-            return f"its argument {a.name} is not a tensor"
+        if not _static(_fake(a)):
+            return f"its argument {a.name} is not a tensor of a static shape"
     return None
 
 
@@ -287,6 +300,8 @@ def partition(graph: fx.Graph, supported: Supported) -> Partition:
                 out.steps.append(step)
             continue
         kind, reason = _classify(n)
+        if n.target is operator.getitem and root(n.args[0]) in builder.members:
+            kind = "fuse"  # an item of a multi-result op in the open region: a region value
         if kind == "fuse":
             if any(a in late for a in ins):
                 flush()
