@@ -144,7 +144,7 @@ def run_torch_story(
                 os.environ["NEURON_PLATFORM_TARGET_OVERRIDE"] = old
     tgt = _target_name(ways)
     table = Table(
-        title=f"1. PyTorch on an emulated NeuronCore: RMSNorm {n}x{d} {dtype} on {tgt} "
+        title=f"PyTorch on an emulated NeuronCore: RMSNorm {n}x{d} {dtype} on {tgt} "
         "(simulated; times modeled)"
     )
     for col in (
