@@ -6,10 +6,10 @@
 2. ``torch.rms_norm`` on the device: one kernel (the library's RMSNorm);
 3. ``torch.compile(naive, backend="neuron")``: the same six ops fused into ONE generated kernel.
 
-Each way runs once to warm its caches (kernels traced and compiled, Dynamo's graph captured:
-a NEFF cache in TorchNeuron's words), then once under ``torch.profiler`` with nkikit's
-:class:`~nkikit.torch.profiler.NeuronProfiler`: its system trace, key averages and HTML system
-report go to ``<out>/<way>/``. Device times are the cost model's, launch overhead the profile's
+Each way runs once, under ``torch.profiler`` with nkikit's
+:class:`~nkikit.torch.profiler.NeuronProfiler` (a first call: its kernels are traced and
+compiled, and Dynamo captures the compiled way's graph, all shown on the host and runtime
+tracks); its system trace, key averages and HTML system report go to ``<out>/<way>/``. Device times are the cost model's, launch overhead the profile's
 (an assumed per-launch cost, ``nkikit.profiler.system.DEFAULT_LAUNCH_OVERHEAD_US``); all runs
 are simulated at the shape given, so the outputs are checked against CPU torch too.
 """
@@ -97,7 +97,6 @@ def run_ways(n: int, d: int, dtype: str, out: Path, seed: int = 0) -> list[Way]:
     rows = []
     with torch.no_grad():
         for name, what, fn in ways:
-            fn()  # warm: kernels traced and compiled once per shape (the NEFF cache)
             device_stats().reset()
             reset_compile_report()
             y, sp, files = _profiled(fn, out / name)
