@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import operator
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -130,7 +131,7 @@ class CompiledGraph:
         outs = compiled.run(*(_to_numpy(env[a]) for a in step.args))
         self.record.launches[compiled.name] += 1
         for n, o in zip(step.results, outs, strict=True):
-            env[n] = _from_numpy(o)
+            env[n] = _strided_like(_from_numpy(o), n)
 
     def _op(self, step: OpStep, env: dict[fx.Node, Any]) -> None:
         n = step.node
@@ -138,7 +139,7 @@ class CompiledGraph:
         if step.kind == "library":
             out = _library(n.target, args, kwargs, self.record)
             if out is not None:
-                env[n] = out
+                env[n] = _strided_like(out, n)
                 return
         elif step.kind == "view":
             env[n] = n.target(*args, **kwargs)
@@ -147,6 +148,26 @@ class CompiledGraph:
         self.record.fallbacks[op] += 1
         with torch.profiler.record_function(f"neuron fallback {op}"):
             env[n] = n.target(*args, **kwargs)
+
+
+def _strided_like(out: Any, n: fx.Node) -> Any:
+    """``out`` (a kernel's contiguous result, or a tuple of them) laid out with the strides the
+    graph was traced with: views later in the graph (``view`` after a ``transpose``) rely on
+    them, as on any device."""
+    val = n.meta.get("val")
+    if isinstance(out, tuple | list):
+        vals = val if isinstance(val, tuple | list) else [None] * len(out)
+        return type(out)(_restride(o, v) for o, v in zip(out, vals, strict=True))
+    return _restride(out, val)
+
+
+def _restride(t: Any, val: Any) -> Any:
+    if not isinstance(t, torch.Tensor) or not isinstance(val, torch.Tensor):
+        return t
+    if t.shape != val.shape or t.stride() == val.stride():
+        return t
+    out = torch.empty_strided(tuple(val.shape), tuple(val.stride()), dtype=t.dtype)
+    return out.copy_(t)
 
 
 def _get_attr(gm: fx.GraphModule, target: str) -> Any:
@@ -343,13 +364,28 @@ _LIBRARY: dict[Any, Callable[..., Any]] = {
 def _graph_compiler(graph: int, kind: str) -> Callable[[fx.GraphModule, list[Any]], Any]:
     def compile_graph(gm: fx.GraphModule, example_inputs: list[Any]) -> CompiledGraph:
         part = partition(gm.graph, _supported)
+        # compile every region once per shape, now rather than at the first call; a region the
+        # generator turns down as a whole (it accepted each node) runs its ops on the CPU
+        steps: list[Any] = []
+        for step in part.steps:
+            if isinstance(step, FusedStep):
+                try:
+                    _compile(step.region)
+                except Exception as e:  # noqa: BLE001  (codegen's Unsupported and its checks)
+                    why = f"its fused region was not generated: {str(e).splitlines()[0]}"
+                    steps += [_unfused(n, why) for n in step.nodes]
+                    continue
+            steps.append(step)
+        part.steps = steps
         rec = GraphRecord(graph, kind, part)
-        for step in part.regions:  # compile once per shape, now rather than at the first call
-            _compile(step.region)
         _STATE.graphs.append(rec)
         return CompiledGraph(gm, rec)
 
     return compile_graph
+
+
+def _unfused(n: fx.Node, why: str) -> OpStep:
+    return OpStep(n, "view" if n.target is operator.getitem else "fallback", why)
 
 
 def neuron_backend(gm: fx.GraphModule, example_inputs: list[Any], **kwargs: Any) -> Any:

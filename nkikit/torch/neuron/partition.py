@@ -162,10 +162,16 @@ class _Builder:
         return self.names[n]
 
     def candidate(
-        self, n: fx.Node, root: Callable[[fx.Node], fx.Node]
+        self,
+        n: fx.Node,
+        root: Callable[[fx.Node], fx.Node],
+        used_outside: Callable[[fx.Node, set[fx.Node]], bool],
     ) -> tuple[Node, Region, tuple[dict[fx.Node, str], list[fx.Node]]]:
         """The region node for ``n``, the region it would make with the open one, and the
-        builder state to :meth:`add` it with (the builder is unchanged until then)."""
+        builder state to :meth:`add` it with (the builder is unchanged until then).
+
+        The region's outputs are every value read outside it so far: nodes that join later
+        can only remove outputs, so a region the generator accepts now stays acceptable."""
         names = dict(self.names)
         inputs = list(self.inputs)
 
@@ -186,8 +192,10 @@ class _Builder:
         out = Value(f"t{len(names)}", tuple(val.shape), dtype_name(val.dtype))
         names[n] = out.name
         node = Node(op, args, kwargs, out)
+        members = self.members | {n}
+        outs = tuple(names[m] for m in (*self.fx_nodes, n) if used_outside(m, members))
         region = Region(
-            tuple(_value(m, names[m]) for m in inputs), (*self.rnodes, node), (out.name,)
+            tuple(_value(m, names[m]) for m in inputs), (*self.rnodes, node), outs or (out.name,)
         )
         return node, region, (names, inputs)
 
@@ -305,10 +313,10 @@ def partition(graph: fx.Graph, supported: Supported) -> Partition:
         if kind == "fuse":
             if any(a in late for a in ins):
                 flush()
-            node, region, state = builder.candidate(n, root)
+            node, region, state = builder.candidate(n, root, used_outside)
             reason = supported(node, region)
             if reason is not None and builder.fx_nodes:
-                node1, region1, state1 = _Builder().candidate(n, root)
+                node1, region1, state1 = _Builder().candidate(n, root, used_outside)
                 if supported(node1, region1) is None:
                     flush()
                     node, state, reason = node1, state1, None
