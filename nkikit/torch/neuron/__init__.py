@@ -15,6 +15,7 @@ from .backend import (
 from .backend import neuron_backend as backend
 from .device import NeuronTensor, neuron_device
 from .dispatch import NeuronFallbackWarning
+from .source import kernel_source
 from .stats import DeviceStats, device_stats
 
 neuron_device()
@@ -28,6 +29,7 @@ __all__ = [
     "compile_report",
     "device_stats",
     "generated_kernels",
+    "kernel_source",
     "neuron_device",
     "reset_compile_report",
     "write_kernel_folder",

@@ -54,6 +54,10 @@ class NeuronTensor(torch.Tensor):
         body = body.replace("tensor(", "NeuronTensor(", 1)
         return body[:-1] + f", device='{self.device}')" if body.endswith(")") else body
 
+    def tolist(self) -> Any:
+        """The values as nested Python lists (a transfer to the host, as on any device)."""
+        return self._storage.tolist()
+
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
         from .dispatch import dispatch
@@ -87,6 +91,8 @@ def _setup() -> None:
     lib = torch.library.Library("aten", "IMPL")
     lib.impl("empty.memory_format", _empty, "PrivateUse1")
     lib.impl("empty_strided", _empty_strided, "PrivateUse1")
+    # torch.tensor(data, device="neuron") copies below the Python dispatch key
+    lib.impl("_copy_from", _copy_from, "PrivateUse1")
     _SETUP.append(lib)
     from .fused import register
 
@@ -100,3 +106,11 @@ def _empty(size, dtype=None, layout=None, device=None, pin_memory=None, memory_f
 
 def _empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory=None):
     return wrap(torch.empty_strided(size, stride, dtype=dtype))
+
+
+def _copy_from(self, dst, non_blocking=False):
+    from .stats import device_stats
+
+    device_stats().transfer("_copy_from.default")
+    storage(dst).copy_(storage(self))
+    return dst

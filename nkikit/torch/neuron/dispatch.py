@@ -6,11 +6,14 @@ Routes, in order (see the table in :mod:`nkikit.torch.neuron.ops`):
    generated kernel) or a DMA copy kernel.
 2. The op's table entry: a view of the storage, a transfer, library / data-movement kernels,
    or a fixed fallback.
-3. An in-place op without an entry (``add_``): its out-of-place op on the device, written back
+3. A composite op (CompositeImplicitAutograd) that still arrives whole, which happens only
+   where autograd is off (``torch.inference_mode``): its decomposition, as elsewhere.
+4. An in-place op without an entry (``add_``): its out-of-place op on the device, written back
    into the tensor's storage.
-4. The default route: a one-node region compiled by ``codegen.compile_region`` (a generated NKI
-   kernel) when ``codegen.supported`` accepts it.
-5. Anything else: a CPU fallback.  The op runs on the CPU storage, its results are wrapped back
+5. The default route: a one-node region compiled by ``codegen.compile_region`` (a generated NKI
+   kernel) when ``codegen.supported`` accepts it.  A generated kernel that fails to build or
+   run falls back too, with the error as the reason (warned, so a codegen gap never hides).
+6. Anything else: a CPU fallback.  The op runs on the CPU storage, its results are wrapped back
    onto the device, it is counted per op with its reason (:func:`device_stats`), warned once per
    op (:class:`NeuronFallbackWarning`) and, while ``torch.profiler`` runs, recorded as a range
    ``neuron.fallback <op>``.  A fallback computes with CPU torch's numerics, never silently
@@ -20,10 +23,13 @@ Routes, in order (see the table in :mod:`nkikit.torch.neuron.ops`):
 from __future__ import annotations
 
 import contextlib
+import os
+import sys
 import warnings
 from typing import Any
 
 import torch
+from torch._C import DispatchKey
 from torch.utils._pytree import tree_flatten, tree_map
 
 from .device import NeuronTensor, storage, wrap
@@ -60,10 +66,16 @@ def dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
         if e.kind == "transfer":
             device_stats().transfer(name)
             return func(*_unwrap(args), **_unwrap(kwargs))
+        if e.kind == "alloc":
+            return e.run(*args, **kwargs)
         if e.kind == "kernel":
             out = e.run(*args, **kwargs)
             return fallback(func, args, kwargs, out) if isinstance(out, str) else out
         return fallback(func, args, kwargs, str(e.run))
+    if func.has_kernel_for_dispatch_key(DispatchKey.CompositeImplicitAutograd):
+        # a composite op arrives whole only where autograd is off (inference mode): run its
+        # decomposition, as torch does everywhere else (``to`` becomes ``_to_copy``...)
+        return func.decompose(*args, **kwargs)
     if func._opname.endswith("_") and not kwargs.get("out"):
         return _in_place(func, args, kwargs)
     out = region_call(func, args, kwargs)
@@ -128,9 +140,13 @@ def region_call(func: Any, args: tuple, kwargs: dict) -> Any:
         return why
     from .kernels import to_device, to_np
 
-    compiled = cg.compile_region(region)
-    outs = compiled.run(*(to_np(t) for t in tensors))
-    device_stats().kernel(region.nodes[0].op, compiled.name)
+    try:
+        compiled = cg.compile_region(region)
+        outs = compiled.run(*(to_np(t) for t in tensors))
+    except Exception as err:  # noqa: BLE001 - a kernel nkikit cannot build: counted, warned, CPU
+        # (reported as this op's fallback reason, with the error's name and first line)
+        return f"generated kernel failed: {type(err).__name__}: {str(err).splitlines()[0][:120]}"
+    device_stats().kernel(region.nodes[0].op, compiled.name, spec=region.key[0])
     return to_device(outs[0])
 
 
@@ -188,10 +204,12 @@ def fallback(func: Any, args: tuple, kwargs: dict, reason: str) -> Any:
     device_stats().fallback(name, reason)
     if name not in _WARNED:
         _WARNED.add(name)
-        warnings.warn(
+        filename, lineno = _user_frame()
+        warnings.warn_explicit(
             f"neuron: aten::{name} runs on the CPU (fallback): {reason}",
             NeuronFallbackWarning,
-            stacklevel=3,
+            filename,
+            lineno,
         )
     rng = (
         torch.profiler.record_function(f"neuron.fallback {name}")
@@ -203,7 +221,7 @@ def fallback(func: Any, args: tuple, kwargs: dict, reason: str) -> Any:
     mine = {
         id(storage(t)): t for t in tree_flatten((args, kwargs))[0] if isinstance(t, NeuronTensor)
     }
-    return tree_map(lambda t: mine.get(id(t)) or _wrap_cpu(t), out)
+    return tree_map(lambda t: mine[id(t)] if id(t) in mine else _wrap_cpu(t), out)
 
 
 # -- helpers -----------------------------------------------------------------------------------
@@ -226,3 +244,19 @@ def _to_meta(x: Any) -> Any:
         s = storage(x)
         return torch.empty_strided(s.shape, s.stride(), dtype=s.dtype, device="meta")
     return x
+
+
+_INTERNAL = (
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+    os.path.dirname(os.path.abspath(torch.__file__)),
+)
+
+
+def _user_frame() -> tuple[str, int]:
+    """The innermost calling frame outside nkikit and torch: the user's file and line."""
+    f = sys._getframe(1)
+    while f is not None and f.f_code.co_filename.startswith(_INTERNAL):
+        f = f.f_back
+    if f is None:
+        return "<unknown>", 0
+    return f.f_code.co_filename, f.f_lineno

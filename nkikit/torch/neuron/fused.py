@@ -77,11 +77,12 @@ class _RMSNorm(torch.autograd.Function):
         return to_device(gx.reshape(tuple(x.shape))), gw_t, None, None
 
 
-def rms_norm(x, normalized_shape, weight=None, eps=None):
+def rms_norm(x, normalized_shape, weight=None, eps=None) -> torch.Tensor:  # aten's signature
     """aten::rms_norm on the device: one ``rmsnorm_kernel`` launch (see module doc)."""
     if not _norm_fits(x, normalized_shape, weight):
         return torch.ops.aten.rms_norm.default.decompose(x, normalized_shape, weight, eps)
-    eps = torch.finfo(x.dtype).eps if eps is None else float(eps)
+    # torch's default: the epsilon of the op-math type, fp32 for bf16 too (ATen rms_norm)
+    eps = torch.finfo(torch.float32).eps if eps is None else float(eps)
     return _RMSNorm.apply(x, weight, math.prod(normalized_shape), eps)
 
 
@@ -120,7 +121,9 @@ class _LayerNorm(torch.autograd.Function):
         return to_device(gx.reshape(tuple(x.shape))), gw_t, gb_t, None, None
 
 
-def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5, cudnn_enable=True):
+def layer_norm(  # aten's signature
+    x, normalized_shape, weight=None, bias=None, eps=1e-5, cudnn_enable=True
+) -> torch.Tensor:
     """aten::layer_norm on the device: one ``layernorm_kernel`` launch (see module doc)."""
     if not _norm_fits(x, normalized_shape, weight, bias):
         return torch.ops.aten.layer_norm.default.decompose(
@@ -176,7 +179,7 @@ def _attention_fits(q, k, v, attn_mask, dropout_p, enable_gqa) -> bool:
 
 def scaled_dot_product_attention(
     q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False
-):
+) -> torch.Tensor:  # aten's signature
     """aten::scaled_dot_product_attention on the device: the library's flash attention kernel
     (forward and backward); anything it cannot take runs torch's decomposition on the device."""
     if not _attention_fits(q, k, v, attn_mask, dropout_p, enable_gqa):

@@ -29,20 +29,29 @@ MAX_K = 8192  # the library matmul's contraction limit (kernels/matmul: MAX_K)
 def to_np(t: Any) -> np.ndarray:
     """The values of a device (or CPU) tensor as a C-contiguous numpy array (bf16 as
     ``ml_dtypes.bfloat16``)."""
-    return np.ascontiguousarray(to_numpy(storage(t).detach().contiguous()))
+    a = to_numpy(storage(t).detach().contiguous())
+    return a if a.flags.c_contiguous else a.copy()  # (ascontiguousarray makes 0-d arrays 1-d)
 
 
 def to_device(a: Any) -> NeuronTensor:
     """A numpy array (or CPU tensor) as a new device tensor."""
-    t = a if isinstance(a, torch.Tensor) else from_numpy(np.ascontiguousarray(a))
+    if not isinstance(a, torch.Tensor):
+        a = np.asarray(a)
+        a = from_numpy(a if a.flags.c_contiguous else a.copy())
+    t = a
     return wrap(t)
 
 
 def launch(op: str, kernel: str, fn: Callable, *args: Any, launches: int = 1, **kw: Any) -> Any:
     """``fn(*args, **kw)`` (which launches ``launches`` kernels), counted for ``op``."""
     out = fn(*args, **kw)
-    device_stats().kernel(op, kernel, launches)
+    device_stats().kernel(op, kernel, launches, spec_of(args))
     return out
+
+
+def spec_of(arrays: Any) -> tuple:
+    """The (shape, dtype name) signature of the arrays among ``arrays``."""
+    return tuple((a.shape, str(a.dtype)) for a in arrays if isinstance(a, np.ndarray))
 
 
 # -- matmul family (library matmul: lhsT.T @ rhs) ----------------------------------------------
@@ -82,7 +91,7 @@ def bmm(a: Any, b: Any) -> Any:
         return why
     an, bn = to_np(a), to_np(b)
     outs = [_matmul_np(an[i], bn[i]) for i in range(an.shape[0])]
-    device_stats().kernel("bmm.default", "matmul_kernel", len(outs))
+    device_stats().kernel("bmm.default", "matmul_kernel", len(outs), spec_of((an, bn)))
     return to_device(np.stack(outs))
 
 
@@ -176,3 +185,81 @@ def copy_between(dst: Any, src: Any) -> Any:
     moved = launch("copy_.default", "dma_copy_kernel", dma_copy, to_np(src))
     storage(dst).copy_(from_numpy(moved))
     return dst
+
+
+# -- allocation and fills ----------------------------------------------------------------------
+
+
+def _filled(op: str, like: torch.Tensor, value: Any) -> Any:
+    from .movement import memset
+
+    why = _copy_fits(like)
+    if why:
+        return why
+    if isinstance(value, torch.Tensor):
+        value = storage(value).item()
+    out = launch(op, "memset_kernel", memset, to_np(like), value)
+    return from_numpy(out)
+
+
+def fill_(t: Any, value: Any, op: str = "fill_.Scalar") -> Any:
+    """aten::fill_.Scalar / fill_.Tensor: one memset kernel writing the tensor."""
+    out = _filled(op, storage(t), value)
+    if isinstance(out, str):
+        return out
+    storage(t).copy_(out)
+    return t
+
+
+def zero_(t: Any) -> Any:
+    """aten::zero_: one memset kernel."""
+    return fill_(t, 0, "zero_.default")
+
+
+def _alloc(like: Any, size: Any, dtype: Any, memory_format: Any = None) -> torch.Tensor:
+    base = storage(like)
+    if size is None:
+        fmt = memory_format or torch.preserve_format
+        return torch.empty_like(base, dtype=dtype or base.dtype, memory_format=fmt)
+    return torch.empty(size, dtype=dtype or base.dtype)
+
+
+def filled_like(op: str, value: Any) -> Callable[..., Any]:
+    """aten::zeros_like / ones_like (``value``) and full_like: a new tensor by one memset."""
+
+    def run(t, *rest, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+        v = rest[0] if value is None else value
+        out = _filled(op, _alloc(t, None, dtype), v)
+        return out if isinstance(out, str) else wrap(out)
+
+    return run
+
+
+def new_filled(op: str, value: Any) -> Callable[..., Any]:
+    """aten::new_zeros / new_ones (``value``) and new_full: a new tensor by one memset."""
+
+    def run(t, size, *rest, dtype=None, layout=None, device=None, pin_memory=None):
+        v = rest[0] if value is None else value
+        out = _filled(op, _alloc(t, size, dtype), v)
+        return out if isinstance(out, str) else wrap(out)
+
+    return run
+
+
+def empty_like(
+    t, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None
+) -> NeuronTensor:
+    """aten::empty_like: an allocation (no kernel; fresh device memory)."""
+    return wrap(_alloc(t, None, dtype, memory_format))
+
+
+def new_empty(t, size, *, dtype=None, layout=None, device=None, pin_memory=None) -> NeuronTensor:
+    """aten::new_empty: an allocation (no kernel)."""
+    return wrap(_alloc(t, size, dtype))
+
+
+def new_empty_strided(
+    t, size, stride, *, dtype=None, layout=None, device=None, pin_memory=None
+) -> NeuronTensor:
+    """aten::new_empty_strided: an allocation (no kernel)."""
+    return wrap(torch.empty_strided(size, stride, dtype=dtype or t.dtype))

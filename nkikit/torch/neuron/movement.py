@@ -61,6 +61,26 @@ def gather_rows_kernel(table, ids):
     return out
 
 
+@nki.jit
+def memset_kernel(like, value):
+    """A new tensor of ``like``'s shape [R, C] and dtype, every element ``value`` (``like`` is
+    not read: it gives the shape and dtype).  One fill tile (VectorE), stored in
+    [128, COPY_COLS] tiles."""
+    rows, cols = like.shape
+    out = nl.ndarray((rows, cols), dtype=like.dtype, buffer=nl.shared_hbm)
+    tp = min(nl.tile_size.pmax, rows)
+    tf = min(COPY_COLS, cols)
+    i_p = nl.arange(tp)[:, None]
+    i_f = nl.arange(tf)[None, :]
+    tile = nl.full((tp, tf), value, dtype=like.dtype, buffer=nl.sbuf)
+    for r in nl.affine_range(math.ceil(rows / tp)):
+        for c in nl.affine_range(math.ceil(cols / tf)):
+            rr = r * tp + i_p
+            cc = c * tf + i_f
+            nl.store(out[rr, cc], value=tile, mask=(rr < rows) & (cc < cols))
+    return out
+
+
 def as_2d(a: np.ndarray) -> np.ndarray:
     """``a`` flattened to the [rows, cols] a copy kernel moves: 128 partitions when the size
     allows (full-width DMAs), else one row per leading index."""
@@ -77,6 +97,14 @@ def dma_copy(a: np.ndarray) -> np.ndarray:
     if a.size == 0:
         return a.copy()
     return np.asarray(dma_copy_kernel(np.ascontiguousarray(as_2d(a)))).reshape(a.shape)
+
+
+def memset(like: np.ndarray, value: float) -> np.ndarray:
+    """An array like ``like`` filled with ``value`` (one launch of :func:`memset_kernel`)."""
+    if like.size == 0:
+        return like.copy()
+    flat = np.ascontiguousarray(as_2d(like))
+    return np.asarray(memset_kernel(flat, float(value))).reshape(like.shape)
 
 
 def gather_rows(table: np.ndarray, ids: np.ndarray) -> np.ndarray:

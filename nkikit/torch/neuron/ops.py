@@ -8,6 +8,7 @@ An entry is ``(kind, run)``:
 - ``"kernel"``: ``run(*args, **kwargs)`` launches library or data-movement kernels
   (:mod:`nkikit.torch.neuron.kernels`); it returns the result, or a ``str`` reason to fall
   back instead (a shape or dtype the kernel cannot take).
+- ``"alloc"``: ``run`` allocates device memory (``empty_like``...): no kernel, no data moved.
 - ``"fallback"``: always runs on CPU (counted and warned), ``run`` is the reason.
 
 Every other op takes the default route (:mod:`nkikit.torch.neuron.dispatch`): a one-node
@@ -22,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from . import kernels
+from . import fused, kernels
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,12 +68,45 @@ TRANSFER_OPS = ("_local_scalar_dense.default", "is_same_size.default")
 OPS: dict[str, OpEntry] = {
     **{op: OpEntry("view") for op in VIEW_OPS},
     **{op: OpEntry("transfer") for op in TRANSFER_OPS},
+    # these reach the dispatcher whole only where autograd is off (torch.inference_mode);
+    # elsewhere their AutogradPrivateUse1 kernels (nkikit.torch.neuron.fused) take them first
+    "rms_norm.default": OpEntry("kernel", fused.rms_norm),
+    "layer_norm.default": OpEntry("kernel", fused.layer_norm),
+    "scaled_dot_product_attention.default": OpEntry("kernel", fused.scaled_dot_product_attention),
     "mm.default": OpEntry("kernel", kernels.mm),
     "bmm.default": OpEntry("kernel", kernels.bmm),
     "addmm.default": OpEntry("kernel", kernels.addmm),
     "embedding.default": OpEntry("kernel", kernels.embedding),
     "clone.default": OpEntry("kernel", kernels.clone),
     "cat.default": OpEntry("kernel", kernels.cat),
+    "fill_.Scalar": OpEntry("kernel", kernels.fill_),
+    "fill_.Tensor": OpEntry("kernel", kernels.fill_),
+    "zero_.default": OpEntry("kernel", kernels.zero_),
+    "zeros_like.default": OpEntry("kernel", kernels.filled_like("zeros_like.default", 0)),
+    "ones_like.default": OpEntry("kernel", kernels.filled_like("ones_like.default", 1)),
+    "full_like.default": OpEntry("kernel", kernels.filled_like("full_like.default", None)),
+    "new_zeros.default": OpEntry("kernel", kernels.new_filled("new_zeros.default", 0)),
+    "new_ones.default": OpEntry("kernel", kernels.new_filled("new_ones.default", 1)),
+    "new_full.default": OpEntry("kernel", kernels.new_filled("new_full.default", None)),
+    "empty_like.default": OpEntry("alloc", kernels.empty_like),
+    "new_empty.default": OpEntry("alloc", kernels.new_empty),
+    "new_empty_strided.default": OpEntry("alloc", kernels.new_empty_strided),
+    **{
+        op: OpEntry(
+            "fallback", "random numbers are drawn by the CPU generator (seeds reproduce CPU)"
+        )
+        for op in (
+            "normal_.default",
+            "uniform_.default",
+            "bernoulli_.float",
+            "bernoulli.default",
+            "random_.default",
+            "random_.from",
+            "random_.to",
+            "exponential_.default",
+            "randperm.default",
+        )
+    },
     "embedding_dense_backward.default": OpEntry(
         "fallback", "scatter-add of row gradients: no device kernel (indirect DMA accumulate)"
     ),

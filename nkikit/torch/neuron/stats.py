@@ -21,16 +21,24 @@ class DeviceStats:
 
     kernels: Counter = field(default_factory=Counter)
     kernel_names: dict[str, set[str]] = field(default_factory=dict)
+    specializations: dict[str, set[tuple]] = field(default_factory=dict)
+    """Per op, the distinct (shape, dtype) signatures its kernels ran with: one cached kernel
+    each (a specialization of a library kernel, or a generated region kernel), like a NEFF
+    cache."""
     views: Counter = field(default_factory=Counter)
     transfers: Counter = field(default_factory=Counter)
     fallbacks: Counter = field(default_factory=Counter)
     fallback_reasons: dict[str, str] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def kernel(self, op: str, name: str, launches: int = 1) -> None:
+    def kernel(self, op: str, name: str, launches: int = 1, spec: tuple | None = None) -> None:
+        """Count ``launches`` launches of kernel ``name`` for ``op``; ``spec``: the operands'
+        (shape, dtype) signature."""
         with self._lock:
             self.kernels[op] += launches
             self.kernel_names.setdefault(op, set()).add(name)
+            if spec is not None:
+                self.specializations.setdefault(op, set()).add(spec)
 
     def view(self, op: str) -> None:
         with self._lock:
@@ -59,6 +67,7 @@ class DeviceStats:
             for c in (self.kernels, self.views, self.transfers, self.fallbacks):
                 c.clear()
             self.kernel_names.clear()
+            self.specializations.clear()
             self.fallback_reasons.clear()
 
     def table(self) -> Any:
@@ -66,16 +75,17 @@ class DeviceStats:
         from rich.table import Table
 
         t = Table(title="neuron device: ops")
-        for col in ("op", "runs as", "count", "kernel / reason"):
+        for col in ("op", "runs as", "count", "shapes", "kernel / reason"):
             t.add_column(col)
         for op, n in sorted(self.kernels.items(), key=lambda kv: -kv[1]):
-            t.add_row(op, "kernel", str(n), ", ".join(sorted(self.kernel_names.get(op, ()))))
+            names = ", ".join(sorted(self.kernel_names.get(op, ())))
+            t.add_row(op, "kernel", str(n), str(len(self.specializations.get(op, ()))), names)
         for op, n in sorted(self.views.items(), key=lambda kv: -kv[1]):
-            t.add_row(op, "view", str(n), "metadata only")
+            t.add_row(op, "view", str(n), "", "metadata only")
         for op, n in sorted(self.transfers.items(), key=lambda kv: -kv[1]):
-            t.add_row(op, "transfer", str(n), "host <-> device")
+            t.add_row(op, "transfer", str(n), "", "host <-> device")
         for op, n in sorted(self.fallbacks.items(), key=lambda kv: -kv[1]):
-            t.add_row(op, "CPU fallback", str(n), self.fallback_reasons.get(op, ""))
+            t.add_row(op, "CPU fallback", str(n), "", self.fallback_reasons.get(op, ""))
         return t
 
     def __str__(self) -> str:
