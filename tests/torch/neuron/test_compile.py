@@ -3,6 +3,8 @@ graph breaks, forward and backward against CPU torch, generated kernels as kerne
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -288,3 +290,29 @@ def test_device_tensors_in_a_compiled_graph_stay_on_the_device():
     (out,) = CompiledGraph(gm, rec)([x.to("neuron")])
     assert out.device.type == "neuron"
     close(out.cpu(), (x * 2).relu(), torch.float32, "elementwise")
+
+
+def test_compile_on_device_tensors_runs_one_graph_and_returns_device_tensors():
+    x, w = torch.randn(32, 64), torch.randn(64)
+    with torch.no_grad():
+        y = compiled(rmsnorm)(x.to("neuron"), w.to("neuron"))
+    assert y.device.type == "neuron"
+    close(y.cpu(), rmsnorm(x, w), torch.float32)
+    rep = neuron.compile_report()
+    assert rep.dynamo_graphs == 1 and not rep.graph_breaks
+    (g,) = graphs("inference")
+    assert len(g.partition.regions) == 1 and sum(g.launches.values()) == 1
+
+
+def test_a_module_on_the_device_trains_under_compile():
+    torch.manual_seed(0)
+    cpu = torch.nn.Sequential(torch.nn.Linear(64, 64, bias=False), torch.nn.SiLU())
+    dev = copy.deepcopy(cpu).to("neuron")
+    x = torch.randn(16, 64)
+    compiled(dev)(x.to("neuron")).pow(2).mean().backward()
+    cpu(x).pow(2).mean().backward()
+    (wd,), (wc,) = dev.parameters(), cpu.parameters()
+    assert wd.grad.device.type == "neuron"
+    close(wd.grad.cpu(), wc.grad, torch.float32, "matmul")
+    assert {g.kind for g in graphs()} == {"forward", "backward"}
+    assert neuron.compile_report().launches["matmul_kernel"] >= 2
