@@ -90,7 +90,7 @@ def run_ways(n: int, d: int, dtype: str, out: Path, seed: int = 0) -> list[Way]:
             "torch.rms_norm, eager on the device",
             lambda: torch.rms_norm(xd, (d,), wd, EPS).cpu(),
         ),
-        ("compile", 'torch.compile(naive, backend="neuron")', lambda: compiled(x, w)),
+        ("compile", 'torch.compile(naive, backend="neuron")', lambda: compiled(xd, wd).cpu()),
     ]
     from ..torch.neuron import compile_report, device_stats, reset_compile_report
 

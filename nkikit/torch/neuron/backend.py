@@ -12,7 +12,10 @@ call path, so a system profile (``nkikit.torch.profiler``) records each one with
 device time, and each compiled graph call is a ``torch.profiler`` range
 (``neuron graph <n> <pass>``) with its fallbacks inside as ``neuron fallback <op>`` ranges.
 
-Shapes are static: compile with ``dynamic=False`` (a node whose shape is symbolic falls back).
+The model and its inputs live on the ``neuron`` device, as with TorchNeuron (Dynamo and
+AOTAutograd see through a device tensor to its storage, and the results come back as device
+tensors); CPU tensors work too, the graph still runs on the emulated device. Shapes are
+static: compile with ``dynamic=False`` (a node whose shape is symbolic falls back).
 
 :func:`compile_report` tells what happened: graphs compiled, graph breaks (from Dynamo's
 counters, with their reasons), regions, library calls and fallbacks (with reasons).
