@@ -15,6 +15,13 @@ backend cuts the region there).
 Multi-result ops (``native_layer_norm``, ``var_mean``) follow FX: the node's ``out`` is its
 first result and a ``getitem`` node (``args=(name, k)``) names result ``k``.
 
+Numerics: the engines compute in fp32 and round on write (reference/nki-0x.md §6.1).  Each op
+writes its result in its own dtype, so a one-op region rounds exactly where torch does (bit
+for bit for single-instruction ops); inside a fused region an op folded into its consumer's
+instruction (an activation summed by its accumulate, a scalar stage of a two-stage
+``tensor_scalar``, a scale or bias of an activation) and the per-row statistics stay fp32,
+as ``torch.compile`` keeps them.
+
 Dtypes: float32, bfloat16 and float16 compute; bool and small integer types are accepted by
 casts, comparisons and ``where``.  int64 has no NKI tile dtype (NKI's dtype list,
 reference/nki-0x.md §3.11): regions with int64 tensors are not generated.  Float-to-integer
@@ -25,10 +32,12 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import dataclasses
 import hashlib
 import importlib
 import keyword
 import linecache
+import math
 import os
 import threading
 from dataclasses import dataclass
@@ -72,7 +81,7 @@ class CompiledRegion:
         args = []
         for a, v in zip(arrays, self.region.inputs):
             a = np.ascontiguousarray(a)
-            if tuple(a.shape) != v.shape:
+            if tuple(a.shape) != v.shape and a.size != math.prod(v.shape):
                 raise ValueError(f"{self.name}: {v.name} has shape {a.shape}, expected {v.shape}")
             args.append(a.reshape(v.shape or (1,)))
         with _target(self.target):
@@ -330,6 +339,8 @@ class _Writer:
             body.emit(f"nisa.dma_copy(dst={t}, src={self.params[v.name]}.ap({pat}, offset={off}))")
             env[v.name] = t
         results: dict[str, list[Tile]] = {}
+        consumer = _single_consumers(r)
+        fused = len([n for n in r.nodes if n.op != "getitem"]) > 1
         for n in r.nodes:
             if n.op == "getitem":
                 t = results[n.args[0]][n.args[1]]
@@ -337,10 +348,26 @@ class _Writer:
                     t = body.copy(n.out.dtype, t)
                 env[n.out.name] = t
                 continue
+            rule = RULES[n.op]
             body.prefix = _ident(n.out.name) + "_sb"
+            body.out_wide = p.wide[n.out.name]
+            if fused and not p.wide[n.out.name] and n.out.name not in r.outputs:
+                # a per-row statistic inside a fused kernel stays fp32 (it is a (P, 1) operand,
+                # which the engines take in fp32 anyway), as torch.compile keeps it
+                if n.out.dtype in ("bfloat16", "float16"):
+                    n = dataclasses.replace(n, out=dataclasses.replace(n.out, dtype="float32"))
             args = [_resolve(a, env) for a in n.args]
             kwargs = {k: _resolve(a, env) for k, a in n.kwargs}
-            out = RULES[n.op].emit(body, n, args, kwargs)
+            if not rule.takes_lazy:
+                args = [_forced(body, a) for a in args]
+                kwargs = {k: _forced(body, a) for k, a in kwargs.items()}
+            user = consumer.get(n.out.name)
+            if rule.lazy is not None and user is not None and RULES[user.op].takes_lazy:
+                pending = rule.lazy(body, n, args, kwargs)
+                if pending is not None and pending.kind == RULES[user.op].takes_lazy:
+                    env[n.out.name] = pending
+                    continue
+            out = rule.emit(body, n, args, kwargs)
             outs = out if isinstance(out, list) else [out]
             results[n.out.name] = outs
             env[n.out.name] = outs[0]
@@ -351,6 +378,35 @@ class _Writer:
         lines += body.lines
         lines.append(f"    return {', '.join(self.outs)}")
         return name, "\n".join(lines) + "\n"
+
+
+def _single_consumers(region: Region) -> dict[str, Node]:
+    """Each node result used by exactly one later node (once) and not returned: that node.
+    Only such a result may stay pending (:class:`.rules.Lazy`) for its consumer to fold."""
+    uses: dict[str, list[Node]] = {}
+    for n in region.nodes:
+        for a in set(_flat_args(n)):
+            uses.setdefault(a, []).append(n)
+    out = {}
+    for n in region.nodes:
+        users = uses.get(n.out.name, [])
+        if len(users) == 1 and n.out.name not in region.outputs:
+            if _flat_args(users[0]).count(n.out.name) == 1:
+                out[n.out.name] = users[0]
+    return out
+
+
+def _flat_args(n: Node) -> list:
+    out = []
+    for a in list(n.args) + [v for _, v in n.kwargs]:
+        out.extend(a if isinstance(a, tuple | list) else (a,))
+    return [a for a in out if isinstance(a, str)]
+
+
+def _forced(body: Body, a: Any) -> Any:
+    if isinstance(a, tuple | list):
+        return type(a)(_forced(body, e) for e in a)
+    return body.force(a)
 
 
 def _ident(name: str) -> str:

@@ -98,7 +98,8 @@ def plan(region: Region, kinds: dict[str, tuple[str, tuple[int, ...], bool]]) ->
     kind ``"map"`` (elementwise over its broadcast tensor operands), ``"reduce"`` (``dims`` of
     its first operand, in that operand's torch numbering, become 1), ``"rows"`` (same shape out
     as in, reducing ``dims`` internally: softmax, norms), ``"alias"`` (result ``dims[0]`` of a
-    multi-result node) or ``"fill"`` (shape of its operand, nothing read)."""
+    multi-result node), ``"fill"`` (shape of its operand, nothing read) or ``"view"`` (a
+    reshape or expand that moves no element)."""
     names = {v.name for v in region.inputs} | {n.out.name for n in region.nodes}
     rank = max(
         [len(v.shape) for v in region.inputs] + [len(n.out.shape) for n in region.nodes] + [1]
@@ -125,6 +126,18 @@ def plan(region: Region, kinds: dict[str, tuple[str, tuple[int, ...], bool]]) ->
             out = aligned[src]
             if region.value(node.out.name).shape != region.value(src).shape:
                 out = tuple(1 if i in (reduced or ()) else n for i, n in enumerate(out))
+            aligned[node.out.name] = out
+            continue
+        if kind == "view":
+            # a reshape that only adds or drops size-1 dimensions (or an expand) keeps every
+            # element where the domain has it: no data moves
+            src = aligned[tensors[0]]
+            out = pad(node.out.shape, rank)
+            if len(node.out.shape) > rank or any(a not in (o, 1) for a, o in zip(src, out)):
+                raise Unsupported(
+                    f"{node.op}: {tensors[0]} {region.value(tensors[0]).shape} -> "
+                    f"{node.out.shape} moves elements across dimensions"
+                )
             aligned[node.out.name] = out
             continue
         ins = [operand_shape(t, node.op) for t in tensors]

@@ -5,8 +5,7 @@ Every rule writes its result in the node's own dtype, computing in fp32 as the e
 (reference/nki-0x.md §4.0, §6.1): a region therefore rounds where the torch ops it came from
 round, once per op, and an op that torch computes in fp32 internally (softmax, the norms)
 rounds once.  Instructions follow the ISA reference: ScalarE ``activation`` for transcendental
-functions (§4.10), VectorE ``tensor_tensor`` / ``tensor_scalar`` / ``scalar_tensor_tensor``
-for arithmetic, with a ``(P, 1)`` fp32 tile as the per-partition operand (§4.6),
+functions (§4.10), VectorE ``tensor_tensor`` / ``tensor_scalar`` for arithmetic, with a ``(P, 1)`` fp32 tile as the per-partition operand (§4.6),
 ``tensor_reduce`` and ``activation(reduce_op=nl.add)`` for reductions along the free axis,
 ``tensor_copy`` for casts, ``tensor_copy_predicated`` for ``where`` (§4.4).
 """
@@ -49,7 +48,31 @@ class Tile:
         return self.var
 
 
-Arg = Any  # a Tile for tensor arguments, else the Python scalar torch passed
+@dataclass(frozen=True, slots=True)
+class Lazy:
+    """An instruction not written yet, because its only consumer can fold it into its own:
+    ``op(x)`` on ScalarE (``kind="act"``: a following sum becomes the activation's
+    accumulate) or ``x op operand`` on VectorE (``kind="ts"``: a following op with a scalar
+    operand becomes the second stage of one ``tensor_scalar``, a following activation takes
+    it as its ``scale`` or ``bias``).  ``name`` is the tile
+    name it gets if written on its own."""
+
+    kind: str
+    name: str
+    dtype: str
+    x: Tile
+    op: str
+    operand: str = ""
+    reverse: bool = False
+    value: Any = None
+    """The operand as given (a scalar or a ``(P, 1)`` Tile), for folding into ``scale``/``bias``."""
+
+    @property
+    def wide(self) -> bool:
+        return self.x.wide
+
+
+Arg = Any  # a Tile (or Lazy) for tensor arguments, else the Python scalar torch passed
 
 
 class Body:
@@ -65,6 +88,8 @@ class Body:
         self.reduced_count = reduced_count
         """Elements per partition a reduction of this region reduces (means divide by it)."""
         self.lines: list[str] = []
+        self.out_wide = False
+        """Whether the result of the node being written spans the free axis."""
         self.prefix = "t"
         """Names of the tiles the next rule allocates (the node's value name)."""
         self._names: dict[str, int] = {}
@@ -109,9 +134,57 @@ class Body:
         self.emit(f"nisa.activation(dst={d}, op=nl.{op}, data={x}{extra})")
         return d
 
+    def force(self, a: Arg) -> Arg:
+        """``a`` with a pending instruction written out (other arguments unchanged)."""
+        if not isinstance(a, Lazy):
+            return a
+        d = self.new(a.dtype, a.wide, a.name)
+        if a.kind == "act":
+            self.emit(f"nisa.activation(dst={d}, op=nl.{a.op}, data={a.x})")
+        else:
+            rev = ", reverse0=True" if a.reverse else ""
+            self.emit(
+                f"nisa.tensor_scalar(dst={d}, data={a.x}, op0=nl.{a.op}, operand0={a.operand}{rev})"
+            )
+        return d
+
+    def pending_binary(self, dtype: str, op: str, x: Arg, y: Arg) -> Lazy | None:
+        """``op(x, y)`` as a pending ``tensor_scalar`` when it is one (a ``(P, F)`` tile and a
+        ``(P, 1)`` tile or a scalar), else None."""
+        for data, other, rev in ((x, y, False), (y, x, True)):
+            if isinstance(data, Tile) and not isinstance(other, Tile | Lazy):
+                return Lazy("ts", self.prefix, dtype, data, op, lit(other), rev, other)
+            if isinstance(data, Tile) and data.wide and isinstance(other, Tile) and not other.wide:
+                return Lazy("ts", self.prefix, dtype, data, op, self.vec32(other), rev, other)
+        return None
+
     def binary(self, dtype: str, op: str, x: Arg, y: Arg) -> Tile:
         """``op(x, y)`` elementwise with broadcasting between ``(P, F)`` and ``(P, 1)`` tiles
-        and scalars (a ``(P, 1)`` or scalar operand is ``tensor_scalar``'s operand)."""
+        and scalars (a ``(P, 1)`` or scalar operand is ``tensor_scalar``'s operand).  A
+        pending ``tensor_scalar`` and a scalar or ``(P, 1)`` operand make one two-stage
+        ``tensor_scalar`` (§4.6).  (A pending one and a ``(P, F)`` tile stay two
+        instructions: the cost model rates ``scalar_tensor_tensor`` below a bf16
+        ``tensor_scalar`` plus ``tensor_tensor``.)"""
+        for lazy, other, rev in ((x, y, False), (y, x, True)):
+            if (
+                isinstance(lazy, Lazy)
+                and lazy.kind == "ts"
+                and (
+                    not isinstance(other, Tile | Lazy) or isinstance(other, Tile) and not other.wide
+                )
+            ):
+                # two ALU stages in one tensor_scalar: (x op0 a) op1 b
+                operand = self.vec32(other) if isinstance(other, Tile) else lit(other)
+                d = self.new(dtype, lazy.wide)
+                flags = (", reverse0=True" if lazy.reverse else "") + (
+                    ", reverse1=True" if rev else ""
+                )
+                self.emit(
+                    f"nisa.tensor_scalar(dst={d}, data={lazy.x}, op0=nl.{lazy.op}, "
+                    f"operand0={lazy.operand}, op1=nl.{op}, operand1={operand}{flags})"
+                )
+                return d
+        x, y = self.force(x), self.force(y)
         xt, yt = isinstance(x, Tile), isinstance(y, Tile)
         if xt and yt and x.wide == y.wide:
             d = self.new(dtype, x.wide)
@@ -229,6 +302,11 @@ class Rule:
     dims: Callable[[Node], tuple[int, ...]] | None = None
     folds: bool = False
     """A reduction that can finish across partitions (:attr:`.layout.Plan.fold`)."""
+    lazy: Callable[..., Lazy | None] | None = None
+    """``lazy(b, node, args, kwargs)``: the op as one pending instruction (:class:`Lazy`), or
+    None; used when its only consumer ``takes_lazy``."""
+    takes_lazy: str = ""
+    """The :class:`Lazy` kind its arguments may be (``"ts"``, ``"act"``), "" for none."""
 
 
 def _floats(node: Node, dtypes: list[str]) -> str | None:
@@ -283,10 +361,18 @@ def _arg(args: list, kwargs: dict, i: int, name: str, default: Any = None) -> An
 RULES: dict[str, Rule] = {}
 
 
-def _rule(ops: str, kind: str = "map", check=_floats, dims=None, folds=False):
+def _rule(
+    ops: str,
+    kind: str = "map",
+    check=_floats,
+    dims=None,
+    folds=False,
+    lazy=None,
+    takes_lazy="",
+):
     def deco(fn):
         for op in ops.split():
-            RULES[op] = Rule(kind, fn, check, dims, folds)
+            RULES[op] = Rule(kind, fn, check, dims, folds, lazy, takes_lazy)
         return fn
 
     return deco
@@ -312,13 +398,36 @@ _ACTIVATIONS = {
 
 def _act_rule(fn_name: str):
     def emit(b: Body, node: Node, args: list, kwargs: dict) -> Tile:
-        return b.act(node.out.dtype, fn_name, args[0])
+        x = args[0]
+        if isinstance(x, Lazy):
+            # ScalarE computes op(data * scale + bias): a pending scale or shift comes free
+            v = x.value
+            scalar = isinstance(v, int | float) and not isinstance(v, bool)
+            if x.op == "multiply" and scalar and not x.reverse:
+                return b.act(node.out.dtype, fn_name, x.x, scale=float(v))
+            if x.op == "divide" and scalar and not x.reverse and v != 0:
+                return b.act(node.out.dtype, fn_name, x.x, scale=1.0 / float(v))
+            if x.op == "add" and (scalar or isinstance(v, Tile)):
+                return b.act(node.out.dtype, fn_name, x.x, bias=x.operand)
+            x = b.force(x)
+        return b.act(node.out.dtype, fn_name, x)
 
     return emit
 
 
+def _act_lazy(fn_name: str):
+    def lazy(b: Body, node: Node, args: list, kwargs: dict) -> Lazy | None:
+        if not isinstance(args[0], Tile):
+            return None
+        return Lazy("act", b.prefix, node.out.dtype, args[0], fn_name)
+
+    return lazy
+
+
 for _op, _fn in _ACTIVATIONS.items():
-    RULES[f"{_op}.default"] = Rule("map", _act_rule(_fn), _floats)
+    RULES[f"{_op}.default"] = Rule(
+        "map", _act_rule(_fn), _floats, lazy=_act_lazy(_fn), takes_lazy="ts"
+    )
 
 
 @_rule("gelu.default")
@@ -365,9 +474,20 @@ def _binary_rule(alu: str):
     return emit
 
 
+def _binary_lazy(alu: str):
+    def lazy(b: Body, node: Node, args: list, kwargs: dict) -> Lazy | None:
+        if alu == "multiply" and isinstance(args[0], Tile) and args[1] is args[0]:
+            return Lazy("act", b.prefix, node.out.dtype, args[0], "square")
+        return b.pending_binary(node.out.dtype, alu, args[0], args[1])
+
+    return lazy
+
+
 for _op, _alu in _BINARY.items():
     for _ov in ("Tensor", "Scalar", "default"):
-        RULES[f"{_op}.{_ov}"] = Rule("map", _binary_rule(_alu), _floats)
+        RULES[f"{_op}.{_ov}"] = Rule(
+            "map", _binary_rule(_alu), _floats, lazy=_binary_lazy(_alu), takes_lazy="ts"
+        )
 for _op, _alu in _COMPARE.items():
     for _ov in ("Tensor", "Scalar"):
         RULES[f"{_op}.{_ov}"] = Rule("map", _binary_rule(_alu), _compare)
@@ -393,25 +513,41 @@ def _scaled(b: Body, y: Arg, alpha: Any) -> Arg:
     return y * alpha
 
 
-@_rule("add.Tensor add.Scalar")
+def _alpha_lazy(alu: str, swap: bool = False):
+    def lazy(b: Body, node: Node, args: list, kwargs: dict) -> Lazy | None:
+        if _arg(args, kwargs, 2, "alpha", 1) != 1:
+            return None
+        x, y = (args[1], args[0]) if swap else (args[0], args[1])
+        return b.pending_binary(node.out.dtype, alu, x, y)
+
+    return lazy
+
+
+@_rule("add.Tensor add.Scalar", lazy=_alpha_lazy("add"), takes_lazy="ts")
 def _add(b, node, args, kwargs):
     y = _scaled(b, args[1], _arg(args, kwargs, 2, "alpha", 1))
     return b.binary(node.out.dtype, "add", args[0], y)
 
 
-@_rule("sub.Tensor sub.Scalar")
+@_rule("sub.Tensor sub.Scalar", lazy=_alpha_lazy("subtract"), takes_lazy="ts")
 def _sub(b, node, args, kwargs):
     y = _scaled(b, args[1], _arg(args, kwargs, 2, "alpha", 1))
     return b.binary(node.out.dtype, "subtract", args[0], y)
 
 
-@_rule("rsub.Tensor rsub.Scalar")
+@_rule("rsub.Tensor rsub.Scalar", lazy=_alpha_lazy("subtract", swap=True), takes_lazy="ts")
 def _rsub(b, node, args, kwargs):
     x = _scaled(b, args[0], _arg(args, kwargs, 2, "alpha", 1))
     return b.binary(node.out.dtype, "subtract", args[1], x)
 
 
-@_rule("pow.Tensor_Scalar")
+def _pow_lazy(b: Body, node: Node, args: list, kwargs: dict) -> Lazy | None:
+    if args[1] == 2 and isinstance(args[0], Tile):
+        return Lazy("act", b.prefix, node.out.dtype, args[0], "square")
+    return None
+
+
+@_rule("pow.Tensor_Scalar", lazy=_pow_lazy)
 def _pow(b, node, args, kwargs):
     x, e = args[0], args[1]
     if e == 2:
@@ -479,6 +615,18 @@ def _identity(b, node, args, kwargs):
     return args[0]
 
 
+@_rule(
+    "view.default _unsafe_view.default reshape.default unsqueeze.default squeeze.dim "
+    "squeeze.dims squeeze.default expand.default",
+    "view",
+    _any,
+)
+def _view(b, node, args, kwargs):
+    # the layout checked that no element moves: the tile is the value, widened if expanded
+    x = b.force(args[0])
+    return b.copy(x.dtype, x, True) if b.out_wide and not x.wide else x
+
+
 @_rule("_to_copy.default clone.default", check=_cast)
 def _to_copy(b, node, args, kwargs):
     x = args[0]
@@ -487,12 +635,23 @@ def _to_copy(b, node, args, kwargs):
     return b.copy(node.out.dtype, x)
 
 
-@_rule("zeros_like.default ones_like.default full_like.default fill.Scalar", "fill", _any)
+_FILL_VALUES = {"zeros_like": 0, "ones_like": 1, "zeros": 0, "ones": 1}
+
+
+@_rule(
+    "zeros_like.default ones_like.default full_like.default fill.Scalar full.default "
+    "zeros.default ones.default scalar_tensor.default",
+    "fill",
+    _any,
+)
 def _fill(b, node, args, kwargs):
-    value = {"zeros_like.default": 0, "ones_like.default": 1}.get(node.op)
-    if value is None:
-        value = _arg(args, kwargs, 1, "fill_value" if node.op == "full_like.default" else "value")
-    return b.fill(node.out.dtype, args[0].wide, value)
+    name = node.op.split(".")[0]
+    value = _FILL_VALUES.get(name)
+    if value is None and name == "scalar_tensor":
+        value = args[0]
+    elif value is None:
+        value = _arg(args, kwargs, 1, "value" if name == "fill" else "fill_value")
+    return b.fill(node.out.dtype, b.out_wide, value)
 
 
 # -- backward of elementwise functions ---------------------------------------------------------
@@ -566,14 +725,37 @@ def _check_reduce(node: Node, dtypes: list[str]) -> str | None:
     return _floats(node, dtypes)
 
 
-@_rule("sum.dim_IntList sum.default", "reduce", _check_reduce, _reduce_dims, True)
+@_rule("sum.dim_IntList sum.default", "reduce", _check_reduce, _reduce_dims, True, takes_lazy="act")
 def _sum(b, node, args, kwargs):
-    return b.reduce(node.out.dtype, "add", _wide(b, args[0]))
+    s = _sum_into(b, node.out.dtype, args[0])
+    return s if s.dtype == node.out.dtype else b.copy(node.out.dtype, s)
 
 
-@_rule("mean.dim mean.default", "reduce", _check_reduce, _reduce_dims, True)
+def _sum_into(b: Body, dtype: str, x: Arg) -> Tile:
+    """The sum of ``x`` along the free axis; a pending activation accumulates it as it goes
+    (one ScalarE pass instead of an activation and a reduce)."""
+    if isinstance(x, Lazy) and x.kind == "act" and not b.fold and x.wide:
+        return b.sum_of(x.op, x.x)[1]
+    return b.reduce(dtype, "add", _wide(b, b.force(x)))
+
+
+def _mean_lazy(b: Body, node: Node, args: list, kwargs: dict) -> Lazy:
+    s = _sum_into(b, "float32", args[0])
+    n = float(b.reduced_count)
+    return Lazy("ts", b.prefix, node.out.dtype, s, "divide", lit(n), False, n)
+
+
+@_rule(
+    "mean.dim mean.default",
+    "reduce",
+    _check_reduce,
+    _reduce_dims,
+    True,
+    lazy=_mean_lazy,
+    takes_lazy="act",
+)
 def _mean(b, node, args, kwargs):
-    s = b.reduce("float32", "add", _wide(b, args[0]))
+    s = _sum_into(b, "float32", args[0])
     return b.binary(node.out.dtype, "divide", s, float(b.reduced_count))
 
 

@@ -189,9 +189,10 @@ def test_fp32_elementwise_is_exact_against_numpy():
 
 
 def test_bf16_rounds_once_per_op_as_torch_does():
-    """A chain of bf16 ops rounds after each op, as torch's bf16 ops do: bit for bit."""
+    """A chain of bf16 ops, one instruction each, rounds after each op as torch's bf16 ops
+    do: bit for bit."""
     x, y = _randn(257, 33, dtype=torch.bfloat16), _randn(33, dtype=torch.bfloat16, seed=1)
-    fn = lambda a, b: torch.sigmoid(a * b + 1.0) - a  # noqa: E731
+    fn = lambda a, b: torch.sigmoid(torch.maximum(a * b, a)) - a  # noqa: E731
     (out,) = run_on_device(fn, x, y)
     np.testing.assert_array_equal(out.astype(np.float32), fn(x, y).float().numpy())
 
@@ -239,13 +240,37 @@ REDUCTIONS = [
 @pytest.mark.parametrize("dtype", list(DTYPES))
 @pytest.mark.parametrize("name,fn,kind", REDUCTIONS, ids=[r[0] for r in REDUCTIONS])
 def test_reduction_over_every_dim(name, fn, kind, dtype):
-    x = _randn(3, 130, 5, 6, dtype=DTYPES[dtype])
+    x = _randn(3, 20, 5, 6, dtype=DTYPES[dtype])
     for d in range(-4, 0):
         assert_matches_torch(_bind(fn, d), x, kind=kind)
 
 
 def _bind(fn, d):
     return lambda t: fn(t, d)
+
+
+@st.composite
+def shape_and_dim(draw):
+    rank = draw(st.integers(1, 4))
+    sizes = [draw(st.sampled_from([1, 2, 3, 5, 33, 129, 200])) for _ in range(rank)]
+    while math.prod(sizes) > 30_000:
+        sizes[sizes.index(max(sizes))] = 5
+    return tuple(sizes), draw(st.integers(-rank, rank - 1))
+
+
+@settings(max_examples=10, deadline=None)
+@given(case=shape_and_dim(), dtype=st.sampled_from(list(DTYPES)))
+def test_fused_normalization_over_any_dim(case, dtype):
+    """An rms-norm-like chain over a drawn dimension: one kernel, the dimension on the free
+    axis wherever it is."""
+    shape, d = case
+    x = _randn(*shape, dtype=DTYPES[dtype])
+
+    def fn(t):
+        scale = t.amax(d, keepdim=True).abs() + 1.0  # a product: no cancellation to amplify
+        return t * torch.rsqrt(t.pow(2).mean(d, keepdim=True) + 1e-6) * scale
+
+    assert_matches_torch(fn, x, kind="normalization")
 
 
 def test_reduction_over_several_dims():
@@ -462,3 +487,35 @@ def test_region_reducing_two_different_axes_is_refused():
     region = region_from(lambda t: t.sum(0, keepdim=True) + t.sum(1, keepdim=True), x)
     reasons = [supported(n, region) for n in region.nodes]
     assert any(r and "reduces" in r for r in reasons), reasons
+
+
+def test_views_that_move_no_element_fuse():
+    """unsqueeze / view / expand that only add, drop or broadcast size-1 dimensions are free
+    inside a region; a view that regroups elements is refused with the reason."""
+    x = _randn(6, 130, 40)
+    assert_matches_torch(lambda t: t * t.sum(-1).unsqueeze(-1), x, kind="reduction")
+    assert_matches_torch(lambda t: t.mean(-1).view(6, 130, 1) + t, x, kind="reduction")
+    assert_matches_torch(lambda t, w: t * w.expand(6, 130, 40), x, _randn(40), kind="reduction")
+    region = region_from(lambda t: t.view(6, 40, 130) + 1, x)
+    assert "moves elements" in supported(region.nodes[0], region)
+
+
+def test_scalars_masks_fills_and_passthrough():
+    """0-d tensor operands, bool masks, factory ops inside a region, and a region that also
+    returns one of its inputs."""
+    x = _randn(200, 30)
+    assert_matches_torch(lambda x, s: x * s + s, x, torch.tensor(2.5))
+    assert_matches_torch(lambda m, a, b: torch.where(m, a, b), x > 0, x, _randn(30, seed=1))
+    assert_matches_torch(lambda m, a: a.masked_fill(m, -1e9), x > 0.5, x)
+    assert_matches_torch(lambda t: t + torch.full((30,), 2.0), x)
+    assert_matches_torch(lambda t: torch.where(t > 0, t, torch.scalar_tensor(0.5)), x)
+    assert_matches_torch(lambda t: t.exp(), _randn(()))
+    region = Region(
+        (Value("a", (3, 4), "float32"),),
+        (Node("full.default", ([3, 4], 2.0), (), Value("b", (3, 4), "float32")),),
+        ("a", "b"),
+    )
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    same, full = compile_region(region).run(a)
+    np.testing.assert_array_equal(same, a)
+    np.testing.assert_array_equal(full, np.full((3, 4), 2.0, np.float32))
