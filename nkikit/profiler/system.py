@@ -379,12 +379,28 @@ def _nested(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+METADATA_OPS = frozenset(
+    f"aten::{op}"
+    for op in (
+        "view", "_unsafe_view", "_reshape_alias", "reshape", "expand", "permute", "transpose",
+        "t", "slice", "select", "unsqueeze", "squeeze", "detach", "alias", "split",
+        "split_with_sizes", "unbind", "chunk", "narrow", "as_strided", "diagonal", "view_as",
+        "expand_as", "lift_fresh", "empty", "empty_like", "empty_strided", "new_empty",
+        "new_empty_strided", "resolve_conj", "resolve_neg", "to", "contiguous",
+    )
+) | {"detach"}  # fmt: skip
+"""Host operations that only describe or allocate memory (views, aliases, empty tensors), or
+that are a no-op unless a child op does the work (``to`` -> ``_to_copy``, ``contiguous`` ->
+``clone``, counted themselves): without a kernel they are not CPU fallbacks."""
+
+
 def key_averages(host: list[dict[str, Any]], runs: list[KernelRun]) -> list[KeyAverage]:
     """Per host operation (by name) and per kernel: calls, host and device time, fallbacks.
 
     A launch belongs to every host operation on its thread whose interval holds the middle of
     its launch (as torch attributes a child's time to each enclosing op); an operation call
-    that launched no kernel ran on the CPU: a fallback, in TorchNeuron's words."""
+    that launched no kernel ran on the CPU: a fallback, in TorchNeuron's words (except the
+    metadata ops of ``METADATA_OPS``, which compute nothing)."""
     rows: dict[tuple[str, str], KeyAverage] = {}
     by_thread: dict[Any, list[tuple[float, KernelRun]]] = {}
     for r in runs:
@@ -400,7 +416,7 @@ def key_averages(host: list[dict[str, Any]], runs: list[KernelRun]) -> list[KeyA
         lo = bisect.bisect_left(mids, e["ts"])
         hi = bisect.bisect_right(mids, e["ts"] + e["dur"])
         inside = [r for _, r in lst[lo:hi]]
-        if not inside:
+        if not inside and e["name"] not in METADATA_OPS:
             row.fallbacks += 1
         for r in inside:
             row.device_total_us += r.device_us

@@ -263,3 +263,22 @@ def new_empty_strided(
 ) -> NeuronTensor:
     """aten::new_empty_strided: an allocation (no kernel)."""
     return wrap(torch.empty_strided(size, stride, dtype=dtype or t.dtype))
+
+
+# -- ops with two results, as two device ops -----------------------------------------------------
+
+
+def values_and_indices(reduce: str, arg: str) -> Callable[..., Any]:
+    """aten::max.dim / min.dim: ``(values, indices)`` as two device ops, ``amax`` (``amin``)
+    and ``argmax`` (``argmin``) over the dim, each its own generated kernel."""
+
+    def run(x: Any, dim: int, keepdim: bool = False) -> Any:
+        from torch.return_types import max as max_result
+        from torch.return_types import min as min_result
+
+        values = getattr(torch.ops.aten, reduce).default(x, [dim], keepdim)
+        indices = getattr(torch.ops.aten, arg).default(x, dim, keepdim)
+        result = max_result if reduce == "amax" else min_result
+        return result((values, indices))
+
+    return run

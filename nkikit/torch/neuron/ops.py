@@ -73,6 +73,8 @@ OPS: dict[str, OpEntry] = {
     "rms_norm.default": OpEntry("kernel", fused.rms_norm),
     "layer_norm.default": OpEntry("kernel", fused.layer_norm),
     "scaled_dot_product_attention.default": OpEntry("kernel", fused.scaled_dot_product_attention),
+    "max.dim": OpEntry("kernel", kernels.values_and_indices("amax", "argmax")),
+    "min.dim": OpEntry("kernel", kernels.values_and_indices("amin", "argmin")),
     "mm.default": OpEntry("kernel", kernels.mm),
     "bmm.default": OpEntry("kernel", kernels.bmm),
     "addmm.default": OpEntry("kernel", kernels.addmm),

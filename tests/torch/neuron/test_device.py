@@ -250,6 +250,7 @@ def test_system_profile_lists_device_kernels_and_fallbacks(tmp_path):
     assert "neuron.fallback cumsum.default" in names
     rows = {k.name: k for k in sp.key_averages}
     assert rows["neuron.fallback cumsum.default"].fallbacks >= 1
+    assert rows["aten::t"].calls >= 1 and rows["aten::t"].fallbacks == 0  # a view: no fallback
 
 
 def test_elementwise_ops_run_as_generated_kernels():

@@ -210,3 +210,17 @@ def test_cat_along_any_dim_is_exact(dtype, shape, data):
     b = rand(*other, dtype=dtype, seed=1)
     got = torch.cat([a.to("neuron"), b.to("neuron")], d)
     assert torch.equal(got.cpu(), torch.cat([a, b], d))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_max_and_min_over_a_dim_match_cpu(dtype):
+    x = rand(6, 9, dtype=dtype)
+    d = x.to("neuron")
+    device_stats().reset()
+    for got, ref in ((d.max(-1), x.max(-1)), (d.min(0, keepdim=True), x.min(0, keepdim=True))):
+        assert torch.equal(got.values.cpu(), ref.values)
+        assert torch.equal(got.indices.cpu(), ref.indices)
+    # the values are a generated reduction kernel each (amax / amin)
+    assert (
+        device_stats().kernels["amax.default"] == 1 and device_stats().kernels["amin.default"] == 1
+    )
