@@ -316,3 +316,12 @@ def test_a_module_on_the_device_trains_under_compile():
     close(wd.grad.cpu(), wc.grad, torch.float32, "matmul")
     assert {g.kind for g in graphs()} == {"forward", "backward"}
     assert neuron.compile_report().launches["matmul_kernel"] >= 2
+
+
+def test_the_backend_object_works_as_well_as_its_name():
+    assert callable(neuron.backend)
+    fn = torch.compile(lambda x: (x + 1).exp(), backend=neuron.backend, dynamic=False)
+    x = torch.randn(4, 8)
+    with torch.no_grad():
+        close(fn(x), (x + 1).exp(), torch.float32, "transcendental")
+    assert sum(neuron.compile_report().launches.values()) == 1
