@@ -1,6 +1,10 @@
 """``nkikit demo``: the RMSNorm story, on the embedded defaults (no network, no hardware).
 
-1. Check three RMSNorm implementations against numpy on the simulator.
+0. PyTorch on an emulated NeuronCore (:mod:`nkikit.demo.torch_story`): RMSNorm three ways,
+   naive PyTorch ops eager on the ``neuron`` device (a kernel per op), ``torch.rms_norm`` (one
+   kernel) and ``torch.compile(backend="neuron")`` (one fused generated kernel), each with a
+   system trace, key averages and an HTML system report.
+1. Check three NKI RMSNorm kernels against numpy on the simulator.
 2. Model them on a NeuronCore (4096 x 4096 bf16 by default): naive (one kernel per
    PyTorch-level op, each through HBM), fused (one kernel, written the obvious way) and tuned
    (the library kernel, its work spread over the engines); print a
@@ -223,6 +227,9 @@ def add_demo(sub: argparse._SubParsersAction) -> None:
     )
     add_target(p)
     p.add_argument("--no-share", action="store_true", help="skip the publish/pull half")
+    p.add_argument(
+        "--no-torch", action="store_true", help="skip the PyTorch story (the three torch ways)"
+    )
     p.set_defaults(fn=cmd_demo)
 
 
@@ -236,6 +243,11 @@ def cmd_demo(ns: argparse.Namespace) -> int:
             f"--shape: expected ROWSxCOLUMNS, e.g. 256x1024, got {ns.shape!r}"
         ) from None
     out = Path(ns.out)
+    if not ns.no_torch:
+        from .torch_story import run_torch_story
+
+        run_torch_story(out / "torch", n, d, ns.dtype, ns.target)
+        print("Kernel level: the same RMSNorm as three hand-written NKI kernels")
     run_profile_demo(out, n, d, ns.dtype, ns.target)
     if not ns.no_share:
         from ..registry.demo import sharing_demo

@@ -22,6 +22,7 @@ import threading
 from typing import Any
 
 import torch
+from torch.utils._pytree import tree_leaves, tree_map
 
 DEVICE = "neuron"
 _SETUP_LOCK = threading.Lock()
@@ -33,7 +34,6 @@ class NeuronTensor(torch.Tensor):
     of it share, so in-place ops and views behave as on any torch device)."""
 
     _storage: torch.Tensor
-    __slots__ = ("_storage",)
 
     @staticmethod
     def __new__(cls, data: torch.Tensor, requires_grad: bool = False) -> NeuronTensor:
@@ -58,11 +58,39 @@ class NeuronTensor(torch.Tensor):
         """The values as nested Python lists (a transfer to the host, as on any device)."""
         return self._storage.tolist()
 
+    # torch.compile: a traceable wrapper subclass (torch.utils._python_dispatch), so Dynamo and
+    # AOTAutograd see through a device tensor to its storage and trace the storage's ATen ops;
+    # the compiled graph then runs on the device (nkikit.torch.neuron.backend) and AOTAutograd
+    # wraps its results back into device tensors.
+    def __tensor_flatten__(self) -> tuple[list[str], None]:
+        return ["_storage"], None
+
+    @staticmethod
+    def __tensor_unflatten__(
+        inner: dict[str, torch.Tensor], meta: None, outer_size: Any, outer_stride: Any
+    ) -> NeuronTensor:
+        return NeuronTensor(inner["_storage"])
+
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if _tracing(args, kwargs):  # under torch.compile's tracing: the op itself, no kernel
+            out = func(*tree_map(storage, args), **tree_map(storage, kwargs))
+            return tree_map(lambda t: wrap(t) if isinstance(t, torch.Tensor) else t, out)
         from .dispatch import dispatch
 
-        return dispatch(func, args, kwargs or {})
+        return dispatch(func, args, kwargs)
+
+
+def _tracing(args: Any, kwargs: Any) -> bool:
+    """Whether device tensors hold fake or functional tensors (Dynamo/AOTAutograd tracing)."""
+    from torch._subclasses.fake_tensor import FakeTensor
+    from torch._subclasses.functional_tensor import FunctionalTensor
+
+    return any(
+        isinstance(a, NeuronTensor) and isinstance(a._storage, FakeTensor | FunctionalTensor)
+        for a in tree_leaves((args, kwargs))
+    )
 
 
 def wrap(t: torch.Tensor) -> NeuronTensor:
