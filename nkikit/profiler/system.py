@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -394,19 +395,39 @@ that are a no-op unless a child op does the work (``to`` -> ``_to_copy``, ``cont
 ``clone``, counted themselves): without a kernel they are not CPU fallbacks."""
 
 
+def _outermost_aten(host: list[dict[str, Any]]) -> set[int]:
+    """The ids of the ``aten::`` events that no other ``aten::`` event on their thread holds."""
+    out: set[int] = set()
+    by_thread: dict[Any, list[dict[str, Any]]] = {}
+    for e in host:
+        if e["name"].startswith("aten::"):
+            by_thread.setdefault(e.get("tid"), []).append(e)
+    for events in by_thread.values():
+        events.sort(key=lambda e: (e["ts"], -e["dur"]))
+        end = -math.inf
+        for e in events:
+            if e["ts"] >= end:
+                out.add(id(e))
+                end = e["ts"] + e["dur"]
+    return out
+
+
 def key_averages(host: list[dict[str, Any]], runs: list[KernelRun]) -> list[KeyAverage]:
     """Per host operation (by name) and per kernel: calls, host and device time, fallbacks.
 
     A launch belongs to every host operation on its thread whose interval holds the middle of
     its launch (as torch attributes a child's time to each enclosing op); an operation call
-    that launched no kernel ran on the CPU: a fallback, in TorchNeuron's words (except the
-    metadata ops of ``METADATA_OPS``, which compute nothing)."""
+    that launched no kernel ran on the CPU: a fallback, in TorchNeuron's words. Only the
+    outermost ATen operations count (an op inside another is part of its parent: the
+    ``neuron`` device's dispatcher, for one, calls ATen ops on host storage inside the op it
+    runs as a kernel), and the metadata ops of ``METADATA_OPS`` compute nothing."""
     rows: dict[tuple[str, str], KeyAverage] = {}
     by_thread: dict[Any, list[tuple[float, KernelRun]]] = {}
     for r in runs:
         by_thread.setdefault(r.thread, []).append(((r.launch_start + r.launch_end) / 2, r))
     for lst in by_thread.values():
         lst.sort(key=lambda x: x[0])
+    outermost = _outermost_aten(host)
     for e in host:
         row = rows.setdefault(("op", e["name"]), KeyAverage(e["name"], "op"))
         row.calls += 1
@@ -416,7 +437,7 @@ def key_averages(host: list[dict[str, Any]], runs: list[KernelRun]) -> list[KeyA
         lo = bisect.bisect_left(mids, e["ts"])
         hi = bisect.bisect_right(mids, e["ts"] + e["dur"])
         inside = [r for _, r in lst[lo:hi]]
-        if not inside and e["name"] not in METADATA_OPS:
+        if not inside and id(e) in outermost and e["name"] not in METADATA_OPS:
             row.fallbacks += 1
         for r in inside:
             row.device_total_us += r.device_us

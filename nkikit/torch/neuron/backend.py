@@ -10,7 +10,7 @@ cache); matmuls and attention run the library's kernels; views are metadata; eve
 runs on CPU torch, is counted and shown as a fallback. Kernels launch through nkikit's normal
 call path, so a system profile (``nkikit.torch.profiler``) records each one with its modeled
 device time, and each compiled graph call is a ``torch.profiler`` range
-(``neuron graph <n> <pass>``) with its fallbacks inside as ``neuron fallback <op>`` ranges.
+(``neuron graph <n> <pass>``) with its fallbacks inside as ``neuron.fallback <op>`` ranges.
 
 The model and its inputs live on the ``neuron`` device, as with TorchNeuron (Dynamo and
 AOTAutograd see through a device tensor to its storage, and the results come back as device
@@ -149,7 +149,7 @@ class CompiledGraph:
             return
         op = op_name(n.target)
         self.record.fallbacks[op] += 1
-        with torch.profiler.record_function(f"neuron fallback {op}"):
+        with torch.profiler.record_function(f"neuron.fallback {op}"):
             env[n] = n.target(*args, **kwargs)
 
 

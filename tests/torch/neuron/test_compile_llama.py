@@ -148,6 +148,6 @@ def test_decoder_layer_compiled(models, dtype, tmp_path):
     # fallbacks are listed in the report with their reasons and shown as host ranges
     ranges = {e["name"] for e in sp.host}
     for op in rep.fallbacks:
-        assert op in rep.fallback_reasons() and f"neuron fallback {op}" in ranges
+        assert op in rep.fallback_reasons() and f"neuron.fallback {op}" in ranges
     print(rep)
     print(sp.table_text(row_limit=40))
