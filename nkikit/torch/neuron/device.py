@@ -111,11 +111,51 @@ def neuron_device() -> torch.device:
     return torch.device(DEVICE, 0)
 
 
+class _BackendModule:
+    """``torch.neuron``: what torch asks of a device's module.  Random numbers on the device
+    are drawn by the CPU generator (see the ops table), so the device's RNG state is the CPU's:
+    ``torch.random.fork_rng`` and AOTAutograd's RNG handling, which visit every registered
+    device, save and restore it like any other."""
+
+    def is_initialized(self) -> bool:
+        return True
+
+    def is_available(self) -> bool:
+        return True
+
+    def current_device(self) -> int:
+        return 0
+
+    def device_count(self) -> int:
+        return 1
+
+    def _is_in_bad_fork(self) -> bool:
+        return False
+
+    # torch.manual_seed seeds the CPU generator and then calls these: nothing more to seed
+    def manual_seed(self, seed: int) -> None:
+        pass
+
+    def manual_seed_all(self, seed: int) -> None:
+        pass
+
+    def initial_seed(self) -> int:
+        return torch.initial_seed()
+
+    def get_rng_state(self, device: Any = None) -> torch.Tensor:
+        return torch.get_rng_state()
+
+    def set_rng_state(self, new_state: torch.Tensor, device: Any = None) -> None:
+        torch.set_rng_state(new_state)
+
+
 def _setup() -> None:
     from torch.utils import backend_registration
 
     if torch._C._get_privateuse1_backend_name() != DEVICE:
-        backend_registration._setup_privateuseone_for_python_backend(DEVICE)
+        backend_registration._setup_privateuseone_for_python_backend(
+            DEVICE, backend_module=_BackendModule()
+        )
     lib = torch.library.Library("aten", "IMPL")
     lib.impl("empty.memory_format", _empty, "PrivateUse1")
     lib.impl("empty_strided", _empty_strided, "PrivateUse1")

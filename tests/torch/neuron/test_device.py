@@ -249,7 +249,7 @@ def test_system_profile_lists_device_kernels_and_fallbacks(tmp_path):
     }
     assert "neuron.fallback cumsum.default" in names
     rows = {k.name: k for k in sp.key_averages}
-    assert rows["neuron.fallback cumsum.default"].fallbacks >= 1
+    assert rows["aten::cumsum"].fallbacks == 1  # the op the user called, counted once
     assert rows["aten::t"].calls >= 1 and rows["aten::t"].fallbacks == 0  # a view: no fallback
 
 
