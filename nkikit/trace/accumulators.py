@@ -141,6 +141,14 @@ class Chain:
                 op=f"nisa.{op}",
                 why=f"reduce_cmd={cmd} needs reduce_op",
             )
+        if cmd != "idle" and reduce_op not in IDENTITY:
+            raise NkiError(
+                "err_invalid_argument",
+                loc,
+                op=f"nisa.{op}",
+                why=f"reduce_op={reduce_op} cannot accumulate across instructions (the "
+                f"accumulators take {', '.join(IDENTITY)})",
+            )
         if cmd == "load_reduce" and init is None:
             raise NkiError(
                 "err_invalid_argument",

@@ -291,3 +291,17 @@ def test_the_read_out_is_its_own_instruction_charged_once():
     assert act.engine.lower().startswith("scalar") and out.engine.lower().startswith("scalar")
     # the activation streams 512 elements, the read-out one per partition
     assert act.duration_ns > out.duration_ns > 0
+
+
+def test_a_reduction_the_accumulators_cannot_hold_is_a_named_error():
+    @nki.jit
+    def k(x):
+        a = _load(x)
+        y = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)
+        nisa.activation(dst=y, op=nl.exp, data=a, reduce_op=nl.bitwise_or,
+                        reduce_cmd=CMD.reset_reduce)  # fmt: skip
+        return _store(y)
+
+    with pytest.raises(NkiError, match="cannot accumulate") as e:
+        k(f32(P, 8))
+    assert e.value.name == "err_invalid_argument" and "test_isa_accumulators.py" in str(e.value)
