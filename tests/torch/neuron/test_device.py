@@ -337,3 +337,13 @@ def test_more_factories_and_host_reads():
     assert torch.full((2, 2), 7.0, device="neuron").sum().item() == 28.0
     torch.randn(3, device="neuron")
     assert "random numbers" in device_stats().fallback_reasons["normal_.default"]
+
+
+def test_rng_state_is_the_cpu_generators():
+    # fork_rng and AOTAutograd (opcheck) visit every registered device's RNG state
+    torch.manual_seed(3)
+    before = torch.get_rng_state()
+    assert torch.equal(torch.neuron.get_rng_state(), before)
+    with torch.random.fork_rng(devices=[0], device_type="neuron"):
+        torch.randn(5)
+    assert torch.equal(torch.get_rng_state(), before)
