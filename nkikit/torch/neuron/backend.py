@@ -25,6 +25,7 @@ counters, with their reasons), regions, library calls and fallbacks (with reason
 
 from __future__ import annotations
 
+import io
 import itertools
 import math
 import operator
@@ -483,12 +484,16 @@ class CompileReport:
             )
         parts: list[Any] = [t]
         nb = sum(self.graph_breaks.values())
-        b = Table(title=f"graph breaks: {nb} (Dynamo graphs: {self.dynamo_graphs})")
-        b.add_column("count", justify="right")
-        b.add_column("reason")
-        for reason, c in self.graph_breaks.most_common():
-            b.add_row(str(c), reason.splitlines()[0][:200])
-        parts.append(b)
+        title = f"graph breaks: {nb} (Dynamo graphs: {self.dynamo_graphs})"
+        if nb:
+            b = Table(title=title)
+            b.add_column("count", justify="right")
+            b.add_column("reason")
+            for reason, c in self.graph_breaks.most_common():
+                b.add_row(str(c), reason.splitlines()[0][:200])
+            parts.append(b)
+        else:
+            parts.append(title)
         reasons = self.fallback_reasons()
         if reasons:
             f = Table(title="CPU fallbacks")
@@ -504,14 +509,9 @@ class CompileReport:
     def __str__(self) -> str:
         from rich.console import Console
 
-        console = Console(width=120, record=True, file=_Null())
+        console = Console(width=120, record=True, file=io.StringIO())
         console.print(self)
         return console.export_text()
-
-
-class _Null:
-    def write(self, s: str) -> int:
-        return len(s)
 
     def flush(self) -> None:
         pass
