@@ -232,7 +232,21 @@ def to_f32(x: np.ndarray) -> np.ndarray:
         u = x.view(np.uint16).astype(np.uint32)
         u <<= 16
         return u.view(np.float32)
+    lut = _WIDEN_8BIT.get(dt)
+    if lut is not None and isinstance(x, np.ndarray):
+        # an 8-bit float has 256 patterns: a table of ``astype``'s own results, read by
+        # ``take`` into an array laid out as ``astype`` lays it out (same bits, ~4x faster)
+        out = np.empty_like(x, dtype=np.float32)
+        np.take(lut, x.view(np.uint8), out=out)
+        return out
     return x.astype(np.float32)
+
+
+# the fp32 value of every bit pattern of each 8-bit float (fp8 operands of matmuls, MX data)
+_WIDEN_8BIT = {
+    dt: np.arange(256, dtype=np.uint8).view(dt).astype(np.float32)
+    for dt in (float8_e4m3, float8_e4m3fn, float8_e5m2, float8_e8m0fnu)
+}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from ..errors import NkiError, NkiInternalError
 from ..ir.affine import Axis, LoopVar, ProgramId, axis_env
 from ..ir.core import Access, Alloc, Kernel, Loop, Op, Tensor
 from ..ir.prims import PRIMS, PrimError, mask_ref
+from .blas import one_blas_thread
 from .memory import reserve
 from .rules import RULES
 
@@ -262,9 +263,10 @@ class Interpreter:
             elif t.kind == "const":
                 self.mem[t.uid] = t.const_value
         grid = k.grid or (1,)
-        for pid in np.ndindex(*grid):
-            env = {ProgramId(i): int(v) for i, v in enumerate(pid)}
-            self.exec_body(k.body, env)
+        with one_blas_thread():  # see sim/blas.py: speed, and bits independent of the cores
+            for pid in np.ndindex(*grid):
+                env = {ProgramId(i): int(v) for i, v in enumerate(pid)}
+                self.exec_body(k.body, env)
         return [self.storage(t) for t in k.outputs]  # an output may be a reshape of its base
 
     def exec_body(self, body, env: dict) -> None:

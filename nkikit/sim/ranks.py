@@ -28,6 +28,7 @@ import numpy as np
 from ..errors import NkiError
 from ..ir.core import Kernel, Op
 from ..ir.prims import COLLECTIVES
+from .blas import one_blas_thread
 from .memory import reserve
 
 Runner = Callable[..., list[np.ndarray]]
@@ -158,10 +159,13 @@ def simulate_ranks(
         threading.Thread(target=contextvars.copy_context().run, args=(body, r), daemon=True)
         for r in range(size)
     ]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    # the caller's thread holds the one-BLAS-thread setting over the ranks' runs, so that
+    # its exit, not a rank's, restores the count (see sim/blas.py)
+    with one_blas_thread():
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
     first = next((e for e in errors if e is not None), None)
     if first is not None:
         raise first

@@ -130,6 +130,20 @@ class Compiler(Planner, TableMode):
             if t.base is None and t.kind in ("hbm", "output"):
                 poison_start[t.uid] = self.needs_poison_hbm(t)
         self.plan_shadows()
+        # a shadow lives as long as its tile: the shadows get an arena of their own, planned
+        # over the shadowed tiles' lifetimes as the tiles' arena is (``plan_arena``), each
+        # offset scaled to fit the fp32 copy -- the shadows take their peak at any one time,
+        # not the sum over every tile of an unrolled kernel
+        spans: dict[int, tuple[int, int]] = {}
+        sbytes = 0
+        if self.shadow:
+            shadowed = [self.tensors[uid] for uid in sorted(self.shadow)]
+            soffsets, stotal = self.plan_arena(shadowed)
+            scale = 4 // min(dtypes.storage_dtype(t.dtype).itemsize for t in shadowed)
+            sbytes = scale * stotal
+            for t in shadowed:
+                lo = scale * soffsets[t.uid]
+                spans[t.uid] = (lo, lo + 4 * math.prod(t.shape))
         if self.chunked:
             # V: reshaped views, B: the own buffers of forwarded tiles, S: fp32 shadows
             self.emit("V = {}", 1)
@@ -138,15 +152,21 @@ class Compiler(Planner, TableMode):
                 self.emit("V[uid] = _alias(V[base] if of_view else mem[base], dt, shape)", 2)
             fwd = self.const(sorted(self.forwarded), "FWD")
             self.emit(f"B = {{uid: mem[uid] for uid in {fwd}}}", 1)
-            shadows = [(uid, self.tensors[uid].shape) for uid in sorted(self.shadow)]
+            shadows = [(uid, self.tensors[uid].shape, *spans[uid]) for uid in sorted(self.shadow)]
+            if shadows:
+                self.emit(f"sarena = np.empty({sbytes}, np.uint8)", 1)
             self.emit(
-                "S = {uid: np.empty(shape, np.float32) for uid, shape in "
-                f"{self.const(shadows, 'SHADOWS')}}}",
+                "S = {uid: sarena[lo:hi].view(np.float32).reshape(shape) for uid, shape, lo, hi "
+                f"in {self.const(shadows, 'SHADOWS')}}}",
                 1,
             )
         else:
+            if self.shadow:
+                self.emit(f"sarena = np.empty({sbytes}, np.uint8)", 1)
             for uid in sorted(self.shadow):
-                self.emit(f"s{uid} = np.empty({self.tensors[uid].shape!r}, np.float32)", 1)
+                lo, hi = spans[uid]
+                shape = self.tensors[uid].shape
+                self.emit(f"s{uid} = sarena[{lo}:{hi}].view(np.float32).reshape({shape!r})", 1)
             for uid in sorted(self.forwarded):
                 self.emit(f"b{uid} = m{uid}", 1)
         depth = 1

@@ -14,6 +14,7 @@ import numpy as np
 from ... import dtypes
 from ...ir.core import Kernel
 from ...ir.prims import PrimError
+from ..blas import one_blas_thread
 from ..interp import Interpreter
 from ..memory import reserve
 
@@ -148,6 +149,7 @@ class Program:
             mem[uid] = value
         interp = Interpreter(self.kernel, seed=seed, rank=rank, world=world)
         interp.mem = mem
-        self._fn(mem, interp)
+        with one_blas_thread():  # see sim/blas.py: speed, and bits independent of the cores
+            self._fn(mem, interp)
         # storage() follows reshapes: a kernel may return a reshaped view of a buffer
         return [interp.storage(t) for t in self._outputs]
