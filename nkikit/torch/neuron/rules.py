@@ -12,6 +12,7 @@ functions (§4.10), VectorE ``tensor_tensor`` / ``tensor_scalar`` for arithmetic
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -66,6 +67,11 @@ class Lazy:
     reverse: bool = False
     value: Any = None
     """The operand as given (a scalar or a ``(P, 1)`` Tile), for folding into ``scale``/``bias``."""
+    op1: str = ""
+    """A second ``tensor_scalar`` stage ``(x op operand) op1 operand1`` (``"ts"`` only): kept
+    pending so that an activation can take a scale and a shift together (``rsqrt(mean + eps)``
+    is one ScalarE instruction)."""
+    operand1: str = ""
 
     @property
     def wide(self) -> bool:
@@ -143,14 +149,28 @@ class Body:
             self.emit(f"nisa.activation(dst={d}, op=nl.{a.op}, data={a.x})")
         else:
             rev = ", reverse0=True" if a.reverse else ""
+            second = f", op1=nl.{a.op1}, operand1={a.operand1}" if a.op1 else ""
             self.emit(
-                f"nisa.tensor_scalar(dst={d}, data={a.x}, op0=nl.{a.op}, operand0={a.operand}{rev})"
+                f"nisa.tensor_scalar(dst={d}, data={a.x}, op0=nl.{a.op}, "
+                f"operand0={a.operand}{second}{rev})"
             )
         return d
 
     def pending_binary(self, dtype: str, op: str, x: Arg, y: Arg) -> Lazy | None:
         """``op(x, y)`` as a pending ``tensor_scalar`` when it is one (a ``(P, F)`` tile and a
         ``(P, 1)`` tile or a scalar), else None."""
+        if (
+            isinstance(x, Lazy)
+            and x.kind == "ts"
+            and not x.op1
+            and not x.reverse
+            and x.op in ("multiply", "divide")
+            and _is_scalar(x.value)
+            and op == "add"
+            and (_is_scalar(y) or isinstance(y, Tile) and not y.wide)
+        ):
+            operand1 = lit(y) if _is_scalar(y) else self.vec32(y)
+            return dataclasses.replace(x, dtype=dtype, op1="add", operand1=operand1)
         for data, other, rev in ((x, y, False), (y, x, True)):
             if isinstance(data, Tile) and not isinstance(other, Tile | Lazy):
                 return Lazy("ts", self.prefix, dtype, data, op, lit(other), rev, other)
@@ -169,6 +189,7 @@ class Body:
             if (
                 isinstance(lazy, Lazy)
                 and lazy.kind == "ts"
+                and not lazy.op1
                 and (
                     not isinstance(other, Tile | Lazy) or isinstance(other, Tile) and not other.wide
                 )
@@ -396,13 +417,20 @@ _ACTIVATIONS = {
 }
 
 
+def _is_scalar(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
 def _act_rule(fn_name: str):
     def emit(b: Body, node: Node, args: list, kwargs: dict) -> Tile:
         x = args[0]
         if isinstance(x, Lazy):
             # ScalarE computes op(data * scale + bias): a pending scale or shift comes free
             v = x.value
-            scalar = isinstance(v, int | float) and not isinstance(v, bool)
+            scalar = _is_scalar(v)
+            if x.op1:  # (x * s) + b or (x / s) + b, made by pending_binary for this fold
+                s = float(v) if x.op == "multiply" else 1.0 / float(v)
+                return b.act(node.out.dtype, fn_name, x.x, bias=x.operand1, scale=s)
             if x.op == "multiply" and scalar and not x.reverse:
                 return b.act(node.out.dtype, fn_name, x.x, scale=float(v))
             if x.op == "divide" and scalar and not x.reverse and v != 0:

@@ -519,3 +519,17 @@ def test_scalars_masks_fills_and_passthrough():
     same, full = compile_region(region).run(a)
     np.testing.assert_array_equal(same, a)
     np.testing.assert_array_equal(full, np.full((3, 4), 2.0, np.float32))
+
+
+def test_mean_plus_eps_folds_into_the_rsqrt_activation():
+    # rsqrt(mean(x^2) + eps): the mean's 1/n and the eps ride on one ScalarE activation's scale
+    # and bias (no VectorE tensor_scalar between the row sum and the rsqrt)
+    def rms(x, w):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+
+    x, w = torch.randn(256, 512), torch.randn(512)
+    source = compile_region(region_from(rms, x, w)).source
+    assert "op=nl.rsqrt, data=" in source and "scale=" in source and "bias=1e-06" in source
+    assert "op0=nl.divide" not in source
+    got = run_on_device(rms, x, w)[0]
+    np.testing.assert_allclose(got, rms(x, w).numpy(), rtol=2e-6, atol=2e-6)
