@@ -513,9 +513,6 @@ class CompileReport:
         console.print(self)
         return console.export_text()
 
-    def flush(self) -> None:
-        pass
-
 
 def compile_report() -> CompileReport:
     """The report of every graph compiled since the last :func:`reset_compile_report`; print

@@ -38,8 +38,7 @@ def to_device(a: Any) -> NeuronTensor:
     if not isinstance(a, torch.Tensor):
         a = np.asarray(a)
         a = from_numpy(a if a.flags.c_contiguous else a.copy())
-    t = a
-    return wrap(t)
+    return wrap(a)
 
 
 def launch(op: str, kernel: str, fn: Callable, *args: Any, launches: int = 1, **kw: Any) -> Any:
