@@ -828,6 +828,15 @@ def access_of(x: NkiTensor, loc: SourceLoc, what: str = "operand") -> Access:
     if index is None or offset < 0:
         size = math.prod(root.shape)
         span_hi = offset + sum(s * (n - 1) for n, s in zip(shape, strides))
+        if offset >= 0 and span_hi < size and min(strides, default=0) < 0:
+            # in bounds, but walking backwards: not an out-of-bounds access
+            raise NkiError(
+                "err_invalid_argument",
+                loc,
+                op=what,
+                why=f"the access pattern {x.get_pattern()} of {root.name} has a negative "
+                "step; nkikit models access patterns with steps >= 0",
+            )
         if offset < 0 or span_hi >= size or min(strides, default=0) < 0:
             raise NkiError(
                 "err_tensor_access_out_of_bound",

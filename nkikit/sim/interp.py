@@ -66,7 +66,7 @@ class _Plan:
         self.strided = tuple(
             tuple((s.k, c) for s, c in a.terms if isinstance(s, Axis)) for a in access.index
         )
-        self.injective = _injective(self.strided, self.shape)
+        self.injective = injective(self.strided, self.shape)
 
 
 class Interpreter:
@@ -574,7 +574,7 @@ def scatter_rmw(
         store[where] = new.astype(np.float32) if dtypes.is_tf32(dt) else new
 
 
-def _injective(strided: tuple, shape: tuple[int, ...]) -> bool:
+def injective(strided: tuple, shape: tuple[int, ...]) -> bool:
     """Whether distinct tile positions reach distinct elements (a write may then go through
     one strided view): per tensor dimension, its tile axes' steps must nest like the digits
     of a mixed-radix number, and no tile axis may be broadcast."""

@@ -122,6 +122,19 @@ def test_out_of_bounds_slice_is_an_error_at_the_user_line():
     assert "test_tensor.py" in str(err)
 
 
+def test_negative_step_in_bounds_is_named_as_such():
+    def body(x):
+        t = nl.ndarray((16, 96), dtype=nl.float32, buffer=nl.sbuf)
+        r = nl.ndarray((16, 96), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(
+            dst=r.ap(pattern=[[96, 16], [1, 2]], offset=0),
+            src=t.ap(pattern=[[96, 16], [-1, 2]], offset=1),
+        )
+
+    err = _fails(body, "err_invalid_argument")
+    assert "negative step" in str(err) and "test_tensor.py" in str(err)
+
+
 def test_partition_step_and_bad_ap_are_rejected():
     def step(x):
         t = nl.ndarray((128, 8), dtype=nl.float32, buffer=nl.sbuf)

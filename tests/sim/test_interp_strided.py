@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from nkikit.errors import NkiError
 from nkikit.ir.affine import Affine, Axis, LoopVar
 from nkikit.ir.core import Access, Op, Tensor
-from nkikit.sim.interp import Interpreter, _injective
+from nkikit.sim.interp import Interpreter, injective
 
 _OP = Op("tensor_copy", [], [], {}, None)
 
@@ -72,7 +72,7 @@ def test_strided_reads_and_writes_the_elements_index_arrays_name(case):
         expect[e] = v  # the last write of an element wins, as numpy's index assignment
     it.write(acc, value, env, _OP)
     distinct = len(set(elems)) == len(elems)
-    assert _injective(it._plan(acc).strided, acc.shape) <= distinct
+    assert injective(it._plan(acc).strided, acc.shape) <= distinct
     assert np.array_equal(store, expect)
 
 

@@ -19,6 +19,7 @@ from ... import dtypes
 from ...ir.affine import Affine, Axis, ProgramId, Sym, axis_env
 from ...ir.core import Access, Alloc, Kernel, Loop, Op, Tensor
 from ...ir.prims import mask_ref, reads_dst
+from ..interp import injective
 
 
 def _cmp_always(lo: int, hi: int, op: str) -> bool:
@@ -293,7 +294,9 @@ class Accesses:
             for s, c in a.terms:
                 if isinstance(s, Axis):
                     if ax is not None or c <= 0:
-                        return None, []
+                        # several tile axes in one dimension (an ``.ap`` pattern over a
+                        # flattened free dimension), a reversed axis: no slice expresses it
+                        return self._strided_code(acc, write, raw_consumer)
                     ax = (s.k, c)
                     continue
                 top = c * (ranges[s] - 1)
@@ -310,7 +313,7 @@ class Accesses:
             dims.append(ax)
             spans.append((lo, hi, "+".join(parts).replace("+-", "-")))
         if len(set(axes_seen)) != len(axes_seen):
-            return None, []
+            return self._strided_code(acc, write, raw_consumer)
         shape = acc.shape
         idx = []
         conds: list[str] = []
@@ -363,6 +366,55 @@ class Accesses:
         if bcast:
             expr = f"_bt({expr}, {shape!r})"
         if raw_consumer:
+            return AccessCode(expr, False), conds
+        return AccessCode(f"np.ascontiguousarray({expr})", True), conds
+
+    def _strided_code(
+        self, acc: Access, write: bool, raw_consumer: bool
+    ) -> tuple[AccessCode | None, list[str]]:
+        """``_access_code`` for an access no slice expresses: one strided view of the
+        tensor's memory from the tile's first element, as the reference's ``_strided``
+        builds it (a read copies it C-ordered, as the reference does; a write needs distinct
+        elements, else only the reference's index arrays write it)."""
+        shape = acc.shape
+        strided = tuple(
+            tuple((s.k, c) for s, c in a.terms if isinstance(s, Axis)) for a in acc.index
+        )
+        if any(k >= len(shape) for axes in strided for k, _ in axes):
+            return None, []
+        if write and not injective(strided, shape):
+            return None, []
+        tshape = acc.tensor.shape
+        names, ranges = self.names, self.ranges
+        conds: list[str] = []
+        firsts: list[str] = []
+        spec: list[tuple[int, int, int]] = []  # (tile axis, tensor dimension, step)
+        for d, (a, axes) in enumerate(zip(acc.index, strided)):
+            lo = hi = a.const
+            parts = []
+            for s, c in a.terms:
+                if isinstance(s, Axis):
+                    continue
+                top = c * (ranges[s] - 1)
+                lo += min(0, top)
+                hi += max(0, top)
+                parts.append(names[s] if c == 1 else f"{c}*{names[s]}")
+            if a.const or not parts:
+                parts.append(str(a.const))
+            base = "+".join(parts).replace("+-", "-")
+            below = above = 0  # how far the tile reaches below and above its first element
+            for k, c in axes:
+                span = c * (shape[k] - 1)
+                if span < 0:
+                    below += span
+                else:
+                    above += span
+                spec.append((k, d, c))
+            if lo + below < 0 or hi + above >= tshape[d]:
+                conds.append(f"{-below} <= {base} < {tshape[d] - above}")
+            firsts.append(f"{base}:" if base.isdigit() else f"({base}):")
+        expr = f"_sv(m\0[{', '.join(firsts)}], {self.const(tuple(spec), 'SV')}, {shape!r})"
+        if write or raw_consumer:
             return AccessCode(expr, False), conds
         return AccessCode(f"np.ascontiguousarray({expr})", True), conds
 

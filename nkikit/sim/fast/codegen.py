@@ -41,6 +41,7 @@ class Compiler(Planner, TableMode):
                 "_write": runtime.write,
                 "_copy": runtime.copy,
                 "_bt": np.broadcast_to,
+                "_sv": runtime.strided_view,
                 "_cast": dtypes.cast,
                 "_alias": dtypes.alias_storage,
                 "_where": np.where,

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from numpy.lib.stride_tricks import as_strided
 
 from ... import dtypes
 from ...ir.core import Kernel
@@ -55,6 +56,17 @@ def ind(axes: tuple, bases: tuple, d: int, rt: np.ndarray, shape: tuple[int, ...
             v = v + np.broadcast_to(rt.astype(np.int64), shape)
         idx.append(v)
     return tuple(idx)
+
+
+def strided_view(x: np.ndarray, spec: tuple, shape: tuple[int, ...]) -> np.ndarray:
+    """The reference's ``Interpreter._strided``: from ``x`` (the tensor sliced from the
+    tile's first element) the view whose tile axis k steps ``c`` elements along each tensor
+    dimension d of ``spec``'s (k, d, c)."""
+    strides = [0] * len(shape)
+    xs = x.strides
+    for k, d, c in spec:
+        strides[k] += c * xs[d]
+    return as_strided(x, shape, strides)
 
 
 def copy(view: np.ndarray, value: np.ndarray, dt: np.dtype) -> None:
