@@ -132,11 +132,11 @@ def record_launch(jit: Any, args: tuple, kwargs: dict) -> Any:
     name = jit.func.__name__
     target = default_target_name()
     t0 = time.time_ns()
-    before = len(jit._cache)
+    before = jit._cache.puts
     with _range(torch_on, f"nkikit.trace {name}"):
         kernel, bound = jit.specialize(*args, **kwargs)
     t1 = time.time_ns()
-    traced = len(jit._cache) != before
+    traced = jit._cache.puts != before
     with _range(torch_on, f"nkikit.compile {name}"):
         prof, error, compiled = device_profile(kernel, target)
         device_us = prof.total_us if prof is not None else 0.0  # computes the summary once

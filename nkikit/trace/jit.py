@@ -31,6 +31,7 @@ from ..errors import (
     hide_internal_frames,
     raised_in_user_code,
 )
+from ..ir.cache import KernelCache, op_count
 from ..ir.core import Kernel, Tensor
 from ..targets import target_scope
 from . import launches
@@ -79,7 +80,7 @@ class JitKernel:
         self._names = [p.name for p in params]
         plain = all(p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD for p in params)
         self._n_positional = len(params) if plain else -1
-        self._cache: dict = {} if cache is None else cache
+        self._cache: KernelCache = KernelCache() if cache is None else cache
         functools.update_wrapper(self, func)
 
     def __getitem__(self, grid) -> JitKernel:
@@ -136,7 +137,8 @@ class JitKernel:
                 kernel = self._trace(bound, name)
                 self.verify(kernel, name)
                 check_outputs(kernel)
-            entry = self._cache[key] = kernel
+            entry = kernel
+            self._cache.put(key, kernel, op_count(kernel))
         return entry, bound
 
     def verify(self, kernel: Kernel, target: str) -> None:

@@ -39,13 +39,12 @@ table remember decisions per kind of op), ``plan`` (poisoning, arena, forwarding
 
 from __future__ import annotations
 
-import functools
 import threading
-from collections import OrderedDict
 
 import numpy as np
 
 from ...collector import gc_paused
+from ...ir.cache import KernelCache, op_count
 from ...ir.core import Kernel, Loop
 from .codegen import Compiler
 from .runtime import Program
@@ -53,9 +52,9 @@ from .runtime import Program
 __all__ = ["simulate", "explain", "compile_kernel", "Program"]
 
 # Compiled programs, keyed by id(kernel); the kernel is kept alive by its entry so the id
-# cannot be reused while cached.  Bounded, because property tests trace thousands of kernels.
-_CACHE: OrderedDict[int, tuple[Kernel, Program]] = OrderedDict()
-_CACHE_SIZE = 256
+# cannot be reused while cached.  Bounded by the kernels' ops (``nkikit/ir/cache.py``): an
+# unrolled kernel's program is hundreds of megabytes, and a test suite compiles hundreds.
+_CACHE = KernelCache()
 _LOCK = threading.Lock()
 _BUILDING: dict[int, threading.Lock] = {}  # id(kernel) -> held while its program is built
 
@@ -65,44 +64,47 @@ def simulate(
 ) -> list[np.ndarray]:
     """Run ``kernel`` on ``args`` (numpy arrays in the kernel's parameter dtypes) and return
     the output arrays; same contract and results as ``nkikit.sim.interp.simulate``."""
-    if _has_device_loops(kernel):
+    prog = _cached(kernel)
+    if prog is None and _has_device_loops(kernel):
         # run-time trip counts defeat the compile-time proofs (a loop may run 0 times):
         # the reference interpreter runs these kernels, which is bit-identical by definition
         from ..interp import Interpreter
 
         return Interpreter(kernel, seed=seed, rank=rank, world=world).run(args)
-    return compile_kernel(kernel).run(args, seed, rank, world)
+    return (prog or compile_kernel(kernel)).run(args, seed, rank, world)
 
 
-@functools.lru_cache(maxsize=256)
 def _has_device_loops(kernel: Kernel) -> bool:
     """Whether ``kernel`` has a loop with a run-time trip count (``Loop.device``)."""
     return any(isinstance(s, Loop) and s.device is not None for s, _ in kernel.walk())
+
+
+def _cached(kernel: Kernel) -> Program | None:
+    with _LOCK:
+        hit = _CACHE.get(id(kernel))
+    return hit[1] if hit is not None and hit[0] is kernel else None
 
 
 def compile_kernel(kernel: Kernel) -> Program:
     """The compiled program for ``kernel`` (built on first use, then cached).  Programs are
     re-entrant (each run has its own memory), so threads may share them."""
     key = id(kernel)
+    prog = _cached(kernel)
+    if prog is not None:
+        return prog
     with _LOCK:
-        hit = _CACHE.get(key)
-        if hit is not None and hit[0] is kernel:
-            _CACHE.move_to_end(key)
-            return hit[1]
         building = _BUILDING.setdefault(key, threading.Lock())
     # the ranks of a multi-rank run (``sim/ranks.py``) ask at once: one builds, the rest wait
     with building:
-        with _LOCK:
-            hit = _CACHE.get(key)
-            if hit is not None and hit[0] is kernel:
-                return hit[1]
+        prog = _cached(kernel)
+        if prog is not None:
+            return prog
         try:
             with gc_paused():  # see nkikit/collector.py
                 prog = Compiler(kernel).build()
+            ops = op_count(kernel)
             with _LOCK:
-                _CACHE[key] = (kernel, prog)
-                if len(_CACHE) > _CACHE_SIZE:
-                    _CACHE.popitem(last=False)
+                _CACHE.put(key, (kernel, prog), ops)
         finally:
             with _LOCK:
                 _BUILDING.pop(key, None)
