@@ -385,33 +385,17 @@ class Accesses:
         if write and not injective(strided, shape):
             return None, []
         tshape = acc.tensor.shape
-        names, ranges = self.names, self.ranges
         conds: list[str] = []
         firsts: list[str] = []
         spec: list[tuple[int, int, int]] = []  # (tile axis, tensor dimension, step)
         for d, (a, axes) in enumerate(zip(acc.index, strided)):
-            lo = hi = a.const
-            parts = []
-            for s, c in a.terms:
-                if isinstance(s, Axis):
-                    continue
-                top = c * (ranges[s] - 1)
-                lo += min(0, top)
-                hi += max(0, top)
-                parts.append(names[s] if c == 1 else f"{c}*{names[s]}")
-            if a.const or not parts:
-                parts.append(str(a.const))
-            base = "+".join(parts).replace("+-", "-")
-            below = above = 0  # how far the tile reaches below and above its first element
-            for k, c in axes:
-                span = c * (shape[k] - 1)
-                if span < 0:
-                    below += span
-                else:
-                    above += span
-                spec.append((k, d, c))
-            if lo + below < 0 or hi + above >= tshape[d]:
-                conds.append(f"{-below} <= {base} < {tshape[d] - above}")
+            spec.extend((k, d, c) for k, c in axes)
+            base = self.aff(a)  # the tile's first element, per iteration
+            lo, hi = self.sym_range(a, shape)  # every element, over every iteration
+            if lo < 0 or hi >= tshape[d]:
+                # how far the tile reaches below and above its first element
+                base_lo, base_hi = self.sym_range(a)
+                conds.append(f"{base_lo - lo} <= {base} < {tshape[d] - (hi - base_hi)}")
             firsts.append(f"{base}:" if base.isdigit() else f"({base}):")
         expr = f"_sv(m\0[{', '.join(firsts)}], {self.const(tuple(spec), 'SV')}, {shape!r})"
         if write or raw_consumer:
