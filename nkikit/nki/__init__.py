@@ -16,7 +16,18 @@ from __future__ import annotations
 
 import sys
 
-from . import builtin, collectives, compiler, isa, language, tensor, typing  # noqa: F401
+from . import (  # noqa: F401
+    builtin,
+    collectives,
+    compiler,
+    experimental,
+    isa,
+    language,
+    meta,
+    simulator,
+    tensor,
+    typing,
+)
 from .jit import Kernel0x, jit
 from .ranks import simulate_ranks
 from .tensor import NkiTensor
@@ -73,6 +84,10 @@ def install_alias() -> None:
         "tensor",
         "builtin",
         "collectives",
+        "simulator",
+        "meta",
+        "meta.tensor",
+        "experimental",
     ):
         sys.modules[f"nki.{name}"] = sys.modules[f"{__name__}.{name}"]
     sys.modules["nki.dtype"] = sys.modules[f"{__name__}.language.dtypes"]
@@ -123,4 +138,7 @@ __all__ = [
     "tensor",
     "builtin",
     "collectives",
+    "simulator",
+    "meta",
+    "experimental",
 ]

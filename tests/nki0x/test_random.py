@@ -347,3 +347,38 @@ def test_the_gpsimd_generator_needs_nc_v3(monkeypatch):
         gpsimd_rng_on_trn1(ONE)
     assert e.value.name == "err_unsupported_instruction_on_target"
     assert e.value.loc.line == _line_of(gpsimd_rng_on_trn1.func, "# bad")
+
+
+@nki.jit
+def rand_tile(x):
+    out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+    t = nl.rand((128, 512), dtype=nl.float32)
+    nisa.dma_copy(dst=out, src=t)
+    return out
+
+
+# 65,536 draws of 2^16 values leave about 65,536 (1 - 1/e) = 41,427 distinct ones
+@pytest.mark.parametrize(
+    "target, resolution, distinct", [("trn2", 2.0**-16, 40_000), ("trn3", 2.0**-24, 65_000)]
+)
+def test_nl_rand_is_uniform_in_0_1_on_every_generation(target, resolution, distinct, monkeypatch):
+    monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", target)
+    monkeypatch.setenv("NKIKIT_SIM", "check")  # both simulators, bit for bit
+    r = rand_tile(np.zeros(1, np.float32))
+    assert r.min() >= 0.0 and r.max() < 1.0
+    assert abs(float(r.mean()) - 0.5) < 0.01 and len(np.unique(r)) > distinct
+    # values on the generator's grid: rng's 16 bits (NC-v2/v3), rand2's 24 bits (NC-v4)
+    assert np.all(np.mod(r.astype(np.float64), resolution) == 0)
+    np.testing.assert_array_equal(r, rand_tile(np.zeros(1, np.float32)))  # same seed
+
+
+def test_nl_rand_makes_float_on_chip_tensors_only():
+    @nki.jit
+    def int_rand(x):
+        t = nl.rand((128, 8), dtype=nl.int32)  # BAD
+        return t
+
+    with pytest.raises(NkiError) as e:
+        int_rand(np.zeros(1, np.float32))
+    assert e.value.name == "err_invalid_argument" and "int32" in str(e.value)
+    assert "t = nl.rand(" in str(e.value)

@@ -214,3 +214,43 @@ def test_a_tensor_is_truthy_as_an_object():
 
     k(np.zeros((1, 1), np.float32))
     assert seen == [True]
+
+
+def _center_by_psum_mean(step: int, rows: int = 320):
+    """x - mean with the mean a [128, 320] fp32 PSUM tile read as [128, rows, 24] through
+    ``.ap`` (``step`` 0: a broadcast along the last axis, as the NKI Library's layernorm_tkg
+    reads its mean; 1: overlapping windows, every read a new address)."""
+
+    @nki.jit
+    def center(x):
+        out = nl.ndarray((128, rows * 24), dtype=nl.float32, buffer=nl.shared_hbm)
+        xs = nl.ndarray((128, rows, 24), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=xs, src=x.reshape((128, rows, 24)))
+        mean = nl.ndarray((128, 320), dtype=nl.float32, buffer=nl.psum)
+        nisa.memset(dst=mean, value=0.5)
+        res = nl.ndarray((128, rows, 24), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_tensor(
+            dst=res,
+            data1=xs,
+            data2=mean.ap([[320, 128], [1, rows], [step, 24]], offset=0),
+            op=nl.subtract,
+        )
+        nisa.dma_copy(dst=out.reshape((128, rows, 24)), src=res)
+        return out
+
+    return center
+
+
+def test_free_size_limit_counts_a_broadcast_axis_once():
+    # 7,680 reads of PSUM per partition, but of 320 elements: within the 4K-element limit
+    x = np.random.default_rng(0).standard_normal((128, 320 * 24)).astype(np.float32)
+    np.testing.assert_array_equal(_center_by_psum_mean(0)(x), x - np.float32(0.5))
+
+
+def test_free_size_limit_rejects_4800_psum_elements():
+    x = np.zeros((128, 200 * 24), np.float32)
+    with pytest.raises(NkiError) as e:
+        _center_by_psum_mean(1, rows=200)(x)
+    assert e.value.name == "err_size_of_dimension_exceed_arch_limit"
+    assert "4800" in str(e.value) and "4096" in str(e.value)
+    assert "nisa.tensor_tensor(" in str(e.value)  # the kernel's own line

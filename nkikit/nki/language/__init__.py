@@ -24,7 +24,7 @@ from ..tensor import NkiTensor
 from ..tensor import _row_major_cached as _row_major
 from . import device_loops as _device_loops
 from .dtypes import *  # noqa: F403
-from .dtypes import bfloat16, float32, int32, uint8
+from .dtypes import bfloat16, float32, int32, uint8, uint16
 
 _BUFFERS = {b.name: b for b in (sbuf, psum, hbm, shared_hbm, private_hbm)}
 
@@ -99,7 +99,7 @@ tile_size = _TileSize()
 def _is_field_value(value: object) -> bool:
     """A class attribute NKI treats as a field: a plain immutable value (not a method,
     descriptor, class or mutable container)."""
-    return value is None or isinstance(value, bool | int | float | str | tuple)
+    return value is None or isinstance(value, builtins.bool | int | float | str | tuple)
 
 
 class NKIObject:
@@ -451,8 +451,63 @@ def random_seed(seed) -> None:
     set_rng_seed(seed)
 
 
+def rand(shape, dtype, buffer=sbuf, name: str = "") -> NkiTensor:
+    """A new SBUF (or PSUM) tensor of uniform random numbers in ``[0, 1)`` (float ``dtype``)
+    from the VectorE's generator, lowered as the reference says the compiler does
+    [nki-0x.md §2]: on NeuronCore-v4 one ``nisa.rand2(dst, 0.0, 1.0)`` (24 random bits per
+    value); before, ``nisa.rng`` into a uint16 tile scaled by 2^-16 (``nisa.tensor_scalar``),
+    16 random bits per value.  Streams are deterministic per seed but are not the hardware's
+    bits.  Errors: ``err_invalid_argument`` for an integer dtype or an HBM buffer."""
+    from .. import isa
+    from ._ops import multiply
+
+    loc = caller_loc()
+    dt = _dt.as_dtype(dtype)
+    buf = buffer.name if type(buffer) is Buffer else _buffer_name(buffer, loc)
+    if not _dt.is_float(dt) or buf in HBM_BUFFERS:
+        raise NkiError(
+            "err_invalid_argument",
+            loc,
+            op="nl.rand",
+            why=f"makes a float SBUF or PSUM tensor, got dtype {_dt.name(dt)} in {buf}",
+        )
+    t = ndarray(shape, dt, buffer=buffer, name=name)
+    if isa.get_nc_version().value >= 4:
+        isa.rand2(dst=t, min=0.0, max=1.0)
+        return t
+    bits = ndarray(t.shape, uint16, buffer=sbuf)
+    isa.rng(dst=bits)
+    isa.tensor_scalar(dst=t, data=bits, op0=multiply, operand0=2.0**-16)
+    return t
+
+
+def _grids_not_modeled(api: str):
+    def grid_api(*args, **kwargs):
+        raise NkiError(
+            "err_unsupported_api",
+            caller_loc(),
+            api=f"nl.{api}",
+            why="NKI 0.7's tile and block grids are not modeled; address tiles with slices, "
+            "nl.ds or .ap() on the tensor instead",
+        )
+
+    grid_api.__name__ = grid_api.__qualname__ = api
+    grid_api.__doc__ = f"NKI 0.7's ``nl.{api}`` (tile/block grids): ``err_unsupported_api``."
+    return grid_api
+
+
+tiles = _grids_not_modeled("tiles")
+blocks = _grids_not_modeled("blocks")
+alloc_tiles = _grids_not_modeled("alloc_tiles")
+alloc_blocks = _grids_not_modeled("alloc_blocks")
+
+
 from ._ops import *  # noqa: E402, F403
 from ._ops import OPS as _OPS  # noqa: E402
+
+# NKI's name of the boolean dtype (the NKI Library's resolve_dtype_to_nki returns it), bound
+# last: this module's own code says builtins.bool for Python's
+from .dtypes import bool  # noqa: E402, A004
 
 _ = (bfloat16, float32, int32)
 __all__ = [n for n in dir() if not n.startswith("_")]
