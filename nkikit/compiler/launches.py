@@ -29,6 +29,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..ir.cache import KernelCache, op_count
 from ..profiler.model import Profile
 from ..profiler.system import SystemProfile
 from ..trace import launches
@@ -36,7 +37,9 @@ from ..trace import launches
 RECENT: deque[LaunchRecord] = deque(maxlen=100_000)
 """Launches made while ``torch.profiler`` ran, oldest first (bounded: a long run keeps the last)."""
 
-_PROFILES: dict[tuple[int, str], tuple[Any, Profile | None, str]] = {}
+# (id(kernel), target) -> (kernel, profile, error): bounded by the kernels' ops, with the
+# other caches of kernels (nkikit/ir/cache.py)
+_PROFILES = KernelCache()
 _SEQ = [0]
 _LOCK = threading.Lock()
 
@@ -118,7 +121,8 @@ def device_profile(kernel: Any, target: str) -> tuple[Profile | None, str, bool]
         error = ""
     except (ValueError, NotImplementedError) as e:  # too big to schedule, or not modeled
         prof, error = None, str(e)
-    _PROFILES[key] = (kernel, prof, error)  # the kernel is kept, so its id stays its own
+    # the kernel is kept, so its id stays its own
+    _PROFILES.put(key, (kernel, prof, error), op_count(kernel))
     return prof, error, True
 
 

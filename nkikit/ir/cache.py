@@ -1,21 +1,30 @@
-"""A cache of what is derived from traced kernels, bounded by the kernels' size.
+"""Caches of what is derived from traced kernels, bounded by the kernels' size.
 
 An unrolled NKI 0.x kernel at production shapes is 10^5 - 10^6 ops, and its IR (with the
 program compiled from it) takes hundreds of megabytes.  A test suite specializes the same
 ``@nki.jit`` kernel for hundreds of shapes, so a cache bounded by its number of entries grows
-until the process runs out of memory.  :class:`KernelCache` keeps the most recently used
-entries while their kernels hold at most ``max_ops`` ops in all (the newest entry always
-stays), and at most ``max_entries`` of them.
+until the process runs out of memory; and every ``@nki.jit`` kernel has a cache of its own, so
+a bound per cache still grows with the number of kernels a process has run (a pytest worker
+of the NKI Library's suite runs hundreds).  :class:`KernelCache` keeps the most recently used
+entries while the kernels of *every* cache in the process hold at most ``DEFAULT_MAX_OPS`` ops
+in all, and at most ``max_ops`` ops and ``max_entries`` entries in each cache; the entry just
+put always stays.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
+import weakref
 from collections import OrderedDict
 from typing import Any
 
-# ops kept per cache; NKIKIT_CACHE_OPS changes it (0 keeps only the newest entry)
+# ops kept by all caches of the process together; NKIKIT_CACHE_OPS changes it (0 keeps only
+# each cache's newest entry)
 DEFAULT_MAX_OPS = int(os.environ.get("NKIKIT_CACHE_OPS", "400000"))
+
+_CACHES: weakref.WeakSet[KernelCache] = weakref.WeakSet()  # every live cache
+_CLOCK = itertools.count()  # when an entry was last put or got, across caches
 
 
 def op_count(kernel: Any) -> int:
@@ -24,14 +33,17 @@ def op_count(kernel: Any) -> int:
 
 
 class KernelCache:
-    """An LRU map whose entries each weigh their kernel's op count."""
+    """An LRU map whose entries each weigh their kernel's op count, under a bound of its own
+    and the process-wide one shared by every cache."""
 
     def __init__(self, max_ops: int | None = None, max_entries: int = 256) -> None:
         self.max_ops = DEFAULT_MAX_OPS if max_ops is None else max_ops
         self.max_entries = max_entries
-        self._entries: OrderedDict[Any, tuple[Any, int]] = OrderedDict()
+        # key -> (value, ops, last use on _CLOCK); least recently used first
+        self._entries: OrderedDict[Any, tuple[Any, int, int]] = OrderedDict()
         self.ops = 0  # the ops of every kernel held
         self.puts = 0  # entries ever added (a length does not tell once entries are dropped)
+        _CACHES.add(self)
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -41,6 +53,7 @@ class KernelCache:
         hit = self._entries.get(key)
         if hit is None:
             return None
+        self._entries[key] = (hit[0], hit[1], next(_CLOCK))
         self._entries.move_to_end(key)
         return hit[0]
 
@@ -50,15 +63,37 @@ class KernelCache:
         old = self._entries.pop(key, None)
         if old is not None:
             self.ops -= old[1]
-        self._entries[key] = (value, ops)
+        self._entries[key] = (value, ops, next(_CLOCK))
         self.ops += ops
         self.puts += 1
         while len(self._entries) > 1 and (
             self.ops > self.max_ops or len(self._entries) > self.max_entries
         ):
-            _, (_, dropped) = self._entries.popitem(last=False)
-            self.ops -= dropped
+            self.ops -= self._entries.popitem(last=False)[1][1]
+        _evict_shared(DEFAULT_MAX_OPS, self)
 
     def clear(self) -> None:
         self._entries.clear()
         self.ops = 0
+
+
+def _evict_shared(max_ops: int, putter: KernelCache) -> None:
+    """Drop the least recently used entries of all caches while they hold more than
+    ``max_ops`` ops together, except the entry ``putter`` has just put (the kernel being run;
+    the others' entries may all go: whoever runs a kernel holds on to what it got)."""
+    caches = list(_CACHES)
+    total = sum(c.ops for c in caches)
+    while total > max_ops:
+        oldest: tuple[int, KernelCache] | None = None
+        for c in caches:
+            # a cache's first entry is its least recently used
+            if len(c._entries) > (1 if c is putter else 0):
+                stamp = next(iter(c._entries.values()))[2]
+                if oldest is None or stamp < oldest[0]:
+                    oldest = (stamp, c)
+        if oldest is None:
+            return
+        c = oldest[1]
+        dropped = c._entries.popitem(last=False)[1][1]
+        c.ops -= dropped
+        total -= dropped

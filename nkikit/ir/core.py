@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -266,6 +267,17 @@ class Kernel:
     dialect: str = "nki-beta1"
     # nl.program_id axes the kernel read while launched without a grid (so each read 0)
     unlaunched_program_ids: tuple[int, ...] = ()
+    # facts computed from the finished kernel, kept with it (not in a global cache keyed by
+    # kernels, which would keep every kernel it saw alive): see ``derived``
+    facts: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def derived(self, name: str, compute: Callable[[Kernel], Any]) -> Any:
+        """``compute(self)``, computed once per kernel and kept with it under ``name`` (the
+        kernel is not changed after it is traced)."""
+        facts = self.facts
+        if name not in facts:
+            facts[name] = compute(self)
+        return facts[name]
 
     def walk(self):
         """Yield ``(stmt, enclosing_loops)`` for every statement, depth first."""

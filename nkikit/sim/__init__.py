@@ -11,7 +11,6 @@ at the collectives (``ranks.py``); ``simulate_all_ranks`` gives each rank its ow
 
 from __future__ import annotations
 
-import functools
 import os
 
 import numpy as np
@@ -97,11 +96,14 @@ def check_simulate(kernel, args: list[np.ndarray], *, seed: int = 0) -> list[np.
     return ref
 
 
-@functools.lru_cache(maxsize=256)
 def written_params(kernel) -> frozenset[str]:
     """Names of the parameters some instruction of ``kernel`` writes.  The simulators never
     write any other argument and never return a view of one, so a caller needs to copy
     only these to protect its arrays."""
+    return kernel.derived("written_params", _written_params)
+
+
+def _written_params(kernel) -> frozenset[str]:
     written = {o.tensor.root.uid for op, _ in kernel.ops() for o in op.outs}
     return frozenset(t.name for t in kernel.params if t.uid in written)
 

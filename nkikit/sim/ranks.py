@@ -19,7 +19,6 @@ reported at the op's line instead of hanging.
 from __future__ import annotations
 
 import contextvars
-import functools
 import threading
 from collections.abc import Callable, Sequence
 
@@ -34,10 +33,13 @@ from .memory import reserve
 Runner = Callable[..., list[np.ndarray]]
 
 
-@functools.lru_cache(maxsize=256)
 def world_size(kernel: Kernel) -> int:
     """How many ranks run ``kernel``: one more than the highest rank its collectives'
     replica groups (or permute pairs) name; 1 without collectives."""
+    return kernel.derived("world_size", _world_size)
+
+
+def _world_size(kernel: Kernel) -> int:
     top = 0
     for op, _ in kernel.ops():
         if op.prim in COLLECTIVES:

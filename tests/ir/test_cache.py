@@ -52,3 +52,46 @@ def test_a_jit_kernel_retraces_what_its_cache_dropped():
     assert len(double._cache) == 1
     np.testing.assert_array_equal(double(a), 2 * a)  # traced again, same result
     assert double._cache.puts == 3
+
+
+def test_every_cache_of_the_process_shares_one_ops_bound(monkeypatch):
+    import nkikit.ir.cache as cache
+
+    monkeypatch.setattr(cache, "DEFAULT_MAX_OPS", 10)
+    first, second = KernelCache(max_ops=100), KernelCache(max_ops=100)
+    first.put("a", 1, 4)
+    second.put("b", 2, 4)
+    assert first.get("a") == 1  # now second's "b" is the least recently used of the two
+    second.put("c", 3, 4)  # 12 ops in all: "b" goes, though second is under its own bound
+    assert second.get("b") is None and first.get("a") == 1 and second.get("c") == 3
+    first.put("big", 4, 9)  # 17: the others go, the entry just put stays
+    assert first.get("big") == 4 and first.get("a") is None and second.get("c") is None
+    assert first.ops == 9 and second.ops == 0
+
+
+def test_running_many_specializations_keeps_only_the_bounded_few_alive(monkeypatch):
+    import gc
+
+    import nkikit.ir.cache as cache
+    from nkikit.ir.core import Kernel
+
+    @nki.jit
+    def triple(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=3.0)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    def alive() -> int:
+        gc.collect()
+        return sum(1 for o in gc.get_objects() if type(o) is Kernel and o.name == "triple")
+
+    monkeypatch.setattr(cache, "DEFAULT_MAX_OPS", 0)  # each cache keeps what it just put
+    for rows in range(1, 41):  # 40 specializations, each traced, compiled and run
+        x = np.ones((rows, 8), np.float32)
+        np.testing.assert_array_equal(triple(x), 3 * x)
+    # the jit cache's and the fast path's newest entries: no global cache keyed by kernels
+    # (world size, written parameters) keeps the other 39 alive
+    assert alive() <= 2
