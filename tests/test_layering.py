@@ -26,6 +26,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "nkikit.arrays",
             "nkikit.target_info",
             "nkikit.collector",
+            "nkikit.memory",
         ),
     ),
     # the IR (data model, primitive records, verifier) and the targets it is verified against

@@ -8,16 +8,20 @@ a bound per cache still grows with the number of kernels a process has run (a py
 of the NKI Library's suite runs hundreds).  :class:`KernelCache` keeps the most recently used
 entries while the kernels of *every* cache in the process hold at most ``DEFAULT_MAX_OPS`` ops
 in all, and at most ``max_ops`` ops and ``max_entries`` entries in each cache; the entry just
-put always stays.
+put always stays.  When the process is short of memory (``nkikit.memory.short_of_memory``)
+the caches give back everything else.
 """
 
 from __future__ import annotations
 
+import gc
 import itertools
 import os
 import weakref
 from collections import OrderedDict
 from typing import Any
+
+from ..memory import short_of_memory
 
 # ops kept by all caches of the process together; NKIKIT_CACHE_OPS changes it (0 keeps only
 # each cache's newest entry)
@@ -71,13 +75,24 @@ class KernelCache:
         ):
             self.ops -= self._entries.popitem(last=False)[1][1]
         _evict_shared(DEFAULT_MAX_OPS, self)
+        if short_of_memory():
+            give_back(self)
 
     def clear(self) -> None:
         self._entries.clear()
         self.ops = 0
 
 
-def _evict_shared(max_ops: int, putter: KernelCache) -> None:
+def give_back(keep: KernelCache | None = None) -> None:
+    """Drop every cached entry (but the one ``keep`` has just put) and collect the garbage:
+    the caches give their memory back when the process is short of it (``nkikit.memory``).
+    Kernels hold reference cycles, so dropping them frees nothing until the cyclic collector
+    runs, which a large heap makes rare.  What was dropped is traced again when called."""
+    _evict_shared(0, keep)
+    gc.collect()
+
+
+def _evict_shared(max_ops: int, putter: KernelCache | None) -> None:
     """Drop the least recently used entries of all caches while they hold more than
     ``max_ops`` ops together, except the entry ``putter`` has just put (the kernel being run;
     the others' entries may all go: whoever runs a kernel holds on to what it got)."""

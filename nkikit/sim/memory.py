@@ -13,72 +13,30 @@ line and the sizes.
 
 from __future__ import annotations
 
-import os
-import resource
-
 from ..errors import ErrSimulationOutOfMemory, SourceLoc
-
-_MB = 1 << 20
-
-
-def _status_kb(field: str) -> int | None:
-    """A ``/proc/self/status`` field in KiB (VmRSS, VmSize), None where there is none."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
-
-
-def _available_bytes() -> int | None:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
-
-
-def room() -> tuple[int | None, int, str]:
-    """(bytes this process may still allocate or None if unknown, bytes it holds now, which
-    limit is the tightest)."""
-    rss = (_status_kb("VmRSS") or 0) * 1024
-    rooms: list[tuple[int, str]] = []
-    env = os.environ.get("NKIKIT_MEMORY_LIMIT_MB")
-    if env:
-        rooms.append((int(float(env) * _MB) - rss, "NKIKIT_MEMORY_LIMIT_MB"))
-    avail = _available_bytes()
-    if avail is not None:
-        rooms.append((avail, "the machine's available memory"))
-    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
-    vm = _status_kb("VmSize")
-    if soft != resource.RLIM_INFINITY and vm is not None:
-        rooms.append((soft - vm * 1024, "ulimit -v"))
-    if not rooms:
-        return None, rss, ""
-    least = min(rooms)
-    return max(least[0], 0), rss, least[1]
+from ..memory import MB, room
 
 
 def reserve(nbytes: int, what: str, loc: SourceLoc | None) -> None:
     """Raise ``err_simulation_out_of_memory`` at ``loc`` (the kernel's line) if ``nbytes``
     more do not fit in this process's room (:func:`room`); allocations below 64 MiB are
     never checked (reading the limits costs more than they risk)."""
-    if nbytes < 64 * _MB:
+    if nbytes < 64 * MB:
         return
+    left, used, limit = room()
+    if left is None or nbytes <= left:
+        return
+    from ..ir.cache import give_back
+
+    give_back()  # the kernel caches' memory first: the kernel being run is held by its caller
     left, used, limit = room()
     if left is None or nbytes <= left:
         return
     raise ErrSimulationOutOfMemory(
         loc,
-        need_mb=nbytes // _MB,
+        need_mb=nbytes // MB,
         what=what,
-        used_mb=used // _MB,
-        room_mb=left // _MB,
+        used_mb=used // MB,
+        room_mb=left // MB,
         limit=limit,
     )

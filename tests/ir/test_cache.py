@@ -95,3 +95,44 @@ def test_running_many_specializations_keeps_only_the_bounded_few_alive(monkeypat
     # the jit cache's and the fast path's newest entries: no global cache keyed by kernels
     # (world size, written parameters) keeps the other 39 alive
     assert alive() <= 2
+
+
+def test_short_of_memory_every_cache_gives_back_all_but_the_entry_just_put(monkeypatch):
+    import nkikit.ir.cache as cache
+
+    first, second = KernelCache(max_ops=100), KernelCache(max_ops=100)
+    first.put("a", 1, 4)
+    second.put("b", 2, 4)
+    monkeypatch.setattr(cache, "short_of_memory", lambda: True)
+    first.put("c", 3, 4)
+    assert first.get("c") == 3 and first.get("a") is None and second.get("b") is None
+
+
+def test_a_dropped_kernel_is_freed_without_waiting_for_the_cyclic_collector(monkeypatch):
+    # the fast path's code generator refers back to itself; emptied after it has built the
+    # program, it no longer keeps the kernel in a cycle that only a full collection frees
+    import gc
+
+    import nkikit.ir.cache as cache
+    from nkikit.ir.core import Kernel
+
+    @nki.jit
+    def quadruple(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=4.0)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    monkeypatch.setattr(cache, "DEFAULT_MAX_OPS", 0)
+    gc.collect()
+    gc.disable()
+    try:
+        for rows in range(1, 11):
+            quadruple(np.ones((rows, 8), np.float32))
+        # tracked objects include the unreachable ones no collection has freed yet
+        kept = sum(1 for o in gc.get_objects() if type(o) is Kernel and o.name == "quadruple")
+    finally:
+        gc.enable()
+    assert kept <= 2

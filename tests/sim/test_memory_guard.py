@@ -45,3 +45,31 @@ def test_room_is_the_tightest_limit(monkeypatch):
     left, _, which = memory.room()
     assert which == "NKIKIT_MEMORY_LIMIT_MB"
     assert 90 * 2**20 <= left <= 110 * 2**20
+
+
+def test_the_kernel_caches_give_their_memory_back_before_the_guard_says_no(monkeypatch):
+    import nkikit.ir.cache as cache
+
+    rooms = iter([(0, 0, "ulimit -v"), (1 << 40, 0, "ulimit -v")])  # short, then room
+    given = []
+    monkeypatch.setattr(memory, "room", lambda: next(rooms))
+    monkeypatch.setattr(cache, "give_back", lambda keep=None: given.append(keep))
+    memory.reserve(1 << 30, "a test's HBM tensors", None)  # no error: the caches made room
+    assert given == [None]
+
+
+def test_short_of_memory_under_a_quarter_of_the_limit_left(monkeypatch):
+    from nkikit import memory as process
+
+    _, used, _ = memory.room()
+    monkeypatch.setenv("NKIKIT_MEMORY_LIMIT_MB", str(used // 2**20 + 16))  # 16 MiB left
+    assert process.short_of_memory()
+    # 1 GiB held, 3 GiB of the machine available, no other limit: exactly a quarter left
+    monkeypatch.delenv("NKIKIT_MEMORY_LIMIT_MB")
+    monkeypatch.setattr(process, "_status_kb", lambda field: 2**20)
+    monkeypatch.setattr(process, "_available_bytes", lambda: 3 * 2**30)
+    inf = process.resource.RLIM_INFINITY
+    monkeypatch.setattr(process.resource, "getrlimit", lambda what: (inf, inf))
+    assert not process.short_of_memory()
+    monkeypatch.setattr(process, "_available_bytes", lambda: 2**30 // 4)
+    assert process.short_of_memory()

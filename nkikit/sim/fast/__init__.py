@@ -101,7 +101,12 @@ def compile_kernel(kernel: Kernel) -> Program:
             return prog
         try:
             with gc_paused():  # see nkikit/collector.py
-                prog = Compiler(kernel).build()
+                compiler = Compiler(kernel)
+                prog = compiler.build()
+                # its memos refer back to it (bound methods, closures): emptied, it and what it
+                # holds (the kernel, per-op tables) are freed as soon as the program is dropped,
+                # not when the cyclic collector next runs, which a large heap makes rare
+                compiler.__dict__.clear()
             ops = op_count(kernel)
             with _LOCK:
                 _CACHE.put(key, (kernel, prog), ops)
