@@ -9,6 +9,21 @@ import nkikit.nki.language as nl
 from nkikit.ir.cache import KernelCache
 
 
+def scaling_kernel(factor: float):
+    """A fresh @nki.jit kernel (a cache of its own) returning ``factor * x``."""
+
+    @nki.jit
+    def scale(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=factor)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    return scale
+
+
 def test_least_recently_used_entries_go_first_while_over_the_ops_bound():
     c = KernelCache(max_ops=10)
     c.put("a", 1, 4)
@@ -36,14 +51,7 @@ def test_entry_count_bound_and_replacing_a_key():
 
 
 def test_a_jit_kernel_retraces_what_its_cache_dropped():
-    @nki.jit
-    def double(x):
-        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
-        t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
-        nisa.dma_copy(dst=t, src=x)
-        nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=2.0)
-        nisa.dma_copy(dst=out, src=t)
-        return out
+    double = scaling_kernel(2.0)
 
     double._cache.max_ops = 0  # keep only the newest specialization
     a, b = np.ones((4, 8), np.float32), np.ones((8, 8), np.float32)
@@ -75,18 +83,11 @@ def test_running_many_specializations_keeps_only_the_bounded_few_alive(monkeypat
     import nkikit.ir.cache as cache
     from nkikit.ir.core import Kernel
 
-    @nki.jit
-    def triple(x):
-        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
-        t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
-        nisa.dma_copy(dst=t, src=x)
-        nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=3.0)
-        nisa.dma_copy(dst=out, src=t)
-        return out
+    triple = scaling_kernel(3.0)
 
     def alive() -> int:
         gc.collect()
-        return sum(1 for o in gc.get_objects() if type(o) is Kernel and o.name == "triple")
+        return sum(1 for o in gc.get_objects() if type(o) is Kernel and o.name == "scale")
 
     monkeypatch.setattr(cache, "DEFAULT_MAX_OPS", 0)  # each cache keeps what it just put
     for rows in range(1, 41):  # 40 specializations, each traced, compiled and run
@@ -116,14 +117,7 @@ def test_a_dropped_kernel_is_freed_without_waiting_for_the_cyclic_collector(monk
     import nkikit.ir.cache as cache
     from nkikit.ir.core import Kernel
 
-    @nki.jit
-    def quadruple(x):
-        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
-        t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
-        nisa.dma_copy(dst=t, src=x)
-        nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=4.0)
-        nisa.dma_copy(dst=out, src=t)
-        return out
+    quadruple = scaling_kernel(4.0)
 
     monkeypatch.setattr(cache, "DEFAULT_MAX_OPS", 0)
     gc.collect()
@@ -132,7 +126,7 @@ def test_a_dropped_kernel_is_freed_without_waiting_for_the_cyclic_collector(monk
         for rows in range(1, 11):
             quadruple(np.ones((rows, 8), np.float32))
         # tracked objects include the unreachable ones no collection has freed yet
-        kept = sum(1 for o in gc.get_objects() if type(o) is Kernel and o.name == "quadruple")
+        kept = sum(1 for o in gc.get_objects() if type(o) is Kernel and o.name == "scale")
     finally:
         gc.enable()
     assert kept <= 2
