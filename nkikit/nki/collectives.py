@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from nkikit.errors import NkiError, SourceLoc, caller_loc
 from nkikit.ir.core import Access
 from nkikit.nki.isa.registers import VirtualRegister, new_register
-from nkikit.nki.tensor import NkiTensor, access_of
+from nkikit.nki.tensor import NkiTensor, access_of, not_a_tensor
 from nkikit.trace import instructions as E
 from nkikit.trace.builder import current
 
@@ -87,7 +87,7 @@ def _pairs(srcs, dsts, loc: SourceLoc, api: str) -> list[tuple]:
                     "err_invalid_argument",
                     loc,
                     op=f"ncc.{api}",
-                    why=f"every {what} must be a tensor, got {type(x).__name__}",
+                    why=not_a_tensor(f"every {what}", x),
                 )
         out.append((access_of(d, loc, api), access_of(s, loc, api)))
     if len(out) > 1 and any(not a.tensor.is_hbm for pair in out for a in pair):

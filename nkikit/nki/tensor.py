@@ -133,6 +133,12 @@ class NkiTensor:
     def on_chip(self) -> bool:
         return self._layout.root.buffer in ON_CHIP
 
+    @property
+    def data(self) -> NkiTensor:
+        """The tensor itself: a grid's ``.data`` is its operand (``nl.tiles``), and NKI 0.7
+        code writes ``.data`` on the tensors it allocates for grid tiles too."""
+        return self
+
     def __len__(self) -> int:
         return self.shape[0]
 
@@ -810,12 +816,7 @@ _AXES = tuple(Axis(k) for k in range(16))
 def access_of(x: NkiTensor, loc: SourceLoc, what: str = "operand") -> Access:
     """The IR access of a view (see the module docstring)."""
     if type(x) is not NkiTensor and not isinstance(x, NkiTensor):
-        raise NkiError(
-            "err_invalid_argument",
-            loc,
-            op=what,
-            why=f"expected a tensor (nl.ndarray or a view of one), got {type(x).__name__}",
-        )
+        raise NkiError("err_invalid_argument", loc, op=what, why=not_a_tensor("the operand", x))
     got = x._access
     if got is not None:
         return got
@@ -865,6 +866,15 @@ def access_of(x: NkiTensor, loc: SourceLoc, what: str = "operand") -> Access:
         shape = (shape[0], 1)  # a size-1 trailing axis adds no index term
     x._access = acc = Access(layout, shape, index)
     return acc
+
+
+def not_a_tensor(what: str, x) -> str:
+    """Why ``x``, given where an instruction takes a tensor, is refused (a tile grid: its
+    ``.data`` is the operand)."""
+    from .language.grids import NkiGrid
+
+    hint = "; an instruction takes a grid's .data" if isinstance(x, NkiGrid) else ""
+    return f"{what} must be a tensor (nl.ndarray or a view of one), got {type(x).__name__}{hint}"
 
 
 def _indirect_access(x: NkiTensor, loc: SourceLoc, what: str) -> Access:

@@ -177,16 +177,3 @@ def test_lnc2_output_in_hbm_is_one_tensor_and_private_hbm_is_refused():
 
 def test_nl_bool_is_the_boolean_dtype():
     assert nl.bool == nl.bool_ == np.dtype(bool)
-
-
-@pytest.mark.parametrize("api", ["tiles", "blocks", "alloc_tiles", "alloc_blocks"])
-def test_tile_grids_are_a_named_error_at_the_users_line(api):
-    @nki.jit
-    def gridded(x):
-        g = getattr(nl, api)(x, tile_shape=(128, 128))  # BAD
-        return g
-
-    with pytest.raises(NkiError) as e:
-        gridded(np.zeros((256, 256), np.float32))
-    assert e.value.name == "err_unsupported_api" and f"nl.{api}" in str(e.value)
-    assert "# BAD" in str(e.value)

@@ -30,7 +30,7 @@ from ...isa import dge_mode, engine, matmul_perf_mode, nc_version, oob_mode, red
 from ...trace import accumulators as ACC
 from ...trace import instructions as E
 from ...trace.builder import current, maybe_current
-from ..tensor import NkiTensor, access_of
+from ..tensor import NkiTensor, access_of, not_a_tensor
 from . import constants  # noqa: F401
 from .registers import (  # noqa: F401 - NKI's names
     VirtualRegister,
@@ -343,7 +343,7 @@ def _dst_chip(dst: NkiTensor, loc: SourceLoc, op: str, allowed=("sbuf", "psum"))
             "err_invalid_argument",
             loc,
             op=f"nisa.{op}",
-            why=f"dst must be a tensor, got {type(dst).__name__}",
+            why=not_a_tensor("dst", dst),
         )
     if dst.tensor.buffer not in allowed:
         raise NkiError(
@@ -480,7 +480,7 @@ def _dma_pair(dst: NkiTensor, src: NkiTensor, loc: SourceLoc, op: str) -> tuple[
                     "err_invalid_argument",
                     loc,
                     op=f"nisa.{op}",
-                    why=f"{what} must be a tensor, got {type(x).__name__}",
+                    why=not_a_tensor(what, x),
                 )
     same = dst.shape == src.shape
     if not same and dst.size != src.size:
@@ -1590,7 +1590,7 @@ def topk(val_dst, idx_dst, src, n, name=None) -> NkiInstruction:
     loc = caller_loc()
     for what, t in (("val_dst", val_dst), ("idx_dst", idx_dst), ("src", src)):
         if not isinstance(t, NkiTensor):
-            raise _invalid("topk", f"{what} must be a tensor, got {type(t).__name__}", loc)
+            raise _invalid("topk", not_a_tensor(what, t), loc)
     _dst_chip(val_dst, loc, "topk", allowed=("sbuf",))
     _dst_chip(idx_dst, loc, "topk", allowed=("sbuf",))
     v = _acc(val_dst, loc, "topk")

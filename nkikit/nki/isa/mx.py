@@ -7,7 +7,7 @@ from __future__ import annotations
 from ...errors import NkiError, SourceLoc, caller_loc
 from ...ir.core import Access
 from ...trace import instructions as E
-from ..tensor import NkiTensor, access_of
+from ..tensor import NkiTensor, access_of, not_a_tensor
 
 
 def _operand(x, loc: SourceLoc, op: str, what: str) -> Access:
@@ -18,7 +18,7 @@ def _operand(x, loc: SourceLoc, op: str, what: str) -> Access:
             "err_invalid_argument",
             loc,
             op=f"nisa.{op}",
-            why=f"{what} must be a tensor, got {type(x).__name__}",
+            why=not_a_tensor(what, x),
         )
     return access_of(x, loc, f"{op} {what}")
 

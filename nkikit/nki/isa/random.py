@@ -11,7 +11,7 @@ from ...ir.core import Access
 from ...isa import engine
 from ...trace import instructions as E
 from ..launch import launch
-from ..tensor import NkiTensor, access_of
+from ..tensor import NkiTensor, access_of, not_a_tensor
 from . import _done, _engine_arg, _scalar_or_vector  # imported last by the package
 
 
@@ -26,7 +26,7 @@ def _tensor(x, loc: SourceLoc, op: str, role: str) -> Access:
             "err_invalid_argument",
             loc,
             op=f"nisa.{op}",
-            why=f"{role} must be a tensor, got {type(x).__name__}",
+            why=not_a_tensor(role, x),
         )
     return access_of(x, loc, f"{op} {role}")
 

@@ -23,8 +23,16 @@ from ...trace.builder import current
 from ..tensor import NkiTensor
 from ..tensor import _row_major_cached as _row_major
 from . import device_loops as _device_loops
+from . import grids as _grids
 from .dtypes import *  # noqa: F403
 from .dtypes import bfloat16, float32, int32, uint8, uint16
+from .grids import NkiBlockGrid as NkiBlockGrid
+from .grids import NkiGrid as NkiGrid
+from .grids import NkiTileGrid as NkiTileGrid
+from .grids import alloc_blocks as alloc_blocks
+from .grids import alloc_tiles as alloc_tiles
+from .grids import blocks as blocks
+from .grids import tiles as tiles
 
 _BUFFERS = {b.name: b for b in (sbuf, psum, hbm, shared_hbm, private_hbm)}
 
@@ -234,14 +242,24 @@ def full(shape, fill_value, dtype, buffer=sbuf, name: str = "") -> NkiTensor:
 
 
 def zeros_like(x: NkiTensor, dtype=None, buffer=None, name: str = "") -> NkiTensor:
+    """A new tensor of ``x``'s shape filled with 0 (of a grid: a grid of its geometry)."""
+    if isinstance(x, _grids.NkiGrid):
+        return _grids.grid_like(x, dtype, buffer, name, 0)
     return zeros(x.shape, dtype or x.dtype, buffer=buffer or x.buffer, name=name)
 
 
 def ones_like(x: NkiTensor, dtype=None, buffer=None, name: str = "") -> NkiTensor:
+    """A new tensor of ``x``'s shape filled with 1 (of a grid: a grid of its geometry)."""
+    if isinstance(x, _grids.NkiGrid):
+        return _grids.grid_like(x, dtype, buffer, name, 1)
     return ones(x.shape, dtype or x.dtype, buffer=buffer or x.buffer, name=name)
 
 
 def empty_like(x: NkiTensor, dtype=None, buffer=None, name: str = "") -> NkiTensor:
+    """A new uninitialised tensor of ``x``'s shape, dtype and buffer unless given (of a grid:
+    new storage of its tile geometry, ``nl.alloc_tiles``/``alloc_blocks``)."""
+    if isinstance(x, _grids.NkiGrid):
+        return _grids.grid_like(x, dtype, buffer, name, None)
     return ndarray(x.shape, dtype or x.dtype, buffer=buffer or x.buffer, name=name)
 
 
@@ -479,27 +497,6 @@ def rand(shape, dtype, buffer=sbuf, name: str = "") -> NkiTensor:
     isa.rng(dst=bits)
     isa.tensor_scalar(dst=t, data=bits, op0=multiply, operand0=2.0**-16)
     return t
-
-
-def _grids_not_modeled(api: str):
-    def grid_api(*args, **kwargs):
-        raise NkiError(
-            "err_unsupported_api",
-            caller_loc(),
-            api=f"nl.{api}",
-            why="NKI 0.7's tile and block grids are not modeled; address tiles with slices, "
-            "nl.ds or .ap() on the tensor instead",
-        )
-
-    grid_api.__name__ = grid_api.__qualname__ = api
-    grid_api.__doc__ = f"NKI 0.7's ``nl.{api}`` (tile/block grids): ``err_unsupported_api``."
-    return grid_api
-
-
-tiles = _grids_not_modeled("tiles")
-blocks = _grids_not_modeled("blocks")
-alloc_tiles = _grids_not_modeled("alloc_tiles")
-alloc_blocks = _grids_not_modeled("alloc_blocks")
 
 
 from ._ops import *  # noqa: E402, F403

@@ -1,0 +1,332 @@
+"""NKI 0.7 tile and block grids (``nl.tiles``, ``nl.blocks``, ``nl.alloc_tiles``,
+``nl.alloc_blocks``): geometry, clamped edges, ``.data`` as the same view a slice names (the
+same IR), on-chip tile storage and which selections it can give as one operand, and every
+misuse as a named error at the kernel's line."""
+
+import re
+
+import numpy as np
+import pytest
+
+import nkikit.nki as nki
+import nkikit.nki.isa as nisa
+import nkikit.nki.language as nl
+from nkikit.errors import NkiError
+
+
+def _ir_body(kernel, *args) -> str:
+    """The kernel's IR without its header (the kernel's name) and source locations."""
+    return re.sub(r"\s+# .*", "", str(kernel.ir(*args)).split("\n", 1)[1])
+
+
+@nki.jit
+def scale_by_tiles(src, factor=2.0):
+    dst = nl.ndarray(src.shape, dtype=src.dtype, buffer=nl.shared_hbm)
+    src_tiles = nl.tiles(src, tile_shape=(128, 128))
+    dst_tiles = nl.tiles(dst, tile_shape=(128, 128))
+    for i in range(src_tiles.shape[0]):
+        for j in range(src_tiles.shape[1]):
+            t = nl.empty_like(src_tiles[i, j], buffer=nl.sbuf)
+            nisa.dma_copy(t.data, src_tiles[i, j].data)
+            nisa.tensor_scalar(t.data, t.data, nl.multiply, factor)
+            nisa.dma_copy(dst_tiles[i, j].data, t.data)
+    return dst
+
+
+@nki.jit
+def scale_by_slices(src, factor=2.0):
+    dst = nl.ndarray(src.shape, dtype=src.dtype, buffer=nl.shared_hbm)
+    rows, cols = src.shape
+    for i in range(-(-rows // 128)):
+        for j in range(-(-cols // 128)):
+            r0, c0 = i * 128, j * 128
+            r1, c1 = min(r0 + 128, rows), min(c0 + 128, cols)
+            t = nl.ndarray((r1 - r0, c1 - c0), dtype=src.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(t, src[r0:r1, c0:c1])
+            nisa.tensor_scalar(t, t, nl.multiply, factor)
+            nisa.dma_copy(dst[r0:r1, c0:c1], t)
+    return dst
+
+
+def test_tiles_clamp_the_edges_and_trace_like_slices():
+    x = np.random.default_rng(0).standard_normal((300, 200)).astype(np.float32)
+    np.testing.assert_array_equal(scale_by_tiles(x), x * 2)
+    assert _ir_body(scale_by_tiles, x) == _ir_body(scale_by_slices, x)
+
+
+def _geometry(fn, shape=(1, 1)):
+    """Run ``fn(x)`` inside a traced kernel (grids exist only there), ``x`` an HBM tensor of
+    ``shape``, and return what it gives."""
+    seen = {}
+
+    @nki.jit
+    def k(x):
+        seen["value"] = fn(x)
+        out = nl.ndarray((1, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+        t = nl.ndarray((1, 1), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.memset(t, 0.0)
+        nisa.dma_copy(out, t)
+        return out
+
+    k(np.zeros(shape, np.float32))
+    return seen["value"]
+
+
+def test_tile_grid_geometry():
+    def fn(x):
+        g = nl.tiles(x, tile_shape=(128, 256))
+        edge = g[-1, -1]
+        row = g[1, :]
+        col = g[:, 2]
+        return (
+            g.shape,
+            g.tile_shape,
+            g.element_shape,
+            g.index_step_elements,
+            g.is_remainder,
+            edge.shape,
+            edge.element_shape,
+            edge.is_remainder,
+            row.shape,
+            row.element_shape,
+            col.shape,
+            col.element_shape,
+            g[1:3, 1:].shape,
+            g[1:3, 1:].element_shape,
+            g[0, 0].data.shape,
+            g[0, 0].dtype == x.dtype,
+            len(g),
+        )
+
+    got = _geometry(fn, (300, 1000))
+    assert got == (
+        (3, 4),
+        (128, 256),
+        (300, 1000),
+        (128, 256),
+        True,
+        (),
+        (44, 232),
+        True,
+        (4,),
+        (128, 1000),
+        (3,),
+        (300, 256),
+        (2, 3),
+        (172, 744),
+        (128, 256),
+        True,
+        3,
+    )
+
+
+def test_leading_hbm_dimensions_are_untiled_slabs():
+    @nki.jit
+    def per_batch(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        xt = nl.tiles(x, tile_shape=(128, 64))
+        ot = nl.tiles(out, tile_shape=(128, 64))
+        assert xt.shape == (3, 2, 2) and xt.index_step_elements == (1, 128, 64)
+        assert xt[1].shape == (2, 2) and xt[1].element_shape == (256, 128)
+        for b in range(xt.shape[0]):
+            for i in range(xt.shape[1]):
+                t = nl.empty_like(xt[b, i], buffer=nl.sbuf)  # one row of tiles
+                nisa.dma_copy(t.data, xt[b, i].data)
+                nisa.tensor_scalar(t.data, t.data, nl.add, float(b))
+                nisa.dma_copy(ot[b, i].data, t.data)
+        return out
+
+    x = np.random.default_rng(1).standard_normal((3, 256, 128)).astype(np.float32)
+    np.testing.assert_array_equal(per_batch(x), x + np.arange(3, dtype=np.float32)[:, None, None])
+
+
+def test_blocks_group_tiles_and_tiles_of_a_block_reach_them():
+    @nki.jit
+    def add_one(src):
+        dst = nl.ndarray(src.shape, dtype=src.dtype, buffer=nl.shared_hbm)
+        sb = nl.blocks(src, tile_shape=(128, 128), block_shape=(1, 2))
+        db = nl.blocks(dst, tile_shape=(128, 128), block_shape=(1, 2))
+        assert sb.shape == (3, 2) and sb.block_shape == (1, 2)
+        assert sb.index_step_elements == (128, 256)
+        for i in range(sb.shape[0]):
+            for j in range(sb.shape[1]):
+                block = nl.empty_like(sb[i, j], buffer=nl.sbuf)
+                assert isinstance(block, nl.NkiBlockGrid) and block.shape == (1, 1)
+                nisa.dma_copy(block.data, sb[i, j].data)  # one DMA per block
+                inner = nl.tiles(block)
+                for k in range(inner.shape[1]):
+                    nisa.tensor_scalar(inner[0, k].data, inner[0, k].data, nl.add, 1.0)
+                nisa.dma_copy(db[i, j].data, block.data)
+        return dst
+
+    x = np.random.default_rng(2).standard_normal((300, 400)).astype(np.float32)
+    np.testing.assert_array_equal(add_one(x), x + 1)
+
+
+def test_alloc_tiles_on_sbuf_lays_tiles_along_the_free_axis():
+    def fn(_):
+        g = nl.alloc_tiles(
+            tile_shape=(128, 64), element_shape=(256, 192), buffer=nl.sbuf, dtype=nl.float32
+        )
+        t11 = g[1, 1].data
+        row = g[1].data
+        return (
+            g.shape,
+            g.is_data_representable,
+            g[1].is_data_representable,
+            g[:, 0].is_data_representable,
+            (t11.shape, t11.offset, t11.strides),
+            (row.shape, row.offset),
+            g.data.tensor is not None if g.is_data_representable else None,
+            g[1, 1].data.tensor.shape,
+        )
+
+    got = _geometry(fn)
+    # tile (i, j) starts at free offset (3 i + j) x 64 of one (128, 6 x 64) backing tensor
+    assert got == (
+        (2, 3),
+        False,
+        True,
+        False,
+        ((128, 64), 4 * 64, (384, 1)),
+        ((128, 192), 3 * 64),
+        None,
+        (128, 384),
+    )
+
+
+def test_alloc_tiles_round_trip_through_sbuf_and_psum():
+    @nki.jit
+    def through(x):
+        g = nl.alloc_tiles(
+            tile_shape=(128, 64), element_shape=x.shape, buffer=nl.sbuf, dtype=x.dtype
+        )
+        xt = nl.tiles(x, tile_shape=(128, 64))
+        for i in range(g.shape[0]):
+            nisa.dma_copy(g[i].data, xt[i].data)  # a row of tiles is one operand
+        acc = nl.zeros_like(g[0], buffer=nl.psum)
+        assert acc.buffer == nl.psum and acc.element_shape == (128, x.shape[1])
+        for i in range(g.shape[0]):
+            nisa.tensor_tensor(acc.data, acc.data, g[i].data, nl.add)
+        out = nl.ndarray((128, x.shape[1]), dtype=x.dtype, buffer=nl.shared_hbm)
+        res = nl.empty_like(acc, buffer=nl.sbuf)
+        nisa.tensor_copy(res.data, acc.data)
+        nisa.dma_copy(out, res.data)
+        return out
+
+    x = np.random.default_rng(3).standard_normal((384, 160)).astype(np.float32)
+    expect = (x[:128] + x[128:256]).astype(np.float32) + x[256:]
+    np.testing.assert_allclose(through(x), expect, rtol=1e-6)
+
+
+def test_alloc_tiles_on_hbm_is_the_logical_tensor_and_blocks_alloc():
+    def fn(_):
+        h = nl.alloc_tiles(
+            tile_shape=(128, 128),
+            element_shape=(2, 256, 256),
+            buffer=nl.shared_hbm,
+            dtype=nl.bfloat16,
+        )
+        b = nl.alloc_blocks(
+            tile_shape=(128, 64),
+            block_shape=(1, 2),
+            element_shape=(128, 512),
+            buffer=nl.sbuf,
+            dtype=nl.bfloat16,
+        )
+        return (
+            h.shape,
+            h.data.shape,
+            h.is_data_representable,
+            b.shape,
+            b.is_data_representable,
+            nl.tiles(b[0, 1]).shape,
+            nl.tiles(b[0, 1])[0, 1].data.offset,
+        )
+
+    assert _geometry(fn) == ((2, 2, 2), (2, 256, 256), True, (1, 4), True, (1, 2), 3 * 64)
+
+
+def test_a_tensors_data_is_itself():
+    # NKI 0.7 code allocates a tile with nl.ndarray(grid.element_shape, ...) and passes .data
+    assert _geometry(lambda x: x.data is x and x[0:1, :].data.shape == (1, 1))
+
+
+def test_ones_like_of_a_grid_fills_its_storage():
+    @nki.jit
+    def ones(x):
+        g = nl.ones_like(nl.tiles(x, tile_shape=(64, 32)), buffer=nl.sbuf)
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(out, g.data)
+        return out
+
+    np.testing.assert_array_equal(ones(np.zeros((64, 96), np.float32)), np.ones((64, 96)))
+
+
+@pytest.mark.parametrize(
+    "body, match",
+    [
+        (lambda x: nl.tiles(x, tile_shape=(128,)), "tile_shape must have at least 2"),
+        (lambda x: nl.tiles(x, tile_shape=(128, 0)), "at least 2 positive"),
+        (lambda x: nl.tiles(x, tile_shape=(128.0, 64)), "tuple of ints"),
+        (lambda x: nl.tiles(x), "tile_shape is required"),
+        (lambda x: nl.tiles(x, tile_shape=(1, 1, 1, 1)), "more dimensions than the source"),
+        (lambda x: nl.tiles(3, tile_shape=(1, 1)), "expected a tensor or a grid"),
+        (
+            lambda x: nl.blocks(x, tile_shape=(128, 64), block_shape=(2,)),
+            r"needs the rank of tile_shape",
+        ),
+        (lambda x: nl.tiles(x, tile_shape=(128, 64))[5, 0], "err_tensor_access_out_of_bound"),
+        (lambda x: nl.tiles(x, tile_shape=(128, 64))[0, 0, 0], "3 indices for a grid of 2"),
+        (lambda x: nl.tiles(x, tile_shape=(128, 64))[::2], "grid slices take step 1"),
+        (lambda x: nl.tiles(x, tile_shape=(128, 64))[2:1], "selects no cell"),
+        (lambda x: nl.tiles(x, tile_shape=(128, 64))[0.5], "ints and a:b slices"),
+        (
+            lambda x: nisa.dma_copy(
+                nl.ndarray((128, 64), dtype=x.dtype, buffer=nl.sbuf),
+                nl.tiles(x, tile_shape=(128, 64))[0, 0],
+            ),
+            r"src must be a tensor .*got NkiTileGrid; an instruction takes a grid's \.data",
+        ),
+        (
+            lambda x: nl.tiles(
+                nl.ndarray((2, 128, 64), dtype=x.dtype, buffer=nl.sbuf), tile_shape=(128, 64)
+            ),
+            "on-chip tensor is tiled in every dimension",
+        ),
+        (
+            lambda x: (
+                nl.alloc_tiles(
+                    tile_shape=(128, 64), element_shape=(256, 64), buffer=nl.sbuf, dtype=x.dtype
+                ).data
+            ),
+            "spans 2 tiles along the partition dimension",
+        ),
+        (
+            lambda x: (
+                nl.alloc_tiles(
+                    tile_shape=(128, 8, 8),
+                    element_shape=(128, 16, 16),
+                    buffer=nl.sbuf,
+                    dtype=x.dtype,
+                )[0, 0, :].data
+            ),
+            "tiles along dimension 2 are not adjacent",
+        ),
+        (
+            lambda x: nl.alloc_tiles(
+                tile_shape=(128, 64, 2), element_shape=(128, 64), buffer=nl.sbuf, dtype=x.dtype
+            ),
+            "more dimensions than element_shape",
+        ),
+    ],
+)
+def test_grid_misuse_is_a_named_error_at_the_kernel_line(body, match):
+    @nki.jit
+    def k(x):
+        body(x)
+        return x
+
+    with pytest.raises(NkiError, match=match) as e:
+        k(np.zeros((256, 128), np.float32))
+    assert e.value.loc.file == __file__
