@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import builtins
 import math
+import operator
 from typing import Any
 
 from ...errors import NkiError, SourceLoc, caller_loc
@@ -226,13 +227,15 @@ class NkiGrid:
                 lo[d], hi[d] = self._lo[d] + a * c, min(self._lo[d] + b * c, self._hi[d])
                 kept.append(d)
                 continue
-            if not isinstance(k, int):
+            try:
+                k = operator.index(k)  # ints, numpy integers
+            except TypeError:
                 raise NkiError(
                     "err_invalid_argument",
                     loc,
                     op="grid indexing",
                     why=f"grid indices are ints and a:b slices, got {type(k).__name__}",
-                )
+                ) from None
             i = k + count if k < 0 else k
             if not 0 <= i < count:
                 raise NkiError(
