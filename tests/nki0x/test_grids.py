@@ -132,10 +132,12 @@ def test_leading_hbm_dimensions_are_untiled_slabs():
         assert xt[1].shape == (2, 2) and xt[1].element_shape == (256, 128)
         for b in range(xt.shape[0]):
             for i in range(xt.shape[1]):
-                t = nl.empty_like(xt[b, i], buffer=nl.sbuf)  # one row of tiles
-                nisa.dma_copy(t.data, xt[b, i].data)
-                nisa.tensor_scalar(t.data, t.data, nl.add, float(b))
-                nisa.dma_copy(ot[b, i].data, t.data)
+                row = nl.empty_like(xt[b, i], buffer=nl.sbuf)  # one row of tiles
+                assert row.shape == (2,) and row.element_shape == (128, 128)
+                nisa.dma_copy(row.data, xt[b, i].data)
+                for j in range(row.shape[0]):
+                    nisa.tensor_scalar(row[j].data, row[j].data, nl.add, float(b))
+                nisa.dma_copy(ot[b, i].data, row.data)
         return out
 
     x = np.random.default_rng(1).standard_normal((3, 256, 128)).astype(np.float32)
@@ -153,7 +155,7 @@ def test_blocks_group_tiles_and_tiles_of_a_block_reach_them():
         for i in range(sb.shape[0]):
             for j in range(sb.shape[1]):
                 block = nl.empty_like(sb[i, j], buffer=nl.sbuf)
-                assert isinstance(block, nl.NkiBlockGrid) and block.shape == (1, 1)
+                assert isinstance(block, nl.NkiBlockGrid) and block.shape == ()
                 nisa.dma_copy(block.data, sb[i, j].data)  # one DMA per block
                 inner = nl.tiles(block)
                 for k in range(inner.shape[1]):

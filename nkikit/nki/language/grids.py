@@ -453,10 +453,11 @@ def alloc_blocks(
 
 
 def grid_like(g: NkiGrid, dtype, buffer, name: str, fill) -> NkiGrid:
-    """New storage with ``g``'s geometry (``nl.empty_like`` / ``zeros_like`` / ``ones_like``
-    of a grid); ``fill`` None leaves it uninitialised."""
+    """New storage with ``g``'s geometry and grid shape (``nl.empty_like`` / ``zeros_like`` /
+    ``ones_like`` of a grid: ``empty_like(tiles[i, :])[j]`` is tile ``j`` of the row);
+    ``fill`` None leaves it uninitialised."""
     op = "nl.alloc_tiles" if g.block_shape is None else "nl.alloc_blocks"
-    return _allocate(
+    new = _allocate(
         g.tile_shape,
         g.block_shape,
         g.element_shape,
@@ -467,3 +468,6 @@ def grid_like(g: NkiGrid, dtype, buffer, name: str, fill) -> NkiGrid:
         op,
         fill,
     )
+    # the coordinates ``g`` consumed (each one cell wide) are consumed in the copy too
+    kept = [d for d in range(len(g._lo)) if not g._dropped[d]]
+    return new[tuple(slice(None) if d in g._grid_dims else 0 for d in kept)]
