@@ -44,10 +44,6 @@ class _TileStorage:
         self.counts = tuple(-(-n // t) for n, t in zip(shape, tile))
         self.tile_free = math.prod(tile[first + 1 :])
 
-    @property
-    def ndim(self) -> int:
-        return len(self.shape)
-
     def view(self, lo, hi, dropped) -> NkiTensor | str:
         """The backing's view of elements ``[lo, hi)`` (dropped dimensions leave the shape),
         or why no single access pattern reaches exactly them."""
@@ -299,6 +295,16 @@ def _shape_arg(value, what: str, op: str, loc: SourceLoc, min_rank: int = 1) -> 
     return value
 
 
+def _check_rank(tile_shape, extent, what: str, op: str, loc: SourceLoc) -> None:
+    if len(tile_shape) > len(extent):
+        raise NkiError(
+            "err_invalid_argument",
+            loc,
+            op=op,
+            why=f"tile_shape {tile_shape} has more dimensions than {what} {extent}",
+        )
+
+
 def _region(source, op: str, loc: SourceLoc):
     """(store, lo, hi, dropped, the source grid's tile and block shapes) of a grid source."""
     if isinstance(source, NkiGrid):
@@ -331,13 +337,7 @@ def _make(source, tile_shape, block_shape, op: str, loc: SourceLoc) -> NkiTileGr
         tile_shape = src_tile
     tile_shape = _shape_arg(tile_shape, "tile_shape", op, loc, 2)
     kept = [d for d in range(len(lo)) if not dropped[d]]
-    if len(tile_shape) > len(kept):
-        raise NkiError(
-            "err_invalid_argument",
-            loc,
-            op=op,
-            why=f"tile_shape {tile_shape} has more dimensions than the source {tuple(hi[d] - lo[d] for d in kept)}",
-        )
+    _check_rank(tile_shape, tuple(hi[d] - lo[d] for d in kept), "the source", op, loc)
     untiled = len(kept) - len(tile_shape)
     backing = store.backing if isinstance(store, _TileStorage) else store
     if untiled and backing.on_chip and not isinstance(store, _TileStorage):
@@ -381,20 +381,12 @@ def blocks(source, *, tile_shape=None, block_shape) -> NkiBlockGrid:
 
 
 def _allocate(tile_shape, block_shape, element_shape, buffer, dtype, address, name, op, fill):
-    from . import full, ndarray
+    from . import _buffer_name, full, ndarray
 
     loc = caller_loc()
     tile_shape = _shape_arg(tile_shape, "tile_shape", op, loc, 2)
     element_shape = _shape_arg(element_shape, "element_shape", op, loc)
-    if len(tile_shape) > len(element_shape):
-        raise NkiError(
-            "err_invalid_argument",
-            loc,
-            op=op,
-            why=f"tile_shape {tile_shape} has more dimensions than element_shape {element_shape}",
-        )
-    from . import _buffer_name
-
+    _check_rank(tile_shape, element_shape, "element_shape", op, loc)
     buf = _buffer_name(buffer, loc)
     if buf in HBM_BUFFERS:
         # HBM: the compact logical extent is the storage
