@@ -7,6 +7,8 @@ import re
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import nkikit.nki as nki
 import nkikit.nki.isa as nisa
@@ -334,3 +336,88 @@ def test_grid_misuse_is_a_named_error_at_the_kernel_line(body, match):
     with pytest.raises(NkiError, match=match) as e:
         k(np.zeros((256, 128), np.float32))
     assert e.value.loc.file == __file__
+
+
+@st.composite
+def _grid_case(draw):
+    """An HBM shape (maybe with a leading untiled dimension), a tile shape, and a selection
+    per grid dimension (an int or an a:b slice)."""
+    lead = draw(st.lists(st.integers(1, 3), max_size=1))
+    rows, cols = draw(st.integers(1, 300)), draw(st.integers(1, 96))
+    tile = (draw(st.integers(1, 128)), draw(st.integers(1, 40)))
+    counts = [*lead, -(-rows // tile[0]), -(-cols // tile[1])]
+    key = []
+    for n in counts:
+        if draw(st.booleans()):
+            key.append(draw(st.integers(-n, n - 1)))
+        else:
+            a = draw(st.integers(0, n - 1))
+            key.append(slice(a, draw(st.integers(a + 1, n))))
+    return (*lead, rows, cols), tile, tuple(key)
+
+
+def _numpy_region(x, tile, key):
+    """What grid selection ``key`` names, by numpy slicing (the independent reference)."""
+    lead = x.ndim - 2
+    index = []
+    for d, k in enumerate(key):
+        cell = 1 if d < lead else tile[d - lead]
+        n = x.shape[d]
+        if isinstance(k, int):
+            i = k % -(-n // cell)
+            index.append(i if d < lead else slice(i * cell, min((i + 1) * cell, n)))
+        else:
+            index.append(slice(k.start * cell, min(k.stop * cell, n)))
+    return x[tuple(index)]
+
+
+@settings(settings.get_profile("ci"), max_examples=25, deadline=None)
+@given(_grid_case())
+def test_a_selections_data_is_the_region_slicing_names(case):
+    shape, tile, key = case
+    x = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
+    want = _numpy_region(x, tile, key)
+
+    @nki.jit
+    def read(x):
+        sel = nl.tiles(x, tile_shape=tile)[key]
+        assert sel.element_shape == want.shape
+        out = nl.ndarray(sel.element_shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(out, sel.data)
+        return out
+
+    np.testing.assert_array_equal(read(x), want)
+
+
+@settings(settings.get_profile("ci"), max_examples=15, deadline=None)
+@given(
+    st.integers(1, 256),
+    st.integers(1, 64),
+    st.integers(1, 128),
+    st.integers(1, 24),
+    st.sampled_from([nl.sbuf, nl.psum]),
+)
+def test_on_chip_tile_storage_rows_and_tiles_agree(rows, cols, tp, tf, buffer):
+    """Tiles written one at a time into alloc_tiles storage read back as rows of tiles."""
+    x = np.random.default_rng(rows * 1000 + cols).standard_normal((rows, cols)).astype(np.float32)
+
+    @nki.jit
+    def through(x):
+        g = nl.alloc_tiles(tile_shape=(tp, tf), element_shape=x.shape, buffer=buffer, dtype=x.dtype)
+        xt = nl.tiles(x, tile_shape=(tp, tf))
+        stage = nl.ndarray((tp, tf), dtype=x.dtype, buffer=nl.sbuf)
+        for i in range(g.shape[0]):
+            for j in range(g.shape[1]):
+                e = xt[i, j].element_shape
+                nisa.dma_copy(stage[0 : e[0], 0 : e[1]], xt[i, j].data)
+                nisa.tensor_copy(g[i, j].data, stage[0 : e[0], 0 : e[1]])
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        ot = nl.tiles(out, tile_shape=(tp, tf))
+        for i in range(g.shape[0]):
+            assert g[i].is_data_representable
+            row = nl.ndarray(g[i].element_shape, dtype=x.dtype, buffer=nl.sbuf)
+            nisa.tensor_copy(row, g[i].data)
+            nisa.dma_copy(ot[i].data, row)
+        return out
+
+    np.testing.assert_array_equal(through(x), x)
