@@ -92,7 +92,10 @@ def is_accumulator(t: Tensor) -> bool:
     return t.name in ACCUMULATORS and t.shape == (ACCUMULATOR_LANES, 1) and t.buffer == "sbuf"
 
 
-@dataclass(frozen=True, slots=True)
+# not frozen (a frozen dataclass's __init__ sets each field through object.__setattr__, and
+# the tracer builds an Access per operand of every instruction): treated as immutable all the
+# same -- ops share their accesses, and hashing takes every field
+@dataclass(unsafe_hash=True, slots=True)
 class Access:
     """A tile-shaped window of a tensor: tile element ``(a0, a1, ...)`` is tensor element
     ``(index[0], index[1], ...)`` evaluated with ``Axis(k) = ak``.

@@ -325,6 +325,50 @@ def test_ones_like_of_a_grid_fills_its_storage():
             ),
             "more dimensions than element_shape",
         ),
+        (lambda x: nl.tiles(x, tile_shape=(128, 64))[0.0:2], "grid slice bounds are ints"),
+        (lambda x: nl.tiles(x, tile_shape=(128, 64))[:2.5], "grid slice bounds are ints"),
+        (lambda x: nl.tiles(x, tile_shape=(True, 64)), "tuple of ints"),
+        (lambda x: nl.blocks(x, tile_shape=(128, 64), block_shape=None), "block_shape is required"),
+        (
+            lambda x: iter(nl.tiles(x, tile_shape=(128, 64))[0, 0]),
+            None,  # TypeError, below
+        ),
+        (
+            # the storage's partitions are dimension 1; re-tiling its last dimension alone
+            # would make dimension 2 the partitions
+            lambda x: nl.tiles(
+                nl.alloc_tiles(
+                    tile_shape=(2, 128, 64),
+                    element_shape=(2, 128, 64),
+                    buffer=nl.sbuf,
+                    dtype=x.dtype,
+                ),
+                tile_shape=(128, 32),
+            ),
+            "makes dimension 1 the tiles' partitions, but this storage keeps its partitions "
+            "in dimension 0",
+        ),
+        (
+            lambda x: (
+                nl.alloc_tiles(
+                    tile_shape=(128, 64),
+                    element_shape=(2, 128, 64),
+                    buffer=nl.sbuf,
+                    dtype=x.dtype,
+                ).data
+            ),
+            "keeps the untiled dimension 0 before the partition dimension",
+        ),
+        (
+            lambda x: nl.alloc_tiles(
+                tile_shape=(128, 64),
+                element_shape=(256, 64),
+                buffer=nl.shared_hbm,
+                dtype=x.dtype,
+                address=(0,),
+            ),
+            r"err_unsupported_api: nl.ndarray\(address=...\) on shared_hbm",
+        ),
     ],
 )
 def test_grid_misuse_is_a_named_error_at_the_kernel_line(body, match):
@@ -333,9 +377,106 @@ def test_grid_misuse_is_a_named_error_at_the_kernel_line(body, match):
         body(x)
         return x
 
+    if match is None:
+        with pytest.raises(TypeError, match="no grid dimensions"):
+            k(np.zeros((256, 128), np.float32))
+        return
     with pytest.raises(NkiError, match=match) as e:
         k(np.zeros((256, 128), np.float32))
     assert e.value.loc.file == __file__
+
+
+def _grid(x):
+    """A 2 x 2 grid of SBUF tiles (a grid where an instruction takes a tensor)."""
+    return nl.alloc_tiles(
+        tile_shape=(128, 64), element_shape=(256, 128), buffer=nl.sbuf, dtype=x.dtype
+    )
+
+
+def _tile(x):
+    return nl.ndarray((128, 64), dtype=x.dtype, buffer=nl.sbuf)
+
+
+# every instruction and nl function that reads an operand's shape before its access, with a
+# tile grid (whole, one cell, one row) in a tensor's place
+_GRID_OPERANDS = {
+    "nisa.affine_select": lambda x, g: nisa.affine_select(
+        dst=_tile(x),
+        pattern=[[-1, 64]],
+        channel_multiplier=1,
+        on_true_tile=g,
+        on_false_value=0.0,
+    ),
+    "nisa.tensor_reduce data": lambda x, g: nisa.tensor_reduce(
+        dst=_tile(x)[:, 0:1], op=nl.add, data=g, axis=1
+    ),
+    "nisa.tensor_reduce dst": lambda x, g: nisa.tensor_reduce(
+        dst=g, op=nl.add, data=_tile(x), axis=1
+    ),
+    "nisa.dma_transpose": lambda x, g: nisa.dma_transpose(dst=_tile(x), src=g),
+    "nisa.iota": lambda x, g: nisa.iota(g, [[1, 64]], 0, 1),
+    "nisa.tensor_copy": lambda x, g: nisa.tensor_copy(dst=_tile(x), src=g),
+    "nisa.tensor_scalar": lambda x, g: nisa.tensor_scalar(_tile(x), g, nl.multiply, 2.0),
+    "nl.load": lambda x, g: nl.load(g),
+    "nl.sum": lambda x, g: nl.sum(g, axis=1),
+    "nl.max": lambda x, g: nl.max(g, axis=1),
+    "nl.mean": lambda x, g: nl.mean(g, axis=1),
+    "nl.transpose": lambda x, g: nl.transpose(g),
+    "nl.matmul x": lambda x, g: nl.matmul(g, _tile(x)),
+    "nl.matmul y": lambda x, g: nl.matmul(_tile(x), g),
+    "nl.copy": lambda x, g: nl.copy(g),
+    "nl.add": lambda x, g: nl.add(_tile(x), g),
+    "nl.exp": lambda x, g: nl.exp(g),
+}
+
+
+@pytest.mark.parametrize("select", ["grid", "cell", "row"])
+@pytest.mark.parametrize("name", sorted(_GRID_OPERANDS))
+def test_a_grid_in_a_tensors_place_asks_for_its_data(name, select):
+    @nki.jit
+    def k(x):
+        g = _grid(x)
+        g = {"grid": g, "cell": g[0, 0], "row": g[0, :]}[select]
+        _GRID_OPERANDS[name](x, g)
+        return x
+
+    with pytest.raises(
+        NkiError,
+        match=r"must be a tensor .*got NkiTileGrid; an instruction "
+        r"takes a grid's \.data",
+    ) as e:
+        k(np.zeros((256, 128), np.float32))
+    assert e.value.loc.file == __file__
+    assert e.value.name == "err_invalid_argument"
+
+
+def test_a_grid_iterates_over_its_first_dimension():
+    def fn(x):
+        g = nl.tiles(x, tile_shape=(128, 64))
+        return (
+            [row.shape for row in g],
+            [cell.element_shape for cell in g[1, :]],
+            list(g[0, 0 : 0 + 1]),
+        )
+
+    rows, cells, one = _geometry(fn, (300, 100))
+    assert rows == [(2,), (2,), (2,)]
+    assert cells == [(128, 64), (128, 36)]
+    assert len(one) == 1
+
+
+def test_numpy_integers_are_shapes():
+    def fn(x):
+        g = nl.tiles(x, tile_shape=(np.int64(128), np.int32(64)))
+        s = nl.alloc_tiles(
+            tile_shape=[np.int64(128), 64],
+            element_shape=(np.int64(256), np.int16(128)),
+            buffer=nl.sbuf,
+            dtype=x.dtype,
+        )
+        return g.tile_shape, s.shape, type(s.tile_shape[0])
+
+    assert _geometry(fn, (256, 128)) == ((128, 64), (2, 2), int)
 
 
 @st.composite

@@ -186,15 +186,17 @@ def _same_free(views: list[NkiTensor], loc: SourceLoc, op: str) -> list[NkiTenso
     return [_refine(v, refined, 1) for v in views]
 
 
+def _operand(x, loc: SourceLoc, op: str, what: str) -> None:
+    """Refuse ``x`` (``what`` of ``nisa.op``) unless it is a tensor: for the instructions that
+    read an operand's shape before taking its access (a tile grid has a shape of its own)."""
+    if not isinstance(x, NkiTensor):
+        raise NkiError("err_invalid_argument", loc, op=f"nisa.{op}", why=not_a_tensor(what, x))
+
+
 def _tiles(loc: SourceLoc, op: str, *xs: NkiTensor) -> list[Access]:
     for x in xs:
         if type(x) is not NkiTensor and not isinstance(x, NkiTensor):
-            raise NkiError(
-                "err_invalid_argument",
-                loc,
-                op=f"nisa.{op}",
-                why=f"expected a tensor, got {type(x).__name__}",
-            )
+            _operand(x, loc, op, "each operand")
     return [_acc(v, loc, op) for v in _same_free(list(xs), loc, f"nisa.{op}")]
 
 
@@ -631,6 +633,7 @@ def dma_transpose(
     axis i; default: reversed).  ``dst`` is SBUF and has the permuted shape exactly."""
     loc = caller_loc()
     _dst_chip(dst, loc, "dma_transpose", ("sbuf",))
+    _operand(src, loc, "dma_transpose", "src")
     axes = _default_transpose_axes(src.ndim) if axes is None else tuple(int(a) for a in axes)
     if sorted(axes) != list(range(src.ndim)) or axes == tuple(range(src.ndim)):
         raise NkiError(
@@ -793,6 +796,7 @@ def affine_select(
     ``cmp_op`` defaults to ``nl.equal`` (GpSimd, SBUF)."""
     loc = caller_loc()
     _dst_chip(dst, loc, "affine_select")
+    _operand(on_true_tile, loc, "affine_select", "on_true_tile")
     cmp = _CMP.get(op_name(cmp_op or "equal"))
     if cmp is None:
         raise NkiError(
@@ -1145,6 +1149,7 @@ def tensor_reduce(dst, op, data, axis, negate=False, keepdims=False, name=None) 
     """Reduce ``data`` over its trailing free axes ``axis`` with ``op`` (VectorE)."""
     loc = caller_loc()
     _dst_chip(dst, loc, "tensor_reduce")
+    _operand(data, loc, "tensor_reduce", "data")
     axes = (axis,) if isinstance(axis, int | np.integer) else tuple(int(a) for a in axis)
     axes = tuple(sorted(a + data.ndim if a < 0 else a for a in axes))
     nd = data.ndim

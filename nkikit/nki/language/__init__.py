@@ -194,6 +194,17 @@ def ndarray(shape, dtype, buffer=sbuf, name: str = "", address=None) -> NkiTenso
     if buf in HBM_BUFFERS:
         from ..launch import allocate_hbm
 
+        if address is not None:
+            # NKI 0.7 takes (free_offset,) for HBM: a place in device memory, which only shows
+            # where two placed tensors overlap
+            raise NkiError(
+                "err_unsupported_api",
+                loc,
+                api=f"nl.ndarray(address=...) on {buf}",
+                why="nkikit gives every HBM tensor storage of its own, so a placed HBM tensor "
+                "overlapping another is not modeled; leave address= to SBUF and PSUM tensors",
+            )
+
         return NkiTensor.whole(allocate_hbm(b, dims, dt, buf, name, loc))
     if len(dims) < 2:
         raise NkiError(

@@ -12,7 +12,7 @@ import builtins
 
 from ...errors import NkiError, caller_loc
 from ...ir.opnames import ACTIVATIONS, ALU_OPS
-from ..tensor import NkiTensor
+from ..tensor import NkiTensor, not_a_tensor
 
 _SCALAR = (int, float)
 
@@ -31,6 +31,15 @@ ACTIVATION = (
 OTHER = ["abs", "negative", "invert", "logical_not", "bypass", "average", "prelu"]
 
 
+def _operand(x, op: str, what: str) -> None:
+    """Refuse ``x`` (argument ``what`` of ``nl.op``) unless it is a tensor (a tile grid's
+    ``.data`` is one; the grid itself has a shape of its own)."""
+    if not isinstance(x, NkiTensor):
+        raise NkiError(
+            "err_invalid_argument", caller_loc(), op=f"nl.{op}", why=not_a_tensor(what, x)
+        )
+
+
 def _new_like(x: NkiTensor, dtype):
     from . import ndarray, sbuf
 
@@ -45,13 +54,9 @@ def _make_binary(name: str):
             out = _new_like(y, dtype)
             isa.tensor_scalar(out, y, fn, float(x), reverse0=True)
             return out
-        if not isinstance(x, NkiTensor):
-            raise NkiError(
-                "err_invalid_argument",
-                caller_loc(),
-                op=f"nl.{name}",
-                why=f"expected a tensor, got {type(x).__name__}",
-            )
+        _operand(x, name, "x")
+        if not isinstance(y, _SCALAR):
+            _operand(y, name, "y")
         out = _new_like(x, dtype)
         if isinstance(y, _SCALAR):
             isa.tensor_scalar(out, x, fn, float(y))
@@ -74,6 +79,7 @@ def _make_activation(name: str):
     def fn(x, dtype=None):
         from .. import isa
 
+        _operand(x, name, "x")
         out = _new_like(x, dtype)
         isa.activation(out, fn, x)
         return out
@@ -87,6 +93,7 @@ def _make_alu_unary(name: str):
     def fn(x, dtype=None):
         from .. import isa
 
+        _operand(x, name, "x")
         out = _new_like(x, dtype)
         if name == "negative":
             isa.tensor_scalar(out, x, OPS["multiply"], -1.0)
@@ -119,6 +126,7 @@ def _reduce_wrapper(name: str, op: str):
         from .. import isa
         from . import ndarray, sbuf
 
+        _operand(x, name, "x")
         axes = (axis,) if isinstance(axis, int) else tuple(axis)
         axes = tuple(a + x.ndim if a < 0 else a for a in axes)
         shape = tuple(1 if d in axes else n for d, n in enumerate(x.shape))
@@ -150,6 +158,7 @@ def load(src: NkiTensor, dtype=None) -> NkiTensor:
     from .. import isa
     from . import ndarray, sbuf
 
+    _operand(src, "load", "src")
     shape = src.shape if len(src.shape) >= 2 else (src.shape[0], 1)
     out = ndarray(shape, dtype or src.dtype, buffer=sbuf)
     isa.dma_copy(out, src)
@@ -167,6 +176,7 @@ def copy(x: NkiTensor, dtype=None) -> NkiTensor:
     """A new SBUF copy of an on-chip tensor (VectorE tensor_copy, bit-exact for equal dtypes)."""
     from .. import isa
 
+    _operand(x, "copy", "x")
     out = _new_like(x, dtype)
     isa.tensor_copy(out, x)
     return out
@@ -177,6 +187,7 @@ def transpose(x: NkiTensor, dtype=None) -> NkiTensor:
     from .. import isa
     from . import ndarray, psum
 
+    _operand(x, "transpose", "x")
     out = ndarray((x.shape[1], x.shape[0]), dtype or x.dtype, buffer=psum)
     isa.nc_transpose(out, x)
     return out
@@ -187,6 +198,8 @@ def matmul(x: NkiTensor, y: NkiTensor, transpose_x: bool = False) -> NkiTensor:
     from .. import isa
     from . import float32, ndarray, psum, sbuf
 
+    _operand(x, "matmul", "x")
+    _operand(y, "matmul", "y")
     if not transpose_x:
         xt_psum = transpose(x)
         xt = ndarray(xt_psum.shape, x.dtype, buffer=sbuf)

@@ -27,6 +27,8 @@ import math
 import operator
 from typing import Any
 
+import numpy as np
+
 from ...errors import NkiError, SourceLoc, caller_loc
 from ...ir.core import HBM_BUFFERS
 from ..tensor import NkiTensor
@@ -64,6 +66,12 @@ class _TileStorage:
         shape: list[int] = []
         strides: list[int] = []
         for d in range(n):
+            if d < first and not dropped[d]:
+                return (
+                    f"it keeps the untiled dimension {d} before the partition dimension (an "
+                    "on-chip operand's first dimension is its partitions); select one slab of "
+                    "it with an integer index"
+                )
             t = self.tile[d]
             first_tile, last_tile = lo[d] // t, (hi[d] - 1) // t
             offset += first_tile * between[d] + (lo[d] % t) * within[d]
@@ -183,6 +191,12 @@ class NkiGrid:
             raise TypeError(f"len() of a {type(self).__name__} with no grid dimensions")
         return self.shape[0]
 
+    def __iter__(self):
+        """The cells (or sub-grids) along the first grid dimension, in order: ``for row in
+        grid`` is ``grid[0], grid[1], ...``.  A grid with no grid dimensions is not iterable."""
+        n = len(self)  # TypeError now, for a grid with no grid dimensions, not at next()
+        return (self[i] for i in range(n))
+
     # -- indexing ------------------------------------------------------------------------------
     def __getitem__(self, key) -> NkiGrid:
         loc = caller_loc()
@@ -211,6 +225,14 @@ class NkiGrid:
                         op="grid indexing",
                         why=f"grid slices take step 1, got {k.step}",
                     )
+                for bound in (k.start, k.stop):
+                    if bound is not None and not _is_index(bound):
+                        raise NkiError(
+                            "err_invalid_argument",
+                            loc,
+                            op="grid indexing",
+                            why=f"grid slice bounds are ints, got {bound!r}",
+                        )
                 a, b, _ = k.indices(count)
                 if a >= b:
                     raise NkiError(
@@ -276,12 +298,23 @@ class NkiBlockGrid(NkiGrid):
 # -- construction ---------------------------------------------------------------------------------
 
 
+def _is_index(n) -> bool:
+    """An integer (Python's or numpy's), not a bool."""
+    if isinstance(n, bool | np.bool_):
+        return False
+    try:
+        operator.index(n)
+    except TypeError:
+        return False
+    return True
+
+
 def _shape_arg(value, what: str, op: str, loc: SourceLoc, min_rank: int = 1) -> tuple[int, ...]:
     if isinstance(value, list):
         value = tuple(value)
-    if not isinstance(value, tuple) or not all(
-        isinstance(n, int) and not isinstance(n, bool) for n in value
-    ):
+    if isinstance(value, tuple) and all(map(_is_index, value)):
+        value = tuple(map(operator.index, value))  # numpy integers as Python ints
+    else:
         raise NkiError(
             "err_invalid_argument", loc, op=op, why=f"{what} must be a tuple of ints, got {value!r}"
         )
@@ -348,6 +381,14 @@ def _make(source, tile_shape, block_shape, op: str, loc: SourceLoc) -> NkiTileGr
             why=f"an on-chip tensor is tiled in every dimension: tile_shape {tile_shape} for "
             f"{len(kept)} dimensions",
         )
+    if isinstance(store, _TileStorage) and kept[untiled] != store.first:
+        raise NkiError(
+            "err_invalid_argument",
+            loc,
+            op=op,
+            why=f"tile_shape {tile_shape} makes dimension {kept[untiled]} the tiles' "
+            f"partitions, but this storage keeps its partitions in dimension {store.first}",
+        )
     if block_shape is not None:
         block_shape = _shape_arg(block_shape, "block_shape", op, loc)
         if len(block_shape) != len(tile_shape):
@@ -377,7 +418,10 @@ def tiles(source, *, tile_shape=None) -> NkiTileGrid:
 
 def blocks(source, *, tile_shape=None, block_shape) -> NkiBlockGrid:
     """``source`` as a grid of blocks of ``block_shape`` tiles of ``tile_shape``."""
-    return _make(source, tile_shape, block_shape, "nl.blocks", caller_loc())
+    loc = caller_loc()
+    if block_shape is None:
+        raise NkiError("err_invalid_argument", loc, op="nl.blocks", why="block_shape is required")
+    return _make(source, tile_shape, block_shape, "nl.blocks", loc)
 
 
 def _allocate(tile_shape, block_shape, element_shape, buffer, dtype, address, name, op, fill):
@@ -391,7 +435,7 @@ def _allocate(tile_shape, block_shape, element_shape, buffer, dtype, address, na
     if buf in HBM_BUFFERS:
         # HBM: the compact logical extent is the storage
         t = (
-            ndarray(element_shape, dtype, buffer=buffer, name=name)
+            ndarray(element_shape, dtype, buffer=buffer, name=name, address=address)
             if fill is None
             else full(element_shape, fill, dtype, buffer=buffer, name=name)
         )
@@ -420,8 +464,8 @@ def alloc_tiles(
 ) -> NkiTileGrid:
     """New uninitialised storage for ``element_shape`` elements as a grid of ``tile_shape``
     tiles.  HBM stores the logical shape; SBUF/PSUM store the tiles side by side along the
-    free axis of one ``(tile partitions, tiles x tile free size)`` tensor, so a row of tiles
-    is one operand and a column is not (``is_data_representable``)."""
+    free axis of one ``(tile partitions, tiles x tile free size)`` tensor, so a row of 2-D
+    tiles is one operand and a column is not (``is_data_representable``)."""
     return _allocate(
         tile_shape, None, element_shape, buffer, dtype, address, name, "nl.alloc_tiles", None
     )
