@@ -72,7 +72,8 @@ def test_hf_kernels_loads_with_the_lockfile_nkikit_writes(
 
         locks = KernelLocks.from_json(Path(sys.argv[1]).read_text())
         k = get_locked_kernel("nkikit/tiny-rmsnorm", lockfile=Path(sys.argv[1]))
-        print(json.dumps({"commits": [lk.commit for lk in locks.values()],
+        # str(): kernels 0.19 gives the commit as an Oid object
+        print(json.dumps({"commits": [str(lk.commit) for lk in locks.values()],
                           "file": k.__file__, "all": list(k.__all__)}))
         """,
         url,
@@ -91,8 +92,11 @@ def test_nkikit_pull_honours_the_lockfile_kernels_lock_writes(
     url, published = trusted_hub
     (tmp_path / "pyproject.toml").write_text(f'[tool.kernels.dependencies]\n"{REPO}" = 1\n')
     _hf_kernels(
-        "import sys; from kernels.cli import main; sys.argv = ['kernels', 'lock', sys.argv[1]]; "
-        "main()",
+        # the `kernels` console script, wherever the installed release keeps it (kernels.cli
+        # until 0.18, kernels._internals.cli from 0.19)
+        "import sys; from importlib.metadata import entry_points; "
+        "main = entry_points(group='console_scripts')['kernels'].load(); "
+        "sys.argv = ['kernels', 'lock', sys.argv[1]]; main()",
         url,
         tmp_path,
         str(tmp_path),
