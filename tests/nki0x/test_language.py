@@ -107,6 +107,31 @@ def test_wrappers_lower_to_instructions():
     np.testing.assert_allclose(k(x)[:, 0], (np.exp(x) + 1.0).sum(axis=1), rtol=1e-5)
 
 
+def test_wrappers_take_numpy_scalars_and_refuse_other_operands():
+    x = np.random.default_rng(2).standard_normal((128, 32)).astype(np.float32)
+
+    @nki.jit
+    def k(x):
+        t = nl.load(x)
+        y = nl.multiply(nl.add(t, np.float32(1.5)), np.int64(2))
+        z = nl.subtract(np.float32(3.0), y)
+        out = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+        nl.store(out, z)
+        return out
+
+    np.testing.assert_allclose(k(x), 3.0 - (x + 1.5) * 2, rtol=1e-6)
+
+    @nki.jit
+    def bad(x):
+        t = nl.load(x)
+        nl.add(t, "2")
+        return x
+
+    with pytest.raises(NkiError, match=r"nl.add: y must be a tensor .*got str") as e:
+        bad(x)
+    assert e.value.loc.file == __file__
+
+
 def test_execute_runs_and_removed_entry_points_say_so():
     @nki.jit
     def double(x):

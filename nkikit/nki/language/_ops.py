@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import builtins
 
+import numpy as np
+
 from ...errors import NkiError, caller_loc
 from ...ir.opnames import ACTIVATIONS, ALU_OPS
 from ..tensor import NkiTensor, not_a_tensor
 
-_SCALAR = (int, float)
+_SCALAR = (int, float, np.integer, np.floating)  # numpy scalars, as NKI takes them
 
 # ALU binary operators and their wrappers (VectorE tensor_tensor / tensor_scalar)
 BINARY = (
