@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from nkikit.errors import NkiError, SourceLoc, caller_loc
 from nkikit.ir.core import Access
 from nkikit.nki.isa.registers import VirtualRegister, new_register
-from nkikit.nki.tensor import NkiTensor, access_of, not_a_tensor
+from nkikit.nki.tensor import NkiTensor, access_of, got_type, require_tensor
 from nkikit.trace import instructions as E
 from nkikit.trace.builder import current
 
@@ -81,14 +81,8 @@ def _pairs(srcs, dsts, loc: SourceLoc, api: str) -> list[tuple]:
         )
     out = []
     for s, d in zip(srcs, dsts):
-        for what, x in (("src", s), ("dst", d)):
-            if not isinstance(x, NkiTensor):
-                raise NkiError(
-                    "err_invalid_argument",
-                    loc,
-                    op=f"ncc.{api}",
-                    why=not_a_tensor(f"every {what}", x),
-                )
+        require_tensor(s, loc, f"ncc.{api}", "every src")
+        require_tensor(d, loc, f"ncc.{api}", "every dst")
         out.append((access_of(d, loc, api), access_of(s, loc, api)))
     if len(out) > 1 and any(not a.tensor.is_hbm for pair in out for a in pair):
         raise NkiError(
@@ -248,7 +242,7 @@ def _variable(
             "err_invalid_argument",
             loc,
             op=f"ncc.{api}",
-            why=f"metadata_tensor must be a uint32 tensor, got {type(metadata_tensor).__name__}",
+            why=f"metadata_tensor must be a uint32 tensor, got {got_type(metadata_tensor)}",
         )
     meta = access_of(metadata_tensor, loc, f"{api} metadata_tensor")
     flags = {"recv_counts_known": bool(recv_counts_known), "has_rdispls": bool(has_rdispls)}

@@ -815,8 +815,8 @@ _AXES = tuple(Axis(k) for k in range(16))
 
 def access_of(x: NkiTensor, loc: SourceLoc, what: str = "operand") -> Access:
     """The IR access of a view (see the module docstring)."""
-    if type(x) is not NkiTensor and not isinstance(x, NkiTensor):
-        raise NkiError("err_invalid_argument", loc, op=what, why=not_a_tensor("the operand", x))
+    if type(x) is not NkiTensor:
+        require_tensor(x, loc, what, "the operand")
     got = x._access
     if got is not None:
         return got
@@ -871,10 +871,26 @@ def access_of(x: NkiTensor, loc: SourceLoc, what: str = "operand") -> Access:
 def not_a_tensor(what: str, x) -> str:
     """Why ``x``, given where an instruction takes a tensor, is refused (a tile grid: its
     ``.data`` is the operand)."""
+    return f"{what} must be a tensor (nl.ndarray or a view of one), got {got_type(x)}"
+
+
+def got_type(x) -> str:
+    """``x``'s type name for a refusal, with the hint a tile grid needs: a grid has a shape
+    of its own, so an instruction takes its ``.data``."""
     from .language.grids import NkiGrid
 
     hint = "; an instruction takes a grid's .data" if isinstance(x, NkiGrid) else ""
-    return f"{what} must be a tensor (nl.ndarray or a view of one), got {type(x).__name__}{hint}"
+    return f"{type(x).__name__}{hint}"
+
+
+def require_tensor(x, loc: SourceLoc, op: str, what: str) -> None:
+    """The one refusal of a non-tensor (a tile grid among them) where ``op``
+    (``"nisa.tensor_reduce"``, ``"nl.sum"``) takes tensor ``what``: ``err_invalid_argument``
+    at ``loc``, the kernel's line.  The operand helpers of ``nisa``, ``nl`` and ``ncc`` and
+    ``access_of`` all end here; the per-operand ones of the trace path (``access_of``,
+    ``_tiles``, ``_dst_chip``, ``_dma_pair``) call it only once ``type(x) is not NkiTensor``."""
+    if not isinstance(x, NkiTensor):
+        raise NkiError("err_invalid_argument", loc, op=op, why=not_a_tensor(what, x))
 
 
 def _indirect_access(x: NkiTensor, loc: SourceLoc, what: str) -> Access:

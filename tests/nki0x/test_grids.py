@@ -330,6 +330,29 @@ def test_ones_like_of_a_grid_fills_its_storage():
         (lambda x: nl.tiles(x, tile_shape=(True, 64)), "tuple of ints"),
         (lambda x: nl.blocks(x, tile_shape=(128, 64), block_shape=None), "block_shape is required"),
         (
+            lambda x: nl.alloc_blocks(
+                tile_shape=(128, 64),
+                block_shape=None,
+                element_shape=(256, 128),
+                buffer=nl.sbuf,
+                dtype=x.dtype,
+            ),
+            "nl.alloc_blocks: block_shape is required",
+        ),
+        (
+            # a scalar argument: no grid hint (a grid's .data is no number either)
+            lambda x: nisa.memset(_tile(x), nl.tiles(x, tile_shape=(128, 64))[0, 0]),
+            "(?m)nisa.memset: value is a number, got NkiTileGrid$",
+        ),
+        (
+            lambda x: nisa.iota(_tile(x), [[1, 64]], offset=nl.tiles(x, tile_shape=(128, 64))),
+            "(?m)nisa.iota: offset and channel_multiplier are ints, got NkiTileGrid$",
+        ),
+        (
+            lambda x: len(nl.tiles(x, tile_shape=(128, 64))[0, 0]),
+            None,  # TypeError, below
+        ),
+        (
             lambda x: iter(nl.tiles(x, tile_shape=(128, 64))[0, 0]),
             None,  # TypeError, below
         ),
@@ -378,7 +401,7 @@ def test_grid_misuse_is_a_named_error_at_the_kernel_line(body, match):
         return x
 
     if match is None:
-        with pytest.raises(TypeError, match="no grid dimensions"):
+        with pytest.raises(TypeError, match="NkiTileGrid with no grid dimensions"):
             k(np.zeros((256, 128), np.float32))
         return
     with pytest.raises(NkiError, match=match) as e:
@@ -397,7 +420,8 @@ def _tile(x):
     return nl.ndarray((128, 64), dtype=x.dtype, buffer=nl.sbuf)
 
 
-# every instruction and nl function that reads an operand's shape before its access, with a
+# every instruction and nl function that reads an operand's shape before its access, and each
+# operand helper (tensor, dst, DMA pair, scalar or (P, 1) tensor, tensor or number), with a
 # tile grid (whole, one cell, one row) in a tensor's place
 _GRID_OPERANDS = {
     "nisa.affine_select": lambda x, g: nisa.affine_select(
@@ -417,6 +441,21 @@ _GRID_OPERANDS = {
     "nisa.iota": lambda x, g: nisa.iota(g, [[1, 64]], 0, 1),
     "nisa.tensor_copy": lambda x, g: nisa.tensor_copy(dst=_tile(x), src=g),
     "nisa.tensor_scalar": lambda x, g: nisa.tensor_scalar(_tile(x), g, nl.multiply, 2.0),
+    "nisa.tensor_scalar operand0": lambda x, g: nisa.tensor_scalar(
+        _tile(x), _tile(x), nl.multiply, g
+    ),
+    "nisa.activation bias": lambda x, g: nisa.activation(_tile(x), nl.exp, _tile(x), bias=g),
+    "nisa.tensor_copy_predicated src": lambda x, g: nisa.tensor_copy_predicated(
+        _tile(x), g, _tile(x)
+    ),
+    "nisa.sequence_bounds": lambda x, g: nisa.sequence_bounds(
+        nl.ndarray((1, 2, 64), dtype=x.dtype, buffer=nl.sbuf), g
+    ),
+    "nisa.topk": lambda x, g: nisa.topk(_tile(x)[:, 0:8], _tile(x)[:, 0:8], g, 64),
+    "nisa.dma_copy": lambda x, g: nisa.dma_copy(_tile(x), g),
+    "nisa.register_load": lambda x, g: nisa.register_load(nisa.register_alloc(), g),
+    "nl.random_seed": lambda x, g: nl.random_seed(g),
+    "t[...] = grid": lambda x, g: _tile(x).__setitem__(..., g),
     "nl.load": lambda x, g: nl.load(g),
     "nl.sum": lambda x, g: nl.sum(g, axis=1),
     "nl.max": lambda x, g: nl.max(g, axis=1),
@@ -441,9 +480,7 @@ def test_a_grid_in_a_tensors_place_asks_for_its_data(name, select):
         return x
 
     with pytest.raises(
-        NkiError,
-        match=r"must be a tensor .*got NkiTileGrid; an instruction "
-        r"takes a grid's \.data",
+        NkiError, match=r"(?m)got NkiTileGrid; an instruction takes a grid's \.data$"
     ) as e:
         k(np.zeros((256, 128), np.float32))
     assert e.value.loc.file == __file__

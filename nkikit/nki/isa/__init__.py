@@ -30,7 +30,7 @@ from ...isa import dge_mode, engine, matmul_perf_mode, nc_version, oob_mode, red
 from ...trace import accumulators as ACC
 from ...trace import instructions as E
 from ...trace.builder import current, maybe_current
-from ..tensor import NkiTensor, access_of, not_a_tensor
+from ..tensor import NkiTensor, access_of, got_type, require_tensor
 from . import constants  # noqa: F401
 from .registers import (  # noqa: F401 - NKI's names
     VirtualRegister,
@@ -186,17 +186,10 @@ def _same_free(views: list[NkiTensor], loc: SourceLoc, op: str) -> list[NkiTenso
     return [_refine(v, refined, 1) for v in views]
 
 
-def _operand(x, loc: SourceLoc, op: str, what: str) -> None:
-    """Refuse ``x`` (``what`` of ``nisa.op``) unless it is a tensor: for the instructions that
-    read an operand's shape before taking its access (a tile grid has a shape of its own)."""
-    if not isinstance(x, NkiTensor):
-        raise NkiError("err_invalid_argument", loc, op=f"nisa.{op}", why=not_a_tensor(what, x))
-
-
 def _tiles(loc: SourceLoc, op: str, *xs: NkiTensor) -> list[Access]:
     for x in xs:
-        if type(x) is not NkiTensor and not isinstance(x, NkiTensor):
-            _operand(x, loc, op, "each operand")
+        if type(x) is not NkiTensor:
+            require_tensor(x, loc, f"nisa.{op}", "each operand")
     return [_acc(v, loc, op) for v in _same_free(list(xs), loc, f"nisa.{op}")]
 
 
@@ -225,7 +218,7 @@ def _scalar_or_vector(x, loc: SourceLoc, what: str, like: Access | None = None) 
         "err_invalid_argument",
         loc,
         op=what,
-        why=f"expected a scalar or a (P, 1) tensor, got {type(x).__name__}",
+        why=f"expected a scalar or a (P, 1) tensor, got {got_type(x)}",
     )
 
 
@@ -340,13 +333,7 @@ def _unsupported(api: str, why: str, loc: SourceLoc):
 def _dst_chip(dst: NkiTensor, loc: SourceLoc, op: str, allowed=("sbuf", "psum")) -> None:
     if type(dst) is NkiTensor and dst._layout.root.buffer in allowed:
         return
-    if not isinstance(dst, NkiTensor):
-        raise NkiError(
-            "err_invalid_argument",
-            loc,
-            op=f"nisa.{op}",
-            why=not_a_tensor("dst", dst),
-        )
+    require_tensor(dst, loc, f"nisa.{op}", "dst")
     if dst.tensor.buffer not in allowed:
         raise NkiError(
             "err_unsupported_memory",
@@ -476,14 +463,8 @@ def _psum_written(outs, by_matmul: bool) -> None:
 
 def _dma_pair(dst: NkiTensor, src: NkiTensor, loc: SourceLoc, op: str) -> tuple[Access, Access]:
     if type(dst) is not NkiTensor or type(src) is not NkiTensor:
-        for what, x in (("dst", dst), ("src", src)):
-            if not isinstance(x, NkiTensor):
-                raise NkiError(
-                    "err_invalid_argument",
-                    loc,
-                    op=f"nisa.{op}",
-                    why=not_a_tensor(what, x),
-                )
+        require_tensor(dst, loc, f"nisa.{op}", "dst")
+        require_tensor(src, loc, f"nisa.{op}", "src")
     same = dst.shape == src.shape
     if not same and dst.size != src.size:
         raise NkiError(
@@ -633,7 +614,7 @@ def dma_transpose(
     axis i; default: reversed).  ``dst`` is SBUF and has the permuted shape exactly."""
     loc = caller_loc()
     _dst_chip(dst, loc, "dma_transpose", ("sbuf",))
-    _operand(src, loc, "dma_transpose", "src")
+    require_tensor(src, loc, "nisa.dma_transpose", "src")
     axes = _default_transpose_axes(src.ndim) if axes is None else tuple(int(a) for a in axes)
     if sorted(axes) != list(range(src.ndim)) or axes == tuple(range(src.ndim)):
         raise NkiError(
@@ -704,8 +685,10 @@ def tensor_copy_predicated(dst, src, predicate, reverse_pred=False, name=None) -
     if isinstance(src, NkiTensor):
         d, s, p = _tiles(loc, "tensor_copy_predicated", dst, src, predicate)
     else:
+        s = _number(
+            src, loc, "tensor_copy_predicated", "src is a tensor or a number", or_tensor=True
+        )
         d, p = _tiles(loc, "tensor_copy_predicated", dst, predicate)
-        s = float(src)
     on_true, on_false = (d, s) if reverse_pred else (s, d)
     return _done(E.emit_select(d, p, on_true, on_false, loc=loc))
 
@@ -714,6 +697,7 @@ def memset(dst, value, engine=engine.unknown, name=None) -> NkiInstruction:  # n
     """Fill ``dst`` with the compile-time constant ``value`` (which must suit dst's dtype)."""
     loc = caller_loc()
     _dst_chip(dst, loc, "memset")
+    _number(value, loc, "memset", "value is a number")
     if dtypes.is_int(dst.dtype) and isinstance(value, float) and not float(value).is_integer():
         raise NkiError(
             "err_invalid_argument",
@@ -742,6 +726,8 @@ def _pattern_views(views: list[NkiTensor], pattern, offset, channel_multiplier, 
         )
     if isinstance(offset, NkiTensor) or isinstance(channel_multiplier, NkiTensor):
         raise _unsupported(f"nisa.{op} with a runtime offset", "offsets must be ints", loc)
+    for v in (offset, channel_multiplier):
+        _number(v, loc, op, "offset and channel_multiplier are ints", int)
     free = [tuple(n for n in counts if n != 1)] + [
         tuple(n for n in v.shape[1:] if n != 1) for v in views
     ]
@@ -796,7 +782,7 @@ def affine_select(
     ``cmp_op`` defaults to ``nl.equal`` (GpSimd, SBUF)."""
     loc = caller_loc()
     _dst_chip(dst, loc, "affine_select")
-    _operand(on_true_tile, loc, "affine_select", "on_true_tile")
+    require_tensor(on_true_tile, loc, "nisa.affine_select", "on_true_tile")
     cmp = _CMP.get(op_name(cmp_op or "equal"))
     if cmp is None:
         raise NkiError(
@@ -1113,6 +1099,17 @@ def _invalid(op: str, why: str, loc: SourceLoc) -> NkiError:
     return NkiError("err_invalid_argument", loc, op=f"nisa.{op}", why=why)
 
 
+def _number(x, loc: SourceLoc, op: str, why: str, kind=float, or_tensor: bool = False):
+    """``kind(x)`` for a compile-time constant argument; anything else (a tile grid, a list)
+    is ``err_invalid_argument`` saying ``why``, not Python's TypeError from inside nkikit.
+    ``or_tensor``: the argument may be a tensor too (so a grid's ``.data`` would do)."""
+    try:
+        return kind(x)
+    except (TypeError, ValueError):
+        got = got_type(x) if or_tensor else type(x).__name__
+        raise _invalid(op, f"{why}, got {got}", loc) from None
+
+
 def _reduce_name(reduce_op, allowed: tuple[str, ...], op: str, loc: SourceLoc) -> str:
     """The IR name of a ``reduce_op`` argument, one of ``allowed``."""
     name = op_name(reduce_op, "reduce")
@@ -1149,7 +1146,7 @@ def tensor_reduce(dst, op, data, axis, negate=False, keepdims=False, name=None) 
     """Reduce ``data`` over its trailing free axes ``axis`` with ``op`` (VectorE)."""
     loc = caller_loc()
     _dst_chip(dst, loc, "tensor_reduce")
-    _operand(data, loc, "tensor_reduce", "data")
+    require_tensor(data, loc, "nisa.tensor_reduce", "data")
     axes = (axis,) if isinstance(axis, int | np.integer) else tuple(int(a) for a in axis)
     axes = tuple(sorted(a + data.ndim if a < 0 else a for a in axes))
     nd = data.ndim
@@ -1580,8 +1577,7 @@ def sequence_bounds(dst, segment_ids, name=None) -> NkiInstruction:
     [nki-0x.md §4.7 sequence_bounds]."""
     loc = caller_loc()
     _dst_chip(dst, loc, "sequence_bounds", allowed=("sbuf",))
-    if not isinstance(segment_ids, NkiTensor):
-        raise _invalid("sequence_bounds", "segment_ids must be a tensor", loc)
+    require_tensor(segment_ids, loc, "nisa.sequence_bounds", "segment_ids")
     d = _acc(dst, loc, "sequence_bounds")
     ids = _acc(segment_ids, loc, "sequence_bounds")
     return _done(E.emit_sequence_bounds(d, ids, loc=loc))
@@ -1594,8 +1590,7 @@ def topk(val_dst, idx_dst, src, n, name=None) -> NkiInstruction:
     their element numbers (uint32) [nki-0x.md §4.8 topk]."""
     loc = caller_loc()
     for what, t in (("val_dst", val_dst), ("idx_dst", idx_dst), ("src", src)):
-        if not isinstance(t, NkiTensor):
-            raise _invalid("topk", not_a_tensor(what, t), loc)
+        require_tensor(t, loc, "nisa.topk", what)
     _dst_chip(val_dst, loc, "topk", allowed=("sbuf",))
     _dst_chip(idx_dst, loc, "topk", allowed=("sbuf",))
     v = _acc(val_dst, loc, "topk")
@@ -1701,7 +1696,7 @@ def _copy_into(dst: NkiTensor, value, loc: SourceLoc) -> None:
             "err_invalid_argument",
             loc,
             op="assignment",
-            why=f"cannot assign a {type(value).__name__} to a tensor",
+            why=f"a tensor is assigned a tensor or a number, got {got_type(value)}",
         )
 
 

@@ -7,19 +7,13 @@ from __future__ import annotations
 from ...errors import NkiError, SourceLoc, caller_loc
 from ...ir.core import Access
 from ...trace import instructions as E
-from ..tensor import NkiTensor, access_of, not_a_tensor
+from ..tensor import access_of, require_tensor
 
 
 def _operand(x, loc: SourceLoc, op: str, what: str) -> Access:
     """An operand's access in its own shape: the instructions read their operands' free
     elements in access order (quantize_mx groups 4 consecutive ones), so any view will do."""
-    if not isinstance(x, NkiTensor):
-        raise NkiError(
-            "err_invalid_argument",
-            loc,
-            op=f"nisa.{op}",
-            why=not_a_tensor(what, x),
-        )
+    require_tensor(x, loc, f"nisa.{op}", what)
     return access_of(x, loc, f"{op} {what}")
 
 

@@ -6,12 +6,12 @@ XORWOW per lane; deterministic, not the hardware's bits) hold the rest."""
 
 from __future__ import annotations
 
-from ...errors import NkiError, SourceLoc, caller_loc
+from ...errors import SourceLoc, caller_loc
 from ...ir.core import Access
 from ...isa import engine
 from ...trace import instructions as E
 from ..launch import launch
-from ..tensor import NkiTensor, access_of, not_a_tensor
+from ..tensor import access_of, require_tensor
 from . import _done, _engine_arg, _scalar_or_vector  # imported last by the package
 
 
@@ -21,13 +21,7 @@ def program() -> tuple:
 
 
 def _tensor(x, loc: SourceLoc, op: str, role: str) -> Access:
-    if not isinstance(x, NkiTensor):
-        raise NkiError(
-            "err_invalid_argument",
-            loc,
-            op=f"nisa.{op}",
-            why=not_a_tensor(role, x),
-        )
+    require_tensor(x, loc, f"nisa.{op}", role)
     return access_of(x, loc, f"{op} {role}")
 
 

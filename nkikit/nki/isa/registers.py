@@ -25,7 +25,7 @@ from ...ir.core import DeviceLoop
 from ...trace import instructions as E
 from ...trace.builder import current
 from ..launch import in_lockstep
-from ..tensor import NkiTensor, access_of
+from ..tensor import NkiTensor, access_of, got_type
 
 
 class VirtualRegister:
@@ -111,7 +111,7 @@ def _value(x, loc: SourceLoc, what: str):
             "err_invalid_argument",
             loc,
             op=what,
-            why=f"expected a register, a one-element tensor or an int, got {type(x).__name__}",
+            why=f"expected a register, a one-element tensor or an int, got {got_type(x)}",
         )
     return x
 
@@ -160,7 +160,7 @@ def register_load(dst, src) -> None:
             "err_invalid_argument",
             loc,
             op="nisa.register_load",
-            why=f"src must be a one-element tensor, got {type(src).__name__}",
+            why=f"src must be a one-element tensor, got {got_type(src)}",
         )
     E.emit_register_move(
         access_of(d.tile, loc, "register"), access_of(src, loc, "register_load"), loc=loc
@@ -176,7 +176,7 @@ def register_store(dst, src) -> None:
             "err_invalid_argument",
             loc,
             op="nisa.register_store",
-            why=f"dst must be a one-element tensor, got {type(dst).__name__}",
+            why=f"dst must be a one-element tensor, got {got_type(dst)}",
         )
     E.emit_register_move(
         access_of(dst, loc, "register_store"), access_of(s.tile, loc, "register"), loc=loc

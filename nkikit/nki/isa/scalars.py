@@ -21,7 +21,7 @@ import numpy as np
 from ... import dtypes
 from ...errors import NkiError, SourceLoc, caller_loc
 from ...trace import instructions as E
-from ..tensor import NkiTensor, access_of
+from ..tensor import NkiTensor, access_of, got_type
 from .registers import VirtualRegister, new_register
 
 _I32 = (-(2**31), 2**31 - 1)
@@ -138,7 +138,7 @@ def _one_int32(x, loc: SourceLoc, op: str, role: str) -> NkiTensor:
             "err_invalid_argument",
             loc,
             op=f"nisa.{op}",
-            why=f"{role} must be a 1x1 tensor, got {type(x).__name__}",
+            why=f"{role} must be a 1x1 tensor, got {got_type(x)}",
         )
     if x.size != 1:
         raise NkiError(

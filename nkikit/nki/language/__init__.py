@@ -20,7 +20,7 @@ from ...errors import NkiError, SourceLoc, caller_loc
 from ...ir.core import HBM_BUFFERS
 from ...language.creation import Buffer, hbm, private_hbm, psum, sbuf, shared_hbm
 from ...trace.builder import current
-from ..tensor import NkiTensor
+from ..tensor import NkiTensor, got_type
 from ..tensor import _row_major_cached as _row_major
 from . import device_loops as _device_loops
 from . import grids as _grids
@@ -473,7 +473,7 @@ def random_seed(seed) -> None:
             "err_invalid_argument",
             caller_loc(),
             op="nl.random_seed",
-            why=f"seed must be a [1, 1] SBUF/PSUM tensor of 32 bits, got {type(seed).__name__}",
+            why=f"seed must be a [1, 1] SBUF/PSUM tensor of 32 bits, got {got_type(seed)}",
         )
     from ..isa import set_rng_seed
 

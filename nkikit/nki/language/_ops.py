@@ -12,9 +12,9 @@ import builtins
 
 import numpy as np
 
-from ...errors import NkiError, caller_loc
+from ...errors import caller_loc
 from ...ir.opnames import ACTIVATIONS, ALU_OPS
-from ..tensor import NkiTensor, not_a_tensor
+from ..tensor import NkiTensor, require_tensor
 
 _SCALAR = (int, float, np.integer, np.floating)  # numpy scalars, as NKI takes them
 
@@ -36,10 +36,8 @@ OTHER = ["abs", "negative", "invert", "logical_not", "bypass", "average", "prelu
 def _operand(x, op: str, what: str) -> None:
     """Refuse ``x`` (argument ``what`` of ``nl.op``) unless it is a tensor (a tile grid's
     ``.data`` is one; the grid itself has a shape of its own)."""
-    if not isinstance(x, NkiTensor):
-        raise NkiError(
-            "err_invalid_argument", caller_loc(), op=f"nl.{op}", why=not_a_tensor(what, x)
-        )
+    if type(x) is not NkiTensor:
+        require_tensor(x, caller_loc(), f"nl.{op}", what)
 
 
 def _new_like(x: NkiTensor, dtype):

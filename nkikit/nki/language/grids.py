@@ -416,11 +416,16 @@ def tiles(source, *, tile_shape=None) -> NkiTileGrid:
     return _make(source, tile_shape, None, "nl.tiles", caller_loc())
 
 
+def _needs_block_shape(block_shape, op: str, loc: SourceLoc) -> None:
+    """A block grid's ``block_shape`` is required: None would make a tile grid."""
+    if block_shape is None:
+        raise NkiError("err_invalid_argument", loc, op=op, why="block_shape is required")
+
+
 def blocks(source, *, tile_shape=None, block_shape) -> NkiBlockGrid:
     """``source`` as a grid of blocks of ``block_shape`` tiles of ``tile_shape``."""
     loc = caller_loc()
-    if block_shape is None:
-        raise NkiError("err_invalid_argument", loc, op="nl.blocks", why="block_shape is required")
+    _needs_block_shape(block_shape, "nl.blocks", loc)
     return _make(source, tile_shape, block_shape, "nl.blocks", loc)
 
 
@@ -475,6 +480,7 @@ def alloc_blocks(
     *, tile_shape, block_shape, element_shape, buffer, dtype, address=None, name: str = ""
 ) -> NkiBlockGrid:
     """``alloc_tiles`` storage seen as a grid of blocks of ``block_shape`` tiles."""
+    _needs_block_shape(block_shape, "nl.alloc_blocks", caller_loc())
     return _allocate(
         tile_shape,
         block_shape,
