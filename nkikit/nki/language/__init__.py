@@ -225,7 +225,7 @@ def _address(address, loc) -> int:
     if (
         not isinstance(address, tuple | list)
         or len(address) != 2
-        or not all(isinstance(a, int | np.integer) and a >= 0 for a in address)
+        or not builtins.all(isinstance(a, int | np.integer) and a >= 0 for a in address)
     ):
         raise NkiError(
             "err_invalid_argument",

@@ -12,7 +12,7 @@ import builtins
 
 import numpy as np
 
-from ...errors import caller_loc
+from ...errors import NkiError, caller_loc
 from ...ir.opnames import ACTIVATIONS, ALU_OPS
 from ..tensor import NkiTensor, require_tensor
 
@@ -116,7 +116,7 @@ for _n in OTHER:
 globals().update(OPS)
 
 # names the op tables must know: a check that the two lists above stay within them
-assert all(
+assert builtins.all(
     n in ALU_OPS or n in ACTIVATIONS or n in ("abs_max", "abs_min", "average", "prelu") for n in OPS
 ), sorted(n for n in OPS if n not in ALU_OPS and n not in ACTIVATIONS)
 
@@ -210,6 +210,189 @@ def matmul(x: NkiTensor, y: NkiTensor, transpose_x: bool = False) -> NkiTensor:
     return out
 
 
+def _shape_of(shape, x: NkiTensor, op: str, loc) -> tuple[int, ...]:
+    """``shape`` (the target of ``nl.broadcast_to``) as ints of ``x``'s rank, each dimension
+    equal to ``x``'s or broadcast from 1; else ``err_invalid_argument`` at ``loc``."""
+    try:
+        target = tuple(int(n) for n in shape)
+    except TypeError:
+        raise NkiError(
+            "err_invalid_argument",
+            loc,
+            op=f"nl.{op}",
+            why=f"shape {shape!r} is not a tuple of ints",
+        ) from None
+    if len(target) != x.ndim or any(a != b and a != 1 for a, b in zip(x.shape, target)):
+        raise NkiError(
+            "err_invalid_argument",
+            loc,
+            op=f"nl.{op}",
+            why=f"cannot broadcast {tuple(x.shape)} to {target}: the rank must match and each "
+            "dimension be equal or 1",
+        )
+    return target
+
+
+def _spread(x: NkiTensor, shape: tuple[int, ...]) -> NkiTensor:
+    """A view of ``x`` whose free dimensions of size 1 repeat to ``shape``'s (stride 0)."""
+    for d in builtins.range(1, x.ndim):
+        if x.shape[d] == 1 and shape[d] != 1:
+            x = x.broadcast(d, shape[d])
+    return x
+
+
+def broadcast_to(x, shape, dtype=None) -> NkiTensor:
+    """``x`` repeated to ``shape`` (numpy rules, same rank) in a new SBUF tensor: free
+    dimensions of size 1 by repeated reads (a VectorE copy), a single partition onto every
+    partition by the TensorE's ones-row matmul (the shared emit layer's partition broadcast).
+    ``x`` itself when the shape and dtype already match."""
+    from ...trace import instructions as E
+    from .. import isa
+    from ..tensor import access_of
+
+    loc = caller_loc()
+    _operand(x, "broadcast_to", "x")
+    target = _shape_of(shape, x, "broadcast_to", loc)
+    if target == tuple(x.shape) and (dtype is None or dtype == x.dtype):
+        return x
+    src = _spread(x, target)
+    out = _new_shape(target, dtype or x.dtype)
+    if target[0] == x.shape[0]:
+        isa.tensor_copy(out, src)
+        return out
+    from . import is_sbuf
+
+    if not is_sbuf(x.buffer):  # the TensorE reads SBUF: a PSUM tile goes there first
+        x = copy(x)
+        src = _spread(x, target)
+    row = NkiTensor(src._layout, (1, *target[1:]), src.strides, src.offset)
+    E.emit_partition_broadcast(access_of(out, loc), access_of(row, loc), loc=loc)
+    return out
+
+
+def expand_dims(x, axis: int) -> NkiTensor:
+    """A view of ``x`` with a new axis of size 1 at ``axis`` (``numpy.expand_dims``)."""
+    _operand(x, "expand_dims", "x")
+    return x.expand_dim(axis)
+
+
+def _new_shape(shape, dtype) -> NkiTensor:
+    from . import ndarray, sbuf
+
+    return ndarray(tuple(shape), dtype, buffer=sbuf)
+
+
+def _axes(x: NkiTensor, axis) -> tuple[int, ...]:
+    axes = (axis,) if isinstance(axis, int | np.integer) else tuple(axis)
+    return tuple(int(a) + x.ndim if a < 0 else int(a) for a in axes)
+
+
+def _stat(x: NkiTensor, op: str, axes, dtype) -> NkiTensor:
+    """The ``op`` reduction of ``x`` over ``axes``, kept as dimensions of size 1 (fp32
+    unless ``dtype``), and the view of it repeated back to ``x``'s shape."""
+    from .. import isa
+    from . import float32
+
+    shape = tuple(1 if d in axes else n for d, n in enumerate(x.shape))
+    out = _new_shape(shape, dtype or float32)
+    isa.tensor_reduce(out, OPS[op], x, axes, keepdims=True)
+    return out
+
+
+def where(condition, x, y, dtype=None) -> NkiTensor:
+    """``x`` where ``condition`` is non-zero, else ``y`` (tensors or numbers), into a new
+    SBUF tensor (a copy of ``y`` then a predicated copy of ``x``, VectorE)."""
+    from .. import isa
+
+    _operand(condition, "where", "condition")
+    for v, what in ((x, "x"), (y, "y")):
+        if not isinstance(v, _SCALAR):
+            _operand(v, "where", what)
+    like = next((v for v in (x, y) if isinstance(v, NkiTensor)), condition)
+    out = _new_like(like if like is not condition else condition, dtype or like.dtype)
+    if isinstance(y, _SCALAR):
+        isa.memset(out, float(y))
+    else:
+        isa.tensor_copy(out, y)
+    isa.tensor_copy_predicated(out, float(x) if isinstance(x, _SCALAR) else x, condition)
+    return out
+
+
+def softmax(x, axis=-1, dtype=None) -> NkiTensor:
+    """``exp(x - max) / sum(exp(x - max))`` along ``axis`` (free dimensions), computed in fp32,
+    into a new SBUF tensor of ``dtype`` (default ``x``'s)."""
+    from .. import isa
+    from . import float32
+
+    _operand(x, "softmax", "x")
+    axes = _axes(x, axis)
+    m = _stat(x, "maximum", axes, None)
+    e = _new_shape(x.shape, float32)
+    isa.tensor_tensor(e, x, _spread(m, x.shape), OPS["subtract"])
+    isa.activation(e, OPS["exp"], e)
+    s = _stat(e, "add", axes, None)
+    isa.reciprocal(s, s)
+    out = _new_like(x, dtype)
+    isa.tensor_tensor(out, e, _spread(s, x.shape), OPS["multiply"])
+    return out
+
+
+def rms_norm(x, w, axis, n, epsilon=1e-6, dtype=None, compute_dtype=None) -> NkiTensor:
+    """``x / sqrt(sum(x**2 along axis) / n + epsilon) * w`` into a new SBUF tensor; ``w``
+    broadcasts to ``x``'s shape (numpy rules); computed in ``compute_dtype`` (fp32)."""
+    from .. import isa
+    from . import float32
+
+    _operand(x, "rms_norm", "x")
+    _operand(w, "rms_norm", "w")
+    cdt = compute_dtype or float32
+    axes = _axes(x, axis)
+    sq = _new_shape(x.shape, cdt)
+    isa.tensor_tensor(sq, x, x, OPS["multiply"])
+    ms = _stat(sq, "add", axes, cdt)
+    isa.tensor_scalar(ms, ms, OPS["multiply"], 1.0 / float(n), op1=OPS["add"], operand1=epsilon)
+    isa.activation(ms, OPS["rsqrt"], ms)
+    isa.tensor_tensor(sq, x, _spread(ms, x.shape), OPS["multiply"])
+    if tuple(w.shape) != tuple(x.shape):
+        w = broadcast_to(w, x.shape)
+    out = _new_like(x, dtype)
+    isa.tensor_tensor(out, sq, w, OPS["multiply"])
+    return out
+
+
+def var(x, axis, dtype=None, keepdims=False) -> NkiTensor:
+    """The (population) variance along ``axis``; the result keeps the reduced dimensions as
+    size 1 (NKI ignores ``keepdims``)."""
+    from .. import isa
+    from . import float32
+
+    _operand(x, "var", "x")
+    axes = _axes(x, axis)
+    count = 1
+    for a in axes:
+        count *= x.shape[a]
+    mu = _stat(x, "add", axes, None)
+    isa.tensor_scalar(mu, mu, OPS["multiply"], 1.0 / count)
+    d = _new_shape(x.shape, float32)
+    isa.tensor_tensor(d, x, _spread(mu, x.shape), OPS["subtract"])
+    isa.tensor_tensor(d, d, d, OPS["multiply"])
+    out = _stat(d, "add", axes, dtype or x.dtype)
+    isa.tensor_scalar(out, out, OPS["multiply"], 1.0 / count)
+    return out
+
+
+def all(x, axis, dtype=None) -> NkiTensor:  # noqa: A001
+    """1 where every element along ``axis`` is non-zero, else 0 (a min-reduction of
+    ``x != 0``)."""
+    from .. import isa
+    from . import float32
+
+    _operand(x, "all", "x")
+    nz = _new_shape(x.shape, float32)
+    isa.tensor_scalar(nz, x, OPS["not_equal"], 0.0)
+    return min(nz, axis, dtype=dtype or x.dtype)
+
+
 __all__ = [
     *OPS,
     "sum",
@@ -222,4 +405,11 @@ __all__ = [
     "copy",
     "transpose",
     "matmul",
+    "broadcast_to",
+    "expand_dims",
+    "where",
+    "softmax",
+    "rms_norm",
+    "var",
+    "all",
 ]
