@@ -430,19 +430,103 @@ class NkiTensor:
         return self[tuple(key)]
 
     def select(self, dim: int, index) -> NkiTensor:
-        if not isinstance(index, int | np.integer):
-            raise NkiError(
-                "err_unsupported_api",
-                caller_loc(),
-                api="NkiTensor.select with a runtime index",
-                why="use .ap(scalar_offset=...) for a runtime offset",
-            )
         dim = dim + self.ndim if dim < 0 else dim
+        if not isinstance(index, int | np.integer):
+            return self._dynamic_select(dim, index, caller_loc())
         shape = list(self.shape)
         strides = list(self.strides)
         offset = self.offset + int(index) * strides[dim]
         del shape[dim], strides[dim]
         return self._with(shape, strides, offset)
+
+    def _whole(self) -> bool:
+        """Whether this view is its whole storage in row-major order (what ``.ap`` with a
+        runtime offset measures its rows in)."""
+        return (
+            self.offset == 0
+            and self.size == self._storage_size()
+            and tuple(self.strides) == row_major(self.shape)
+        )
+
+    def _dynamic_select(self, dim: int, index, loc: SourceLoc) -> NkiTensor:
+        """``t.select(dim, idx)`` with a runtime (1, 1) index: ``.ap(scalar_offset=idx,
+        indirect_dim=dim)`` with dimension ``dim`` dropped from the pattern."""
+        if not self._whole():
+            raise NkiError(
+                "err_unsupported_api",
+                loc,
+                api="NkiTensor.select with a runtime index on a view",
+                why="select on the whole tensor (or a reshape of it), or use "
+                ".ap(scalar_offset=...) for a runtime offset",
+            )
+        pattern = [[st, n] for d, (st, n) in enumerate(zip(self.strides, self.shape)) if d != dim]
+        return self.ap(pattern, offset=0, scalar_offset=index, indirect_dim=dim)
+
+    def vector_select(self, dim: int, vector_offset) -> NkiTensor:
+        """Partition ``p`` of the result reads row ``vector_offset[p]`` of this HBM tensor
+        (``.ap(vector_offset=..., indirect_dim=0)`` with this tensor's pattern); the result has
+        ``vector_offset.shape[0]`` rows."""
+        loc = caller_loc()
+        if dim != 0:
+            raise NkiError(
+                "err_unsupported_api",
+                loc,
+                api=f"NkiTensor.vector_select(dim={dim}, ...)",
+                why="a vector offset indexes rows (dim=0)",
+            )
+        require_tensor(vector_offset, loc, "vector_select", "vector_offset")
+        if not self._whole():
+            raise NkiError(
+                "err_unsupported_api",
+                loc,
+                api="NkiTensor.vector_select on a view",
+                why="call it on the whole tensor (or a reshape of it)",
+            )
+        rows = vector_offset.shape[0]
+        pattern = [[self.strides[0], rows]] + [
+            [st, n] for st, n in zip(self.strides[1:], self.shape[1:])
+        ]
+        return self.ap(pattern, offset=0, vector_offset=vector_offset, indirect_dim=0)
+
+    def rearrange(self, src_pattern, dst_pattern, fixed_sizes=None) -> NkiTensor:
+        """einops-style: split the grouped names of ``src_pattern`` (sizes from
+        ``fixed_sizes``, one inferred per group), reorder to ``dst_pattern`` and merge its
+        groups; a view, no instruction."""
+        loc = caller_loc()
+        fixed = dict(fixed_sizes or {})
+
+        def bad(why: str) -> NkiError:
+            return NkiError("err_invalid_argument", loc, op="rearrange", why=why)
+
+        def names(pattern) -> list[list[str]]:
+            groups = [[g] if isinstance(g, str) else list(g) for g in pattern]
+            if not all(isinstance(n, str) for g in groups for n in g):
+                raise bad(f"pattern {pattern!r} holds names (str) or tuples of names")
+            return groups
+
+        src, dst = names(src_pattern), names(dst_pattern)
+        if len(src) != self.ndim:
+            raise bad(f"{src_pattern!r} names {len(src)} dimensions, the tensor has {self.ndim}")
+        flat = [n for g in src for n in g]
+        if len(set(flat)) != len(flat) or sorted(flat) != sorted(n for g in dst for n in g):
+            raise bad(f"{dst_pattern!r} must use each name of {src_pattern!r} exactly once")
+        t = self
+        for d in reversed(range(len(src))):
+            g = src[d]
+            if len(g) == 1:
+                continue
+            unknown = [n for n in g if n not in fixed]
+            if len(unknown) > 1:
+                raise bad(f"group {tuple(g)!r} needs sizes for all but one of its names")
+            t = t.reshape_dim(d, tuple(fixed.get(n, -1) for n in g))
+        t = t.permute(tuple(flat.index(n) for g in dst for n in g))
+        start = [0]
+        for g in dst:
+            start.append(start[-1] + len(g))
+        for i in reversed(range(len(dst))):
+            if len(dst[i]) > 1:
+                t = t.flatten_dims(start[i], start[i + 1] - 1)
+        return t
 
     def permute(self, dims) -> NkiTensor:
         dims = tuple(int(d) for d in dims)

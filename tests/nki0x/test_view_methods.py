@@ -1,0 +1,90 @@
+"""NkiTensor view methods of NKI 0.5: rearrange (einops-style split, reorder, merge),
+vector_select (a row gather from HBM) and select with a runtime (1, 1) index, against numpy."""
+
+import numpy as np
+import pytest
+
+import nkikit.nki as nki
+import nkikit.nki.isa as nisa
+import nkikit.nki.language as nl
+from nkikit.errors import NkiError
+
+
+def _to_hbm(t, outs, on_chip=True):
+    s = nl.ndarray(t.shape, dtype=t.dtype, buffer=nl.sbuf)
+    (nisa.tensor_copy if on_chip else nisa.dma_copy)(dst=s, src=t)
+    h = nl.ndarray(t.shape, dtype=t.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=h, src=s)
+    outs.append(h)
+
+
+@nki.jit
+def views(x, table, rows, cube, pick):
+    outs = []
+    xs = nl.load(x)
+    _to_hbm(xs.rearrange(("p", ("a", "b")), ("p", "b", "a"), {"a": 3}), outs)
+    ix = nl.ndarray(rows.shape, dtype=rows.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=ix, src=rows)
+    _to_hbm(table.vector_select(0, ix), outs, on_chip=False)
+    k = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=k, src=pick)
+    _to_hbm(cube.select(0, k), outs, on_chip=False)
+    on_chip = nl.ndarray((cube.shape[1], cube.shape[0], cube.shape[2]), cube.dtype, nl.sbuf)
+    nisa.dma_copy(dst=on_chip, src=cube.rearrange(("c", "p", "f"), ("p", "c", "f")))
+    _to_hbm(on_chip.select(1, k), outs)
+    return tuple(outs)
+
+
+def test_rearrange_vector_select_and_runtime_select_match_numpy():
+    rng = np.random.default_rng(3)
+    x = rng.random((6, 12), dtype=np.float32)
+    table = rng.random((9, 2, 5), dtype=np.float32)
+    rows = np.array([[8], [0], [4], [4]], np.int32)
+    cube = rng.random((3, 10, 7), dtype=np.float32)
+    pick = np.array([[1]], np.int32)
+    a, b, c, d = views(x, table, rows, cube, pick)
+    np.testing.assert_array_equal(a, x.reshape(6, 3, 4).transpose(0, 2, 1))
+    np.testing.assert_array_equal(b, table[rows[:, 0]])
+    np.testing.assert_array_equal(c, cube[1])
+    np.testing.assert_array_equal(d, cube[1])
+
+
+_REFUSALS = {
+    "vector_select along dim 1": (
+        lambda t, ix: t.vector_select(1, ix),
+        "err_unsupported_api",
+        "dim=1",
+    ),
+    "runtime select on a slice": (
+        lambda t, ix: t[0:2].select(0, ix),
+        "err_unsupported_api",
+        "on a view",
+    ),
+    "a name not in the source": (
+        lambda t, ix: t.rearrange(("a", "b", "c"), ("a", "c", "x")),
+        "err_invalid_argument",
+        "exactly once",
+    ),
+    "a split without sizes": (
+        lambda t, ix: t.rearrange(("a", ("b", "c"), "d"), ("a", "b", "c", "d")),
+        "err_invalid_argument",
+        "all but one",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(_REFUSALS))
+def test_view_methods_refuse_what_they_cannot_express_at_the_users_line(case):
+    call, name, text = _REFUSALS[case]
+
+    @nki.jit
+    def k(x):
+        ix = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.memset(dst=ix, value=0)
+        call(x, ix)
+        return x
+
+    with pytest.raises(NkiError) as e:
+        k(np.zeros((4, 6, 5), np.float32))
+    assert e.value.name == name and text in str(e.value)
+    assert str(e.value).startswith("test_view_methods.py:")
