@@ -1039,7 +1039,11 @@ def _indirect_access(x: NkiTensor, loc: SourceLoc, what: str) -> Access:
             op=f"{what} vector_offset",
             why=f"the index tensor must be ({shape[0]}, 1), one row index per partition; got {idx.shape}",
         )
-    idx_acc = Access(idx.tensor, (shape[0],) + (1,) * (len(shape) - 1), idx.index)
+    # the index's free axes have extent 1: pin them to 0, so that renaming the tile axes (a
+    # gather-transpose's) cannot make a column of a wider index tile walk them
+    pinned = {_AXES[k]: Affine.of(0) for k in range(1, len(idx.shape))}
+    idx_index = tuple(a.substitute(pinned) for a in idx.index)
+    idx_acc = Access(idx.tensor, (shape[0],) + (1,) * (len(shape) - 1), idx_index)
     return Access(layout, shape, direct, idx_acc, 0)
 
 

@@ -638,18 +638,56 @@ def dma_transpose(
             op="nisa.dma_transpose",
             why=f"dst shape {dst.shape} must be the permuted src shape {shape} (axes {axes})",
         )
-    d = _acc(dst, loc, "dma_transpose dst")
-    if src.is_indirect():
-        # a gather-transpose (``.ap(vector_offset=)`` on HBM): the rows are gathered along
-        # src's axis 0 and land on dst axis ``axes.index(0)`` [nki-0x.md §4.3 dma_transpose,
-        # "Indirect transpose"]; the gathered access with its tile axes renamed
-        s = _acc(src, loc, "dma_transpose src")
-        s = s.remap(shape, {Axis(a): Affine.of(Axis(i)) for i, a in enumerate(axes)})
-    else:
+    skip = _oob_skip(oob_mode, loc, "dma_transpose") and src.is_indirect()
+    if not src.is_indirect():
         permuted = src._with(shape, [src.strides[a] for a in axes])
         s = _acc(permuted, loc, "dma_transpose src")
-    skip = _oob_skip(oob_mode, loc, "dma_transpose") and src.is_indirect()
-    return _done(E.emit_dma_copy(d, s, oob_skip=skip, loc=loc))
+        d = _acc(dst, loc, "dma_transpose dst")
+        return _done(E.emit_dma_copy(d, s, oob_skip=skip, loc=loc))
+    # a gather-transpose (``.ap(vector_offset=)`` on HBM): the rows are gathered along src's
+    # axis 0 and land on dst axis ``axes.index(0)`` [nki-0x.md §4.3 dma_transpose, "Indirect
+    # transpose"]; the gathered access with its tile axes renamed.  A (128, N) index gathers
+    # row ``idx[i % 128, i // 128]`` for element i (column-major): one DMA per column.
+    op = None
+    for sub_src, sub_dst in _gather_columns(src, dst, axes.index(0), loc):
+        s = _acc(sub_src, loc, "dma_transpose src")
+        s = s.remap(sub_dst.shape, {Axis(a): Affine.of(Axis(i)) for i, a in enumerate(axes)})
+        d = _acc(sub_dst, loc, "dma_transpose dst")
+        op = E.emit_dma_copy(d, s, oob_skip=skip, loc=loc)
+    return _done(op)
+
+
+def _gather_columns(src: NkiTensor, dst: NkiTensor, axis: int, loc: SourceLoc):
+    """``(src, dst)`` of a gather-transpose, one pair per column of a 2-D (128, N) index
+    (``flat = idx.T.flatten()[:src.shape[0]]``): column c gathers src rows c*128 ... into
+    dst along ``axis``; an index with one column is one pair."""
+    index, dim, kind, base = src._indirect
+    cols = index.size // max(index.shape[0], 1)
+    if kind != "vector" or cols == 1:
+        yield src, dst
+        return
+    n = src.shape[0]
+    if index.ndim != 2 or index.shape[0] != 128 or 128 * cols < n:
+        raise NkiError(
+            "err_invalid_argument",
+            loc,
+            op="nisa.dma_transpose src vector_offset",
+            why=f"an index with several columns must be (128, N) with 128 * N >= {n} gathered "
+            f"rows, got {tuple(index.shape)}",
+        )
+    for c in range(-(-n // 128)):
+        rows = min(128, n - 128 * c)
+        part = NkiTensor._view(
+            src._layout,
+            (rows, *src.shape[1:]),
+            src.strides,
+            src.offset,
+            (index[0:rows, c : c + 1], dim, kind, base),
+        )
+        key = tuple(
+            slice(128 * c, 128 * c + rows) if k == axis else slice(None) for k in range(dst.ndim)
+        )
+        yield part, dst[key]
 
 
 def _default_transpose_axes(ndim: int) -> tuple[int, ...]:
