@@ -11,7 +11,7 @@ from __future__ import annotations
 import inspect
 import math
 
-from ..errors import NkiError, SourceLoc
+from ..errors import NkiError, SourceLoc, caller_loc
 from ..ir.core import Alloc, Kernel, Loop, Op, Tensor
 from ..targets import target_scope as _target_scope
 from ..trace.builder import Builder, maybe_current, tracing
@@ -33,7 +33,38 @@ class Kernel0x(JitKernel):
         grid = tuple(int(g) for g in grid)
         if len(grid) == 1 and grid[0] == 1:
             grid = ()
-        return Kernel0x(self.func, grid, self.options, self._cache)
+        k = Kernel0x(self.func, grid, self.options, self._cache)
+        k.schedule = getattr(self, "schedule", ())
+        return k
+
+    def with_schedule(self, schedule) -> Kernel0x:
+        """NKI's extra scheduling edges, ``[(after, before_or_list_of_befores), ...]`` between
+        instructions labelled ``name=``: checked for form at the caller's line, kept on the
+        returned kernel as ``schedule`` (pairs ``(after, before)``).  They change no result:
+        the simulator already runs the instructions in program order, as ``depends_on``."""
+        loc = caller_loc()
+        edges: list[tuple[str, str]] = []
+        items = list(schedule) if isinstance(schedule, list | tuple) else None
+        for pair in items or ():
+            ok = isinstance(pair, list | tuple) and len(pair) == 2 and isinstance(pair[0], str)
+            before = pair[1] if ok else None
+            befores = [before] if isinstance(before, str) else before
+            if not (ok and isinstance(befores, list | tuple) and befores) or not all(
+                isinstance(b, str) for b in befores
+            ):
+                items = None
+                break
+            edges += [(pair[0], b) for b in befores]
+        if items is None:
+            raise NkiError(
+                "err_invalid_argument",
+                loc,
+                op="with_schedule",
+                why=f"expected a list of (name, name or list of names) pairs, got {schedule!r}",
+            )
+        k = Kernel0x(self.func, self.grid, self.options, self._cache)
+        k.schedule = (*getattr(self, "schedule", ()), *edges)
+        return k
 
     def __call__(self, *args, **kwargs):
         __tracebackhide__ = True
