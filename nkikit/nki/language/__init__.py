@@ -355,6 +355,7 @@ def dynamic_range(start, stop=None, step=1):
     unrolled like ``range`` (what it computes is the same)."""
     if stop is None:
         start, stop = 0, start
+    _not_in_no_reorder("nl.dynamic_range", caller_loc())
     if _device_loops.is_register(start) or _device_loops.is_register(stop):
         return _device_loops.dynamic_range(start, stop, step, caller_loc())
     _trace_time_ints(start, stop, step)
@@ -364,6 +365,8 @@ def dynamic_range(start, stop=None, step=1):
 def fori_loop(lower, upper, body_fun, step: int = 1, unroll: bool = False) -> None:
     """``for i in range(lower, upper, step): body_fun(i)``: bounds ints (unrolled at trace
     time) or registers (a device loop whose trip count the kernel computes)."""
+    if not unroll:
+        _not_in_no_reorder("nl.fori_loop", caller_loc())
     if _device_loops.is_register(lower) or _device_loops.is_register(upper):
         if unroll:
             raise NkiError(
@@ -382,6 +385,7 @@ def fori_loop(lower, upper, body_fun, step: int = 1, unroll: bool = False) -> No
 def while_loop(init, body_fun) -> None:
     """``r = init; while r != 0: r = body_fun(r)`` on the device (``init`` a register or an
     int; ``body_fun`` returns the register of the next condition)."""
+    _not_in_no_reorder("nl.while_loop", caller_loc())
     _device_loops.while_loop(init, body_fun, caller_loc())
 
 
@@ -400,8 +404,33 @@ def _trace_time_ints(*xs) -> None:
 @contextmanager
 def no_reorder():
     """Keep program order inside the block.  The simulator runs in program order already; the
-    cost model keeps it as written."""
-    yield
+    cost model keeps it as written.  Dynamically scoped: a device loop (``nl.dynamic_range``,
+    ``nl.fori_loop``, ``nl.while_loop``) started inside it, callees included, is refused
+    (NKI wants the block inside the loop body) [reference/nki-0x.md §5]."""
+    from ...trace.builder import maybe_current
+
+    b = maybe_current()
+    d = b.__dict__ if b is not None else {}
+    d["_nki_no_reorder"] = d.get("_nki_no_reorder", 0) + 1
+    try:
+        yield
+    finally:
+        d["_nki_no_reorder"] -= 1
+
+
+def _not_in_no_reorder(api: str, loc: SourceLoc) -> None:
+    """``api`` (a device loop) may not start inside ``with nl.no_reorder():``."""
+    from ...trace.builder import maybe_current
+
+    b = maybe_current()
+    if b is not None and b.__dict__.get("_nki_no_reorder", 0):
+        raise NkiError(
+            "err_invalid_argument",
+            loc,
+            op=api,
+            why="a device loop cannot start inside `with nl.no_reorder():`; put the "
+            "no_reorder block inside the loop body instead",
+        )
 
 
 def program_id(axis: int = 0) -> int | None:
