@@ -1,7 +1,9 @@
 """The experimental nl wrappers of the NKI 0.6 stub set that build several instructions:
 nl.broadcast_to (a (1, F) row onto every partition, as SSM kernels broadcast their B and C
-rows), nl.expand_dims, nl.where, nl.softmax, nl.rms_norm, nl.var and nl.all, each against numpy."""
+rows), nl.expand_dims, nl.where, nl.softmax, nl.rms_norm, nl.var, nl.all, nl.load_transpose2d and
+nl.dropout, each against numpy."""
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -98,3 +100,21 @@ def test_where_softmax_rms_norm_var_all_and_expand_dims_match_numpy():
     ]
     for g, r in zip(got, want, strict=True):
         np.testing.assert_allclose(g, r, rtol=1e-5, atol=1e-6)
+
+
+def test_load_transpose2d_and_dropout_at_the_extreme_rates():
+    @nki.jit
+    def k(x):
+        outs = []
+        t = nl.load_transpose2d(x)
+        f = nl.load_transpose2d(x, dtype=nl.float32)
+        for v in (t, f, nl.dropout(f, 0.0), nl.dropout(f, 1.0)):
+            _out(v, outs)
+        return tuple(outs)
+
+    x = np.random.default_rng(2).random((24, 10), dtype=np.float32).astype(ml_dtypes.bfloat16)
+    t, f, kept, dropped = k(x)
+    want = x.T.astype(np.float32)
+    for g in (t, f, kept):
+        np.testing.assert_array_equal(g, want)
+    np.testing.assert_array_equal(dropped, np.zeros_like(want))

@@ -393,6 +393,35 @@ def all(x, axis, dtype=None) -> NkiTensor:  # noqa: A001
     return min(nz, axis, dtype=dtype or x.dtype)
 
 
+def dropout(x, rate, dtype=None) -> NkiTensor:
+    """``x`` with each element zeroed with probability ``rate`` (a number or a (P, 1)
+    tensor), into a new SBUF tensor (``nisa.dropout``; no rescaling)."""
+    from .. import isa
+
+    _operand(x, "dropout", "x")
+    out = _new_like(x, dtype)
+    isa.dropout(out, x, rate)
+    return out
+
+
+def load_transpose2d(src, dtype=None) -> NkiTensor:
+    """A 2-D HBM tensor ``(A, B)`` into a new SBUF tensor ``(B, A)`` (a DMA transpose; with
+    ``dtype`` a VectorE copy converts it)."""
+    from .. import isa
+
+    _operand(src, "load_transpose2d", "src")
+    if src.ndim != 2:
+        raise NkiError(
+            "err_invalid_argument",
+            caller_loc(),
+            op="nl.load_transpose2d",
+            why=f"src must be a 2-D tensor, got shape {tuple(src.shape)}",
+        )
+    out = _new_shape((src.shape[1], src.shape[0]), src.dtype)
+    isa.dma_transpose(out, src, axes=(1, 0))
+    return out if dtype is None or dtype == src.dtype else copy(out, dtype)
+
+
 __all__ = [
     *OPS,
     "sum",
@@ -412,4 +441,6 @@ __all__ = [
     "rms_norm",
     "var",
     "all",
+    "dropout",
+    "load_transpose2d",
 ]
