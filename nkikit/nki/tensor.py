@@ -462,6 +462,17 @@ class NkiTensor:
         pattern = [[st, n] for d, (st, n) in enumerate(zip(self.strides, self.shape)) if d != dim]
         return self.ap(pattern, offset=0, scalar_offset=index, indirect_dim=dim)
 
+    def indirect(self, index, num_elem=None) -> NkiTensor:
+        """NeuronCore-v4 tensor indirection (``.indirect(index)``): not modeled; a named
+        refusal at the caller's line rather than a missing attribute."""
+        raise NkiError(
+            "err_unsupported_api",
+            caller_loc(),
+            api="NkiTensor.indirect (NeuronCore-v4 tensor indirection)",
+            why="gather or scatter through .ap(vector_offset=...) / vector_select on HBM, or "
+            "nisa.local_gather / nc_n_gather on chip",
+        )
+
     def vector_select(self, dim: int, vector_offset) -> NkiTensor:
         """Partition ``p`` of the result reads row ``vector_offset[p]`` of this HBM tensor
         (``.ap(vector_offset=..., indirect_dim=0)`` with this tensor's pattern); the result has

@@ -88,3 +88,17 @@ def test_view_methods_refuse_what_they_cannot_express_at_the_users_line(case):
         k(np.zeros((4, 6, 5), np.float32))
     assert e.value.name == name and text in str(e.value)
     assert str(e.value).startswith("test_view_methods.py:")
+
+
+def test_tensor_indirection_is_a_named_refusal_not_a_missing_attribute():
+    @nki.jit
+    def k(x):
+        t = nl.load(x)
+        ix = nl.ndarray((4, 1), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.memset(dst=ix, value=0)
+        t.indirect(ix)
+        return x
+
+    with pytest.raises(NkiError) as e:
+        k(np.zeros((4, 6), np.float32))
+    assert e.value.name == "err_unsupported_api" and "t.indirect(ix)" in str(e.value)
