@@ -109,9 +109,17 @@ class NkiTensor:
 
     @property
     def buffer(self):
-        from .language import buffer_of
+        """The memory region (``nl.sbuf``, ``nl.shared_hbm``, ...).  A kernel argument reads
+        as ``nl.hbm`` when the kernel is launched without a grid and as ``nl.shared_hbm`` on an
+        LNC grid, as AWS's simulator wraps arguments (nkikit keeps arguments in shared HBM
+        either way) [reference/nki-0x.md §2, simulator execution model]."""
+        from .language import buffer_of, hbm
+        from .launch import launch
 
-        return buffer_of(self._layout.root.buffer)
+        root = self._layout.root
+        if root.kind == "input" and not launch()[0]:
+            return hbm
+        return buffer_of(root.buffer)
 
     @property
     def name(self) -> str:

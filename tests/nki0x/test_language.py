@@ -202,3 +202,21 @@ def test_lnc2_output_in_hbm_is_one_tensor_and_private_hbm_is_refused():
 
 def test_nl_bool_is_the_boolean_dtype():
     assert nl.bool == nl.bool_ == np.dtype(bool)
+
+
+def test_kernel_arguments_read_as_hbm_alone_and_shared_hbm_on_an_lnc_grid():
+    seen = []
+
+    @nki.jit
+    def k(x):
+        seen.append((x.buffer == nl.hbm, x.buffer == nl.shared_hbm, nl.is_hbm(x.buffer)))
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    np.testing.assert_array_equal(k(x), x)
+    nki.cpu_simulate(k)[2](x=x)
+    assert seen == [(True, False, True), (False, True, True), (False, True, True)]
