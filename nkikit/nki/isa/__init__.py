@@ -648,6 +648,8 @@ def dma_transpose(
     # axis 0 and land on dst axis ``axes.index(0)`` [nki-0x.md §4.3 dma_transpose, "Indirect
     # transpose"]; the gathered access with its tile axes renamed.  A (128, N) index gathers
     # row ``idx[i % 128, i // 128]`` for element i (column-major): one DMA per column.
+    if src._indirect[2] == "vector":
+        _check_gather_transpose(src, dge_mode, loc)
     op = None
     for sub_src, sub_dst in _gather_columns(src, dst, axes.index(0), loc):
         s = _acc(sub_src, loc, "dma_transpose src")
@@ -657,16 +659,57 @@ def dma_transpose(
     return _done(op)
 
 
+def _check_gather_transpose(src: NkiTensor, dge, loc: SourceLoc) -> None:
+    """The documented limits of an indirect ``dma_transpose`` (a Software DGE
+    ``dma_gather_transpose``) [ISA dma_transpose, "DMA Indirect Transpose Constraints";
+    nki-0x.md §4.3]: ``dge_mode`` unknown or swdge; a 2-byte dtype; ``src.shape[0]`` a
+    multiple of 16; ``src.shape[-1] <= 128``; a 4-D src with ``shape[1]`` or ``shape[2]``
+    of 1; a 2-D uint32 index in SBUF with 16 to 128 partitions, a multiple of 16 (that it
+    covers src's rows is checked by ``_gather_columns`` and the access).  Runs once per gather-transpose, not per element."""
+    index = src._indirect[0]
+    mode = globals()["dge_mode"]
+    try:
+        dge_ok = mode(getattr(dge, "value", dge)) in (mode.unknown, mode.swdge)
+    except ValueError:
+        dge_ok = False
+    why = None
+    if not dge_ok:
+        why = f"an indirect (vector_offset) transpose runs on the Software DGE: dge_mode must be nisa.dge_mode.unknown or nisa.dge_mode.swdge, got {getattr(dge, 'name', dge)}"
+    elif src.dtype.itemsize != 2:
+        why = f"an indirect (vector_offset) transpose moves 2-byte elements only, got {dtypes.name(src.dtype)} (bfloat16/float16/int16/uint16)"
+    elif src.shape[0] % 16:
+        why = f"an indirect (vector_offset) transpose gathers a multiple of 16 rows: src.shape[0] must be divisible by 16, got {tuple(src.shape)}"
+    elif src.shape[-1] > 128:
+        why = f"an indirect (vector_offset) transpose needs src.shape[-1] <= 128, got {tuple(src.shape)}"
+    elif src.ndim == 4 and src.shape[1] != 1 and src.shape[2] != 1:
+        why = f"a 4-D indirect (vector_offset) transpose needs src.shape[1] or src.shape[2] to be 1, got {tuple(src.shape)}"
+    elif index.ndim != 2 or index.shape[0] % 16 or not 16 <= index.shape[0] <= 128:
+        why = f"the vector_offset index of an indirect transpose must be 2-D with 16 to 128 partitions, a multiple of 16, got {tuple(index.shape)}"
+    elif dtypes.name(index.dtype) != "uint32":
+        why = f"the vector_offset index of an indirect transpose must be uint32, got {dtypes.name(index.dtype)}"
+    elif index._layout.root.buffer != "sbuf":
+        why = f"the vector_offset index of an indirect transpose must be in SBUF, got {index._layout.root.buffer}"
+    if why is not None:
+        raise NkiError("err_invalid_argument", loc, op="nisa.dma_transpose", why=why)
+
+
 def _gather_columns(src: NkiTensor, dst: NkiTensor, axis: int, loc: SourceLoc):
     """``(src, dst)`` of a gather-transpose, one pair per column of a 2-D (128, N) index
     (``flat = idx.T.flatten()[:src.shape[0]]``): column c gathers src rows c*128 ... into
     dst along ``axis``; an index with one column is one pair."""
     index, dim, kind, base = src._indirect
     cols = index.size // max(index.shape[0], 1)
+    n = src.shape[0]
+    if kind == "vector" and cols == 1 and index.shape[0] > n:
+        # a taller one-column index: its first n rows are read (``indices.T.flatten()[:n]``)
+        part = NkiTensor._view(
+            src._layout, src.shape, src.strides, src.offset, (index[0:n], dim, kind, base)
+        )
+        yield part, dst
+        return
     if kind != "vector" or cols == 1:
         yield src, dst
         return
-    n = src.shape[0]
     if index.ndim != 2 or index.shape[0] != 128 or 128 * cols < n:
         raise NkiError(
             "err_invalid_argument",
