@@ -573,6 +573,13 @@ def dma_compute(
             "err_invalid_argument", loc, op="nisa.dma_compute", why="every scale must be 1.0"
         )
     srcs = list(srcs)
+    if not 1 <= len(srcs) <= 16:
+        raise NkiError(
+            "err_invalid_argument",
+            loc,
+            op="nisa.dma_compute",
+            why=f"srcs holds 1 to 16 tensors, got {len(srcs)}",
+        )
     skip = _oob_skip(oob_mode, loc, "dma_compute")
 
     def indirect(*xs) -> bool:
@@ -758,18 +765,43 @@ def tensor_copy(dst, src, engine=engine.unknown, name=None, dtype=None) -> NkiIn
     return _done(E.emit_tensor_copy(d, s, engine=eng, loc=loc))
 
 
+# predicate dtypes [ISA tensor_copy_predicated, select_reduce]; nl.bool_ is a one-byte
+# integer tile too (nkikit's torch code generator writes bool predicates)
+_PRED_COPY = frozenset({"uint8", "uint16", "uint32", "bool"})
+_PRED_SELECT = frozenset({"int8", "uint8", "int16", "uint16", "bool"})
+
+
 def tensor_copy_predicated(dst, src, predicate, reverse_pred=False, name=None) -> NkiInstruction:
     """``dst = src where predicate != 0`` (``reverse_pred``: where it is 0); elsewhere ``dst``
-    keeps its value (VectorE)."""
-    loc = caller_loc()
+    keeps its value (VectorE).  ``predicate`` uint8/uint16/uint32, ``src`` in ``dst``'s
+    dtype, ``src`` and ``predicate`` not both in PSUM [ISA tensor_copy_predicated]."""
+    return _copy_predicated(dst, src, predicate, reverse_pred, caller_loc(), strict=True)
+
+
+def _copy_predicated(dst, src, predicate, reverse_pred, loc: SourceLoc, strict: bool):
+    """``tensor_copy_predicated``; ``strict=False`` (``nl.where``, whose condition and
+    operands may be of any dtype) skips its dtype and memory rules."""
     _dst_chip(dst, loc, "tensor_copy_predicated")
     if isinstance(src, NkiTensor):
         d, s, p = _tiles(loc, "tensor_copy_predicated", dst, src, predicate)
+        if not strict:
+            pass
+        elif s.dtype is not d.dtype and dtypes.name(s.dtype) != dtypes.name(d.dtype):
+            raise _invalid(
+                "tensor_copy_predicated",
+                f"src and dst must share a dtype, got {dtypes.name(s.dtype)} and "
+                f"{dtypes.name(d.dtype)}",
+                loc,
+            )
+        else:
+            _not_both_psum(s, p, "tensor_copy_predicated", "src and predicate", loc)
     else:
         s = _number(
             src, loc, "tensor_copy_predicated", "src is a tensor or a number", or_tensor=True
         )
         d, p = _tiles(loc, "tensor_copy_predicated", dst, predicate)
+    if strict:
+        _dtype_in(p, _PRED_COPY, "tensor_copy_predicated", "predicate", loc)
     on_true, on_false = (d, s) if reverse_pred else (s, d)
     return _done(E.emit_select(d, p, on_true, on_false, loc=loc))
 
@@ -1199,6 +1231,50 @@ def _reduce_name(reduce_op, allowed: tuple[str, ...], op: str, loc: SourceLoc) -
     return name
 
 
+def _dtype_in(x: Access, allowed: frozenset, op: str, role: str, loc: SourceLoc) -> None:
+    """``x``'s dtype is one of ``allowed`` (dtype names) [the instruction's ISA page]."""
+    got = dtypes.name(x.dtype)
+    if got not in allowed:
+        raise NkiError(
+            "err_unsupported_dtype",
+            loc,
+            op=f"nisa.{op}",
+            dtype=got,
+            why=f"{role} must be {' or '.join(sorted(allowed))}",
+        )
+
+
+def _not_both_psum(a, b, op: str, roles: str, loc: SourceLoc) -> None:
+    """At most one of two inputs is in PSUM [the instruction's ISA page]."""
+    if (
+        isinstance(a, Access)
+        and isinstance(b, Access)
+        and a.tensor.buffer == "psum"
+        and b.tensor.buffer == "psum"
+    ):
+        raise NkiError(
+            "err_unsupported_memory",
+            loc,
+            op=f"nisa.{op}",
+            what=roles,
+            allowed="SBUF for at least one of them (copy one input to SBUF first)",
+            got="both in PSUM",
+        )
+
+
+def _arithmetic(op: str, loc: SourceLoc, **ops) -> None:
+    """Every operator of ``ops`` is an arithmetic ALU operator, not a bit-vector one
+    [nki-0x.md §4.6, §4.16]."""
+    for role, o in ops.items():
+        n = op_name(o)
+        if n in E._BITVEC:
+            raise _invalid(
+                op,
+                f"{role} must be an arithmetic operator (bitvec operators are not supported), got {n}",
+                loc,
+            )
+
+
 def scalar_tensor_tensor(
     dst, data, op0, operand0, op1, operand1, reverse0=False, reverse1=False, name=None
 ) -> NkiInstruction:
@@ -1206,6 +1282,7 @@ def scalar_tensor_tensor(
     a tensor like ``data`` (VectorE)."""
     loc = caller_loc()
     _dst_chip(dst, loc, "scalar_tensor_tensor")
+    _arithmetic("scalar_tensor_tensor", loc, op0=op0, op1=op1)
     d, a, t1 = _tiles(loc, "scalar_tensor_tensor", dst, data, operand1)
     s0 = _scalar_or_vector(operand0, loc, "operand0", a)
     return _done(
@@ -1279,6 +1356,13 @@ def tensor_partition_reduce(dst, op, data, name=None) -> NkiInstruction:
     """Reduce across partitions (GpSimd): (P, F) -> (1, F)."""
     loc = caller_loc()
     _dst_chip(dst, loc, "tensor_partition_reduce")
+    if op_name(op, "reduce") not in ("add", "max", "bitwise_or", "bitwise_and"):
+        raise _invalid(
+            "tensor_partition_reduce",
+            f"op must be nl.add, nl.maximum, nl.bitwise_or or nl.bitwise_and (nl.average is "
+            f"not modeled yet), got {op_name(op)}",
+            loc,
+        )
     a = _acc(data, loc, "tensor_partition_reduce data")
     d = _acc(dst, loc, "tensor_partition_reduce dst")
     return _done(E.emit_tensor_partition_reduce(d, a, op=op, loc=loc))
@@ -1290,7 +1374,9 @@ def tensor_tensor_scan(
     """Per-partition scan: ``r[i] = op1(op0(data0[i], r[i-1]), data1[i])``, ``r[-1] = initial``."""
     loc = caller_loc()
     _dst_chip(dst, loc, "tensor_tensor_scan")
+    _arithmetic("tensor_tensor_scan", loc, op0=op0, op1=op1)
     d, a, b = _tiles(loc, "tensor_tensor_scan", dst, data0, data1)
+    _not_both_psum(a, b, "tensor_tensor_scan", "data0 and data1", loc)
     init = _scalar_or_vector(initial, loc, "initial", a)
     return _done(
         E.emit_tensor_tensor_scan(
@@ -1316,6 +1402,16 @@ def select_reduce(
     _dst_chip(dst, loc, "select_reduce")
     cmd = ACC.command(reduce_cmd, loc, "select_reduce")
     d, p, t = _tiles(loc, "select_reduce", dst, predicate, on_true)
+    _dtype_in(p, _PRED_SELECT, "select_reduce", "predicate", loc)
+    if dtypes.name(t.dtype) in ("tfloat32", "int32", "uint32"):
+        raise NkiError(
+            "err_unsupported_dtype",
+            loc,
+            op="nisa.select_reduce",
+            dtype=dtypes.name(t.dtype),
+            why="on_true may be any dtype except tfloat32, int32 and uint32",
+        )
+    _not_both_psum(t, p, "select_reduce", "on_true and predicate", loc)
     f = _scalar_or_vector(on_false, loc, "on_false", t)
     r = None if reduce_res is None else _reduce_res(reduce_res, p, loc)
     red = E.max_reduce_op("select_reduce", reduce_op, loc)
@@ -1425,6 +1521,20 @@ def local_gather(dst, src_buffer, index, num_elem_per_idx=1, num_valid_indices=N
     _dst_chip(dst, loc, "local_gather")
     d = _acc(dst, loc, "local_gather dst")
     s, ix = _acc(src_buffer, loc, "local_gather src"), _acc(index, loc, "local_gather index")
+    _dtype_in(ix, frozenset({"uint16"}), "local_gather", "index", loc)
+    if s.shape[0] % 16:
+        raise _invalid(
+            "local_gather",
+            f"src_buffer spans {s.shape[0]} partitions; it must be a multiple of 16 (one "
+            "GpSimd core per 16 partitions)",
+            loc,
+        )
+    if num_elem_per_idx not in (1, 2, 4, 8, 16, 32):
+        raise _invalid(
+            "local_gather",
+            f"num_elem_per_idx must be 1, 2, 4, 8, 16 or 32, got {num_elem_per_idx!r}",
+            loc,
+        )
     return _done(
         E.emit_local_gather(
             d,
@@ -1437,6 +1547,9 @@ def local_gather(dst, src_buffer, index, num_elem_per_idx=1, num_valid_indices=N
     )
 
 
+_U32 = frozenset({"uint32"})
+
+
 def nc_n_gather(dst, data, indices, name=None) -> NkiInstruction:
     """GpSimd gather within each partition: ``dst[p, j] = flat(data[p])[indices[p, j]]``,
     ``data``'s free dims flattened, ``dst`` in ``data``'s dtype with one element per index."""
@@ -1444,6 +1557,7 @@ def nc_n_gather(dst, data, indices, name=None) -> NkiInstruction:
     _dst_chip(dst, loc, "nc_n_gather", allowed=("sbuf",))
     d = _acc(dst, loc, "nc_n_gather dst")
     a, ix = _acc(data, loc, "nc_n_gather data"), _acc(indices, loc, "nc_n_gather indices")
+    _dtype_in(ix, _U32, "nc_n_gather", "indices", loc)
     return _done(E.emit_nc_n_gather(d, a, ix, loc=loc))
 
 
@@ -1462,12 +1576,24 @@ def nonzero_with_count(dst, src, index_offset=0, padding_val=-1, name=None) -> N
 
 def dropout(dst, data, prob, name=None) -> NkiInstruction:
     """Zero each element with probability ``prob`` (a scalar or a (P, 1) tensor), drawing from
-    the VectorE's generator (``nisa.rng``'s; reproducible for a given seed); no rescaling."""
+    the VectorE's generator (``nisa.rng``'s; reproducible for a given seed); no rescaling.
+    ``dst`` has ``data``'s dtype [ISA dropout]."""
+    return _dropout(dst, data, prob, caller_loc(), strict=True)
+
+
+def _dropout(dst, data, prob, loc: SourceLoc, strict: bool):
+    """``dropout``; ``strict=False`` (``nl.dropout(x, rate, dtype=)``, which converts into
+    its ``dtype``) skips the same-dtype rule."""
     from .random import program
 
-    loc = caller_loc()
     _dst_chip(dst, loc, "dropout")
     d, a = _tiles(loc, "dropout", dst, data)
+    if strict and d.dtype is not a.dtype and dtypes.name(d.dtype) != dtypes.name(a.dtype):
+        raise _invalid(
+            "dropout",
+            f"dst must have data's dtype, got {dtypes.name(d.dtype)} and {dtypes.name(a.dtype)}",
+            loc,
+        )
     prob = _scalar_or_vector(prob, loc, "prob", a)
     return _done(E.emit_dropout(d, a, prob, loc=loc, key=program()))
 
@@ -1491,6 +1617,10 @@ def activation(
     (P, 1) when given [nki-0x.md §4.10, §6.3]."""
     loc = caller_loc()
     cmd = ACC.command(reduce_cmd, loc, "activation")
+    if reduce_op is not None and op_name(reduce_op, "reduce") != "add":
+        raise _invalid(
+            "activation", f"reduce_op must be nl.add, got {op_name(reduce_op, 'reduce')}", loc
+        )
     return _activation(dst, op, data, bias, scale, reduce_op, reduce_res, cmd, loc, "activation")
 
 
