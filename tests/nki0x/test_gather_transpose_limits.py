@@ -107,3 +107,41 @@ def test_a_4d_source_has_a_unit_middle_axis():
     want = np.transpose(t.reshape(400, 1, 3, 16)[idx[:, 0]], (3, 1, 2, 0))
     np.testing.assert_array_equal(gather_t4(t, idx, 1, 3), want)
     _rejects(gather_t4, t, idx, 3, 1 + 1, words="shape[1] or src.shape[2]")
+
+
+@nki.jit
+def plain_t(x, oob=nisa.oob_mode.error):
+    t = nl.ndarray((x.shape[1], x.shape[0]), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_transpose(dst=t, src=x, oob_mode=oob)
+    out = nl.ndarray(t.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=t)
+    return out
+
+
+@nki.jit
+def gather_t_skip(table, idx):
+    w, n = table.shape[1], idx.shape[0]
+    ix = nl.ndarray(idx.shape, dtype=idx.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=ix, src=idx)
+    got = nl.ndarray((w, n), dtype=table.dtype, buffer=nl.sbuf)
+    nisa.memset(dst=got, value=0.0)
+    rows = table.ap(pattern=[[w, n], [1, w]], vector_offset=ix, indirect_dim=0)
+    nisa.dma_transpose(dst=got, src=rows, axes=(1, 0), oob_mode=nisa.oob_mode.skip)
+    out = nl.ndarray((w, n), dtype=table.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=got)
+    return out
+
+
+def test_oob_skip_needs_an_indirect_source():
+    # "oob_mode.skip: ... Only valid when src uses indirect indexing" [ISA dma_transpose]
+    x = np.arange(16 * 8).reshape(16, 8).astype(BF16)
+    np.testing.assert_array_equal(plain_t(x), x.T)
+    with pytest.raises(NkiError) as e:
+        plain_t(x, oob=nisa.oob_mode.skip)
+    assert e.value.name == "err_invalid_argument" and "indirect" in str(e.value)
+    assert "nisa.dma_transpose(dst=t" in str(e.value)
+    t, idx = _table(), _idx(p=16)
+    idx[3, 0] = 1000  # out of bounds: skipped, its column stays 0
+    want = t[np.minimum(idx[:, 0], 399)].T.copy()
+    want[:, 3] = 0
+    np.testing.assert_array_equal(gather_t_skip(t, idx), want)

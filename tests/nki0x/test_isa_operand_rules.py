@@ -249,3 +249,34 @@ def dma_sum(x, n=16):
 def test_dma_compute_takes_at_most_16_sources():
     np.testing.assert_array_equal(dma_sum(np.zeros((1, 1), np.float32)), 16.0)
     _rejects(lambda x: dma_sum(x, n=17), "err_invalid_argument", "1 to 16")
+
+
+# -- tensor_scalar: operator classes and engines -------------------------------------------------
+
+
+@nki.jit
+def tscalar(x, dt=nl.int32, op0=nl.bitwise_and, op1=None, eng=nisa.engine.unknown):
+    a = _fill(_sb(dt), 6)
+    d = _sb(dt)
+    operand1 = None if op1 is None else 1
+    nisa.tensor_scalar(d, a, op0, 3, op1=op1, operand1=operand1, engine=eng)
+    return _out(d)
+
+
+def test_tensor_scalar_bitvec_rules():
+    np.testing.assert_array_equal(tscalar(np.zeros((1, 1), np.float32)), 2)
+    got = tscalar(np.zeros((1, 1), np.float32), op1=nl.left_shift)
+    np.testing.assert_array_equal(got, 4)
+    kernel = lambda x: tscalar(x, dt=nl.float32)  # noqa: E731
+    _rejects(kernel, "err_unsupported_dtype", "integer dtype")
+    _rejects(lambda x: tscalar(x, op1=nl.add), "err_invalid_argument", "must both be bitvec")
+    kernel = lambda x: tscalar(x, eng=nisa.engine.gpsimd)  # noqa: E731
+    _rejects(kernel, "err_invalid_argument", "Vector engine")
+
+
+def test_tensor_scalar_on_the_trn2_scalar_engine():
+    kw = {"dt": nl.float32, "eng": nisa.engine.scalar}
+    got = tscalar(np.zeros((1, 1), np.float32), op0=nl.multiply, op1=nl.add, **kw)
+    np.testing.assert_array_equal(got, 19.0)
+    kernel = lambda x: tscalar(x, op0=nl.subtract, **kw)  # noqa: E731
+    _rejects(kernel, "err_invalid_argument", "Scalar engine of NeuronCore-v2/v3")

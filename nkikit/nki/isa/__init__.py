@@ -645,7 +645,16 @@ def dma_transpose(
             op="nisa.dma_transpose",
             why=f"dst shape {dst.shape} must be the permuted src shape {shape} (axes {axes})",
         )
-    skip = _oob_skip(oob_mode, loc, "dma_transpose") and src.is_indirect()
+    skip = oob_mode is not _OOB_ERROR and _oob_skip(oob_mode, loc, "dma_transpose")
+    if skip and not src.is_indirect():
+        # "Only valid when src uses indirect indexing" [ISA dma_transpose oob_mode]
+        raise NkiError(
+            "err_invalid_argument",
+            loc,
+            op="nisa.dma_transpose",
+            why="oob_mode=nisa.oob_mode.skip is only valid when src uses indirect indexing "
+            "(.ap(vector_offset=...) or scalar_offset=...)",
+        )
     if not src.is_indirect():
         permuted = src._with(shape, [src.strides[a] for a in axes])
         s = _acc(permuted, loc, "dma_transpose src")
@@ -1137,6 +1146,9 @@ def tensor_scalar(
     _dst_chip(dst, loc, "tensor_scalar")
     eng = _engine_arg(engine, "tensor_scalar", loc)
     d, a = _tiles(loc, "tensor_scalar", dst, data)
+    n0 = op_name(op0)
+    if n0 in E._BITVEC or (op1 is not None and op_name(op1) in E._BITVEC) or eng == "scalar":
+        _tensor_scalar_rules(d, a, n0, op1, eng, loc)  # rare: not on the common path
     s0 = _scalar_or_vector(0.0 if operand0 is None else operand0, loc, "operand0", a)
     s1 = None if operand1 is None else _scalar_or_vector(operand1, loc, "operand1", a)
     return _done(
@@ -1153,6 +1165,43 @@ def tensor_scalar(
             loc=loc,
         )
     )
+
+
+def _tensor_scalar_rules(d: Access, a: Access, n0: str, op1, eng, loc: SourceLoc) -> None:
+    """``tensor_scalar``'s operator rules [ISA tensor_scalar; nki-0x.md §4.6]: op0 and op1
+    both bitvec or both arithmetic; bitvec runs on the VectorE on integer data and dst;
+    the ScalarE of NeuronCore-v2/v3 (trn2) takes only (multiply, add), (multiply, None)
+    and (add, None)."""
+    n1 = None if op1 is None else op_name(op1)
+    bit0 = n0 in E._BITVEC
+    if n1 is not None and bit0 != (n1 in E._BITVEC):
+        raise _invalid(
+            "tensor_scalar",
+            f"op0 and op1 must both be bitvec or both arithmetic operators, got {n0} and {n1}",
+            loc,
+        )
+    if bit0:
+        if eng not in (None, "vector"):
+            raise _invalid(
+                "tensor_scalar", f"bitvec operators run on the Vector engine, not {eng}", loc
+            )
+        for role, x in (("data", a), ("dst", d)):
+            if not dtypes.is_int(x.dtype):
+                raise NkiError(
+                    "err_unsupported_dtype",
+                    loc,
+                    op="nisa.tensor_scalar",
+                    dtype=dtypes.name(x.dtype),
+                    why=f"{role} of a bitvec operator must be an integer dtype",
+                )
+    elif eng == "scalar" and int(get_nc_version().value) <= 3:
+        if (n0, n1) not in (("multiply", "add"), ("multiply", None), ("add", None)):
+            raise _invalid(
+                "tensor_scalar",
+                "the Scalar engine of NeuronCore-v2/v3 takes op0=nl.multiply with op1=nl.add "
+                f"or None, or op0=nl.add with op1=None; got op0={n0}, op1={n1}",
+                loc,
+            )
 
 
 def tensor_scalar_reduce(
