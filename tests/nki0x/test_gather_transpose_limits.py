@@ -145,3 +145,26 @@ def test_oob_skip_needs_an_indirect_source():
     want = t[np.minimum(idx[:, 0], 399)].T.copy()
     want[:, 3] = 0
     np.testing.assert_array_equal(gather_t_skip(t, idx), want)
+
+
+@nki.jit
+def hw_t(x, dge=nisa.dge_mode.hwdge):
+    t = nl.ndarray((x.shape[1], x.shape[0]), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_transpose(dst=t, src=x, dge_mode=dge)
+    out = nl.ndarray(t.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=t)
+    return out
+
+
+def test_a_hardware_dge_transpose_has_its_own_limits():
+    # [ISA dma_transpose "DMA Direct Transpose Constraints"]: 2-D src.shape[0] == 16,
+    # src.shape[-1] <= 128, a 2-byte dtype; dge_mode unknown leaves the choice open
+    x = np.arange(16 * 8).reshape(16, 8).astype(BF16)
+    np.testing.assert_array_equal(hw_t(x), x.T)
+    y = np.arange(32 * 8).reshape(32, 8).astype(BF16)
+    np.testing.assert_array_equal(hw_t(y, dge=nisa.dge_mode.unknown), y.T)
+    for bad, words in ((y, "src.shape[0] == 16"), (x.astype(np.float32), "2 bytes")):
+        with pytest.raises(NkiError) as e:
+            hw_t(bad)
+        assert e.value.name == "err_invalid_argument" and words in str(e.value)
+        assert "nisa.dma_transpose(dst=t" in str(e.value)

@@ -656,6 +656,8 @@ def dma_transpose(
             "(.ap(vector_offset=...) or scalar_offset=...)",
         )
     if not src.is_indirect():
+        if dge_mode is _DGE_HW or getattr(dge_mode, "value", dge_mode) == _DGE_HW.value:
+            _check_hwdge_transpose(src, loc)
         permuted = src._with(shape, [src.strides[a] for a in axes])
         s = _acc(permuted, loc, "dma_transpose src")
         d = _acc(dst, loc, "dma_transpose dst")
@@ -673,6 +675,37 @@ def dma_transpose(
         d = _acc(sub_dst, loc, "dma_transpose dst")
         op = E.emit_dma_copy(d, s, oob_skip=skip, loc=loc)
     return _done(op)
+
+
+_DGE_HW = dge_mode.hwdge
+
+
+def _check_hwdge_transpose(src: NkiTensor, loc: SourceLoc) -> None:
+    """A direct ``dma_transpose`` with ``dge_mode=hwdge`` (a Hardware DGE transpose)
+    [ISA dma_transpose, "DMA Direct Transpose Constraints"; nki-0x.md §4.3]: 2-D
+    ``src.shape[0] == 16``; 3-D/4-D ``src.shape[0]`` in {1, 2, 4, 8, 16} and
+    ``src.shape[0] * src.shape[-2]`` a multiple of 16; ``src.shape[-1] <= 128``; a 2-byte
+    dtype."""
+    sh = tuple(src.shape)
+    why = None
+    if src.ndim == 2 and sh[0] != 16:
+        why = f"a 2-D source needs src.shape[0] == 16, got {sh}"
+    elif src.ndim > 2 and (sh[0] not in (1, 2, 4, 8, 16) or (sh[0] * sh[-2]) % 16):
+        why = (
+            "a 3-D/4-D source needs src.shape[0] in {1, 2, 4, 8, 16} and "
+            f"src.shape[0] * src.shape[-2] a multiple of 16, got {sh}"
+        )
+    elif sh[-1] > 128:
+        why = f"src.shape[-1] must be at most 128, got {sh}"
+    elif src.dtype.itemsize != 2:
+        why = f"the dtype must be 2 bytes, got {dtypes.name(src.dtype)}"
+    if why is not None:
+        raise NkiError(
+            "err_invalid_argument",
+            loc,
+            op="nisa.dma_transpose",
+            why=f"dge_mode=nisa.dge_mode.hwdge (a Hardware DGE transpose): {why}",
+        )
 
 
 def _check_gather_transpose(src: NkiTensor, dge, loc: SourceLoc) -> None:
