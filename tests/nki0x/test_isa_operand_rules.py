@@ -280,3 +280,29 @@ def test_tensor_scalar_on_the_trn2_scalar_engine():
     np.testing.assert_array_equal(got, 19.0)
     kernel = lambda x: tscalar(x, op0=nl.subtract, **kw)  # noqa: E731
     _rejects(kernel, "err_invalid_argument", "Scalar engine of NeuronCore-v2/v3")
+
+
+# -- range_select: a floating-point on_true_tile, fp32 bounds -------------------------------------
+
+
+@nki.jit
+def rsel(x, dt=nl.float32, bound_dt=nl.float32):
+    t = _fill(_sb(dt), 2)
+    lo, hi = _fill(_sb(bound_dt, (P, 1)), 0), _fill(_sb(bound_dt, (P, 1)), 4)
+    d = _sb(dt)
+    nisa.range_select(
+        dst=d,
+        on_true_tile=t,
+        comp_op0=nl.greater_equal,
+        comp_op1=nl.less,
+        bound0=lo,
+        bound1=hi,
+    )
+    return _out(d)
+
+
+def test_range_select_dtypes():
+    got = np.asarray(rsel(np.zeros((1, 1), np.float32)))
+    np.testing.assert_array_equal(got[:, :4], 2.0)
+    _rejects(lambda x: rsel(x, dt=nl.int32), "err_unsupported_dtype", "floating-point")
+    _rejects(lambda x: rsel(x, bound_dt=nl.int32), "err_unsupported_dtype", "bound0")

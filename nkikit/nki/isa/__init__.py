@@ -1525,14 +1525,28 @@ def range_select(
     _dst_chip(dst, loc, "range_select")
     cmd = ACC.command(reduce_cmd, loc, "range_select")
     d, a = _tiles(loc, "range_select", dst, on_true_tile)
+    # on_true_tile of a floating-point dtype, bounds fp32 [ISA range_select]
+    if dtypes.is_int(a.dtype):
+        raise NkiError(
+            "err_unsupported_dtype",
+            loc,
+            op="nisa.range_select",
+            dtype=dtypes.name(a.dtype),
+            why="on_true_tile must be of a floating-point dtype",
+        )
+    b0 = _scalar_or_vector(_lanes(bound0, a), loc, "bound0", a)
+    b1 = _scalar_or_vector(_lanes(bound1, a), loc, "bound1", a)
+    for role, b in (("bound0", b0), ("bound1", b1)):
+        if isinstance(b, Access):
+            _dtype_in(b, _F32, "range_select", role, loc)
     r = None if reduce_res is None else _reduce_res(reduce_res, a, loc)
     red = E.max_reduce_op("range_select", reduce_op, loc)
     chain = ACC.Chain("vector", cmd, red, a.shape[0], r, loc=loc, op="range_select")
     op = E.emit_range_select(
         d,
         a,
-        _scalar_or_vector(_lanes(bound0, a), loc, "bound0", a),
-        _scalar_or_vector(_lanes(bound1, a), loc, "bound1", a),
+        b0,
+        b1,
         comp_op0=comp_op0,
         comp_op1=comp_op1,
         reduce_res=chain.into,
@@ -1630,6 +1644,7 @@ def local_gather(dst, src_buffer, index, num_elem_per_idx=1, num_valid_indices=N
 
 
 _U32 = frozenset({"uint32"})
+_F32 = frozenset({"float32"})
 
 
 def nc_n_gather(dst, data, indices, name=None) -> NkiInstruction:
