@@ -306,3 +306,70 @@ def test_range_select_dtypes():
     np.testing.assert_array_equal(got[:, :4], 2.0)
     _rejects(lambda x: rsel(x, dt=nl.int32), "err_unsupported_dtype", "floating-point")
     _rejects(lambda x: rsel(x, bound_dt=nl.int32), "err_unsupported_dtype", "bound0")
+
+
+# -- tensor_scalar_reduce, local_gather's index budget, select_reduce's reduce_res, affine_select --
+
+
+@nki.jit
+def tsr(x, op0=nl.add, reverse0=False):
+    a = _fill(_sb(nl.int32), 1)
+    d, r = _sb(nl.int32), _sb(nl.float32, (P, 1))
+    nisa.tensor_scalar_reduce(
+        dst=d, data=a, op0=op0, operand0=1, reduce_op=nl.add, reduce_res=r, reverse0=reverse0
+    )
+    return _out(r)
+
+
+def test_tensor_scalar_reduce_is_arithmetic_without_reverse0():
+    np.testing.assert_array_equal(tsr(np.zeros((1, 1), np.float32)), 2.0 * F)
+    kernel = lambda x: tsr(x, op0=nl.bitwise_or)  # noqa: E731
+    _rejects(kernel, "err_invalid_argument", "op0 must be an arithmetic operator")
+    kernel = lambda x: tsr(x, op0=nl.subtract, reverse0=True)  # noqa: E731
+    _rejects(kernel, "err_invalid_argument", "reverse0=True is documented as not supported")
+
+
+def test_a_local_gather_core_takes_at_most_4096_indices():
+    @nki.jit
+    def k(x):
+        src = _fill(_sb(nl.float32, (16, 64)), 7.0)
+        ix = _fill(_sb(nl.uint16, (16, 300)), 0)
+        d = _sb(nl.float32, (16, 4800))
+        nisa.local_gather(dst=d, src_buffer=src, index=ix)
+        return _out(d)
+
+    _rejects(k, "err_invalid_argument", "at most 4096 indices")
+
+
+@nki.jit
+def select_res(x, res_dt=nl.float32):
+    p = _fill(_sb(nl.uint8), 1)
+    t = _fill(_sb(), 5.0)
+    d, r = _sb(), _sb(res_dt, (P, 1))
+    nisa.select_reduce(
+        dst=d,
+        predicate=p,
+        on_true=t,
+        on_false=0.0,
+        reduce_res=r,
+        reduce_cmd=nisa.reduce_cmd.reset_reduce,
+    )
+    return _out(r)
+
+
+def test_select_reduce_reads_out_into_a_float_tile():
+    np.testing.assert_array_equal(select_res(np.zeros((1, 1), np.float32)), 5.0)
+    kernel = lambda x: select_res(x, res_dt=nl.int32)  # noqa: E731
+    _rejects(kernel, "err_unsupported_dtype", "reduce_res must be of a float dtype")
+
+
+def test_affine_select_on_false_value_is_a_scalar():
+    @nki.jit
+    def k(x):
+        t = _fill(_sb(), 1.0)
+        f = _fill(_sb(nl.float32, (P, 1)), 0.0)
+        d = _sb()
+        nisa.affine_select(d, [[1, F]], 0, t, f)
+        return _out(d)
+
+    _rejects(k, "err_invalid_argument", "on_false_value is a float32 scalar")

@@ -26,6 +26,7 @@ from ...errors import NkiError, SourceLoc, caller_loc
 from ...ir.affine import Affine, Axis, Predicate
 from ...ir.core import Access
 from ...ir.opnames import op_name
+from ...ir.prims import local_gather_indices
 from ...isa import dge_mode, engine, matmul_perf_mode, nc_version, oob_mode, reduce_cmd
 from ...trace import accumulators as ACC
 from ...trace import instructions as E
@@ -946,6 +947,10 @@ def affine_select(
             op="nisa.affine_select",
             why=f"cmp_op must be a comparison (nl.equal, nl.greater_equal, ...), got {cmp_op!r}",
         )
+    # on_false_value is an fp32 scalar [ISA affine_select]
+    on_false_value = _number(
+        on_false_value, loc, "affine_select", "on_false_value is a float32 scalar", or_tensor=True
+    )
     _same_free([dst, on_true_tile], loc, "nisa.affine_select")
     (d, t), expr = _pattern_views(
         [dst, on_true_tile], pattern, offset, channel_multiplier, loc, "affine_select"
@@ -1260,6 +1265,16 @@ def tensor_scalar_reduce(
     if reduce_init is not None and cmd != "load_reduce":
         raise _invalid("tensor_scalar_reduce", "reduce_init is only read by load_reduce", loc)
     red = _reduce_name(reduce_op, ("add", "multiply", "max", "min"), "tensor_scalar_reduce", loc)
+    # "Bitvec operators are not supported in this API"; reverse0 "(not supported yet)"
+    # [ISA tensor_scalar_reduce]
+    _arithmetic("tensor_scalar_reduce", loc, op0=op0)
+    if reverse0:
+        raise _invalid(
+            "tensor_scalar_reduce",
+            "reverse0=True is documented as not supported yet; compute operand0 op0 data "
+            "with nisa.tensor_scalar(reverse0=True) first",
+            loc,
+        )
     d, a = _tiles(loc, "tensor_scalar_reduce", dst, data)
     r = None if reduce_res is None else _reduce_res(reduce_res, a, loc)
     init = None if reduce_init is None else _scalar_or_vector(reduce_init, loc, "reduce_init")
@@ -1496,6 +1511,14 @@ def select_reduce(
     _not_both_psum(t, p, "select_reduce", "on_true and predicate", loc)
     f = _scalar_or_vector(on_false, loc, "on_false", t)
     r = None if reduce_res is None else _reduce_res(reduce_res, p, loc)
+    if r is not None and dtypes.is_int(r.dtype):
+        raise NkiError(
+            "err_unsupported_dtype",
+            loc,
+            op="nisa.select_reduce",
+            dtype=dtypes.name(r.dtype),
+            why="reduce_res must be of a float dtype",
+        )
     red = E.max_reduce_op("select_reduce", reduce_op, loc)
     chain = ACC.Chain("vector", cmd, red, p.shape[0], r, loc=loc, op="select_reduce")
     op = E.emit_select_reduce(
@@ -1623,6 +1646,13 @@ def local_gather(dst, src_buffer, index, num_elem_per_idx=1, num_valid_indices=N
             "local_gather",
             f"src_buffer spans {s.shape[0]} partitions; it must be a multiple of 16 (one "
             "GpSimd core per 16 partitions)",
+            loc,
+        )
+    if local_gather_indices(ix.shape, num_valid_indices) > 4096:
+        raise _invalid(
+            "local_gather",
+            f"each GpSimd core gathers at most 4096 indices, got "
+            f"{local_gather_indices(ix.shape, num_valid_indices)} (index {ix.shape})",
             loc,
         )
     if num_elem_per_idx not in (1, 2, 4, 8, 16, 32):
