@@ -59,7 +59,8 @@ def gather_transpose_blocks(cache, idx):
 
 
 def test_a_gather_transpose_puts_each_gathered_row_in_its_own_column():
-    cache, idx = _cache().astype(nl.bfloat16), _blocks()
+    # an indirect transpose takes a uint32 index [ISA dma_transpose]
+    cache, idx = _cache().astype(nl.bfloat16), _blocks().astype(np.uint32)
     out = np.asarray(gather_transpose_blocks(cache, idx))
     # dst[d, 0, b, p] = cache[idx[p], b, d]
     want = cache.reshape(BLOCKS, BLOCK, D)[idx[:, 0]].transpose(2, 1, 0).reshape(D, BLOCK * P)

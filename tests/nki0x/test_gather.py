@@ -132,7 +132,9 @@ def test_nc_n_gather_takes_elements_of_each_partition_by_its_own_indices():
     "indices, name",
     [
         (np.full((4, 2), 24, np.uint32), "err_tensor_access_out_of_bound"),
-        (np.zeros((4, 2), np.float32), "err_invalid_argument.*integers"),
+        # nc_n_gather's indices are uint32 [ISA nc_n_gather]
+        (np.zeros((4, 2), np.float32), "err_unsupported_dtype.*indices must be uint32"),
+        (np.zeros((4, 2), np.int32), "err_unsupported_dtype.*indices must be uint32"),
     ],
 )
 def test_bad_nc_n_gather_indices_are_named_errors_at_the_user_line(indices, name):

@@ -26,6 +26,7 @@ from ...errors import NkiError, SourceLoc, caller_loc
 from ...ir.affine import Affine, Axis, Predicate
 from ...ir.core import Access
 from ...ir.opnames import op_name
+from ...ir.prims import local_gather_indices
 from ...isa import dge_mode, engine, matmul_perf_mode, nc_version, oob_mode, reduce_cmd
 from ...trace import accumulators as ACC
 from ...trace import instructions as E
@@ -573,6 +574,13 @@ def dma_compute(
             "err_invalid_argument", loc, op="nisa.dma_compute", why="every scale must be 1.0"
         )
     srcs = list(srcs)
+    if not 1 <= len(srcs) <= 16:
+        raise NkiError(
+            "err_invalid_argument",
+            loc,
+            op="nisa.dma_compute",
+            why=f"srcs holds 1 to 16 tensors, got {len(srcs)}",
+        )
     skip = _oob_skip(oob_mode, loc, "dma_compute")
 
     def indirect(*xs) -> bool:
@@ -638,8 +646,19 @@ def dma_transpose(
             op="nisa.dma_transpose",
             why=f"dst shape {dst.shape} must be the permuted src shape {shape} (axes {axes})",
         )
-    skip = _oob_skip(oob_mode, loc, "dma_transpose") and src.is_indirect()
+    skip = oob_mode is not _OOB_ERROR and _oob_skip(oob_mode, loc, "dma_transpose")
+    if skip and not src.is_indirect():
+        # "Only valid when src uses indirect indexing" [ISA dma_transpose oob_mode]
+        raise NkiError(
+            "err_invalid_argument",
+            loc,
+            op="nisa.dma_transpose",
+            why="oob_mode=nisa.oob_mode.skip is only valid when src uses indirect indexing "
+            "(.ap(vector_offset=...) or scalar_offset=...)",
+        )
     if not src.is_indirect():
+        if dge_mode is _DGE_HW or getattr(dge_mode, "value", dge_mode) == _DGE_HW.value:
+            _check_hwdge_transpose(src, loc)
         permuted = src._with(shape, [src.strides[a] for a in axes])
         s = _acc(permuted, loc, "dma_transpose src")
         d = _acc(dst, loc, "dma_transpose dst")
@@ -648,6 +667,8 @@ def dma_transpose(
     # axis 0 and land on dst axis ``axes.index(0)`` [nki-0x.md §4.3 dma_transpose, "Indirect
     # transpose"]; the gathered access with its tile axes renamed.  A (128, N) index gathers
     # row ``idx[i % 128, i // 128]`` for element i (column-major): one DMA per column.
+    if src._indirect[2] == "vector":
+        _check_gather_transpose(src, dge_mode, loc)
     op = None
     for sub_src, sub_dst in _gather_columns(src, dst, axes.index(0), loc):
         s = _acc(sub_src, loc, "dma_transpose src")
@@ -657,16 +678,88 @@ def dma_transpose(
     return _done(op)
 
 
+_DGE_HW = dge_mode.hwdge
+
+
+def _check_hwdge_transpose(src: NkiTensor, loc: SourceLoc) -> None:
+    """A direct ``dma_transpose`` with ``dge_mode=hwdge`` (a Hardware DGE transpose)
+    [ISA dma_transpose, "DMA Direct Transpose Constraints"; nki-0x.md §4.3]: 2-D
+    ``src.shape[0] == 16``; 3-D/4-D ``src.shape[0]`` in {1, 2, 4, 8, 16} and
+    ``src.shape[0] * src.shape[-2]`` a multiple of 16; ``src.shape[-1] <= 128``; a 2-byte
+    dtype."""
+    sh = tuple(src.shape)
+    why = None
+    if src.ndim == 2 and sh[0] != 16:
+        why = f"a 2-D source needs src.shape[0] == 16, got {sh}"
+    elif src.ndim > 2 and (sh[0] not in (1, 2, 4, 8, 16) or (sh[0] * sh[-2]) % 16):
+        why = (
+            "a 3-D/4-D source needs src.shape[0] in {1, 2, 4, 8, 16} and "
+            f"src.shape[0] * src.shape[-2] a multiple of 16, got {sh}"
+        )
+    elif sh[-1] > 128:
+        why = f"src.shape[-1] must be at most 128, got {sh}"
+    elif src.dtype.itemsize != 2:
+        why = f"the dtype must be 2 bytes, got {dtypes.name(src.dtype)}"
+    if why is not None:
+        raise NkiError(
+            "err_invalid_argument",
+            loc,
+            op="nisa.dma_transpose",
+            why=f"dge_mode=nisa.dge_mode.hwdge (a Hardware DGE transpose): {why}",
+        )
+
+
+def _check_gather_transpose(src: NkiTensor, dge, loc: SourceLoc) -> None:
+    """The documented limits of an indirect ``dma_transpose`` (a Software DGE
+    ``dma_gather_transpose``) [ISA dma_transpose, "DMA Indirect Transpose Constraints";
+    nki-0x.md §4.3]: ``dge_mode`` unknown or swdge; a 2-byte dtype; ``src.shape[0]`` a
+    multiple of 16; ``src.shape[-1] <= 128``; a 4-D src with ``shape[1]`` or ``shape[2]``
+    of 1; a 2-D uint32 index in SBUF with 16 to 128 partitions, a multiple of 16 (that it
+    covers src's rows is checked by ``_gather_columns`` and the access).  Runs once per gather-transpose, not per element."""
+    index = src._indirect[0]
+    mode = globals()["dge_mode"]
+    try:
+        dge_ok = mode(getattr(dge, "value", dge)) in (mode.unknown, mode.swdge)
+    except ValueError:
+        dge_ok = False
+    why = None
+    if not dge_ok:
+        why = f"an indirect (vector_offset) transpose runs on the Software DGE: dge_mode must be nisa.dge_mode.unknown or nisa.dge_mode.swdge, got {getattr(dge, 'name', dge)}"
+    elif src.dtype.itemsize != 2:
+        why = f"an indirect (vector_offset) transpose moves 2-byte elements only, got {dtypes.name(src.dtype)} (bfloat16/float16/int16/uint16)"
+    elif src.shape[0] % 16:
+        why = f"an indirect (vector_offset) transpose gathers a multiple of 16 rows: src.shape[0] must be divisible by 16, got {tuple(src.shape)}"
+    elif src.shape[-1] > 128:
+        why = f"an indirect (vector_offset) transpose needs src.shape[-1] <= 128, got {tuple(src.shape)}"
+    elif src.ndim == 4 and src.shape[1] != 1 and src.shape[2] != 1:
+        why = f"a 4-D indirect (vector_offset) transpose needs src.shape[1] or src.shape[2] to be 1, got {tuple(src.shape)}"
+    elif index.ndim != 2 or index.shape[0] % 16 or not 16 <= index.shape[0] <= 128:
+        why = f"the vector_offset index of an indirect transpose must be 2-D with 16 to 128 partitions, a multiple of 16, got {tuple(index.shape)}"
+    elif dtypes.name(index.dtype) != "uint32":
+        why = f"the vector_offset index of an indirect transpose must be uint32, got {dtypes.name(index.dtype)}"
+    elif index._layout.root.buffer != "sbuf":
+        why = f"the vector_offset index of an indirect transpose must be in SBUF, got {index._layout.root.buffer}"
+    if why is not None:
+        raise NkiError("err_invalid_argument", loc, op="nisa.dma_transpose", why=why)
+
+
 def _gather_columns(src: NkiTensor, dst: NkiTensor, axis: int, loc: SourceLoc):
     """``(src, dst)`` of a gather-transpose, one pair per column of a 2-D (128, N) index
     (``flat = idx.T.flatten()[:src.shape[0]]``): column c gathers src rows c*128 ... into
     dst along ``axis``; an index with one column is one pair."""
     index, dim, kind, base = src._indirect
     cols = index.size // max(index.shape[0], 1)
+    n = src.shape[0]
+    if kind == "vector" and cols == 1 and index.shape[0] > n:
+        # a taller one-column index: its first n rows are read (``indices.T.flatten()[:n]``)
+        part = NkiTensor._view(
+            src._layout, src.shape, src.strides, src.offset, (index[0:n], dim, kind, base)
+        )
+        yield part, dst
+        return
     if kind != "vector" or cols == 1:
         yield src, dst
         return
-    n = src.shape[0]
     if index.ndim != 2 or index.shape[0] != 128 or 128 * cols < n:
         raise NkiError(
             "err_invalid_argument",
@@ -715,18 +808,43 @@ def tensor_copy(dst, src, engine=engine.unknown, name=None, dtype=None) -> NkiIn
     return _done(E.emit_tensor_copy(d, s, engine=eng, loc=loc))
 
 
+# predicate dtypes [ISA tensor_copy_predicated, select_reduce]; nl.bool_ is a one-byte
+# integer tile too (nkikit's torch code generator writes bool predicates)
+_PRED_COPY = frozenset({"uint8", "uint16", "uint32", "bool"})
+_PRED_SELECT = frozenset({"int8", "uint8", "int16", "uint16", "bool"})
+
+
 def tensor_copy_predicated(dst, src, predicate, reverse_pred=False, name=None) -> NkiInstruction:
     """``dst = src where predicate != 0`` (``reverse_pred``: where it is 0); elsewhere ``dst``
-    keeps its value (VectorE)."""
-    loc = caller_loc()
+    keeps its value (VectorE).  ``predicate`` uint8/uint16/uint32, ``src`` in ``dst``'s
+    dtype, ``src`` and ``predicate`` not both in PSUM [ISA tensor_copy_predicated]."""
+    return _copy_predicated(dst, src, predicate, reverse_pred, caller_loc(), strict=True)
+
+
+def _copy_predicated(dst, src, predicate, reverse_pred, loc: SourceLoc, strict: bool):
+    """``tensor_copy_predicated``; ``strict=False`` (``nl.where``, whose condition and
+    operands may be of any dtype) skips its dtype and memory rules."""
     _dst_chip(dst, loc, "tensor_copy_predicated")
     if isinstance(src, NkiTensor):
         d, s, p = _tiles(loc, "tensor_copy_predicated", dst, src, predicate)
+        if not strict:
+            pass
+        elif s.dtype is not d.dtype and dtypes.name(s.dtype) != dtypes.name(d.dtype):
+            raise _invalid(
+                "tensor_copy_predicated",
+                f"src and dst must share a dtype, got {dtypes.name(s.dtype)} and "
+                f"{dtypes.name(d.dtype)}",
+                loc,
+            )
+        else:
+            _not_both_psum(s, p, "tensor_copy_predicated", "src and predicate", loc)
     else:
         s = _number(
             src, loc, "tensor_copy_predicated", "src is a tensor or a number", or_tensor=True
         )
         d, p = _tiles(loc, "tensor_copy_predicated", dst, predicate)
+    if strict:
+        _dtype_in(p, _PRED_COPY, "tensor_copy_predicated", "predicate", loc)
     on_true, on_false = (d, s) if reverse_pred else (s, d)
     return _done(E.emit_select(d, p, on_true, on_false, loc=loc))
 
@@ -829,6 +947,10 @@ def affine_select(
             op="nisa.affine_select",
             why=f"cmp_op must be a comparison (nl.equal, nl.greater_equal, ...), got {cmp_op!r}",
         )
+    # on_false_value is an fp32 scalar [ISA affine_select]
+    on_false_value = _number(
+        on_false_value, loc, "affine_select", "on_false_value is a float32 scalar", or_tensor=True
+    )
     _same_free([dst, on_true_tile], loc, "nisa.affine_select")
     (d, t), expr = _pattern_views(
         [dst, on_true_tile], pattern, offset, channel_multiplier, loc, "affine_select"
@@ -1062,6 +1184,9 @@ def tensor_scalar(
     _dst_chip(dst, loc, "tensor_scalar")
     eng = _engine_arg(engine, "tensor_scalar", loc)
     d, a = _tiles(loc, "tensor_scalar", dst, data)
+    n0 = op_name(op0)
+    if n0 in E._BITVEC or (op1 is not None and op_name(op1) in E._BITVEC) or eng == "scalar":
+        _tensor_scalar_rules(d, a, n0, op1, eng, loc)  # rare: not on the common path
     s0 = _scalar_or_vector(0.0 if operand0 is None else operand0, loc, "operand0", a)
     s1 = None if operand1 is None else _scalar_or_vector(operand1, loc, "operand1", a)
     return _done(
@@ -1078,6 +1203,43 @@ def tensor_scalar(
             loc=loc,
         )
     )
+
+
+def _tensor_scalar_rules(d: Access, a: Access, n0: str, op1, eng, loc: SourceLoc) -> None:
+    """``tensor_scalar``'s operator rules [ISA tensor_scalar; nki-0x.md §4.6]: op0 and op1
+    both bitvec or both arithmetic; bitvec runs on the VectorE on integer data and dst;
+    the ScalarE of NeuronCore-v2/v3 (trn2) takes only (multiply, add), (multiply, None)
+    and (add, None)."""
+    n1 = None if op1 is None else op_name(op1)
+    bit0 = n0 in E._BITVEC
+    if n1 is not None and bit0 != (n1 in E._BITVEC):
+        raise _invalid(
+            "tensor_scalar",
+            f"op0 and op1 must both be bitvec or both arithmetic operators, got {n0} and {n1}",
+            loc,
+        )
+    if bit0:
+        if eng not in (None, "vector"):
+            raise _invalid(
+                "tensor_scalar", f"bitvec operators run on the Vector engine, not {eng}", loc
+            )
+        for role, x in (("data", a), ("dst", d)):
+            if not dtypes.is_int(x.dtype):
+                raise NkiError(
+                    "err_unsupported_dtype",
+                    loc,
+                    op="nisa.tensor_scalar",
+                    dtype=dtypes.name(x.dtype),
+                    why=f"{role} of a bitvec operator must be an integer dtype",
+                )
+    elif eng == "scalar" and int(get_nc_version().value) <= 3:
+        if (n0, n1) not in (("multiply", "add"), ("multiply", None), ("add", None)):
+            raise _invalid(
+                "tensor_scalar",
+                "the Scalar engine of NeuronCore-v2/v3 takes op0=nl.multiply with op1=nl.add "
+                f"or None, or op0=nl.add with op1=None; got op0={n0}, op1={n1}",
+                loc,
+            )
 
 
 def tensor_scalar_reduce(
@@ -1103,6 +1265,16 @@ def tensor_scalar_reduce(
     if reduce_init is not None and cmd != "load_reduce":
         raise _invalid("tensor_scalar_reduce", "reduce_init is only read by load_reduce", loc)
     red = _reduce_name(reduce_op, ("add", "multiply", "max", "min"), "tensor_scalar_reduce", loc)
+    # "Bitvec operators are not supported in this API"; reverse0 "(not supported yet)"
+    # [ISA tensor_scalar_reduce]
+    _arithmetic("tensor_scalar_reduce", loc, op0=op0)
+    if reverse0:
+        raise _invalid(
+            "tensor_scalar_reduce",
+            "reverse0=True is documented as not supported yet; compute operand0 op0 data "
+            "with nisa.tensor_scalar(reverse0=True) first",
+            loc,
+        )
     d, a = _tiles(loc, "tensor_scalar_reduce", dst, data)
     r = None if reduce_res is None else _reduce_res(reduce_res, a, loc)
     init = None if reduce_init is None else _scalar_or_vector(reduce_init, loc, "reduce_init")
@@ -1156,6 +1328,50 @@ def _reduce_name(reduce_op, allowed: tuple[str, ...], op: str, loc: SourceLoc) -
     return name
 
 
+def _dtype_in(x: Access, allowed: frozenset, op: str, role: str, loc: SourceLoc) -> None:
+    """``x``'s dtype is one of ``allowed`` (dtype names) [the instruction's ISA page]."""
+    got = dtypes.name(x.dtype)
+    if got not in allowed:
+        raise NkiError(
+            "err_unsupported_dtype",
+            loc,
+            op=f"nisa.{op}",
+            dtype=got,
+            why=f"{role} must be {' or '.join(sorted(allowed))}",
+        )
+
+
+def _not_both_psum(a, b, op: str, roles: str, loc: SourceLoc) -> None:
+    """At most one of two inputs is in PSUM [the instruction's ISA page]."""
+    if (
+        isinstance(a, Access)
+        and isinstance(b, Access)
+        and a.tensor.buffer == "psum"
+        and b.tensor.buffer == "psum"
+    ):
+        raise NkiError(
+            "err_unsupported_memory",
+            loc,
+            op=f"nisa.{op}",
+            what=roles,
+            allowed="SBUF for at least one of them (copy one input to SBUF first)",
+            got="both in PSUM",
+        )
+
+
+def _arithmetic(op: str, loc: SourceLoc, **ops) -> None:
+    """Every operator of ``ops`` is an arithmetic ALU operator, not a bit-vector one
+    [nki-0x.md §4.6, §4.16]."""
+    for role, o in ops.items():
+        n = op_name(o)
+        if n in E._BITVEC:
+            raise _invalid(
+                op,
+                f"{role} must be an arithmetic operator (bitvec operators are not supported), got {n}",
+                loc,
+            )
+
+
 def scalar_tensor_tensor(
     dst, data, op0, operand0, op1, operand1, reverse0=False, reverse1=False, name=None
 ) -> NkiInstruction:
@@ -1163,6 +1379,7 @@ def scalar_tensor_tensor(
     a tensor like ``data`` (VectorE)."""
     loc = caller_loc()
     _dst_chip(dst, loc, "scalar_tensor_tensor")
+    _arithmetic("scalar_tensor_tensor", loc, op0=op0, op1=op1)
     d, a, t1 = _tiles(loc, "scalar_tensor_tensor", dst, data, operand1)
     s0 = _scalar_or_vector(operand0, loc, "operand0", a)
     return _done(
@@ -1236,6 +1453,13 @@ def tensor_partition_reduce(dst, op, data, name=None) -> NkiInstruction:
     """Reduce across partitions (GpSimd): (P, F) -> (1, F)."""
     loc = caller_loc()
     _dst_chip(dst, loc, "tensor_partition_reduce")
+    if op_name(op, "reduce") not in ("add", "max", "bitwise_or", "bitwise_and"):
+        raise _invalid(
+            "tensor_partition_reduce",
+            f"op must be nl.add, nl.maximum, nl.bitwise_or or nl.bitwise_and (nl.average is "
+            f"not modeled yet), got {op_name(op)}",
+            loc,
+        )
     a = _acc(data, loc, "tensor_partition_reduce data")
     d = _acc(dst, loc, "tensor_partition_reduce dst")
     return _done(E.emit_tensor_partition_reduce(d, a, op=op, loc=loc))
@@ -1247,7 +1471,9 @@ def tensor_tensor_scan(
     """Per-partition scan: ``r[i] = op1(op0(data0[i], r[i-1]), data1[i])``, ``r[-1] = initial``."""
     loc = caller_loc()
     _dst_chip(dst, loc, "tensor_tensor_scan")
+    _arithmetic("tensor_tensor_scan", loc, op0=op0, op1=op1)
     d, a, b = _tiles(loc, "tensor_tensor_scan", dst, data0, data1)
+    _not_both_psum(a, b, "tensor_tensor_scan", "data0 and data1", loc)
     init = _scalar_or_vector(initial, loc, "initial", a)
     return _done(
         E.emit_tensor_tensor_scan(
@@ -1273,8 +1499,26 @@ def select_reduce(
     _dst_chip(dst, loc, "select_reduce")
     cmd = ACC.command(reduce_cmd, loc, "select_reduce")
     d, p, t = _tiles(loc, "select_reduce", dst, predicate, on_true)
+    _dtype_in(p, _PRED_SELECT, "select_reduce", "predicate", loc)
+    if dtypes.name(t.dtype) in ("tfloat32", "int32", "uint32"):
+        raise NkiError(
+            "err_unsupported_dtype",
+            loc,
+            op="nisa.select_reduce",
+            dtype=dtypes.name(t.dtype),
+            why="on_true may be any dtype except tfloat32, int32 and uint32",
+        )
+    _not_both_psum(t, p, "select_reduce", "on_true and predicate", loc)
     f = _scalar_or_vector(on_false, loc, "on_false", t)
     r = None if reduce_res is None else _reduce_res(reduce_res, p, loc)
+    if r is not None and dtypes.is_int(r.dtype):
+        raise NkiError(
+            "err_unsupported_dtype",
+            loc,
+            op="nisa.select_reduce",
+            dtype=dtypes.name(r.dtype),
+            why="reduce_res must be of a float dtype",
+        )
     red = E.max_reduce_op("select_reduce", reduce_op, loc)
     chain = ACC.Chain("vector", cmd, red, p.shape[0], r, loc=loc, op="select_reduce")
     op = E.emit_select_reduce(
@@ -1304,14 +1548,28 @@ def range_select(
     _dst_chip(dst, loc, "range_select")
     cmd = ACC.command(reduce_cmd, loc, "range_select")
     d, a = _tiles(loc, "range_select", dst, on_true_tile)
+    # on_true_tile of a floating-point dtype, bounds fp32 [ISA range_select]
+    if dtypes.is_int(a.dtype):
+        raise NkiError(
+            "err_unsupported_dtype",
+            loc,
+            op="nisa.range_select",
+            dtype=dtypes.name(a.dtype),
+            why="on_true_tile must be of a floating-point dtype",
+        )
+    b0 = _scalar_or_vector(_lanes(bound0, a), loc, "bound0", a)
+    b1 = _scalar_or_vector(_lanes(bound1, a), loc, "bound1", a)
+    for role, b in (("bound0", b0), ("bound1", b1)):
+        if isinstance(b, Access):
+            _dtype_in(b, _F32, "range_select", role, loc)
     r = None if reduce_res is None else _reduce_res(reduce_res, a, loc)
     red = E.max_reduce_op("range_select", reduce_op, loc)
     chain = ACC.Chain("vector", cmd, red, a.shape[0], r, loc=loc, op="range_select")
     op = E.emit_range_select(
         d,
         a,
-        _scalar_or_vector(_lanes(bound0, a), loc, "bound0", a),
-        _scalar_or_vector(_lanes(bound1, a), loc, "bound1", a),
+        b0,
+        b1,
         comp_op0=comp_op0,
         comp_op1=comp_op1,
         reduce_res=chain.into,
@@ -1382,6 +1640,27 @@ def local_gather(dst, src_buffer, index, num_elem_per_idx=1, num_valid_indices=N
     _dst_chip(dst, loc, "local_gather")
     d = _acc(dst, loc, "local_gather dst")
     s, ix = _acc(src_buffer, loc, "local_gather src"), _acc(index, loc, "local_gather index")
+    _dtype_in(ix, frozenset({"uint16"}), "local_gather", "index", loc)
+    if s.shape[0] % 16:
+        raise _invalid(
+            "local_gather",
+            f"src_buffer spans {s.shape[0]} partitions; it must be a multiple of 16 (one "
+            "GpSimd core per 16 partitions)",
+            loc,
+        )
+    if local_gather_indices(ix.shape, num_valid_indices) > 4096:
+        raise _invalid(
+            "local_gather",
+            f"each GpSimd core gathers at most 4096 indices, got "
+            f"{local_gather_indices(ix.shape, num_valid_indices)} (index {ix.shape})",
+            loc,
+        )
+    if num_elem_per_idx not in (1, 2, 4, 8, 16, 32):
+        raise _invalid(
+            "local_gather",
+            f"num_elem_per_idx must be 1, 2, 4, 8, 16 or 32, got {num_elem_per_idx!r}",
+            loc,
+        )
     return _done(
         E.emit_local_gather(
             d,
@@ -1394,6 +1673,10 @@ def local_gather(dst, src_buffer, index, num_elem_per_idx=1, num_valid_indices=N
     )
 
 
+_U32 = frozenset({"uint32"})
+_F32 = frozenset({"float32"})
+
+
 def nc_n_gather(dst, data, indices, name=None) -> NkiInstruction:
     """GpSimd gather within each partition: ``dst[p, j] = flat(data[p])[indices[p, j]]``,
     ``data``'s free dims flattened, ``dst`` in ``data``'s dtype with one element per index."""
@@ -1401,6 +1684,7 @@ def nc_n_gather(dst, data, indices, name=None) -> NkiInstruction:
     _dst_chip(dst, loc, "nc_n_gather", allowed=("sbuf",))
     d = _acc(dst, loc, "nc_n_gather dst")
     a, ix = _acc(data, loc, "nc_n_gather data"), _acc(indices, loc, "nc_n_gather indices")
+    _dtype_in(ix, _U32, "nc_n_gather", "indices", loc)
     return _done(E.emit_nc_n_gather(d, a, ix, loc=loc))
 
 
@@ -1419,12 +1703,24 @@ def nonzero_with_count(dst, src, index_offset=0, padding_val=-1, name=None) -> N
 
 def dropout(dst, data, prob, name=None) -> NkiInstruction:
     """Zero each element with probability ``prob`` (a scalar or a (P, 1) tensor), drawing from
-    the VectorE's generator (``nisa.rng``'s; reproducible for a given seed); no rescaling."""
+    the VectorE's generator (``nisa.rng``'s; reproducible for a given seed); no rescaling.
+    ``dst`` has ``data``'s dtype [ISA dropout]."""
+    return _dropout(dst, data, prob, caller_loc(), strict=True)
+
+
+def _dropout(dst, data, prob, loc: SourceLoc, strict: bool):
+    """``dropout``; ``strict=False`` (``nl.dropout(x, rate, dtype=)``, which converts into
+    its ``dtype``) skips the same-dtype rule."""
     from .random import program
 
-    loc = caller_loc()
     _dst_chip(dst, loc, "dropout")
     d, a = _tiles(loc, "dropout", dst, data)
+    if strict and d.dtype is not a.dtype and dtypes.name(d.dtype) != dtypes.name(a.dtype):
+        raise _invalid(
+            "dropout",
+            f"dst must have data's dtype, got {dtypes.name(d.dtype)} and {dtypes.name(a.dtype)}",
+            loc,
+        )
     prob = _scalar_or_vector(prob, loc, "prob", a)
     return _done(E.emit_dropout(d, a, prob, loc=loc, key=program()))
 
@@ -1448,6 +1744,10 @@ def activation(
     (P, 1) when given [nki-0x.md §4.10, §6.3]."""
     loc = caller_loc()
     cmd = ACC.command(reduce_cmd, loc, "activation")
+    if reduce_op is not None and op_name(reduce_op, "reduce") != "add":
+        raise _invalid(
+            "activation", f"reduce_op must be nl.add, got {op_name(reduce_op, 'reduce')}", loc
+        )
     return _activation(dst, op, data, bias, scale, reduce_op, reduce_res, cmd, loc, "activation")
 
 

@@ -314,7 +314,9 @@ def where(condition, x, y, dtype=None) -> NkiTensor:
         isa.memset(out, float(y))
     else:
         isa.tensor_copy(out, y)
-    isa.tensor_copy_predicated(out, float(x) if isinstance(x, _SCALAR) else x, condition)
+    # nl.where takes any condition and operand dtypes: not tensor_copy_predicated's rules
+    src = float(x) if isinstance(x, _SCALAR) else x
+    isa._copy_predicated(out, src, condition, False, caller_loc(), strict=False)
     return out
 
 
@@ -400,7 +402,7 @@ def dropout(x, rate, dtype=None) -> NkiTensor:
 
     _operand(x, "dropout", "x")
     out = _new_like(x, dtype)
-    isa.dropout(out, x, rate)
+    isa._dropout(out, x, rate, caller_loc(), strict=False)  # any dtype=, as before
     return out
 
 
