@@ -168,3 +168,13 @@ def test_a_hardware_dge_transpose_has_its_own_limits():
             hw_t(bad)
         assert e.value.name == "err_invalid_argument" and words in str(e.value)
         assert "nisa.dma_transpose(dst=t" in str(e.value)
+
+
+def test_dge_mode_has_the_nki_0x_numbers():
+    # NKI 0.x numbers dge_mode unknown=0 ... none=3 (Beta 1: none=0, unknown=3); a raw integer
+    # (the NKI Library passes dge_mode=3) means what NKI 0.x means by it
+    assert [m.value for m in nisa.dge_mode] == [0, 1, 2, 3]
+    assert nisa.dge_mode.none == 3 and nisa.dge_mode.unknown == 0
+    t, idx = _table(), _idx()
+    np.testing.assert_array_equal(gather_t(t, idx, 128, dge=0), t[idx[:, 0]].T)
+    _rejects(gather_t, t, idx, 128, words="dge_mode must be", dge=3)

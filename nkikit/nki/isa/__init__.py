@@ -27,12 +27,13 @@ from ...ir.affine import Affine, Axis, Predicate
 from ...ir.core import Access
 from ...ir.opnames import op_name
 from ...ir.prims import local_gather_indices
-from ...isa import dge_mode, engine, matmul_perf_mode, nc_version, oob_mode, reduce_cmd
+from ...isa import engine, matmul_perf_mode, nc_version, oob_mode, reduce_cmd
 from ...trace import accumulators as ACC
 from ...trace import instructions as E
 from ...trace.builder import current, maybe_current
 from ..tensor import NkiTensor, access_of, got_type, require_tensor
 from . import constants  # noqa: F401
+from .constants import dge_mode
 from .registers import (  # noqa: F401 - NKI's names
     VirtualRegister,
     register_alloc,
