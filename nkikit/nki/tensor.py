@@ -261,7 +261,13 @@ class NkiTensor:
                     shape.append(1)  # on-chip tensors keep the partition dimension
                     strides.append(s)
                 continue
-            step = 1 if step is None else int(step)
+            if not (
+                (start is None or type(start) is int)
+                and (stop is None or type(stop) is int)
+                and (step is None or type(step) is int)
+            ):
+                start, stop, step = (_index(v, "indexing") for v in (start, stop, step))
+            step = 1 if step is None else step
             if step <= 0:
                 raise NkiError(
                     "err_invalid_argument",
@@ -269,8 +275,8 @@ class NkiTensor:
                     op="indexing",
                     why=f"slice step must be positive, got {step}",
                 )
-            start = 0 if start is None else int(start)
-            stop = n if stop is None else int(stop)
+            start = 0 if start is None else start
+            stop = n if stop is None else stop
             if start < 0:
                 start += n
             if stop < 0:
@@ -335,7 +341,16 @@ class NkiTensor:
         loc = caller_loc()
         if len(shape) == 1 and isinstance(shape[0], tuple | list):
             shape = tuple(shape[0])
-        shape = _resolve_shape(tuple(int(s) for s in shape), self.size, loc)
+        if not isinstance(shape, tuple):
+            raise NkiError(
+                "err_invalid_argument",
+                loc,
+                op="reshape",
+                why=f"the shape must be a tuple of ints, got {type(shape).__name__}",
+            )
+        shape = _resolve_shape(
+            tuple(_index(s, "reshape", loc, none=False) for s in shape), self.size, loc
+        )
         if math.prod(shape) != self.size:
             raise NkiError(
                 "err_invalid_argument",
@@ -386,7 +401,7 @@ class NkiTensor:
         element, its size, the other strides and the offset must divide by the ratio
         [reference/nki-0x.md §3.5].  Not after a runtime (vector/scalar) offset."""
         loc = caller_loc()
-        dt = dtypes.as_dtype(dtype)
+        dt = as_dtype(dtype, loc, "view")
         if dtypes.name(dt) == dtypes.name(self.dtype):
             return self
         if self._indirect is not None:
@@ -642,9 +657,9 @@ class NkiTensor:
         ``offset=None`` keeps the view's offset.  On-chip, the first pair addresses partitions
         and its step must be the storage's free size."""
         loc = caller_loc()
-        if dtype is not None and dtypes.name(dtypes.as_dtype(dtype)) != dtypes.name(self.dtype):
+        if dtype is not None and dtypes.name(as_dtype(dtype, loc, "ap")) != dtypes.name(self.dtype):
             # the storage seen as ``dtype``: the pattern and offset count its elements [APS]
-            dt = dtypes.as_dtype(dtype)
+            dt = as_dtype(dtype, loc, "ap")
             layout = _dtype_alias(self._layout.root, dt, loc)
             if offset is None:
                 nbytes = self.offset * self.dtype.itemsize
@@ -659,12 +674,16 @@ class NkiTensor:
                 offset = nbytes // dt.itemsize
             base = NkiTensor._view(layout, (1,), (1,), 0, None)
             return base.ap(pattern, offset, scalar_offset, vector_offset, indirect_dim)
-        pairs = [(int(p[0]), int(p[1])) for p in pattern]
+        pairs = _pattern_pairs(pattern, loc, "ap")
         if not pairs:
             raise NkiError("err_invalid_argument", loc, op="ap", why="empty access pattern")
         strides = tuple(p[0] for p in pairs)
         shape = tuple(p[1] for p in pairs)
-        base = self.offset if offset is None else int(offset)
+        base = self.offset if offset is None else _index(offset, "ap", loc)
+        if base < 0:
+            raise NkiError(
+                "err_invalid_argument", loc, op="ap", why=f"offset must be >= 0, got {base}"
+            )
         if self.on_chip and shape[0] > 1 and strides[0] != self._free_storage():
             raise NkiError(
                 "err_invalid_argument",
@@ -755,6 +774,53 @@ def _as_slice_or_int(k, loc: SourceLoc | None):
         op="indexing",
         why=f"cannot index with {type(k).__name__} {k!r}; use ints, slices or nl.ds",
     )
+
+
+def _index(v, op: str, loc: SourceLoc | None = None, none: bool = True) -> int | None:
+    """``v`` as a Python int (None stays None): a bound, size or offset given at trace time.
+    Anything else (a float, a string, a tensor) is ``err_invalid_argument`` at ``loc``."""
+    if type(v) is int or (v is None and none):
+        return v
+    if (
+        v is not None
+        and not isinstance(v, bool | np.bool_ | float | str)
+        and hasattr(v, "__index__")
+    ):
+        return v.__index__()
+    raise NkiError(
+        "err_invalid_argument",
+        loc or caller_loc(),
+        op=op,
+        why=f"expected an integer, got {type(v).__name__} {v!r}"[:200],
+    )
+
+
+def _pattern_pairs(pattern, loc: SourceLoc, op: str) -> list[tuple[int, int]]:
+    """An access pattern ``[[step, count], ...]`` as int pairs (each count >= 1)."""
+    if isinstance(pattern, list | tuple) and all(
+        isinstance(p, list | tuple) and len(p) == 2 for p in pattern
+    ):
+        pairs = [(_index(p[0], op, loc), _index(p[1], op, loc)) for p in pattern]
+        if all(n >= 1 for _, n in pairs):
+            return pairs
+    raise NkiError(
+        "err_invalid_argument",
+        loc,
+        op=op,
+        why=f"the pattern must be a list of [step, count] pairs with counts >= 1, got {pattern!r}"[
+            :300
+        ],
+    )
+
+
+def as_dtype(dtype, loc: SourceLoc, op: str) -> np.dtype:
+    """``dtypes.as_dtype`` with its refusal as ``err_unsupported_dtype`` at ``loc``."""
+    try:
+        return dtypes.as_dtype(dtype)
+    except TypeError as e:
+        raise NkiError(
+            "err_unsupported_dtype", loc, op=op, dtype=repr(dtype)[:80], why=str(e)[:200]
+        ) from None
 
 
 def _resolve_shape(shape: tuple[int, ...], size: int, loc: SourceLoc) -> tuple[int, ...]:

@@ -20,8 +20,9 @@ from ...errors import NkiError, SourceLoc, caller_loc
 from ...ir.core import HBM_BUFFERS
 from ...language.creation import Buffer, hbm, private_hbm, psum, sbuf, shared_hbm
 from ...trace.builder import current
-from ..tensor import NkiTensor, got_type
+from ..tensor import NkiTensor, got_type, require_tensor
 from ..tensor import _row_major_cached as _row_major
+from ..tensor import as_dtype as _as_dtype
 from . import device_loops as _device_loops
 from . import grids as _grids
 from .dtypes import *  # noqa: F403
@@ -184,13 +185,23 @@ def ndarray(shape, dtype, buffer=sbuf, name: str = "", address=None) -> NkiTenso
                 op="nl.ndarray",
                 why=f"shape must be a tuple, got {shape!r}",
             )
-    dims = tuple(map(int, shape))
-    if dims and builtins.min(dims) <= 0:
+    try:
+        dims = tuple(map(int, shape))
+    except (TypeError, ValueError, OverflowError):
+        dims = None
+    if dims != shape and (dims is None or dims != tuple(shape)):  # "4", 4.5, None: refused
         raise NkiError(
-            "err_invalid_argument", loc, op="nl.ndarray", why=f"shape {dims} has a dimension <= 0"
+            "err_invalid_argument", loc, op="nl.ndarray", why=f"shape {shape!r} is not all ints"
+        )
+    if dims and (builtins.min(dims) <= 0 or builtins.max(dims) >= 1 << 32):
+        raise NkiError(
+            "err_invalid_argument",
+            loc,
+            op="nl.ndarray",
+            why=f"shape {dims} has a dimension <= 0 or >= 2**32",
         )
     buf = buffer.name if type(buffer) is Buffer else _buffer_name(buffer, loc)
-    dt = _dt.as_dtype(dtype)
+    dt = _as_dtype(dtype, loc, "nl.ndarray")
     if buf in HBM_BUFFERS:
         from ..launch import allocate_hbm
 
@@ -256,6 +267,7 @@ def zeros_like(x: NkiTensor, dtype=None, buffer=None, name: str = "") -> NkiTens
     """A new tensor of ``x``'s shape filled with 0 (of a grid: a grid of its geometry)."""
     if isinstance(x, _grids.NkiGrid):
         return _grids.grid_like(x, dtype, buffer, name, 0)
+    require_tensor(x, caller_loc(), "nl.zeros_like", "x")
     return zeros(x.shape, dtype or x.dtype, buffer=buffer or x.buffer, name=name)
 
 
@@ -263,6 +275,7 @@ def ones_like(x: NkiTensor, dtype=None, buffer=None, name: str = "") -> NkiTenso
     """A new tensor of ``x``'s shape filled with 1 (of a grid: a grid of its geometry)."""
     if isinstance(x, _grids.NkiGrid):
         return _grids.grid_like(x, dtype, buffer, name, 1)
+    require_tensor(x, caller_loc(), "nl.ones_like", "x")
     return ones(x.shape, dtype or x.dtype, buffer=buffer or x.buffer, name=name)
 
 
@@ -271,6 +284,7 @@ def empty_like(x: NkiTensor, dtype=None, buffer=None, name: str = "") -> NkiTens
     new storage of its tile geometry, ``nl.alloc_tiles``/``alloc_blocks``)."""
     if isinstance(x, _grids.NkiGrid):
         return _grids.grid_like(x, dtype, buffer, name, None)
+    require_tensor(x, caller_loc(), "nl.empty_like", "x")
     return ndarray(x.shape, dtype or x.dtype, buffer=buffer or x.buffer, name=name)
 
 

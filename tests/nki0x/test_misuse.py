@@ -1,0 +1,306 @@
+"""Misused NKI 0.x calls are refused with a catalogued NkiError at the kernel's own line,
+never an internal exception (ValueError, IndexError, a PrimError) or a silent wrong answer.
+The offending statement of each case is marked ``# <-``."""
+
+import inspect
+
+import numpy as np
+import pytest
+
+import nkikit.nki as nki
+import nkikit.nki.isa as nisa
+import nkikit.nki.language as nl
+from nkikit.errors import NkiError
+
+
+def _sb(shape, dtype=nl.float32):
+    return nl.ndarray(shape, dtype=dtype, buffer=nl.sbuf)
+
+
+def _ones(shape, dtype=nl.float32):
+    t = _sb(shape, dtype)
+    nisa.memset(dst=t, value=1)
+    return t
+
+
+def _marked_line(body) -> int:
+    lines, first = inspect.getsourcelines(body)
+    (i,) = [k for k, text in enumerate(lines) if text.rstrip().endswith("# <-")]
+    return first + i
+
+
+def _refused(body, name: str, match: str | None = None) -> NkiError:
+    @nki.jit
+    def k(x):
+        body(x)
+        out = nl.ndarray((1, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=_ones((1, 1)))
+        return out
+
+    with pytest.raises(NkiError, match=match) as e:
+        k(np.ones((128, 64), np.float32))
+    assert e.value.name == name
+    assert e.value.loc.file == __file__ and e.value.loc.line == _marked_line(body), e.value.loc
+    return e.value
+
+
+# -- views and creation (nkikit/nki/tensor.py, nl.ndarray) -------------------------------------
+
+
+def _slice_bound_str(x):
+    t = _sb((128, 64))
+    t[:, "a":]  # <-
+
+
+def _slice_bound_float(x):
+    t = _sb((128, 64))
+    t[:, 0:2.5]  # <-
+
+
+def _reshape_none(x):
+    t = _sb((128, 64))
+    t.reshape(None)  # <-
+
+
+def _reshape_str(x):
+    t = _sb((128, 64))
+    t.reshape("ab")  # <-
+
+
+def _ap_none(x):
+    t = _sb((128, 64))
+    t.ap(None)  # <-
+
+
+def _ap_flat(x):
+    t = _sb((128, 64))
+    t.ap([64, 128])  # <-
+
+
+def _ap_three_numbers(x):
+    t = _sb((128, 64))
+    t.ap([[64, 128], [1, 32, 2]])  # <-
+
+
+def _ap_negative_count(x):
+    t = _sb((128, 64))
+    t.ap([[64, 128], [1, -3]])  # <-
+
+
+def _ap_negative_offset(x):
+    x.ap([[64, 128], [1, 64]], offset=-1)  # <-
+
+
+def _ndarray_list_shape(x):
+    nl.ndarray([4, "a"], dtype=nl.float32, buffer=nl.sbuf)  # <-
+
+
+def _ndarray_huge(x):
+    nl.ndarray((128, 2**62), dtype=nl.float32, buffer=nl.sbuf)  # <-
+
+
+def _zeros_like_numpy(x):
+    nl.zeros_like(np.ones((4, 4)))  # <-
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        _slice_bound_str,
+        _slice_bound_float,
+        _reshape_none,
+        _reshape_str,
+        _ap_none,
+        _ap_flat,
+        _ap_three_numbers,
+        _ap_negative_count,
+        _ap_negative_offset,
+        _ndarray_list_shape,
+        _ndarray_huge,
+        _zeros_like_numpy,
+    ],
+)
+def test_bad_view_and_creation_arguments(body):
+    _refused(body, "err_invalid_argument")
+
+
+def _ndarray_bad_dtype(x):
+    nl.ndarray((4, 4), dtype="notadtype", buffer=nl.sbuf)  # <-
+
+
+def _ap_bad_dtype(x):
+    x.ap([[64, 128], [1, 64]], dtype="zz")  # <-
+
+
+def _tensor_copy_bad_dtype(x):
+    nisa.tensor_copy(dst=_sb((128, 64)), src=_ones((128, 64)), dtype="zz")  # <-
+
+
+@pytest.mark.parametrize("body", [_ndarray_bad_dtype, _ap_bad_dtype, _tensor_copy_bad_dtype])
+def test_unknown_dtype(body):
+    _refused(body, "err_unsupported_dtype", "zz|notadtype")
+
+
+# -- instructions (nkikit/nki/isa, trace/instructions.py) ---------------------------------------
+
+
+def _reduce_axis_out_of_range(x):  # was silently read as the last axis
+    nisa.tensor_reduce(dst=_sb((128, 1)), op=nl.add, data=_ones((128, 64)), axis=5)  # <-
+
+
+def _reduce_axis_none(x):
+    nisa.tensor_reduce(dst=_sb((128, 1)), op=nl.add, data=_ones((128, 64)), axis=None)  # <-
+
+
+def _reduce_axis_str(x):
+    nisa.tensor_reduce(dst=_sb((128, 1)), op=nl.add, data=_ones((128, 64)), axis="a")  # <-
+
+
+def _dma_transpose_axes_str(x):
+    nisa.dma_transpose(dst=_sb((64, 128)), src=x, axes="ab")  # <-
+
+
+def _dma_compute_no_srcs(x):
+    nisa.dma_compute(dst=_sb((128, 64)), srcs=[], reduce_op=nl.add)  # <-
+
+
+def _dma_compute_scale_str(x):
+    nisa.dma_compute(dst=_sb((128, 64)), srcs=[x, x], reduce_op=nl.add, scales=["a", 1])  # <-
+
+
+def _iota_flat_pattern(x):
+    nisa.iota(dst=_sb((128, 64), nl.int32), pattern=[1, 64])  # <-
+
+
+def _iota_none_pattern(x):
+    nisa.iota(dst=_sb((128, 64), nl.int32), pattern=None)  # <-
+
+
+def _affine_select_str_value(x):
+    t = _ones((128, 64))
+    nisa.affine_select(  # <-
+        dst=_sb((128, 64)),
+        pattern=[[1, 64]],
+        channel_multiplier=0,
+        on_true_tile=t,
+        on_false_value="a",
+    )
+
+
+def _matmul_tile_size_str(x):
+    a = _ones((128, 64))
+    nisa.nc_matmul(  # <-
+        dst=nl.ndarray((64, 64), dtype=nl.float32, buffer=nl.psum),
+        stationary=a,
+        moving=a,
+        tile_position="ab",
+        tile_size="cd",
+    )
+
+
+def _matmul_scalar_stationary(x):
+    p = nl.ndarray((64, 64), dtype=nl.float32, buffer=nl.psum)
+    nisa.nc_matmul(dst=p, stationary=1.0, moving=_ones((128, 64)))  # <-
+
+
+def _match_replace8_str_imm(x):
+    a, v = _ones((128, 64)), _ones((128, 8))
+    nisa.nc_match_replace8(dst=_sb((128, 64)), data=a, vals=v, imm="a")  # <-
+
+
+def _shuffle_mask_str(x):
+    nisa.nc_stream_shuffle(dst=_sb((128, 64)), src=_ones((128, 64)), shuffle_mask="a")  # <-
+
+
+def _shuffle_mask_out_of_quadrant(x):
+    a = _ones((128, 64))
+    nisa.nc_stream_shuffle(dst=_sb((128, 64)), src=a, shuffle_mask=[200] * 32)  # <-
+
+
+def _shuffle_mask_past_src(x):
+    a = _ones((1, 64))
+    nisa.nc_stream_shuffle(dst=_sb((32, 64)), src=a, shuffle_mask=[1] * 32)  # <-
+
+
+def _max8_of_four(x):
+    a = _ones((4, 4))
+    nisa.max8(dst=_sb((4, 8)), src=a)  # <-
+
+
+def _find_index8_one_value(x):
+    a, v = _ones((4, 16)), _ones((4, 1))
+    nisa.nc_find_index8(dst=_sb((4, 8), nl.uint32), data=a, vals=v)  # <-
+
+
+def _memset_int8_overflow(x):
+    nisa.memset(dst=_sb((4, 8), nl.int8), value=1000)  # <-
+
+
+def _dropout_prob_two(x):
+    nisa.dropout(dst=_sb((4, 8)), data=_ones((4, 8)), prob=2.0)  # <-
+
+
+def _range_select_add(x):
+    a, b = _ones((4, 8)), _ones((4, 1))
+    nisa.range_select(  # <-
+        dst=_sb((4, 8)),
+        on_true_tile=a,
+        comp_op0=nl.add,
+        comp_op1=nl.less,
+        bound0=b,
+        bound1=b,
+    )
+
+
+def _tensor_scalar_missing_operand(x):
+    a = _ones((4, 8))
+    nisa.tensor_scalar(dst=_sb((4, 8)), data=a, op0=nl.multiply, operand0=None)  # <-
+
+
+def _engine_from_another_enum(x):
+    a = _ones((4, 8))
+    nisa.tensor_copy(dst=_sb((4, 8)), src=a, engine=nisa.reduce_cmd.idle)  # <-
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        _reduce_axis_out_of_range,
+        _reduce_axis_none,
+        _reduce_axis_str,
+        _dma_transpose_axes_str,
+        _dma_compute_no_srcs,
+        _dma_compute_scale_str,
+        _iota_flat_pattern,
+        _iota_none_pattern,
+        _affine_select_str_value,
+        _matmul_tile_size_str,
+        _matmul_scalar_stationary,
+        _match_replace8_str_imm,
+        _shuffle_mask_str,
+        _shuffle_mask_out_of_quadrant,
+        _shuffle_mask_past_src,
+        _max8_of_four,
+        _find_index8_one_value,
+        _memset_int8_overflow,
+        _dropout_prob_two,
+        _range_select_add,
+        _tensor_scalar_missing_operand,
+        _engine_from_another_enum,
+    ],
+)
+def test_bad_instruction_arguments(body):
+    _refused(body, "err_invalid_argument")
+
+
+def test_integer_bounds_of_numpy_type_still_index():
+    @nki.jit
+    def k(x):
+        t = _sb((128, 64))
+        nisa.dma_copy(dst=t, src=x)
+        out = nl.ndarray((128, 4), dtype=nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=t[:, np.int64(2) : np.int32(6)])
+        return out
+
+    x = np.arange(128 * 64, dtype=np.float32).reshape(128, 64)
+    np.testing.assert_array_equal(k(x), x[:, 2:6])
