@@ -1161,10 +1161,22 @@ def emit_local_gather(
     every partition of the core takes ``num_elem_per_idx`` elements of its own ``src_buffer``
     row at each of those element offsets: ``dst`` is (P, num_valid_indices *
     num_elem_per_idx)."""
-    attrs = {
-        "num_elem_per_idx": int(num_elem_per_idx),
-        "num_valid_indices": None if num_valid_indices is None else int(num_valid_indices),
-    }
+    try:
+        attrs = {
+            "num_elem_per_idx": int(num_elem_per_idx),
+            "num_valid_indices": None if num_valid_indices is None else int(num_valid_indices),
+        }
+    except (TypeError, ValueError):
+        raise _invalid(
+            "local_gather",
+            loc,
+            f"num_elem_per_idx and num_valid_indices are ints, got {num_elem_per_idx!r}, "
+            f"{num_valid_indices!r}",
+        ) from None
+    if attrs["num_elem_per_idx"] < 1:
+        raise _invalid(
+            "local_gather", loc, f"num_elem_per_idx must be >= 1, got {num_elem_per_idx}"
+        )
     _same_partitions("local_gather", loc, src_buffer, index, dst)
     most = local_gather_indices(index.shape, None)
     if num_valid_indices is not None and not 0 < int(num_valid_indices) <= most:

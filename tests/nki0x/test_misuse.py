@@ -304,3 +304,143 @@ def test_integer_bounds_of_numpy_type_still_index():
 
     x = np.arange(128 * 64, dtype=np.float32).reshape(128, 64)
     np.testing.assert_array_equal(k(x), x[:, 2:6])
+
+
+# -- nl wrappers, loops and creation helpers (nkikit/nki/language) ------------------------------
+
+
+def _sum_axis_str(x):
+    nl.sum(_ones((128, 64)), axis="a")  # <-
+
+
+def _sum_axis_none(x):
+    nl.sum(_ones((128, 64)), axis=None)  # <-
+
+
+def _mean_axis_float(x):
+    nl.mean(_ones((128, 64)), axis=1.0)  # <-
+
+
+def _var_axis_out_of_range(x):
+    nl.var(_ones((128, 64)), axis=5)  # <-
+
+
+def _softmax_axis_out_of_range(x):
+    nl.softmax(_ones((128, 64)), axis=5)  # <-
+
+
+def _expand_dims_past_the_end(x):  # was silently appended at the end
+    nl.expand_dims(_ones((128, 64)), 7)  # <-
+
+
+def _expand_dims_str(x):
+    nl.expand_dims(_ones((128, 64)), "a")  # <-
+
+
+def _broadcast_to_str(x):
+    nl.broadcast_to(_ones((128, 1)), "ab")  # <-
+
+
+def _rms_norm_n_zero(x):
+    a = _ones((128, 64))
+    nl.rms_norm(a, _ones((1, 64)), axis=1, n=0)  # <-
+
+
+def _range_str(x):
+    for _ in nl.affine_range("a"):  # <-
+        pass
+
+
+def _range_float(x):  # was silently range(2)
+    for _ in nl.affine_range(2.5):  # <-
+        pass
+
+
+def _range_step_zero(x):
+    for _ in nl.sequential_range(0, 4, 0):  # <-
+        pass
+
+
+def _ds_negative_start(x):  # was read as Python's -5:-1
+    t = _ones((128, 64))
+    t[:, nl.ds(-5, 4)]  # <-
+
+
+def _ds_float_size(x):
+    t = _ones((128, 64))
+    t[:, nl.ds(1, 2.5)]  # <-
+
+
+def _program_id_str(x):
+    nl.program_id("a")  # <-
+
+
+def _par_dim_str(x):
+    nl.par_dim("a")  # <-
+
+
+def _identity_negative(x):
+    nl.shared_identity_matrix(-1)  # <-
+
+
+def _shared_constant_missing_file(x):
+    nl.shared_constant("/nonexistent/nofile.npy")  # <-
+
+
+def _local_gather_str_count(x):
+    a, i = _ones((128, 64)), _ones((128, 4), nl.uint16)
+    nisa.local_gather(dst=_sb((128, 64)), src_buffer=a, index=i, num_elem_per_idx="a")  # <-
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        _sum_axis_str,
+        _sum_axis_none,
+        _mean_axis_float,
+        _var_axis_out_of_range,
+        _softmax_axis_out_of_range,
+        _expand_dims_past_the_end,
+        _expand_dims_str,
+        _broadcast_to_str,
+        _rms_norm_n_zero,
+        _range_str,
+        _range_float,
+        _range_step_zero,
+        _ds_negative_start,
+        _ds_float_size,
+        _program_id_str,
+        _par_dim_str,
+        _identity_negative,
+        _shared_constant_missing_file,
+        _local_gather_str_count,
+    ],
+)
+def test_bad_language_arguments(body):
+    _refused(body, "err_invalid_argument")
+
+
+def _address_past_partition_128(x):
+    nl.ndarray((4, 4), dtype=nl.float32, buffer=nl.sbuf, address=(126, 0))  # <-
+
+
+def test_placed_tensor_past_the_last_partition():
+    _refused(_address_past_partition_128, "err_allocation_out_of_bounds")
+
+
+def test_negative_axes_and_numpy_ints_still_reduce():
+    @nki.jit
+    def k(x):
+        t = _sb((128, 64))
+        nisa.dma_copy(dst=t, src=x)
+        s = nl.sum(t, axis=-1)
+        m = nl.max(t, axis=(np.int64(1),))
+        out = nl.ndarray((128, 2), dtype=nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out[:, 0:1], src=s)
+        nisa.dma_copy(dst=out[:, 1:2], src=m)
+        return out
+
+    x = np.random.default_rng(0).standard_normal((128, 64)).astype(np.float32)
+    r = k(x)
+    np.testing.assert_allclose(r[:, 0], x.sum(axis=1), rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(r[:, 1], x.max(axis=1))
