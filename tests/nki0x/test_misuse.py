@@ -444,3 +444,165 @@ def test_negative_axes_and_numpy_ints_still_reduce():
     r = k(x)
     np.testing.assert_allclose(r[:, 0], x.sum(axis=1), rtol=1e-5, atol=1e-5)
     np.testing.assert_array_equal(r[:, 1], x.max(axis=1))
+
+
+# -- view methods (NkiTensor.slice/select/permute/broadcast/..., nkikit/nki/tensor.py) ------------
+
+
+def _t3():
+    return _ones((128, 4, 16))
+
+
+def _slice_dim_str(x):
+    t = _t3()
+    t.slice("a", 0, 2)  # <-
+
+
+def _slice_dim_out_of_range(x):
+    t = _t3()
+    t.slice(5, 0, 2)  # <-
+
+
+def _slice_empty(x):
+    t = _t3()
+    t.slice(1, 2, 2)  # <-
+
+
+def _select_index_out_of_range(x):  # was a view past the dimension
+    t = _t3()
+    t.select(1, 9)  # <-
+
+
+def _select_dim_out_of_range(x):
+    t = _t3()
+    t.select(7, 0)  # <-
+
+
+def _select_partition_on_chip(x):
+    t = _t3()
+    t.select(0, 1)  # <-
+
+
+def _permute_str(x):
+    t = _t3()
+    t.permute("abc")  # <-
+
+
+def _broadcast_str(x):
+    t = _ones((128, 1))
+    t.broadcast(1, "a")  # <-
+
+
+def _broadcast_negative(x):  # was a view of size -3
+    t = _ones((128, 1))
+    t.broadcast(1, -3)  # <-
+
+
+def _broadcast_dim_out_of_range(x):
+    t = _ones((128, 1))
+    t.broadcast(9, 3)  # <-
+
+
+def _broadcast_partition_on_chip(x):
+    t = _ones((1, 4))
+    t.broadcast(0, 128)  # <-
+
+
+def _expand_dim_out_of_range(x):  # was silently appended
+    t = _t3()
+    t.expand_dim(9)  # <-
+
+
+def _expand_dim_partition_on_chip(x):
+    t = _t3()
+    t.expand_dim(0)  # <-
+
+
+def _squeeze_dim_out_of_range(x):
+    t = _t3()
+    t.squeeze_dim(9)  # <-
+
+
+def _reshape_dim_wrong_product(x):  # 4 was silently split into (3, 3)
+    t = _t3()
+    t.reshape_dim(1, (3, 3))  # <-
+
+
+def _reshape_dim_str(x):
+    t = _t3()
+    t.reshape_dim(2, "ab")  # <-
+
+
+def _reshape_dim_out_of_range(x):
+    t = _t3()
+    t.reshape_dim(7, (2, 2))  # <-
+
+
+def _flatten_dims_reversed(x):
+    t = _t3()
+    t.flatten_dims(2, 1)  # <-
+
+
+def _flatten_dims_out_of_range(x):
+    t = _t3()
+    t.flatten_dims(1, 9)  # <-
+
+
+def _flatten_dims_partition_on_chip(x):
+    t = _t3()
+    t.flatten_dims(0, 1)  # <-
+
+
+def _rearrange_none(x):
+    t = _ones((128, 24))
+    t.rearrange(None, None)  # <-
+
+
+def _ap_indirect_dim_str(x):
+    i = _ones((128, 1), nl.int32)
+    x.ap([[64, 128], [1, 64]], vector_offset=i, indirect_dim="a")  # <-
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        _slice_dim_str,
+        _slice_dim_out_of_range,
+        _slice_empty,
+        _select_index_out_of_range,
+        _select_dim_out_of_range,
+        _select_partition_on_chip,
+        _permute_str,
+        _broadcast_str,
+        _broadcast_negative,
+        _broadcast_dim_out_of_range,
+        _broadcast_partition_on_chip,
+        _expand_dim_out_of_range,
+        _expand_dim_partition_on_chip,
+        _squeeze_dim_out_of_range,
+        _reshape_dim_wrong_product,
+        _reshape_dim_str,
+        _reshape_dim_out_of_range,
+        _flatten_dims_reversed,
+        _flatten_dims_out_of_range,
+        _flatten_dims_partition_on_chip,
+        _rearrange_none,
+        _ap_indirect_dim_str,
+    ],
+)
+def test_bad_view_method_arguments(body):
+    _refused(body, "err_invalid_argument")
+
+
+def test_view_methods_with_negative_dims_still_work():
+    @nki.jit
+    def k(x):
+        t = _sb((128, 64))
+        nisa.dma_copy(dst=t, src=x)
+        v = t.reshape_dim(-1, (4, -1)).select(-2, 1).expand_dim(-1).squeeze_dim(-1)
+        out = nl.ndarray((128, 16), dtype=nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=v)
+        return out
+
+    x = np.arange(128 * 64, dtype=np.float32).reshape(128, 64)
+    np.testing.assert_array_equal(k(x), x.reshape(128, 4, 16)[:, 1, :])
