@@ -606,3 +606,43 @@ def test_view_methods_with_negative_dims_still_work():
 
     x = np.arange(128 * 64, dtype=np.float32).reshape(128, 64)
     np.testing.assert_array_equal(k(x), x.reshape(128, 4, 16)[:, 1, :])
+
+
+# -- launching (nkikit/nki/jit.py, nkikit/trace/jit.py) ------------------------------------------
+
+
+@nki.jit
+def _copy(x):
+    t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=t)
+    return out
+
+
+@pytest.mark.parametrize("grid", [0, -1, "a", 1.5, None, (2, 0), 10**9])
+def test_bad_launch_grid(grid):
+    x = np.ones((4, 4), np.float32)
+    with pytest.raises(NkiError, match="kernel\\[grid\\]") as e:
+        _copy[grid](x)  # before: IndexError (0, -1), ValueError ("a"), k[1.5] ran as k[1],
+    # and k[10**9] started a thread per program until the machine ran out
+    assert e.value.name == "err_invalid_argument" and e.value.loc.file == __file__
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.int64, np.complex64])
+def test_argument_of_a_dtype_nki_lacks(dtype):
+    with pytest.raises(NkiError, match="argument 'x'") as e:  # was a bare TypeError
+        _copy(np.ones((4, 4), dtype))
+    assert e.value.name == "err_unsupported_dtype"
+    assert e.value.loc.file == __file__ and e.value.loc.function == "_copy"
+
+
+def test_a_returned_dict_of_tensors():
+    @nki.jit
+    def k(x):
+        return {"copy": _copy(x)}
+
+    x = np.arange(16, dtype=np.float32).reshape(4, 4)
+    r = k(x)  # was ValueError while building the result
+    assert set(r) == {"copy"}
+    np.testing.assert_array_equal(r["copy"], x)
