@@ -646,3 +646,12 @@ def test_a_returned_dict_of_tensors():
     r = k(x)  # was ValueError while building the result
     assert set(r) == {"copy"}
     np.testing.assert_array_equal(r["copy"], x)
+
+
+def _partition_reduce_subtract(x):  # was accepted (order-dependent across partitions)
+    a = _ones((128, 64))
+    nisa.tensor_partition_reduce(dst=_sb((1, 64)), op=nl.subtract, data=a)  # <-
+
+
+def test_partition_reduce_takes_the_gpsimd_ops_only():
+    _refused(_partition_reduce_subtract, "err_invalid_argument", "add, max")

@@ -1274,6 +1274,8 @@ def tensor_partition_reduce(dst, op, data, name=None) -> NkiInstruction:
     """Reduce across partitions (GpSimd): (P, F) -> (1, F)."""
     loc = caller_loc()
     _dst_chip(dst, loc, "tensor_partition_reduce")
+    # the GpSimd's cross-partition reductions [nki-0x.md §4.9]
+    _reduce_name(op, ("add", "max", "bitwise_or", "bitwise_and"), "tensor_partition_reduce", loc)
     a = _acc(data, loc, "tensor_partition_reduce data")
     d = _acc(dst, loc, "tensor_partition_reduce dst")
     return _done(E.emit_tensor_partition_reduce(d, a, op=op, loc=loc))
