@@ -11,6 +11,8 @@ from __future__ import annotations
 import inspect
 import math
 
+import numpy as np
+
 from ..errors import NkiError, SourceLoc, caller_loc
 from ..ir.core import Alloc, Kernel, Loop, Op, Tensor
 from ..targets import target_scope as _target_scope
@@ -19,6 +21,8 @@ from ..trace.jit import JitKernel
 from .isa.registers import check_closed
 from .launch import trace_programs
 from .tensor import NkiTensor, _layout_alias
+
+_MAX_PROGRAMS = 1024
 
 
 class Kernel0x(JitKernel):
@@ -30,7 +34,25 @@ class Kernel0x(JitKernel):
     def __getitem__(self, grid) -> Kernel0x:
         if not isinstance(grid, tuple):
             grid = (grid,)
+        if not all(
+            isinstance(g, int | np.integer) and not isinstance(g, bool) and g >= 1 for g in grid
+        ):
+            raise NkiError(
+                "err_invalid_argument",
+                caller_loc(),
+                op="kernel[grid]",
+                why=f"the launch grid is positive ints, got {grid!r}",
+            )
         grid = tuple(int(g) for g in grid)
+        if math.prod(grid) > _MAX_PROGRAMS:
+            # every program is traced in a thread of its own, in lockstep
+            raise NkiError(
+                "err_invalid_argument",
+                caller_loc(),
+                op="kernel[grid]",
+                why=f"a launch of {math.prod(grid)} programs; NKI launches 1 or 2 logical cores "
+                f"and nkikit traces at most {_MAX_PROGRAMS}",
+            )
         if len(grid) == 1 and grid[0] == 1:
             grid = ()
         k = Kernel0x(self.func, grid, self.options, self._cache)

@@ -261,7 +261,13 @@ class NkiTensor:
                     shape.append(1)  # on-chip tensors keep the partition dimension
                     strides.append(s)
                 continue
-            step = 1 if step is None else int(step)
+            if not (
+                (start is None or type(start) is int)
+                and (stop is None or type(stop) is int)
+                and (step is None or type(step) is int)
+            ):
+                start, stop, step = (_index(v, "indexing") for v in (start, stop, step))
+            step = 1 if step is None else step
             if step <= 0:
                 raise NkiError(
                     "err_invalid_argument",
@@ -269,8 +275,8 @@ class NkiTensor:
                     op="indexing",
                     why=f"slice step must be positive, got {step}",
                 )
-            start = 0 if start is None else int(start)
-            stop = n if stop is None else int(stop)
+            start = 0 if start is None else start
+            stop = n if stop is None else stop
             if start < 0:
                 start += n
             if stop < 0:
@@ -335,7 +341,16 @@ class NkiTensor:
         loc = caller_loc()
         if len(shape) == 1 and isinstance(shape[0], tuple | list):
             shape = tuple(shape[0])
-        shape = _resolve_shape(tuple(int(s) for s in shape), self.size, loc)
+        if not isinstance(shape, tuple):
+            raise NkiError(
+                "err_invalid_argument",
+                loc,
+                op="reshape",
+                why=f"the shape must be a tuple of ints, got {type(shape).__name__}",
+            )
+        shape = _resolve_shape(
+            tuple(_index(s, "reshape", loc, none=False) for s in shape), self.size, loc
+        )
         if math.prod(shape) != self.size:
             raise NkiError(
                 "err_invalid_argument",
@@ -386,7 +401,7 @@ class NkiTensor:
         element, its size, the other strides and the offset must divide by the ratio
         [reference/nki-0x.md §3.5].  Not after a runtime (vector/scalar) offset."""
         loc = caller_loc()
-        dt = dtypes.as_dtype(dtype)
+        dt = as_dtype(dtype, loc, "view")
         if dtypes.name(dt) == dtypes.name(self.dtype):
             return self
         if self._indirect is not None:
@@ -432,15 +447,56 @@ class NkiTensor:
 
     reinterpret_cast = view
 
+    def _dim(self, dim, op: str, extra: int = 0, partition: bool = True) -> int:
+        """``dim`` (negative from the end) as an index of ``ndim + extra`` dimensions; on
+        chip, ``partition=False`` refuses dimension 0.  Else ``err_invalid_argument``."""
+        n = len(self.shape) + extra
+        if type(dim) is not int:
+            dim = _index(dim, op, none=False)
+        if not -n <= dim < n:
+            raise NkiError(
+                "err_invalid_argument",
+                caller_loc(),
+                op=op,
+                why=f"dimension {dim} is out of range for {n} dimensions",
+            )
+        dim = dim + n if dim < 0 else dim
+        if dim == 0 and not partition and self._layout.root.buffer in ON_CHIP:
+            raise NkiError(
+                "err_invalid_argument",
+                caller_loc(),
+                op=op,
+                why="an on-chip tensor keeps its partition dimension (dimension 0)",
+            )
+        return dim
+
     def slice(self, dim: int, start: int, end: int, step: int = 1) -> NkiTensor:
+        dim = self._dim(dim, "slice")
+        if type(start) is int and type(end) is int and start >= end:
+            raise NkiError(
+                "err_invalid_argument",
+                caller_loc(),
+                op="slice",
+                why=f"start ({start}) must be below end ({end})",
+            )
         key = [slice(None)] * self.ndim
         key[dim] = slice(start, end, step)
         return self[tuple(key)]
 
     def select(self, dim: int, index) -> NkiTensor:
-        dim = dim + self.ndim if dim < 0 else dim
+        dim = self._dim(dim, "select")
         if not isinstance(index, int | np.integer):
+            if isinstance(index, float | str | bool) or index is None:
+                _index(index, "select", none=False)
             return self._dynamic_select(dim, index, caller_loc())
+        if not 0 <= index < self.shape[dim] or (dim == 0 and self.on_chip):
+            raise NkiError(
+                "err_invalid_argument",
+                caller_loc(),
+                op="select",
+                why=f"index {index} of dimension {dim} (size {self.shape[dim]}); an on-chip "
+                "tensor keeps its partition dimension",
+            )
         shape = list(self.shape)
         strides = list(self.strides)
         offset = self.offset + int(index) * strides[dim]
@@ -512,12 +568,20 @@ class NkiTensor:
         ``fixed_sizes``, one inferred per group), reorder to ``dst_pattern`` and merge its
         groups; a view, no instruction."""
         loc = caller_loc()
+        if fixed_sizes is not None and not isinstance(fixed_sizes, dict):
+            raise NkiError(
+                "err_invalid_argument", loc, op="rearrange", why="fixed_sizes is a dict of sizes"
+            )
         fixed = dict(fixed_sizes or {})
 
         def bad(why: str) -> NkiError:
             return NkiError("err_invalid_argument", loc, op="rearrange", why=why)
 
         def names(pattern) -> list[list[str]]:
+            if not isinstance(pattern, tuple | list) or not all(
+                isinstance(g, str | tuple | list) for g in pattern
+            ):
+                raise bad(f"pattern {pattern!r} is a tuple of names (str) or tuples of names")
             groups = [[g] if isinstance(g, str) else list(g) for g in pattern]
             if not all(isinstance(n, str) for g in groups for n in g):
                 raise bad(f"pattern {pattern!r} holds names (str) or tuples of names")
@@ -548,7 +612,9 @@ class NkiTensor:
         return t
 
     def permute(self, dims) -> NkiTensor:
-        dims = tuple(int(d) for d in dims)
+        if not isinstance(dims, tuple | list):
+            dims = (dims,)
+        dims = tuple(_index(d, "permute", none=False) for d in dims)
         if sorted(dims) != list(range(self.ndim)):
             raise NkiError(
                 "err_invalid_argument",
@@ -566,6 +632,12 @@ class NkiTensor:
         return self._with([self.shape[d] for d in dims], [self.strides[d] for d in dims])
 
     def broadcast(self, dim: int, size: int) -> NkiTensor:
+        dim = self._dim(dim, "broadcast", partition=False)
+        size = _index(size, "broadcast", none=False)
+        if size < 1:
+            raise NkiError(
+                "err_invalid_argument", caller_loc(), op="broadcast", why=f"size {size} < 1"
+            )
         if self.shape[dim] != 1:
             raise NkiError(
                 "err_invalid_argument",
@@ -574,18 +646,18 @@ class NkiTensor:
                 why=f"dimension {dim} has size {self.shape[dim]}, not 1",
             )
         shape, strides = list(self.shape), list(self.strides)
-        shape[dim], strides[dim] = int(size), 0
+        shape[dim], strides[dim] = size, 0
         return self._with(shape, strides)
 
     def expand_dim(self, dim: int) -> NkiTensor:
-        dim = dim + self.ndim + 1 if dim < 0 else dim
+        dim = self._dim(dim, "expand_dim", extra=1, partition=False)
         shape, strides = list(self.shape), list(self.strides)
         shape.insert(dim, 1)
         strides.insert(dim, 0)
         return self._with(shape, strides)
 
     def squeeze_dim(self, dim: int) -> NkiTensor:
-        dim = dim + self.ndim if dim < 0 else dim
+        dim = self._dim(dim, "squeeze_dim", partition=False)
         if self.shape[dim] != 1:
             raise NkiError(
                 "err_invalid_argument",
@@ -598,8 +670,24 @@ class NkiTensor:
         return self._with(shape, strides)
 
     def reshape_dim(self, dim: int, shape) -> NkiTensor:
-        dim = dim + self.ndim if dim < 0 else dim
-        parts = _resolve_shape(tuple(int(s) for s in shape), self.shape[dim], caller_loc())
+        dim = self._dim(dim, "reshape_dim")
+        loc = caller_loc()
+        if not isinstance(shape, tuple | list):
+            shape = (shape,)
+        parts = tuple(_index(s, "reshape_dim", loc, none=False) for s in shape)
+        parts = _resolve_shape(parts, self.shape[dim], loc)
+        if (
+            math.prod(parts) != self.shape[dim]
+            or min(parts, default=0) < 1
+            or (dim == 0 and self.on_chip and parts[0] != self.shape[0])
+        ):
+            raise NkiError(
+                "err_invalid_argument",
+                loc,
+                op="reshape_dim",
+                why=f"cannot split dimension {dim} of size {self.shape[dim]} into {parts} "
+                "(on chip, the partition count stays first)",
+            )
         inner = row_major(parts)
         new_shape = list(self.shape[:dim]) + list(parts) + list(self.shape[dim + 1 :])
         new_strides = (
@@ -610,7 +698,15 @@ class NkiTensor:
         return self._with(new_shape, new_strides)
 
     def flatten_dims(self, start_dim: int, end_dim: int) -> NkiTensor:
-        end_dim = end_dim + self.ndim if end_dim < 0 else end_dim
+        start_dim = self._dim(start_dim, "flatten_dims", partition=False)
+        end_dim = self._dim(end_dim, "flatten_dims")
+        if start_dim > end_dim:
+            raise NkiError(
+                "err_invalid_argument",
+                caller_loc(),
+                op="flatten_dims",
+                why=f"start_dim {start_dim} is after end_dim {end_dim}",
+            )
         # size-1 dimensions have no stride that matters; the others must nest exactly
         dims = [d for d in range(start_dim, end_dim + 1) if self.shape[d] != 1]
         for d, e in zip(dims, dims[1:]):
@@ -642,9 +738,9 @@ class NkiTensor:
         ``offset=None`` keeps the view's offset.  On-chip, the first pair addresses partitions
         and its step must be the storage's free size."""
         loc = caller_loc()
-        if dtype is not None and dtypes.name(dtypes.as_dtype(dtype)) != dtypes.name(self.dtype):
+        if dtype is not None and dtypes.name(as_dtype(dtype, loc, "ap")) != dtypes.name(self.dtype):
             # the storage seen as ``dtype``: the pattern and offset count its elements [APS]
-            dt = dtypes.as_dtype(dtype)
+            dt = as_dtype(dtype, loc, "ap")
             layout = _dtype_alias(self._layout.root, dt, loc)
             if offset is None:
                 nbytes = self.offset * self.dtype.itemsize
@@ -659,12 +755,16 @@ class NkiTensor:
                 offset = nbytes // dt.itemsize
             base = NkiTensor._view(layout, (1,), (1,), 0, None)
             return base.ap(pattern, offset, scalar_offset, vector_offset, indirect_dim)
-        pairs = [(int(p[0]), int(p[1])) for p in pattern]
+        pairs = _pattern_pairs(pattern, loc, "ap")
         if not pairs:
             raise NkiError("err_invalid_argument", loc, op="ap", why="empty access pattern")
         strides = tuple(p[0] for p in pairs)
         shape = tuple(p[1] for p in pairs)
-        base = self.offset if offset is None else int(offset)
+        base = self.offset if offset is None else _index(offset, "ap", loc)
+        if base < 0:
+            raise NkiError(
+                "err_invalid_argument", loc, op="ap", why=f"offset must be >= 0, got {base}"
+            )
         if self.on_chip and shape[0] > 1 and strides[0] != self._free_storage():
             raise NkiError(
                 "err_invalid_argument",
@@ -699,9 +799,18 @@ class NkiTensor:
                     api=f".ap({kind}_offset=...)",
                     why="the offset must be an SBUF tensor of integers or a register",
                 )
+            indirect_dim = _index(indirect_dim, "ap", loc, none=False)
+            if not 0 <= indirect_dim < len(self.shape) or (kind == "vector" and indirect_dim):
+                raise NkiError(
+                    "err_invalid_argument",
+                    loc,
+                    op="ap",
+                    why=f"indirect_dim {indirect_dim} of a {len(self.shape)}-D tensor (a "
+                    "vector_offset indexes dimension 0 only)",
+                )
             if kind == "scalar" and self.on_chip:
-                _check_on_chip_offset(self, int(indirect_dim), loc)
-            view._indirect = (index, int(indirect_dim), kind, self.shape)
+                _check_on_chip_offset(self, indirect_dim, loc)
+            view._indirect = (index, indirect_dim, kind, self.shape)
         return view
 
 
@@ -755,6 +864,53 @@ def _as_slice_or_int(k, loc: SourceLoc | None):
         op="indexing",
         why=f"cannot index with {type(k).__name__} {k!r}; use ints, slices or nl.ds",
     )
+
+
+def _index(v, op: str, loc: SourceLoc | None = None, none: bool = True) -> int | None:
+    """``v`` as a Python int (None stays None): a bound, size or offset given at trace time.
+    Anything else (a float, a string, a tensor) is ``err_invalid_argument`` at ``loc``."""
+    if type(v) is int or (v is None and none):
+        return v
+    if (
+        v is not None
+        and not isinstance(v, bool | np.bool_ | float | str)
+        and hasattr(v, "__index__")
+    ):
+        return v.__index__()
+    raise NkiError(
+        "err_invalid_argument",
+        loc or caller_loc(),
+        op=op,
+        why=f"expected an integer, got {type(v).__name__} {v!r}"[:200],
+    )
+
+
+def _pattern_pairs(pattern, loc: SourceLoc, op: str) -> list[tuple[int, int]]:
+    """An access pattern ``[[step, count], ...]`` as int pairs (each count >= 1)."""
+    if isinstance(pattern, list | tuple) and all(
+        isinstance(p, list | tuple) and len(p) == 2 for p in pattern
+    ):
+        pairs = [(_index(p[0], op, loc), _index(p[1], op, loc)) for p in pattern]
+        if all(n >= 1 for _, n in pairs):
+            return pairs
+    raise NkiError(
+        "err_invalid_argument",
+        loc,
+        op=op,
+        why=f"the pattern must be a list of [step, count] pairs with counts >= 1, got {pattern!r}"[
+            :300
+        ],
+    )
+
+
+def as_dtype(dtype, loc: SourceLoc, op: str) -> np.dtype:
+    """``dtypes.as_dtype`` with its refusal as ``err_unsupported_dtype`` at ``loc``."""
+    try:
+        return dtypes.as_dtype(dtype)
+    except TypeError as e:
+        raise NkiError(
+            "err_unsupported_dtype", loc, op=op, dtype=repr(dtype)[:80], why=str(e)[:200]
+        ) from None
 
 
 def _resolve_shape(shape: tuple[int, ...], size: int, loc: SourceLoc) -> tuple[int, ...]:

@@ -255,6 +255,9 @@ _SIGNED_MAX = 1 << 16
 _PLAIN = frozenset({str, int, bool, type(None)})
 
 
+_COMPARISONS = frozenset(("equal", "not_equal", "greater", "greater_equal", "less", "less_equal"))
+
+
 def _invalid(prim: str, loc: SourceLoc, why: str) -> NkiError:
     return NkiError("err_invalid_argument", loc, op=f"nisa.{prim}", why=why)
 
@@ -788,9 +791,17 @@ def emit_range_select(
             loc,
             f"on_false_value must be nl.fp32.min (a hardware constraint), got {on_false!r}",
         )
+    cmps = (op_name(comp_op0), op_name(comp_op1))
+    if not all(c in _COMPARISONS for c in cmps):
+        raise _invalid(
+            "range_select",
+            loc,
+            f"comp_op0 and comp_op1 must be comparisons (nl.greater_equal, nl.less, ...), "
+            f"got {comp_op0!r}, {comp_op1!r}",
+        )
     attrs = {
-        "comp_op0": op_name(comp_op0),
-        "comp_op1": op_name(comp_op1),
+        "comp_op0": cmps[0],
+        "comp_op1": cmps[1],
         "on_false": float(on_false),
         "range_start": int(range_start),
         "reduce_op": max_reduce_op("range_select", reduce_op, loc),
@@ -908,9 +919,13 @@ def emit_topk(val_dst: Access, idx_dst: Access, src: Access, *, n: int, loc: Sou
     return _emit("topk", [val_dst, idx_dst], [src], {"n": int(n), "k": k}, None, loc)
 
 
-def _per_partition(prim: str) -> Callable[..., Op]:
+def _per_partition(prim: str, min_free: int = 1) -> Callable[..., Op]:
     def emit(dst: Access, data: Access, *, mask: Predicate | None = None, loc: SourceLoc) -> Op:
         _same_partitions(prim, loc, data, dst)
+        if min_free > 1 and _free(data) < min_free:
+            raise _invalid(
+                prim, loc, f"data has {_free(data)} elements per partition, at least {min_free}"
+            )
         return _emit(prim, [dst], [data], {}, mask, loc)
 
     emit.__name__ = emit.__qualname__ = f"emit_{prim}"
@@ -923,7 +938,7 @@ mean, count * variance of the even elements, then of the odd ones) on the Vector
 emit_bn_aggr = _per_partition("bn_aggr")
 emit_bn_aggr.__doc__ = """``dst`` (P, 2) = (mean, variance) per partition, aggregated from the
 ``bn_stats`` groups in ``data``, on the VectorE."""
-emit_max8 = _per_partition("max8")
+emit_max8 = _per_partition("max8", min_free=8)
 emit_max8.__doc__ = """``dst`` (P, 8) = the 8 largest values of each partition of ``data``,
 descending, on the VectorE."""
 
@@ -1033,6 +1048,13 @@ def emit_nc_find_index8(
     """``dst`` (P, 8) uint16/uint32 = per partition, the index in ``data`` of the first
     occurrence of each of the 8 values of ``vals`` (P, 8), on the VectorE."""
     _same_partitions("nc_find_index8", loc, data, vals, dst)
+    if _free(vals) != 8 or _free(data) < 8:
+        raise _invalid(
+            "nc_find_index8",
+            loc,
+            f"vals must hold 8 values per partition (got {_free(vals)}) and data at least 8 "
+            f"(got {_free(data)})",
+        )
     return _emit("nc_find_index8", [dst], [data, vals], {}, mask, loc)
 
 
@@ -1050,8 +1072,16 @@ def emit_nc_match_replace8(
     partition replaced by ``imm``; their indices into ``dst_idx`` (P, 8) when given (VectorE)."""
     _elementwise("nc_match_replace8", loc, [dst], data)
     _same_partitions("nc_match_replace8", loc, data, vals, dst_idx)
+    if _free(vals) != 8:
+        raise _invalid(
+            "nc_match_replace8", loc, f"vals must hold 8 values per partition, got {_free(vals)}"
+        )
     outs = [dst, *_opt(dst_idx)]
-    return _emit("nc_match_replace8", outs, [data, vals], {"imm": float(imm)}, mask, loc)
+    try:
+        imm = float(imm)
+    except (TypeError, ValueError):
+        raise _invalid("nc_match_replace8", loc, f"imm must be a number, got {imm!r}") from None
+    return _emit("nc_match_replace8", outs, [data, vals], {"imm": imm}, mask, loc)
 
 
 def emit_nc_stream_shuffle(
@@ -1065,8 +1095,29 @@ def emit_nc_stream_shuffle(
     """Within each 32-partition quadrant, ``dst`` partition ``i`` takes ``src`` partition
     ``shuffle_mask[i]`` (255 keeps ``dst``'s), on the VectorE; the same elements per
     partition (partition counts may differ)."""
-    attrs = {"shuffle_mask": tuple(int(x) for x in shuffle_mask)}
-    return _emit("nc_stream_shuffle", [dst], [src], attrs, mask, loc)
+    try:
+        sm = tuple(int(x) for x in shuffle_mask)
+    except (TypeError, ValueError):
+        raise _invalid(
+            "nc_stream_shuffle", loc, f"shuffle_mask must be a list of ints, got {shuffle_mask!r}"
+        ) from None
+    src_p, dst_p = src.shape[0], dst.shape[0]
+    # entry i is read by dst partitions i, i + 32, ...: the last of them reads the highest
+    # src partition, base + m, base the start of its quadrant
+    bad = [
+        m
+        for i, m in enumerate(sm)
+        if m != 255
+        and not (0 <= m < 32 and (i >= dst_p or ((dst_p - 1 - i) // 32) * 32 + m < src_p))
+    ]
+    if len(sm) > 32 or bad:
+        raise _invalid(
+            "nc_stream_shuffle",
+            loc,
+            f"shuffle_mask has at most 32 entries, each a partition of src's quadrant "
+            f"(0..{min(src_p, 32) - 1}) or 255; got {shuffle_mask!r}",
+        )
+    return _emit("nc_stream_shuffle", [dst], [src], {"shuffle_mask": sm}, mask, loc)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1110,10 +1161,22 @@ def emit_local_gather(
     every partition of the core takes ``num_elem_per_idx`` elements of its own ``src_buffer``
     row at each of those element offsets: ``dst`` is (P, num_valid_indices *
     num_elem_per_idx)."""
-    attrs = {
-        "num_elem_per_idx": int(num_elem_per_idx),
-        "num_valid_indices": None if num_valid_indices is None else int(num_valid_indices),
-    }
+    try:
+        attrs = {
+            "num_elem_per_idx": int(num_elem_per_idx),
+            "num_valid_indices": None if num_valid_indices is None else int(num_valid_indices),
+        }
+    except (TypeError, ValueError):
+        raise _invalid(
+            "local_gather",
+            loc,
+            f"num_elem_per_idx and num_valid_indices are ints, got {num_elem_per_idx!r}, "
+            f"{num_valid_indices!r}",
+        ) from None
+    if attrs["num_elem_per_idx"] < 1:
+        raise _invalid(
+            "local_gather", loc, f"num_elem_per_idx must be >= 1, got {num_elem_per_idx}"
+        )
     _same_partitions("local_gather", loc, src_buffer, index, dst)
     most = local_gather_indices(index.shape, None)
     if num_valid_indices is not None and not 0 < int(num_valid_indices) <= most:

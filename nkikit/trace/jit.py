@@ -154,7 +154,16 @@ class JitKernel:
         call_args: dict[str, Any] = {}
         params: list[Tensor] = []
         for name, v in bound.arguments.items():
-            spec = spec_of(v)
+            try:
+                spec = spec_of(v)
+            except TypeError as e:  # an array of float64, int64, complex, object, ...
+                raise NkiError(
+                    "err_unsupported_dtype",
+                    loc,
+                    op=f"{self.func.__name__}(): argument {name!r}",
+                    dtype=str(getattr(v, "dtype", type(v).__name__)),
+                    why=str(e),
+                ) from None
             if spec is None:
                 call_args[name] = v
                 continue
@@ -330,6 +339,8 @@ def run(kernel: Kernel, bound: inspect.BoundArguments):
             return None
         if isinstance(s, int):
             return results[s]
+        if isinstance(s, dict):  # NKI 0.x may return a dict of tensors
+            return {k: build(x) for k, x in s.items()}
         return type(s)(build(x) for x in s)
 
     return build(kernel.return_structure)

@@ -31,7 +31,8 @@ from ...isa import engine, matmul_perf_mode, nc_version, oob_mode, reduce_cmd
 from ...trace import accumulators as ACC
 from ...trace import instructions as E
 from ...trace.builder import current, maybe_current
-from ..tensor import NkiTensor, access_of, got_type, require_tensor
+from ..tensor import NkiTensor, _index, _pattern_pairs, access_of, got_type, require_tensor
+from ..tensor import as_dtype as _as_dtype
 from . import constants  # noqa: F401
 from .constants import dge_mode
 from .registers import (  # noqa: F401 - NKI's names
@@ -316,7 +317,7 @@ def _engine_arg(e, op: str, loc: SourceLoc) -> str | None:
     """The engine name an ``engine=`` argument (an ``nisa.engine`` member) asks for; None for
     ``engine.unknown`` (the instruction's default).  The emit layer checks that the
     instruction runs there."""
-    if e is _ENGINE_UNKNOWN or e is None or e == engine.unknown:
+    if e is _ENGINE_UNKNOWN or e is None:
         return None
     if not isinstance(e, engine):
         raise NkiError(
@@ -325,6 +326,8 @@ def _engine_arg(e, op: str, loc: SourceLoc) -> str | None:
             op=f"nisa.{op}",
             why=f"engine must be an nisa.engine member, got {e!r}",
         )
+    if e == engine.unknown:
+        return None
     return _ENGINE_NAMES[e]
 
 
@@ -570,9 +573,15 @@ def dma_compute(
         raise NkiError(
             "err_invalid_argument", loc, op="nisa.dma_compute", why="reduce_op must be nl.add"
         )
-    if scales is not None and any(float(s) != 1.0 for s in scales):
+    if scales is not None and any(
+        _number(s, loc, "dma_compute", "scales are numbers") != 1.0 for s in scales
+    ):
         raise NkiError(
             "err_invalid_argument", loc, op="nisa.dma_compute", why="every scale must be 1.0"
+        )
+    if isinstance(srcs, NkiTensor) or not isinstance(srcs, list | tuple) or not srcs:
+        raise _invalid(
+            "dma_compute", f"srcs must be a non-empty list of tensors, got {srcs!r}", loc
         )
     srcs = list(srcs)
     if not 1 <= len(srcs) <= 16:
@@ -624,7 +633,13 @@ def dma_transpose(
     loc = caller_loc()
     _dst_chip(dst, loc, "dma_transpose", ("sbuf",))
     require_tensor(src, loc, "nisa.dma_transpose", "src")
-    axes = _default_transpose_axes(src.ndim) if axes is None else tuple(int(a) for a in axes)
+    if axes is not None and not isinstance(axes, list | tuple):
+        raise _invalid("dma_transpose", f"axes must be a tuple of ints, got {axes!r}", loc)
+    axes = (
+        _default_transpose_axes(src.ndim)
+        if axes is None
+        else tuple(_index(a, "nisa.dma_transpose", loc, none=False) for a in axes)
+    )
     if sorted(axes) != list(range(src.ndim)) or axes == tuple(range(src.ndim)):
         raise NkiError(
             "err_invalid_argument",
@@ -803,7 +818,7 @@ def tensor_copy(dst, src, engine=engine.unknown, name=None, dtype=None) -> NkiIn
     loc = caller_loc()
     _dst_chip(dst, loc, "tensor_copy")
     if dtype is not None:
-        dtypes.as_dtype(dtype)  # a dtype, or the usual error
+        _as_dtype(dtype, loc, "nisa.tensor_copy")  # a dtype, or the usual error
     eng = _engine_arg(engine, "tensor_copy", loc)
     d, s = _tiles(loc, "tensor_copy", dst, src)
     return _done(E.emit_tensor_copy(d, s, engine=eng, loc=loc))
@@ -854,8 +869,8 @@ def memset(dst, value, engine=engine.unknown, name=None) -> NkiInstruction:  # n
     """Fill ``dst`` with the compile-time constant ``value`` (which must suit dst's dtype)."""
     loc = caller_loc()
     _dst_chip(dst, loc, "memset")
-    _number(value, loc, "memset", "value is a number")
-    if dtypes.is_int(dst.dtype) and isinstance(value, float) and not float(value).is_integer():
+    v = _number(value, loc, "memset", "value is a number")
+    if dtypes.is_int(dst.dtype) and not (v.is_integer() and _int_range(dst.dtype, v)):
         raise NkiError(
             "err_invalid_argument",
             loc,
@@ -867,11 +882,17 @@ def memset(dst, value, engine=engine.unknown, name=None) -> NkiInstruction:  # n
     return _done(E.emit_memset(d, value=value, engine=eng, loc=loc))
 
 
+def _int_range(dt: np.dtype, v: float) -> bool:
+    """Whether the integral ``v`` is a value of the integer (or bool) dtype ``dt``."""
+    info = np.iinfo(dt) if dt.kind in "iu" else np.iinfo(np.uint8)  # bool: as a byte
+    return info.min <= v <= info.max
+
+
 def _pattern_views(views: list[NkiTensor], pattern, offset, channel_multiplier, loc, op: str):
     """``views`` re-expressed in one shape refining the iota-style access ``pattern``
     (``[[step, num], ...]`` over the free elements), and the affine value
     ``offset + partition * channel_multiplier + sum(step * index)`` in that shape's axes."""
-    pairs = [(int(st), int(n)) for st, n in pattern]
+    pairs = _pattern_pairs(pattern, loc, f"nisa.{op}")
     counts = tuple(n for _, n in pairs)
     per_partition = views[0].size // views[0].shape[0]
     if math.prod(counts) != per_partition:
@@ -961,7 +982,7 @@ def affine_select(
             _acc(d, loc, "affine_select dst"),
             _acc(t, loc, "on_true_tile"),
             pred=Predicate(((expr, cmp),)),
-            on_false=on_false_value,
+            on_false=_number(on_false_value, loc, "affine_select", "on_false_value is a number"),
             loc=loc,
         )
     )
@@ -972,6 +993,8 @@ def affine_select(
 
 def _flat2d(x: NkiTensor, loc: SourceLoc, what: str) -> Access:
     """A matmul operand as (partitions, free): its free dims flattened."""
+    if type(x) is not NkiTensor:
+        require_tensor(x, loc, "nisa.nc_matmul", what)
     if (len(x.shape) if type(x) is NkiTensor else x.ndim) > 2:
         try:
             x = x.flatten_dims(1, x.ndim - 1)
@@ -1110,8 +1133,8 @@ def _check_tiling(tile_position, tile_size, stationary: NkiTensor, loc: SourceLo
             op="nisa.nc_matmul",
             why="tile_position and tile_size are given together, each as (row, column)",
         )
-    rows, cols = (int(v) for v in tile_size)
-    r0, c0 = (int(v) for v in tile_position)
+    rows, cols = (_index(v, "nisa.nc_matmul", loc, none=False) for v in tile_size)
+    r0, c0 = (_index(v, "nisa.nc_matmul", loc, none=False) for v in tile_position)
     if rows not in (32, 64, 128) or cols not in (32, 64, 128) or r0 % rows or c0 % cols:
         raise NkiError(
             "err_invalid_argument",
@@ -1188,6 +1211,8 @@ def tensor_scalar(
     n0 = op_name(op0)
     if n0 in E._BITVEC or (op1 is not None and op_name(op1) in E._BITVEC) or eng == "scalar":
         _tensor_scalar_rules(d, a, n0, op1, eng, loc)  # rare: not on the common path
+    if operand0 is None and n0 != "bypass":
+        raise _invalid("tensor_scalar", f"op0={op0!r} needs operand0", loc)
     s0 = _scalar_or_vector(0.0 if operand0 is None else operand0, loc, "operand0", a)
     s1 = None if operand1 is None else _scalar_or_vector(operand1, loc, "operand1", a)
     return _done(
@@ -1290,6 +1315,8 @@ def tensor_scalar_reduce(
         loc=loc,
         op="tensor_scalar_reduce",
     )
+    if operand0 is None and op_name(op0) != "bypass":
+        raise _invalid("tensor_scalar_reduce", f"op0={op0!r} needs operand0", loc)
     s0 = _scalar_or_vector(0.0 if operand0 is None else operand0, loc, "operand0", a)
     op = E.emit_tensor_scalar(
         d,
@@ -1403,9 +1430,20 @@ def tensor_reduce(dst, op, data, axis, negate=False, keepdims=False, name=None) 
     loc = caller_loc()
     _dst_chip(dst, loc, "tensor_reduce")
     require_tensor(data, loc, "nisa.tensor_reduce", "data")
-    axes = (axis,) if isinstance(axis, int | np.integer) else tuple(int(a) for a in axis)
-    axes = tuple(sorted(a + data.ndim if a < 0 else a for a in axes))
     nd = data.ndim
+    if isinstance(axis, int | np.integer):
+        axes = (axis,)
+    elif isinstance(axis, list | tuple) and axis:
+        axes = tuple(_index(a, "nisa.tensor_reduce", loc, none=False) for a in axis)
+    else:
+        raise _invalid(
+            "tensor_reduce", f"axis must be an int or a tuple of ints, got {axis!r}", loc
+        )
+    if not all(-nd <= a < nd for a in axes) or len(set(axes)) != len(axes):
+        raise _invalid(
+            "tensor_reduce", f"axis {axis} is out of range (or repeated) for {nd}-D data", loc
+        )
+    axes = tuple(sorted(a + nd if a < 0 else a for a in axes))
     if 0 not in axes and axes != tuple(range(nd - len(axes), nd)) and len(axes) == 1:
         # NKI 0.2 read axis=1 of a 3-D/4-D tensor as "the last dimension" (0.3 made axis numbers
         # literal, and then only trailing dimensions are legal): the NKI Library of early 2026
@@ -1454,6 +1492,7 @@ def tensor_partition_reduce(dst, op, data, name=None) -> NkiInstruction:
     """Reduce across partitions (GpSimd): (P, F) -> (1, F)."""
     loc = caller_loc()
     _dst_chip(dst, loc, "tensor_partition_reduce")
+    # the GpSimd's cross-partition reductions [nki-0x.md §4.9]
     if op_name(op, "reduce") not in ("add", "max", "bitwise_or", "bitwise_and"):
         raise _invalid(
             "tensor_partition_reduce",
@@ -1723,6 +1762,8 @@ def _dropout(dst, data, prob, loc: SourceLoc, strict: bool):
             loc,
         )
     prob = _scalar_or_vector(prob, loc, "prob", a)
+    if type(prob) is float and not 0.0 <= prob <= 1.0:
+        raise _invalid("dropout", f"prob must be in [0, 1], got {prob!r}", loc)
     return _done(E.emit_dropout(d, a, prob, loc=loc, key=program()))
 
 

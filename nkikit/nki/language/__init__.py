@@ -20,8 +20,9 @@ from ...errors import NkiError, SourceLoc, caller_loc
 from ...ir.core import HBM_BUFFERS
 from ...language.creation import Buffer, hbm, private_hbm, psum, sbuf, shared_hbm
 from ...trace.builder import current
-from ..tensor import NkiTensor, got_type
+from ..tensor import NkiTensor, _index, got_type, require_tensor
 from ..tensor import _row_major_cached as _row_major
+from ..tensor import as_dtype as _as_dtype
 from . import device_loops as _device_loops
 from . import grids as _grids
 from .dtypes import *  # noqa: F403
@@ -161,7 +162,7 @@ class NKIObject:
 def par_dim(n: int) -> int:
     """Beta-1's partition-dimension marker, kept for old kernels: in NKI 0.x the partition
     dimension is always dimension 0, so this is just ``n``."""
-    return int(n)
+    return _index(n, "nl.par_dim", none=False)
 
 
 # -- tensor creation --------------------------------------------------------------------------
@@ -184,13 +185,23 @@ def ndarray(shape, dtype, buffer=sbuf, name: str = "", address=None) -> NkiTenso
                 op="nl.ndarray",
                 why=f"shape must be a tuple, got {shape!r}",
             )
-    dims = tuple(map(int, shape))
-    if dims and builtins.min(dims) <= 0:
+    try:
+        dims = tuple(map(int, shape))
+    except (TypeError, ValueError, OverflowError):
+        dims = None
+    if dims != shape and (dims is None or dims != tuple(shape)):  # "4", 4.5, None: refused
         raise NkiError(
-            "err_invalid_argument", loc, op="nl.ndarray", why=f"shape {dims} has a dimension <= 0"
+            "err_invalid_argument", loc, op="nl.ndarray", why=f"shape {shape!r} is not all ints"
+        )
+    if dims and (builtins.min(dims) <= 0 or builtins.max(dims) >= 1 << 32):
+        raise NkiError(
+            "err_invalid_argument",
+            loc,
+            op="nl.ndarray",
+            why=f"shape {dims} has a dimension <= 0 or >= 2**32",
         )
     buf = buffer.name if type(buffer) is Buffer else _buffer_name(buffer, loc)
-    dt = _dt.as_dtype(dtype)
+    dt = _as_dtype(dtype, loc, "nl.ndarray")
     if buf in HBM_BUFFERS:
         from ..launch import allocate_hbm
 
@@ -216,6 +227,12 @@ def ndarray(shape, dtype, buffer=sbuf, name: str = "", address=None) -> NkiTenso
     t = b.new_tensor(dims, dt, buf, name=name or None, loc=loc, fallback="buf")
     if address is not None:
         t.address = _address(address, loc)
+        if int(address[0]) + dims[0] > 128:
+            raise NkiError(
+                "err_allocation_out_of_bounds",
+                loc,
+                what=f"{dims[0]} partitions from partition {address[0]} pass partition 128",
+            )
     return NkiTensor._view(t, t.shape, _row_major(t.shape), 0, None)  # NkiTensor.whole(t)
 
 
@@ -256,6 +273,7 @@ def zeros_like(x: NkiTensor, dtype=None, buffer=None, name: str = "") -> NkiTens
     """A new tensor of ``x``'s shape filled with 0 (of a grid: a grid of its geometry)."""
     if isinstance(x, _grids.NkiGrid):
         return _grids.grid_like(x, dtype, buffer, name, 0)
+    require_tensor(x, caller_loc(), "nl.zeros_like", "x")
     return zeros(x.shape, dtype or x.dtype, buffer=buffer or x.buffer, name=name)
 
 
@@ -263,6 +281,7 @@ def ones_like(x: NkiTensor, dtype=None, buffer=None, name: str = "") -> NkiTenso
     """A new tensor of ``x``'s shape filled with 1 (of a grid: a grid of its geometry)."""
     if isinstance(x, _grids.NkiGrid):
         return _grids.grid_like(x, dtype, buffer, name, 1)
+    require_tensor(x, caller_loc(), "nl.ones_like", "x")
     return ones(x.shape, dtype or x.dtype, buffer=buffer or x.buffer, name=name)
 
 
@@ -271,6 +290,7 @@ def empty_like(x: NkiTensor, dtype=None, buffer=None, name: str = "") -> NkiTens
     new storage of its tile geometry, ``nl.alloc_tiles``/``alloc_blocks``)."""
     if isinstance(x, _grids.NkiGrid):
         return _grids.grid_like(x, dtype, buffer, name, None)
+    require_tensor(x, caller_loc(), "nl.empty_like", "x")
     return ndarray(x.shape, dtype or x.dtype, buffer=buffer or x.buffer, name=name)
 
 
@@ -278,7 +298,19 @@ def shared_constant(constant, dtype=None) -> NkiTensor:
     """A constant HBM tensor embedded in the kernel (a numpy array or a ``.npy`` path)."""
     from ...language.creation import shared_constant as beta1_constant
 
-    value = np.load(constant) if isinstance(constant, str) else np.asarray(constant)
+    try:
+        value = np.load(constant) if isinstance(constant, str) else np.asarray(constant)
+    except (OSError, ValueError) as e:
+        raise NkiError(
+            "err_invalid_argument", caller_loc(), op="nl.shared_constant", why=str(e)[:200]
+        ) from None
+    if value.dtype == object:
+        raise NkiError(
+            "err_invalid_argument",
+            caller_loc(),
+            op="nl.shared_constant",
+            why=f"the constant must be a numeric array or a .npy path, got {type(constant).__name__}",
+        )
     # one constant builder for both dialects (dtype defaults, rounding, naming)
     return NkiTensor.whole(beta1_constant(value, dtype).tensor)
 
@@ -287,7 +319,12 @@ def shared_identity_matrix(n: int, dtype=uint8, dst=None) -> NkiTensor:
     """An ``n x n`` identity matrix in SBUF (a constant loaded once)."""
     from .. import isa
 
-    const = shared_constant(np.eye(int(n)), dtype=dtype)
+    n = _index(n, "nl.shared_identity_matrix", none=False)
+    if n <= 0:
+        raise NkiError(
+            "err_invalid_argument", caller_loc(), op="nl.shared_identity_matrix", why=f"n={n}"
+        )
+    const = shared_constant(np.eye(n), dtype=dtype)
     out = dst if dst is not None else ndarray((int(n), int(n)), dtype, buffer=sbuf)
     isa.dma_copy(out, const)
     return out
@@ -317,6 +354,14 @@ def ds(start, size) -> DynSlice:
             api="nl.ds with a runtime start",
             why="use .ap(scalar_offset=...) for a runtime offset",
         )
+    size = _index(size, "nl.ds", none=False)
+    if start < 0 or size < 0:
+        raise NkiError(
+            "err_invalid_argument",
+            caller_loc(),
+            op="nl.ds",
+            why=f"start ({start}) and size ({size}) must be >= 0",
+        )
     return DynSlice(start, size)
 
 
@@ -328,7 +373,10 @@ def _range(*args, **kwargs) -> range:
     kwargs.pop("multi_buffer", None)
     if kwargs:
         raise TypeError(f"unexpected keyword argument {next(iter(kwargs))!r}")
-    return builtins.range(*(int(a) for a in args))
+    args = tuple(a if type(a) is int else _index(a, "range", none=False) for a in args)
+    if len(args) == 3 and args[2] == 0:
+        raise NkiError("err_invalid_argument", caller_loc(), op="range", why="step must not be 0")
+    return builtins.range(*args)
 
 
 def affine_range(*args, **kwargs) -> range:
@@ -441,7 +489,8 @@ def program_id(axis: int = 0) -> int | None:
     if not launched():
         return None
     grid, pid = launch()
-    if not 0 <= int(axis) < builtins.max(len(grid), 1):
+    axis = _index(axis, "nl.program_id", none=False)
+    if not 0 <= axis < builtins.max(len(grid), 1):
         raise NkiError(
             "err_invalid_argument",
             caller_loc(),

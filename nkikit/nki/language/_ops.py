@@ -127,8 +127,7 @@ def _reduce_wrapper(name: str, op: str):
         from . import ndarray, sbuf
 
         _operand(x, name, "x")
-        axes = (axis,) if isinstance(axis, int) else tuple(axis)
-        axes = tuple(a + x.ndim if a < 0 else a for a in axes)
+        axes = _axes(x, axis, name)
         shape = tuple(1 if d in axes else n for d, n in enumerate(x.shape))
         if not keepdims:
             kept = tuple(n for d, n in enumerate(x.shape) if d not in axes)
@@ -215,7 +214,7 @@ def _shape_of(shape, x: NkiTensor, op: str, loc) -> tuple[int, ...]:
     equal to ``x``'s or broadcast from 1; else ``err_invalid_argument`` at ``loc``."""
     try:
         target = tuple(int(n) for n in shape)
-    except TypeError:
+    except (TypeError, ValueError):
         raise NkiError(
             "err_invalid_argument",
             loc,
@@ -273,7 +272,19 @@ def broadcast_to(x, shape, dtype=None) -> NkiTensor:
 def expand_dims(x, axis: int) -> NkiTensor:
     """A view of ``x`` with a new axis of size 1 at ``axis`` (``numpy.expand_dims``)."""
     _operand(x, "expand_dims", "x")
-    return x.expand_dim(axis)
+    nd = x.ndim
+    if (
+        not isinstance(axis, int | np.integer)
+        or isinstance(axis, bool)
+        or not -nd - 1 <= axis <= nd
+    ):
+        raise NkiError(
+            "err_invalid_argument",
+            caller_loc(),
+            op="nl.expand_dims",
+            why=f"axis {axis!r} must be an int in [{-nd - 1}, {nd}] for a {nd}-D tensor",
+        )
+    return x.expand_dim(int(axis))
 
 
 def _new_shape(shape, dtype) -> NkiTensor:
@@ -282,9 +293,31 @@ def _new_shape(shape, dtype) -> NkiTensor:
     return ndarray(tuple(shape), dtype, buffer=sbuf)
 
 
-def _axes(x: NkiTensor, axis) -> tuple[int, ...]:
-    axes = (axis,) if isinstance(axis, int | np.integer) else tuple(axis)
-    return tuple(int(a) + x.ndim if a < 0 else int(a) for a in axes)
+def _axes(x: NkiTensor, axis, op: str = "reduce") -> tuple[int, ...]:
+    """``axis`` (an int or ints) as distinct non-negative axes of ``x``; anything else is
+    ``err_invalid_argument`` at the caller's line."""
+    nd = x.ndim
+    if isinstance(axis, int | np.integer) and not isinstance(axis, bool):
+        axes = (int(axis),)
+    elif isinstance(axis, tuple | list) and builtins.all(
+        isinstance(a, int | np.integer) and not isinstance(a, bool) for a in axis
+    ):
+        axes = tuple(int(a) for a in axis)
+    else:
+        axes = None
+    if (
+        axes is None
+        or not axes
+        or not builtins.all(-nd <= a < nd for a in axes)
+        or len(set(a % nd for a in axes)) != len(axes)
+    ):
+        raise NkiError(
+            "err_invalid_argument",
+            caller_loc(),
+            op=f"nl.{op}",
+            why=f"axis {axis!r} must be distinct ints in [-{nd}, {nd}) for a {nd}-D tensor",
+        )
+    return tuple(a + nd if a < 0 else a for a in axes)
 
 
 def _stat(x: NkiTensor, op: str, axes, dtype) -> NkiTensor:
@@ -327,7 +360,7 @@ def softmax(x, axis=-1, dtype=None) -> NkiTensor:
     from . import float32
 
     _operand(x, "softmax", "x")
-    axes = _axes(x, axis)
+    axes = _axes(x, axis, "softmax")
     m = _stat(x, "maximum", axes, None)
     e = _new_shape(x.shape, float32)
     isa.tensor_tensor(e, x, _spread(m, x.shape), OPS["subtract"])
@@ -348,10 +381,14 @@ def rms_norm(x, w, axis, n, epsilon=1e-6, dtype=None, compute_dtype=None) -> Nki
     _operand(x, "rms_norm", "x")
     _operand(w, "rms_norm", "w")
     cdt = compute_dtype or float32
-    axes = _axes(x, axis)
+    axes = _axes(x, axis, "rms_norm")
     sq = _new_shape(x.shape, cdt)
     isa.tensor_tensor(sq, x, x, OPS["multiply"])
     ms = _stat(sq, "add", axes, cdt)
+    if not isinstance(n, int | float | np.integer | np.floating) or not n > 0:
+        raise NkiError(
+            "err_invalid_argument", caller_loc(), op="nl.rms_norm", why=f"n must be > 0, got {n!r}"
+        )
     isa.tensor_scalar(ms, ms, OPS["multiply"], 1.0 / float(n), op1=OPS["add"], operand1=epsilon)
     isa.activation(ms, OPS["rsqrt"], ms)
     isa.tensor_tensor(sq, x, _spread(ms, x.shape), OPS["multiply"])
@@ -369,7 +406,7 @@ def var(x, axis, dtype=None, keepdims=False) -> NkiTensor:
     from . import float32
 
     _operand(x, "var", "x")
-    axes = _axes(x, axis)
+    axes = _axes(x, axis, "var")
     count = 1
     for a in axes:
         count *= x.shape[a]
