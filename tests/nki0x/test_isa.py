@@ -572,3 +572,18 @@ def test_nc_matmul_double_row_contracts_over_both_rows(monkeypatch):
     monkeypatch.setenv("NKI_NC_VERSION", "gen2")  # trn1: no double-row mode
     with pytest.raises(NkiError, match="double_row needs NeuronCore-v3"):
         _double_row_matmul(a, b)
+
+
+@pytest.mark.parametrize("axis", [1, [4], (2,), -1])
+def test_tensor_reduce_reads_one_axis_of_3d_data_as_the_last(axis):
+    # NKI 0.2's reading, which the NKI Library of early 2026 relies on: axis=1 of a 3-D view
+    # (cascaded max), axis=[4] (attention_tkg: the last axis of the 5-D access pattern)
+    @nki.jit
+    def k(x):
+        a = _load(x)
+        red = nl.ndarray((P, 4), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_reduce(dst=red, op=nl.maximum, data=a.reshape((P, 4, 16)), axis=axis)
+        return _store(red)
+
+    x = np.random.default_rng(5).standard_normal((P, 64)).astype(np.float32)
+    np.testing.assert_array_equal(k(x), x.reshape(P, 4, 16).max(axis=2))

@@ -1439,16 +1439,17 @@ def tensor_reduce(dst, op, data, axis, negate=False, keepdims=False, name=None) 
         raise _invalid(
             "tensor_reduce", f"axis must be an int or a tuple of ints, got {axis!r}", loc
         )
+    if len(axes) == 1 and nd >= 3 and 1 <= axes[0] <= 4:
+        # NKI 0.2 read one axis of a 3-D/4-D tensor as "the last dimension" (0.3 made axis
+        # numbers literal, and then only trailing dimensions are legal): the NKI Library of
+        # early 2026 still writes axis=1, and attention_tkg axis=[4] (the last axis of the
+        # 5-D access pattern) of a 3-D view
+        axes = (nd - 1,)
     if not all(-nd <= a < nd for a in axes) or len(set(axes)) != len(axes):
         raise _invalid(
             "tensor_reduce", f"axis {axis} is out of range (or repeated) for {nd}-D data", loc
         )
     axes = tuple(sorted(a + nd if a < 0 else a for a in axes))
-    if 0 not in axes and axes != tuple(range(nd - len(axes), nd)) and len(axes) == 1:
-        # NKI 0.2 read axis=1 of a 3-D/4-D tensor as "the last dimension" (0.3 made axis numbers
-        # literal, and then only trailing dimensions are legal): the NKI Library of early 2026
-        # still writes it that way
-        axes = (nd - 1,)
     if 0 in axes or axes != tuple(range(nd - len(axes), nd)):
         raise NkiError(
             "err_invalid_argument",
