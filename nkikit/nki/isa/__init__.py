@@ -843,16 +843,14 @@ def _copy_predicated(dst, src, predicate, reverse_pred, loc: SourceLoc, strict: 
     _dst_chip(dst, loc, "tensor_copy_predicated")
     if isinstance(src, NkiTensor):
         d, s, p = _tiles(loc, "tensor_copy_predicated", dst, src, predicate)
-        if not strict:
-            pass
-        elif s.dtype is not d.dtype and dtypes.name(s.dtype) != dtypes.name(d.dtype):
-            raise _invalid(
-                "tensor_copy_predicated",
-                f"src and dst must share a dtype, got {dtypes.name(s.dtype)} and "
-                f"{dtypes.name(d.dtype)}",
-                loc,
-            )
-        else:
+        if strict:
+            if s.dtype is not d.dtype and dtypes.name(s.dtype) != dtypes.name(d.dtype):
+                raise _invalid(
+                    "tensor_copy_predicated",
+                    f"src and dst must share a dtype, got {dtypes.name(s.dtype)} and "
+                    f"{dtypes.name(d.dtype)}",
+                    loc,
+                )
             _not_both_psum(s, p, "tensor_copy_predicated", "src and predicate", loc)
     else:
         s = _number(
