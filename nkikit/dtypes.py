@@ -7,6 +7,9 @@ NaN -> 0 for integers.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import ml_dtypes
 import numpy as np
 
@@ -154,7 +157,9 @@ def scalar_dtype(value: object) -> np.dtype:
 
 def poison_value(dt: np.dtype) -> float | int:
     """What a fresh buffer holds: NaN for floats, a sentinel for integers (all bits set for
-    MX containers: four fp8 NaNs)."""
+    MX containers: four fp8 NaNs).  AWS's simulator fills integers with 4 [reference/nki-0x.md
+    §6.4]; the dtype's largest value instead makes a runtime index read from an unwritten
+    tile fail its bounds check rather than quietly pick row 4."""
     if dt in _X4:
         return np.iinfo(_X4[dt][1]).max
     if is_float(dt):
@@ -168,9 +173,45 @@ def new_buffer(shape: tuple[int, ...], dt: np.dtype) -> np.ndarray:
     return np.full(shape, poison_value(dt), dtype=_storage(dt))
 
 
+# -- NKI_PRECISE_FP=0 ------------------------------------------------------------------------
+# AWS's simulator stores bf16 and fp8 tensors as ml_dtypes arrays (NKI_PRECISE_FP=1, its
+# default since NKI 0.4); with NKI_PRECISE_FP=0 it holds them as fp32, written without
+# rounding or saturation [reference/nki-0x.md §6.1].  ``wide_storage`` switches the simulators
+# to that storage for the duration of one run: ``storage_dtype`` and ``cast`` are the only
+# places the simulators learn how a dtype is stored and rounded.  fp16 is numpy's own type
+# and stays rounded; the MX scale type (e8m0) and the x4 containers hold bits, not values.
+WIDENED = frozenset({bfloat16, float8_e4m3, float8_e4m3fn, float8_e5m2})
+_wide = False
+
+
+@contextmanager
+def wide_storage(on: bool = True) -> Iterator[None]:
+    """While active (``on``), the simulators hold bf16 and fp8 tensors as unrounded fp32
+    (``NKI_PRECISE_FP=0``).  Process-wide: the ranks of one run share it."""
+    global _wide
+    saved, _wide = _wide, on
+    try:
+        yield
+    finally:
+        _wide = saved
+
+
+def is_wide() -> bool:
+    """Whether bf16 / fp8 tensors are held as unrounded fp32 now (``wide_storage``)."""
+    return _wide
+
+
+def widen(a: np.ndarray) -> np.ndarray:
+    """``a`` as the simulators store it now: an fp32 copy of a bf16 / fp8 array under
+    ``wide_storage``, else ``a`` itself."""
+    return a.astype(float32) if _wide and a.dtype in WIDENED else a
+
+
 def _storage(dt: np.dtype) -> np.dtype:
     if dt.names is not None:  # an MX container
         return _X4[dt][1]
+    if _wide and dt in WIDENED:
+        return float32
     return float32 if is_tf32(dt) else dt
 
 
@@ -194,7 +235,16 @@ def round_tf32(x: np.ndarray) -> np.ndarray:
 def cast(x: np.ndarray, dt: np.dtype) -> np.ndarray:
     """Round an fp32 (or integer) array to ``dt`` once, as an engine writing its output does.
     An MX container is never converted (DMA and copies move its bits [nki-0x.md §3.11]): the
-    value must already be container bits (a memset of 0 passes zeros)."""
+    value must already be container bits (a memset of 0 passes zeros).  Under
+    ``wide_storage`` bf16 and fp8 values stay unrounded fp32."""
+    if _wide and dt in WIDENED:  # NKI_PRECISE_FP=0: held as fp32, nothing rounded
+        return np.asarray(x, dtype=float32)
+    return round_to(x, dt)
+
+
+def round_to(x: np.ndarray, dt: np.dtype) -> np.ndarray:
+    """``cast`` whatever the storage mode: the values ``dt`` can hold (MX containers pack
+    real fp8 bits under ``NKI_PRECISE_FP=0`` too)."""
     if dt.names is not None:  # an MX container (the only structured dtypes): cheap to ask
         return np.asarray(x).astype(_X4[dt][1])
     if is_tf32(dt):
@@ -283,7 +333,7 @@ def pack_x4(values: np.ndarray, dt: np.dtype) -> np.ndarray:
     if v.shape[-1] % k:
         raise ValueError(f"pack_x4: last dimension {v.shape[-1]} is not a multiple of {k}")
     if elem.itemsize == 1 and elem in _FP8_MAX:
-        q = cast(np.asarray(v, dtype=np.float32), elem)
+        q = round_to(np.asarray(v, dtype=np.float32), elem)
     else:
         q = np.asarray(v, dtype=np.float32).astype(elem)
     bits = np.ascontiguousarray(q).view(np.uint8).astype(store)

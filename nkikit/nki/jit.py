@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import os
 
 import numpy as np
 
@@ -23,6 +24,22 @@ from .launch import trace_programs
 from .tensor import NkiTensor, _layout_alias
 
 _MAX_PROGRAMS = 1024
+
+
+def precise_fp() -> bool:
+    """``NKI_PRECISE_FP`` as AWS's simulator reads it [reference/nki-0x.md §6.1]: unset or
+    ``1`` (the default since NKI 0.4) stores bf16 and fp8 tensors rounded to their dtype;
+    ``0`` holds them as unrounded fp32 (outputs of those dtypes come back as float32).
+    Read at every call; any other value is a ``ValueError`` naming the variable."""
+    value = os.environ.get("NKI_PRECISE_FP", "").strip()
+    if value in ("", "1"):
+        return True
+    if value == "0":
+        return False
+    raise ValueError(
+        f"NKI_PRECISE_FP={value!r}: expected 1 (the default: bf16 and fp8 tensors rounded "
+        "to their dtype) or 0 (held as unrounded fp32)"
+    )
 
 
 class Kernel0x(JitKernel):
@@ -95,6 +112,9 @@ class Kernel0x(JitKernel):
             # on the caller's program (NKI 0.7 specializes nested jit calls the same way)
             return self.func(*args, **kwargs)
         return super().__call__(*args, **kwargs)
+
+    def _precise_fp(self) -> bool:
+        return precise_fp()
 
     def verify(self, kernel: Kernel, target: str) -> None:
         """Verify; a kernel whose automatically placed PSUM tensors do not fit PSUM together

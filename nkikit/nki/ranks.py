@@ -12,10 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+import numpy as np
+
+from .. import dtypes
 from ..arrays import TensorSpec, as_kind_of, as_numpy
 from ..errors import NkiError, hide_internal_frames
+from ..sim import low_precision_storage, written_params
 from ..trace.jit import gc_paused
-from .jit import Kernel0x, jit
+from .jit import Kernel0x, jit, precise_fp
 
 
 def simulate_ranks(kernel, inputs_per_rank: Sequence[Mapping], lnc: int = 1) -> list:
@@ -49,8 +53,14 @@ def simulate_ranks(kernel, inputs_per_rank: Sequence[Mapping], lnc: int = 1) -> 
                     raise TypeError(f"argument {t.name!r} is abstract; pass an array")
                 row.append(as_numpy(v, t.dtype))
             arrays.append(row)
-        with gc_paused():
-            outs = simulate_all_ranks(ir, arrays)
+        with gc_paused(), low_precision_storage(ir, precise=precise_fp()):
+            wide = [[dtypes.widen(a) for a in row] for row in arrays]
+            outs = simulate_all_ranks(ir, wide)
+        written = written_params(ir)
+        for row, wide_row in zip(arrays, wide):
+            for t, a, w in zip(ir.params, row, wide_row):
+                if w is not a and t.name in written:  # a widened copy (NKI_PRECISE_FP=0)
+                    np.copyto(a, w, casting="unsafe")
     except NkiError as e:
         raise hide_internal_frames(e) from None
 

@@ -995,7 +995,7 @@ def _dtype_alias(root: Tensor, dt: np.dtype, loc: SourceLoc) -> Tensor:
             dt,
             root.buffer,
             kind=root.kind,
-            loc=root.loc,
+            loc=loc,  # where the bits are first reinterpreted (the storage is root's)
             base=root,
             mutable=root.mutable,
             scope=root.scope,

@@ -5,6 +5,8 @@ interpreter, one instruction at a time) and ``fast`` (the kernel compiled once t
 straight-line numpy program).  ``simulate`` picks one by the ``NKIKIT_SIM`` environment
 variable: ``fast`` (the default), ``reference``, or ``check`` (run both, raise
 ``SimulatorMismatch`` unless outputs and written arguments are bit-identical; for CI).
+``low_precision_storage`` holds bf16 and fp8 tensors as unrounded fp32 for a run, as AWS's
+simulator does under ``NKI_PRECISE_FP=0``.
 A kernel with collectives runs as every rank of its world, each with its own memory, meeting
 at the collectives (``ranks.py``); ``simulate_all_ranks`` gives each rank its own arguments.
 """
@@ -12,9 +14,13 @@ at the collectives (``ranks.py``); ``simulate_all_ranks`` gives each rank its ow
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 
+from .. import dtypes
+from ..errors import NkiError
 from .ranks import simulate_ranks, simulate_world, world_size
 
 SIMULATORS = ("reference", "fast", "check")
@@ -139,3 +145,32 @@ def simulate_all_ranks(
                     f"{kernel.name}: argument {t.name!r} of rank {r} written differently"
                 )
     return ref
+
+
+@contextmanager
+def low_precision_storage(kernel, *, precise: bool) -> Iterator[None]:
+    """How the simulators hold ``kernel``'s bf16 and fp8 tensors during the block: rounded to
+    their dtype (``precise``, ``NKI_PRECISE_FP=1``, the default) or as unrounded fp32
+    (``NKI_PRECISE_FP=0``, AWS's simulator option [reference/nki-0x.md §6.1]; arguments must
+    be passed through ``dtypes.widen`` inside the block, and outputs of those dtypes come
+    back as float32 arrays).  Held as fp32, such a tensor's bits cannot be reinterpreted:
+    a kernel that views one as another dtype (``.view(dtype)``, ``.ap(dtype=...)``) is
+    refused with ``err_unsupported_api`` at the view's line."""
+    if precise:
+        yield
+        return
+    for t in kernel.tensors:
+        base = t.base
+        if base is None or dtypes.name(t.dtype) == dtypes.name(base.dtype):
+            continue
+        if t.dtype in dtypes.WIDENED or base.dtype in dtypes.WIDENED:
+            raise NkiError(
+                "err_unsupported_api",
+                t.loc or kernel.loc,
+                api=f"a {dtypes.name(base.dtype)} tensor seen as {dtypes.name(t.dtype)} "
+                "under NKI_PRECISE_FP=0",
+                why="that mode holds bf16 and fp8 tensors as fp32 values, which have no "
+                "bf16/fp8 bits to reinterpret; unset NKI_PRECISE_FP (or set it to 1)",
+            )
+    with dtypes.wide_storage():
+        yield

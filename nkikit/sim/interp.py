@@ -261,7 +261,7 @@ class Interpreter:
             if t.base is None and t.kind in ("hbm", "output"):
                 self.mem[t.uid] = dtypes.new_buffer(t.shape, t.dtype)
             elif t.kind == "const":
-                self.mem[t.uid] = t.const_value
+                self.mem[t.uid] = dtypes.widen(t.const_value)
         grid = k.grid or (1,)
         with one_blas_thread():  # see sim/blas.py: speed, and bits independent of the cores
             for pid in np.ndindex(*grid):

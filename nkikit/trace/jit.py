@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import dtypes
 from ..arrays import TensorSpec, as_kind_of, as_numpy, is_torch, spec_of
 from ..collector import gc_paused
 from ..errors import (
@@ -115,6 +116,11 @@ class JitKernel:
             else:
                 parts.append(_const_key(v))
         return tuple(parts)
+
+    def _precise_fp(self) -> bool:
+        """Whether a call stores bf16 / fp8 tensors rounded (``run``'s ``precise_fp``):
+        always for Beta-1 kernels; NKI 0.x kernels read ``NKI_PRECISE_FP``."""
+        return True
 
     def specialize(self, *args, **kwargs) -> tuple[Kernel, inspect.BoundArguments]:
         """The IR for these arguments, traced and verified for the default target
@@ -286,7 +292,7 @@ class JitKernel:
                 return launches.hook(self, args, kwargs)
             kernel, bound = self.specialize(*args, **kwargs)
             with gc_paused():  # the first run generates the kernel's simulator program
-                return run(kernel, bound)
+                return run(kernel, bound, precise_fp=self._precise_fp())
         except NkiError as e:
             raise hide_internal_frames(e) from None
         except Exception as e:  # e.g. nl.exponential (a typo) or an unknown keyword argument:
@@ -295,8 +301,11 @@ class JitKernel:
             raise
 
 
-def run(kernel: Kernel, bound: inspect.BoundArguments):
-    from ..sim import simulate
+def run(kernel: Kernel, bound: inspect.BoundArguments, *, precise_fp: bool = True):
+    """Simulate ``kernel`` on the bound arguments and return its results shaped like the
+    kernel's return value; ``precise_fp=False`` holds bf16 / fp8 tensors as unrounded fp32
+    (``NKI_PRECISE_FP=0``, ``nkikit.sim.low_precision_storage``)."""
+    from ..sim import low_precision_storage, simulate
 
     arrays = []
     like = None
@@ -316,7 +325,10 @@ def run(kernel: Kernel, bound: inspect.BoundArguments):
         # no defensive copy: the verifier rejects writes to parameters not marked mutable
         arrays.append(as_numpy(v, t.dtype))
         like = like if like is not None else v
-    outs = simulate(kernel, arrays)
+    with low_precision_storage(kernel, precise=precise_fp):
+        # (a widened argument is a copy: what the kernel writes is copied back below)
+        arrays = [dtypes.widen(a) for a in arrays]
+        outs = simulate(kernel, arrays)
     for t, a in zip(kernel.params, arrays):
         # A contiguous numpy argument was written in place and a contiguous torch argument's
         # array is a view of it. A non-contiguous view of either (or a cast) ran on a copy: the

@@ -43,6 +43,7 @@ import threading
 
 import numpy as np
 
+from ... import dtypes
 from ...collector import gc_paused
 from ...ir.cache import KernelCache, op_count
 from ...ir.core import Kernel, Loop
@@ -79,16 +80,22 @@ def _has_device_loops(kernel: Kernel) -> bool:
     return any(isinstance(s, Loop) and s.device is not None for s, _ in kernel.walk())
 
 
+def _key(kernel: Kernel) -> tuple[int, bool]:
+    # a program bakes in how each dtype is stored: one per storage mode (NKI_PRECISE_FP)
+    return (id(kernel), dtypes.is_wide())
+
+
 def _cached(kernel: Kernel) -> Program | None:
     with _LOCK:
-        hit = _CACHE.get(id(kernel))
+        hit = _CACHE.get(_key(kernel))
     return hit[1] if hit is not None and hit[0] is kernel else None
 
 
 def compile_kernel(kernel: Kernel) -> Program:
     """The compiled program for ``kernel`` (built on first use, then cached).  Programs are
-    re-entrant (each run has its own memory), so threads may share them."""
-    key = id(kernel)
+    re-entrant (each run has its own memory), so threads may share them.  A program holds
+    the storage of the moment (``dtypes.wide_storage``): it runs under the same one."""
+    key = _key(kernel)
     prog = _cached(kernel)
     if prog is not None:
         return prog

@@ -144,7 +144,7 @@ class Program:
                 fill = dtypes.poison_value(t.dtype) if poison else None
                 self._fresh.append((t.uid, t.shape, dtypes.storage_dtype(t.dtype), fill))
             elif t.kind == "const":
-                self._consts.append((t.uid, t.const_value))
+                self._consts.append((t.uid, dtypes.widen(t.const_value)))
         self._outputs = list(kernel.outputs)
         self._fresh_bytes = sum(
             int(np.prod(shape, dtype=np.int64)) * dt.itemsize for _, shape, dt, _ in self._fresh
