@@ -22,7 +22,7 @@ import os
 import numpy as np
 
 from ... import dtypes
-from ...errors import NkiError, SourceLoc, caller_loc
+from ...errors import NkiError, SourceLoc, caller_loc, warn_at
 from ...ir.affine import Affine, Axis, Predicate
 from ...ir.core import Access
 from ...ir.opnames import op_name
@@ -1069,7 +1069,33 @@ def _matmul_into(dst, stationary, moving, accumulate, loc: SourceLoc, perf_mode=
             )
     else:
         acc = bool(accumulate)
+        if acc:
+            warn_accumulating_onto(d, loc, "nc_matmul")
     return _done(E.emit_nc_matmul(d, s, m, accumulate=acc, perf_mode=perf_mode, loc=loc))
+
+
+def warn_accumulating_onto(d: Access, loc: SourceLoc, op: str) -> None:
+    """``accumulate=True`` needs PSUM a matmul wrote: onto memory nothing wrote since its
+    allocation the sum is undefined on the hardware, and on NeuronCore-v2/v3 so is a sum onto
+    values another instruction (memset, tensor_copy) wrote [reference/nki-0x.md §4 nc_matmul,
+    §6.2].  An ``NkiWarning`` at the user's line, as AWS's simulator warns; the simulators
+    add onto whatever is there (the poison, NaN, if nothing wrote it)."""
+    q = _region(d)
+    written = [r for r, _ in _psum_writes(d.tensor.root) if _may_overlap(r, q)]
+    if not written:
+        warn_at(
+            loc,
+            f"{op}(accumulate=True) adds onto PSUM that nothing has written since it was "
+            "allocated: undefined on the hardware (the simulators add onto the poison, NaN); "
+            "write the first product with accumulate=False",
+        )
+    elif int(get_nc_version().value) <= 3 and _matmul_written(d) is not True:
+        warn_at(
+            loc,
+            f"{op}(accumulate=True) adds onto PSUM another instruction (memset, tensor_copy, "
+            "...) wrote last: undefined on NeuronCore-v2/v3; start the accumulation with a "
+            "matmul (accumulate=False)",
+        )
 
 
 _DOUBLE_ROW_DTYPES = {

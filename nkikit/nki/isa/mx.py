@@ -56,7 +56,7 @@ def nc_matmul_mx(
     (``float8_e8m0fnu`` or uint8) hold the scale of data partitions ``8i .. 8i + 7`` at
     partition ``(i // 4) * 32 + i % 4``.  ``dst`` [M, N] in PSUM (fp32 or bf16) accumulates as
     ``nc_matmul``'s: ``accumulate=None`` overwrites on the first matmul write, adds later."""
-    from . import _done, _dst_chip, _matmul_written, _unsupported
+    from . import _done, _dst_chip, _matmul_written, _unsupported, warn_accumulating_onto
 
     loc = caller_loc()
     _dst_chip(dst, loc, "nc_matmul_mx")
@@ -78,6 +78,8 @@ def nc_matmul_mx(
         acc = written
     else:
         acc = bool(accumulate)
+        if acc:
+            warn_accumulating_onto(d, loc, "nc_matmul_mx")
     return _done(E.emit_nc_matmul_mx(d, s, m, ss, ms, accumulate=acc, loc=loc))
 
 
