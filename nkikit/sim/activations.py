@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import SourceLoc, warn_at
+
 _SQRT2 = np.sqrt(2.0)
 _SQRT_2_OVER_PI = np.sqrt(2.0 / np.pi)
 
@@ -89,6 +91,19 @@ ACT = {
 }
 
 
+# ScalarE's periodic-looking functions are polynomials valid on one period, with no range
+# reduction: outside it the hardware extrapolates the polynomial (AWS's simulator reproduces
+# sin's: sin(9.0) ~ 27.65) [reference/nki-0x.md §4.16, §6.1].  nkikit computes the exact
+# function there and warns at the instruction's line.  (The other limited ranges of the
+# table, log's [2^-64, 2^64], sqrt's, rsqrt's, reciprocal's, exclude little beyond 0.)
+# (bounds in fp32, as the engine reads them: fp32(pi) is a hair above pi, and a kernel that
+# reduces its argument with ``(x + pi) % 2pi - pi`` in fp32 lands in [-fp32(pi), fp32(pi)])
+VALID_RANGE = {
+    "sin": (np.float32(-np.pi), np.float32(np.pi)),
+    "arctan": (np.float32(-np.pi / 2), np.float32(np.pi / 2)),
+}
+
+
 def activate(name: str, x: np.ndarray, param=0.0) -> np.ndarray:
     """``name`` applied to ``x``; ``param`` is activate2's ``relu_param`` (a scalar or a
     per-partition column), the slope of ``prelu`` below 0.  ``activation`` has no such
@@ -98,6 +113,29 @@ def activate(name: str, x: np.ndarray, param=0.0) -> np.ndarray:
         if name == "prelu":
             return np.where(x >= 0, x, np.multiply(param, x))
         return ACT[name](x)
+
+
+def warn_out_of_range(name: str, x, loc: SourceLoc, valid=None) -> None:
+    """An ``NkiWarning`` at ``loc`` (the instruction's line) when an argument ``x`` of
+    activation ``name`` (its elements where ``valid`` holds) is outside ``VALID_RANGE``."""
+    bounds = VALID_RANGE.get(name)
+    if bounds is None:
+        return
+    lo, hi = bounds
+    x = np.asarray(x)
+    with np.errstate(invalid="ignore"):
+        outside = (x < lo) | (x > hi)
+    if valid is not None:
+        outside &= np.broadcast_to(valid, outside.shape)
+    if outside.any():
+        example = float(x[outside].flat[0])
+        warn_at(
+            loc,
+            f"activation {name} read {example:g}, outside [{lo:.4g}, {hi:.4g}]: ScalarE's "
+            f"{name} does no range reduction, so the hardware extrapolates its polynomial "
+            f"there (AWS's simulator: sin(9.0) = 27.65); nkikit computes the exact {name}. "
+            "Reduce the argument into the range first (nl.sin does for sin)",
+        )
 
 
 def scalar_activation(name: str, x) -> float:

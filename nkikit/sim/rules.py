@@ -23,7 +23,7 @@ from ..ir import prims
 from ..ir.affine import Sym, axis_env
 from ..ir.core import Op
 from . import mx
-from .activations import activate
+from .activations import activate, warn_out_of_range
 from .alu import alu, reduce
 
 
@@ -141,12 +141,11 @@ def _transpose(op, ins, ctx):
 @rule("activation")
 def _activation(op, ins, ctx):
     data, bias, scale = ins
-    y = activate(
-        op.attrs["op"],
-        data * scale + bias
-        if (scale != 1.0 if isinstance(scale, float) else True)
-        else data + bias,
+    arg = (
+        data * scale + bias if (scale != 1.0 if isinstance(scale, float) else True) else data + bias
     )
+    warn_out_of_range(op.attrs["op"], arg, op.loc, ctx.valid)
+    y = activate(op.attrs["op"], arg)
     outs = [y]
     if op.attrs.get("reduce_op"):
         outs.append(_free_reduce(op.attrs["reduce_op"], np.asarray(y, dtype=np.float32), ctx.valid))
@@ -169,6 +168,7 @@ def _activate2(op, ins, ctx):
         v = np.asarray(alu(a["op0"], v, imm0, a["reverse0"]), dtype=np.float32)
     if a["op1"] != "bypass":
         v = np.asarray(alu(a["op1"], v, imm1, a["reverse1"]), dtype=np.float32)
+    warn_out_of_range(a["op"], v, op.loc, ctx.valid)
     y = activate(a["op"], v, relu)
     outs = [y]
     if len(op.outs) > 1:
