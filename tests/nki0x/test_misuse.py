@@ -428,6 +428,51 @@ def test_placed_tensor_past_the_last_partition():
     _refused(_address_past_partition_128, "err_allocation_out_of_bounds")
 
 
+def _address_past_sbuf(x):
+    # 2 KiB of each partition from 2 KiB before the end of SBUF, plus 4 bytes
+    end = nl.tile_size.total_available_sbuf_size
+    nl.ndarray((128, 512), nl.float32, buffer=nl.sbuf, address=(0, end - 2044))  # <-
+
+
+def _address_past_psum(x):
+    # the 8 banks x 2 KiB of PSUM end at byte 16384 of a partition: two banks from bank 7
+    nl.ndarray((128, 2, 512), nl.float32, buffer=nl.psum, address=(0, 7 * 2048))  # <-
+
+
+@pytest.mark.parametrize("body", [_address_past_sbuf, _address_past_psum])
+def test_placed_tensor_past_the_end_of_its_memory(body):
+    e = _refused(body, "err_allocation_out_of_bounds", "of each")
+    assert ("SBUF" if body is _address_past_sbuf else "PSUM") in str(e)
+
+
+@nki.jit
+def _placed_at_the_ends(x):
+    # the last 2 KiB of each partition of SBUF and the last PSUM bank hold a tile each
+    end = nl.tile_size.total_available_sbuf_size
+    s = nl.ndarray((128, 512), nl.float32, buffer=nl.sbuf, address=(0, end - 2048))
+    p = nl.ndarray((128, 512), nl.float32, buffer=nl.psum, address=(0, 7 * 2048))
+    nisa.dma_copy(dst=s, src=x)
+    nisa.tensor_copy(dst=p, src=s)
+    nisa.tensor_scalar(dst=s, data=p, op0=nl.multiply, operand0=2.0)
+    out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=s)
+    return out
+
+
+def test_placed_tensors_at_the_end_of_their_memory(monkeypatch):
+    x = np.arange(128 * 512, dtype=np.float32).reshape(128, 512)
+    np.testing.assert_array_equal(_placed_at_the_ends(x), 2 * x)
+    # the memory is the target's: trn1 has 192 KiB of SBUF a partition, trn2 224 KiB
+    monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", "trn1")
+    np.testing.assert_array_equal(_placed_at_the_ends(x), 2 * x)
+
+    def at_trn2_end(x):
+        nl.ndarray((128, 512), nl.float32, buffer=nl.sbuf, address=(0, 222 * 1024))  # <-
+
+    e = _refused(at_trn2_end, "err_allocation_out_of_bounds", "196608 on trn1")
+    assert "[227328, 229376)" in str(e)
+
+
 def test_negative_axes_and_numpy_ints_still_reduce():
     @nki.jit
     def k(x):
