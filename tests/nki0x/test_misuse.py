@@ -825,3 +825,38 @@ def test_the_hardware_dge_needs_neuroncore_v3(body, monkeypatch):
     monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", "trn1")
     monkeypatch.delenv("NKI_NC_VERSION", raising=False)
     _refused(body, "err_invalid_argument", "NeuronCore-v3 or later")
+
+
+# -- activation's reduction (nki-0x.md §4.10: reduce_op must be nl.add) --------------------------
+
+
+def _activation_reducing_with(op):
+    def body(x):
+        t, r = _ones((128, 64)), _sb((128, 1))
+        nisa.activation(dst=t, op=nl.exp, data=t, reduce_op=op, reduce_res=r)  # <-
+
+    return body
+
+
+@pytest.mark.parametrize("op", [nl.maximum, nl.minimum, nl.multiply, nl.average, nl.exp, "max"])
+def test_activation_reduces_by_adding_only(op):
+    _refused(_activation_reducing_with(op), "err_invalid_argument")
+
+
+@pytest.mark.parametrize("op", [nl.add, np.add, None])
+def test_activation_reduce_op_add_or_none(op):
+    @nki.jit
+    def k(x):
+        t, r = _sb((128, 64)), _sb((128, 1))
+        nisa.dma_copy(dst=t, src=x)
+        cmd = nisa.reduce_cmd.reset_reduce
+        nisa.activation(dst=t, op=nl.exp, data=t, reduce_op=op, reduce_res=r, reduce_cmd=cmd)
+        out = nl.ndarray((128, 65), dtype=nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out[:, 0:64], src=t)
+        nisa.dma_copy(dst=out[:, 64:65], src=r)
+        return out
+
+    x = np.linspace(-1, 1, 128 * 64, dtype=np.float32).reshape(128, 64)
+    got = k(x)
+    np.testing.assert_allclose(got[:, :64], np.exp(x), rtol=1e-6)
+    np.testing.assert_allclose(got[:, 64], np.exp(x).sum(axis=1), rtol=1e-5)
