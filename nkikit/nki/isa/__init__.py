@@ -26,7 +26,7 @@ from ...errors import NkiError, SourceLoc, caller_loc
 from ...ir.affine import Affine, Axis, Predicate
 from ...ir.core import Access
 from ...ir.opnames import op_name
-from ...ir.prims import local_gather_indices
+from ...ir.prims import PRIMS, local_gather_indices
 from ...isa import engine, matmul_perf_mode, nc_version, oob_mode, reduce_cmd
 from ...trace import accumulators as ACC
 from ...trace import instructions as E
@@ -1546,18 +1546,24 @@ def tensor_reduce(dst, op, data, axis, negate=False, keepdims=False, name=None) 
     return _done(E.emit_tensor_reduce(d, a, op=op, axes=axes, negate=negate, loc=loc))
 
 
+_PARTITION_REDUCE_OPS = PRIMS["tensor_partition_reduce"].attr_index["op"].choices
+
+
 def tensor_partition_reduce(dst, op, data, name=None) -> NkiInstruction:
-    """Reduce across partitions (GpSimd): (P, F) -> (1, F)."""
+    """Reduce across partitions (GpSimd): (P, F) -> (1, F); ``nl.average`` is the sum
+    divided by P, in fp32."""
     loc = caller_loc()
     _dst_chip(dst, loc, "tensor_partition_reduce")
-    # the GpSimd's cross-partition reductions [nki-0x.md §4.9]
-    if op_name(op, "reduce") not in ("add", "max", "bitwise_or", "bitwise_and"):
+    # the GpSimd's cross-partition reductions: the primitive's record lists them
+    try:
+        op_name(op, "reduce", valid=_PARTITION_REDUCE_OPS)
+    except NkiError:
+        ops = [f"nl.{'maximum' if n == 'max' else n}" for n in _PARTITION_REDUCE_OPS]
         raise _invalid(
             "tensor_partition_reduce",
-            f"op must be nl.add, nl.maximum, nl.bitwise_or or nl.bitwise_and (nl.average is "
-            f"not modeled yet), got {op_name(op)}",
+            f"op must be {', '.join(ops[:-1])} or {ops[-1]}, got {getattr(op, '__name__', op)!r}",
             loc,
-        )
+        ) from None
     a = _acc(data, loc, "tensor_partition_reduce data")
     d = _acc(dst, loc, "tensor_partition_reduce dst")
     return _done(E.emit_tensor_partition_reduce(d, a, op=op, loc=loc))
