@@ -12,6 +12,7 @@ from __future__ import annotations
 import builtins
 import math
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -34,6 +35,9 @@ from .grids import alloc_blocks as alloc_blocks
 from .grids import alloc_tiles as alloc_tiles
 from .grids import blocks as blocks
 from .grids import tiles as tiles
+
+if TYPE_CHECKING:
+    from ...ir.core import Tensor
 
 _BUFFERS = {b.name: b for b in (sbuf, psum, hbm, shared_hbm, private_hbm)}
 
@@ -231,7 +235,7 @@ def ndarray(shape, dtype, buffer=sbuf, name: str = "", address=None) -> NkiTenso
     return NkiTensor._view(t, t.shape, _row_major(t.shape), 0, None)  # NkiTensor.whole(t)
 
 
-def _placed_inside(t, partition: int, loc: SourceLoc) -> None:
+def _placed_inside(t: Tensor, partition: int, loc: SourceLoc) -> None:
     """A tensor ``nl.ndarray(address=(partition, byte_offset))`` placed lies inside its memory
     on the target being traced for: its partitions up to the last one, its bytes of each
     partition (``byte_offset`` on) within a partition of SBUF / PSUM (``Target.sbuf_bytes``,
