@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from ..errors import NkiError, caller_loc
 
 ALU_OPS = frozenset(
@@ -37,8 +39,10 @@ _ALIASES = {
 }
 
 
-def op_name(op: object, kind: str = "alu") -> str:
-    """Normalize ``op`` to a canonical name; ``kind`` is 'alu', 'activation' or 'reduce'."""
+def op_name(op: object, kind: str = "alu", valid: Collection[str] | None = None) -> str:
+    """Normalize ``op`` to a canonical name; ``kind`` is 'alu', 'activation' or 'reduce'.
+    ``valid``: the names the caller takes, instead of every name of the kind (an
+    instruction with operators of its own: ``tensor_partition_reduce``'s ``average``)."""
     if op is None:
         return "bypass" if kind == "alu" else "copy"
     if isinstance(op, str):
@@ -48,13 +52,13 @@ def op_name(op: object, kind: str = "alu") -> str:
     name = _ALIASES.get(name, name)
     if kind == "reduce":
         name = {"maximum": "max", "minimum": "min"}.get(name, name)
-        valid = REDUCE_OPS
+        names = REDUCE_OPS
     elif kind == "activation":
-        valid = ACTIVATIONS
+        names = ACTIVATIONS
     else:
         name = {"max": "maximum", "min": "minimum"}.get(name, name)
-        valid = ALU_OPS
-    if name not in valid:
+        names = ALU_OPS
+    if name not in (names if valid is None else valid):
         raise NkiError(
             "err_invalid_argument",
             caller_loc(),

@@ -70,12 +70,15 @@ _BOOL = (bool, np.bool_)
 
 @dataclass(frozen=True, slots=True)
 class Attr:
-    """One attribute: its name, the types its value may have, and its default
-    (``REQUIRED`` when the op must set it)."""
+    """One attribute: its name, the types its value may have, its default (``REQUIRED``
+    when the op must set it) and, for a name from a closed list, the values it may take
+    (empty: any value of its types).  The front ends refuse other values at the user's line;
+    ``check_op`` treats one that reaches it as a bug (``PrimError``)."""
 
     name: str
     types: tuple[type, ...]
     default: Any = REQUIRED
+    choices: tuple[Any, ...] = ()
 
     @property
     def required(self) -> bool:
@@ -687,12 +690,14 @@ _RECORDS = (
         mask_on_input=True,
     ),
     Prim(
+        # the GpSimd's cross-partition reductions [ISA tensor_partition_reduce; nki-0x.md
+        # §4.9]; ``average`` is the fp32 add reduction divided by the partitions it reads
         "tensor_partition_reduce",
         ins=("data",),
         outs=("dst",),
         out_spec=_partition_reduce_out,
         engines=("gpsimd",),
-        attrs=(Attr("op", _STR),),
+        attrs=(Attr("op", _STR, choices=("add", "max", "bitwise_or", "bitwise_and", "average")),),
         mask_on_input=True,
         partition_free=True,
     ),
@@ -1295,6 +1300,8 @@ def _complete(name: str, p: Prim, attrs: Mapping[str, Any]) -> dict[str, Any]:
         full[k] = (
             a.default if value is None and (a.default is None or k == p.engine_attr) else value
         )
+        if a.choices and full[k] not in a.choices:
+            raise PrimError(f"{name}: attribute {k}={value!r} is not one of {a.choices}")
     for a in p.attrs:
         if a.name not in full:
             full[a.name] = a.default

@@ -243,7 +243,17 @@ def _reduce(op, ins, ctx):
 
 @rule("tensor_partition_reduce")
 def _preduce(op, ins, ctx):
-    return [reduce(op.attrs["op"], ins[0], 0, True, ctx.valid)]
+    name = op.attrs["op"]
+    if name != "average":
+        return [reduce(name, ins[0], 0, True, ctx.valid)]
+    # nl.average: the add reduction, divided in fp32 by the partitions it reads (those the
+    # mask keeps, per element) [nki-0x.md §4.9]
+    total = np.asarray(reduce("add", ins[0], 0, True, ctx.valid), dtype=np.float32)
+    if ctx.valid is None:
+        return [total / np.float32(ins[0].shape[0])]
+    count = np.broadcast_to(ctx.valid, ins[0].shape).sum(axis=0, keepdims=True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return [total / count.astype(np.float32)]
 
 
 @rule("tensor_tensor_scan")

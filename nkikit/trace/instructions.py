@@ -702,11 +702,15 @@ def emit_tensor_reduce(
     return _emit("tensor_reduce", [dst], [data], attrs, mask, loc)
 
 
+_PARTITION_REDUCE_OPS = PRIMS["tensor_partition_reduce"].attr_index["op"].choices
+
+
 def emit_tensor_partition_reduce(
     dst: Access, data: Access, *, op: object, mask: Predicate | None = None, loc: SourceLoc
 ) -> Op:
-    """``dst = op-reduce(data)`` across partitions on the GpSimd: (P, F) -> (1, F)."""
-    attrs = {"op": op_name(op, "reduce")}
+    """``dst = op-reduce(data)`` across partitions on the GpSimd: (P, F) -> (1, F); ``op``
+    one of the record's (add, max, bitwise_or, bitwise_and, average)."""
+    attrs = {"op": op_name(op, "reduce", valid=_PARTITION_REDUCE_OPS)}
     return _emit("tensor_partition_reduce", [dst], [data], attrs, mask, loc)
 
 

@@ -241,6 +241,27 @@ def test_scan_reverse_of_other_operators_is_unsupported(rejects):
     assert "reverse0=True" in str(err) and "subtract" in str(err)
 
 
+# -- tensor_partition_reduce: the primitive record's operators -------------------------------
+
+
+@nki.jit
+def partition_reduce(a, op):
+    out = nl.ndarray((1, a.shape[1]), dtype=nl.float32, buffer=nl.shared_hbm)
+    nl.store(out, value=nisa.tensor_partition_reduce(op, nl.load(a)))  # BAD
+    return out
+
+
+def test_partition_reduce_takes_the_records_operators(rejects):
+    # add, max, bitwise_or, bitwise_and, average [nki.md: "add, max, or, and"; nki-0x.md §4.9];
+    # subtract and the like were accepted (subtract summed)
+    a = f32(16, 8)
+    np.testing.assert_allclose(partition_reduce(a, "average"), a.mean(0, keepdims=True), 1e-6)
+    np.testing.assert_array_equal(partition_reduce(a, np.maximum), a.max(0, keepdims=True))
+    for op in (np.subtract, np.minimum, np.multiply):
+        err = rejects(partition_reduce, "err_invalid_argument", a, op)
+        assert "not a supported reduce operator" in str(err)
+
+
 # -- tensor_scalar: operand1 and reverse1 need op1 -------------------------------------------
 
 

@@ -5,44 +5,11 @@ possibly in part), in 2-D and in the 4-D form whose gathered axis lands last."""
 import ml_dtypes
 import numpy as np
 import pytest
+from gather_transpose_kernels import gather_t, gather_t4
 
-import nkikit.nki as nki
-import nkikit.nki.isa as nisa
-import nkikit.nki.language as nl
 from nkikit.errors import NkiError
 
 BF16 = ml_dtypes.bfloat16
-
-
-@nki.jit
-def gather_t(table, idx, n):
-    w = table.shape[1]
-    ix = nl.ndarray(idx.shape, dtype=idx.dtype, buffer=nl.sbuf)
-    nisa.dma_copy(dst=ix, src=idx)
-    got = nl.ndarray((w, n), dtype=table.dtype, buffer=nl.sbuf)
-    rows = table.ap(pattern=[[w, n], [1, w]], vector_offset=ix, indirect_dim=0)
-    nisa.dma_transpose(dst=got, src=rows, axes=(1, 0))
-    out = nl.ndarray((w, n), dtype=table.dtype, buffer=nl.shared_hbm)
-    nisa.dma_copy(dst=out, src=got)
-    return out
-
-
-@nki.jit
-def gather_t4(table, idx):
-    t, d1, d2, d3 = table.shape
-    n = 128 * idx.shape[1]
-    ix = nl.ndarray(idx.shape, dtype=idx.dtype, buffer=nl.sbuf)
-    nisa.dma_copy(dst=ix, src=idx)
-    got = nl.ndarray((d3, d1, d2, n), dtype=table.dtype, buffer=nl.sbuf)
-    rows = table.ap(
-        pattern=[[d1 * d2 * d3, n], [d2 * d3, d1], [d3, d2], [1, d3]],
-        vector_offset=ix,
-        indirect_dim=0,
-    )
-    nisa.dma_transpose(dst=got, src=rows, axes=(3, 1, 2, 0))
-    out = nl.ndarray(got.shape, dtype=table.dtype, buffer=nl.shared_hbm)
-    nisa.dma_copy(dst=out, src=got)
-    return out
 
 
 @pytest.mark.parametrize("cols, n", [(1, 128), (2, 256), (3, 304)])
@@ -59,7 +26,7 @@ def test_the_four_dimensional_form_lands_the_gathered_rows_last():
     table = rng.random((300, 1, 3, 8)).astype(BF16)
     idx = rng.integers(0, 300, (128, 2)).astype(np.uint32)
     want = np.transpose(table[idx.T.flatten()], (3, 1, 2, 0))
-    np.testing.assert_array_equal(gather_t4(table, idx), want)
+    np.testing.assert_array_equal(gather_t4(table, idx, 128 * idx.shape[1]), want)
 
 
 def test_a_wide_index_needs_128_partitions_and_enough_columns():

@@ -7,6 +7,7 @@ with 16..128 partitions (a multiple of 16), whose first src.shape[0] entries are
 import ml_dtypes
 import numpy as np
 import pytest
+from gather_transpose_kernels import gather_t, gather_t4
 
 import nkikit.nki as nki
 import nkikit.nki.isa as nisa
@@ -14,36 +15,6 @@ import nkikit.nki.language as nl
 from nkikit.errors import NkiError
 
 BF16 = ml_dtypes.bfloat16
-
-
-@nki.jit
-def gather_t(table, idx, n, dge=nisa.dge_mode.unknown):
-    w = table.shape[1]
-    ix = nl.ndarray(idx.shape, dtype=idx.dtype, buffer=nl.sbuf)
-    nisa.dma_copy(dst=ix, src=idx)
-    got = nl.ndarray((w, n), dtype=table.dtype, buffer=nl.sbuf)
-    rows = table.ap(pattern=[[w, n], [1, w]], vector_offset=ix, indirect_dim=0)
-    nisa.dma_transpose(dst=got, src=rows, axes=(1, 0), dge_mode=dge)
-    out = nl.ndarray((w, n), dtype=table.dtype, buffer=nl.shared_hbm)
-    nisa.dma_copy(dst=out, src=got)
-    return out
-
-
-@nki.jit
-def gather_t4(table, idx, d1, d2):
-    n, d3 = idx.shape[0], table.shape[1] // (d1 * d2)
-    ix = nl.ndarray(idx.shape, dtype=idx.dtype, buffer=nl.sbuf)
-    nisa.dma_copy(dst=ix, src=idx)
-    got = nl.ndarray((d3, d1, d2, n), dtype=table.dtype, buffer=nl.sbuf)
-    rows = table.reshape((table.shape[0], d1, d2, d3)).ap(
-        pattern=[[d1 * d2 * d3, n], [d2 * d3, d1], [d3, d2], [1, d3]],
-        vector_offset=ix,
-        indirect_dim=0,
-    )
-    nisa.dma_transpose(dst=got, src=rows, axes=(3, 1, 2, 0))
-    out = nl.ndarray(got.shape, dtype=table.dtype, buffer=nl.shared_hbm)
-    nisa.dma_copy(dst=out, src=got)
-    return out
 
 
 def _table(w=32, dt=BF16):
@@ -105,30 +76,16 @@ def test_only_the_software_dge_gathers():
 def test_a_4d_source_has_a_unit_middle_axis():
     t, idx = _table(w=48), _idx()
     want = np.transpose(t.reshape(400, 1, 3, 16)[idx[:, 0]], (3, 1, 2, 0))
-    np.testing.assert_array_equal(gather_t4(t, idx, 1, 3), want)
-    _rejects(gather_t4, t, idx, 3, 1 + 1, words="shape[1] or src.shape[2]")
+    np.testing.assert_array_equal(gather_t4(t.reshape(400, 1, 3, 16), idx, 128), want)
+    _rejects(gather_t4, t.reshape(400, 3, 2, 8), idx, 128, words="shape[1] or src.shape[2]")
 
 
 @nki.jit
-def plain_t(x, oob=nisa.oob_mode.error):
+def plain_t(x, oob=nisa.oob_mode.error, dge=nisa.dge_mode.unknown):
     t = nl.ndarray((x.shape[1], x.shape[0]), dtype=x.dtype, buffer=nl.sbuf)
-    nisa.dma_transpose(dst=t, src=x, oob_mode=oob)
+    nisa.dma_transpose(dst=t, src=x, oob_mode=oob, dge_mode=dge)
     out = nl.ndarray(t.shape, dtype=x.dtype, buffer=nl.shared_hbm)
     nisa.dma_copy(dst=out, src=t)
-    return out
-
-
-@nki.jit
-def gather_t_skip(table, idx):
-    w, n = table.shape[1], idx.shape[0]
-    ix = nl.ndarray(idx.shape, dtype=idx.dtype, buffer=nl.sbuf)
-    nisa.dma_copy(dst=ix, src=idx)
-    got = nl.ndarray((w, n), dtype=table.dtype, buffer=nl.sbuf)
-    nisa.memset(dst=got, value=0.0)
-    rows = table.ap(pattern=[[w, n], [1, w]], vector_offset=ix, indirect_dim=0)
-    nisa.dma_transpose(dst=got, src=rows, axes=(1, 0), oob_mode=nisa.oob_mode.skip)
-    out = nl.ndarray((w, n), dtype=table.dtype, buffer=nl.shared_hbm)
-    nisa.dma_copy(dst=out, src=got)
     return out
 
 
@@ -144,28 +101,19 @@ def test_oob_skip_needs_an_indirect_source():
     idx[3, 0] = 1000  # out of bounds: skipped, its column stays 0
     want = t[np.minimum(idx[:, 0], 399)].T.copy()
     want[:, 3] = 0
-    np.testing.assert_array_equal(gather_t_skip(t, idx), want)
-
-
-@nki.jit
-def hw_t(x, dge=nisa.dge_mode.hwdge):
-    t = nl.ndarray((x.shape[1], x.shape[0]), dtype=x.dtype, buffer=nl.sbuf)
-    nisa.dma_transpose(dst=t, src=x, dge_mode=dge)
-    out = nl.ndarray(t.shape, dtype=x.dtype, buffer=nl.shared_hbm)
-    nisa.dma_copy(dst=out, src=t)
-    return out
+    np.testing.assert_array_equal(gather_t(t, idx, 16, oob=nisa.oob_mode.skip), want)
 
 
 def test_a_hardware_dge_transpose_has_its_own_limits():
     # [ISA dma_transpose "DMA Direct Transpose Constraints"]: 2-D src.shape[0] == 16,
     # src.shape[-1] <= 128, a 2-byte dtype; dge_mode unknown leaves the choice open
     x = np.arange(16 * 8).reshape(16, 8).astype(BF16)
-    np.testing.assert_array_equal(hw_t(x), x.T)
+    np.testing.assert_array_equal(plain_t(x, dge=nisa.dge_mode.hwdge), x.T)
     y = np.arange(32 * 8).reshape(32, 8).astype(BF16)
-    np.testing.assert_array_equal(hw_t(y, dge=nisa.dge_mode.unknown), y.T)
+    np.testing.assert_array_equal(plain_t(y), y.T)
     for bad, words in ((y, "src.shape[0] == 16"), (x.astype(np.float32), "2 bytes")):
         with pytest.raises(NkiError) as e:
-            hw_t(bad)
+            plain_t(bad, dge=nisa.dge_mode.hwdge)
         assert e.value.name == "err_invalid_argument" and words in str(e.value)
         assert "nisa.dma_transpose(dst=t" in str(e.value)
 

@@ -4,6 +4,7 @@ The offending statement of each case is marked ``# <-``."""
 
 import inspect
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -428,6 +429,51 @@ def test_placed_tensor_past_the_last_partition():
     _refused(_address_past_partition_128, "err_allocation_out_of_bounds")
 
 
+def _address_past_sbuf(x):
+    # 2 KiB of each partition from 2 KiB before the end of SBUF, plus 4 bytes
+    end = nl.tile_size.total_available_sbuf_size
+    nl.ndarray((128, 512), nl.float32, buffer=nl.sbuf, address=(0, end - 2044))  # <-
+
+
+def _address_past_psum(x):
+    # the 8 banks x 2 KiB of PSUM end at byte 16384 of a partition: two banks from bank 7
+    nl.ndarray((128, 2, 512), nl.float32, buffer=nl.psum, address=(0, 7 * 2048))  # <-
+
+
+@pytest.mark.parametrize("body", [_address_past_sbuf, _address_past_psum])
+def test_placed_tensor_past_the_end_of_its_memory(body):
+    e = _refused(body, "err_allocation_out_of_bounds", "of each")
+    assert ("SBUF" if body is _address_past_sbuf else "PSUM") in str(e)
+
+
+@nki.jit
+def _placed_at_the_ends(x):
+    # the last 2 KiB of each partition of SBUF and the last PSUM bank hold a tile each
+    end = nl.tile_size.total_available_sbuf_size
+    s = nl.ndarray((128, 512), nl.float32, buffer=nl.sbuf, address=(0, end - 2048))
+    p = nl.ndarray((128, 512), nl.float32, buffer=nl.psum, address=(0, 7 * 2048))
+    nisa.dma_copy(dst=s, src=x)
+    nisa.tensor_copy(dst=p, src=s)
+    nisa.tensor_scalar(dst=s, data=p, op0=nl.multiply, operand0=2.0)
+    out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=s)
+    return out
+
+
+def test_placed_tensors_at_the_end_of_their_memory(monkeypatch):
+    x = np.arange(128 * 512, dtype=np.float32).reshape(128, 512)
+    np.testing.assert_array_equal(_placed_at_the_ends(x), 2 * x)
+    # the memory is the target's: trn1 has 192 KiB of SBUF a partition, trn2 224 KiB
+    monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", "trn1")
+    np.testing.assert_array_equal(_placed_at_the_ends(x), 2 * x)
+
+    def at_trn2_end(x):
+        nl.ndarray((128, 512), nl.float32, buffer=nl.sbuf, address=(0, 222 * 1024))  # <-
+
+    e = _refused(at_trn2_end, "err_allocation_out_of_bounds", "196608 on trn1")
+    assert "[227328, 229376)" in str(e)
+
+
 def test_negative_axes_and_numpy_ints_still_reduce():
     @nki.jit
     def k(x):
@@ -655,3 +701,162 @@ def _partition_reduce_subtract(x):  # was accepted (order-dependent across parti
 
 def test_partition_reduce_takes_the_gpsimd_ops_only():
     _refused(_partition_reduce_subtract, "err_invalid_argument", "nl.add, nl.maximum")
+
+
+# -- DMA options: priority, dge_mode, engine (nki-0x.md §4.1, §4.3) -------------------------------
+
+
+@nki.jit
+def _dma_options(x, dge, eng, prio, t_dge, t_prio):
+    t = _sb((16, 8), nl.bfloat16)
+    nisa.dma_copy(dst=t, src=x, dge_mode=dge, engine=eng, priority=prio)
+    u = _sb((8, 16), nl.bfloat16)
+    nisa.dma_transpose(dst=u, src=t, dge_mode=t_dge, priority=t_prio)
+    out = nl.ndarray((8, 16), dtype=nl.bfloat16, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=u)
+    return out
+
+
+@pytest.mark.parametrize(
+    "dge, eng, prio, t_dge, t_prio",
+    [
+        (nisa.dge_mode.unknown, nisa.engine.unknown, None, nisa.dge_mode.unknown, None),
+        (nisa.dge_mode.hwdge, nisa.engine.sync, 0, nisa.dge_mode.hwdge, 3),
+        (nisa.dge_mode.hwdge, nisa.scalar_engine, 3, nisa.dge_mode.swdge, 0),
+        (2, nisa.engine.sync, np.int64(1), 3, 2),  # the NKI Library's raw numbers
+        (3, None, 2, nisa.dge_mode.none, None),
+        (nisa.dge_mode.swdge, nisa.engine.unknown, None, 0, 1),
+    ],
+)
+def test_legal_dma_options_copy_and_transpose(dge, eng, prio, t_dge, t_prio):
+    x = np.arange(16 * 8).reshape(16, 8).astype(ml_dtypes.bfloat16)
+    got = _dma_options(x, dge, eng, prio, t_dge, t_prio)
+    np.testing.assert_array_equal(got, x.T)
+
+
+def _dma_engine_vector(x):
+    t = _sb((128, 64))
+    nisa.dma_copy(dst=t, src=x, engine=nisa.engine.vector, dge_mode=nisa.dge_mode.hwdge)  # <-
+
+
+def _dma_engine_without_hwdge(x):
+    nisa.dma_copy(dst=_sb((128, 64)), src=x, engine=nisa.engine.sync)  # <-
+
+
+def _dma_engine_on_the_software_dge(x):
+    t = _sb((128, 64))
+    nisa.dma_copy(dst=t, src=x, engine=nisa.engine.scalar, dge_mode=nisa.dge_mode.swdge)  # <-
+
+
+def _dma_engine_int(x):
+    t = _sb((128, 64))
+    nisa.dma_copy(dst=t, src=x, engine=6, dge_mode=nisa.dge_mode.hwdge)  # <-
+
+
+def _dma_dge_past_none(x):
+    nisa.dma_copy(dst=_sb((128, 64)), src=x, dge_mode=4)  # <-
+
+
+def _dma_dge_str(x):
+    nisa.dma_copy(dst=_sb((128, 64)), src=x, dge_mode="hwdge")  # <-
+
+
+def _dma_dge_of_beta_1(x):
+    import nkikit.isa as beta1  # Beta 1 numbers the modes differently (none=0, unknown=3)
+
+    nisa.dma_copy(dst=_sb((128, 64)), src=x, dge_mode=beta1.dge_mode.none)  # <-
+
+
+def _dma_priority_4(x):
+    nisa.dma_copy(dst=_sb((128, 64)), src=x, priority=4)  # <-
+
+
+def _dma_priority_negative(x):
+    nisa.dma_copy(dst=_sb((128, 64)), src=x, priority=-1)  # <-
+
+
+def _dma_priority_float(x):
+    nisa.dma_copy(dst=_sb((128, 64)), src=x, priority=1.0)  # <-
+
+
+def _transpose_priority_7(x):
+    t = _sb((16, 8), nl.bfloat16)
+    nisa.dma_transpose(dst=_sb((8, 16), nl.bfloat16), src=t, priority=7)  # <-
+
+
+def _transpose_dge_str(x):
+    t = _sb((16, 8), nl.bfloat16)
+    nisa.dma_transpose(dst=_sb((8, 16), nl.bfloat16), src=t, dge_mode="swdge")  # <-
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        _dma_engine_vector,
+        _dma_engine_without_hwdge,
+        _dma_engine_on_the_software_dge,
+        _dma_engine_int,
+        _dma_dge_past_none,
+        _dma_dge_str,
+        _dma_dge_of_beta_1,
+        _dma_priority_4,
+        _dma_priority_negative,
+        _dma_priority_float,
+        _transpose_priority_7,
+        _transpose_dge_str,
+    ],
+)
+def test_bad_dma_options(body):
+    _refused(body, "err_invalid_argument", "engine|dge_mode|priority")
+
+
+def _hwdge_copy(x):
+    nisa.dma_copy(dst=_sb((128, 64)), src=x, dge_mode=nisa.dge_mode.hwdge)  # <-
+
+
+def _hwdge_transpose(x):
+    t = _sb((16, 8), nl.bfloat16)
+    u = _sb((8, 16), nl.bfloat16)
+    nisa.dma_transpose(dst=u, src=t, dge_mode=nisa.dge_mode.hwdge)  # <-
+
+
+@pytest.mark.parametrize("body", [_hwdge_copy, _hwdge_transpose])
+def test_the_hardware_dge_needs_neuroncore_v3(body, monkeypatch):
+    monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", "trn1")
+    monkeypatch.delenv("NKI_NC_VERSION", raising=False)
+    _refused(body, "err_invalid_argument", "NeuronCore-v3 or later")
+
+
+# -- activation's reduction (nki-0x.md §4.10: reduce_op must be nl.add) --------------------------
+
+
+def _activation_reducing_with(op):
+    def body(x):
+        t, r = _ones((128, 64)), _sb((128, 1))
+        nisa.activation(dst=t, op=nl.exp, data=t, reduce_op=op, reduce_res=r)  # <-
+
+    return body
+
+
+@pytest.mark.parametrize("op", [nl.maximum, nl.minimum, nl.multiply, nl.average, nl.exp, "max"])
+def test_activation_reduces_by_adding_only(op):
+    _refused(_activation_reducing_with(op), "err_invalid_argument")
+
+
+@pytest.mark.parametrize("op", [nl.add, np.add, None])
+def test_activation_reduce_op_add_or_none(op):
+    @nki.jit
+    def k(x):
+        t, r = _sb((128, 64)), _sb((128, 1))
+        nisa.dma_copy(dst=t, src=x)
+        cmd = nisa.reduce_cmd.reset_reduce
+        nisa.activation(dst=t, op=nl.exp, data=t, reduce_op=op, reduce_res=r, reduce_cmd=cmd)
+        out = nl.ndarray((128, 65), dtype=nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out[:, 0:64], src=t)
+        nisa.dma_copy(dst=out[:, 64:65], src=r)
+        return out
+
+    x = np.linspace(-1, 1, 128 * 64, dtype=np.float32).reshape(128, 64)
+    got = k(x)
+    np.testing.assert_allclose(got[:, :64], np.exp(x), rtol=1e-6)
+    np.testing.assert_allclose(got[:, 64], np.exp(x).sum(axis=1), rtol=1e-5)

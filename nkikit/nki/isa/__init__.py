@@ -26,7 +26,7 @@ from ...errors import NkiError, SourceLoc, caller_loc, warn_at
 from ...ir.affine import Affine, Axis, Predicate
 from ...ir.core import Access
 from ...ir.opnames import op_name
-from ...ir.prims import local_gather_indices
+from ...ir.prims import PRIMS, local_gather_indices
 from ...isa import engine, matmul_perf_mode, nc_version, oob_mode, reduce_cmd
 from ...trace import accumulators as ACC
 from ...trace import instructions as E
@@ -534,8 +534,11 @@ def dma_copy(
     """``dst = src`` on the DMA engines (HBM/SBUF both ways; no PSUM source).  The element
     counts must match; differing dtypes convert through fp32.  With ``oob_mode.skip`` a gather
     or scatter (``.ap(vector_offset=...)`` / ``scalar_offset``) leaves out the elements whose
-    runtime index is outside the indexed tensor: their destination keeps its old value."""
+    runtime index is outside the indexed tensor: their destination keeps its old value.
+    ``priority``, ``dge_mode`` and ``engine`` are checked (:func:`_dma_options`) and change
+    nothing a simulation computes."""
     loc = caller_loc()
+    _dma_options("dma_copy", loc, priority, dge_mode, engine)
     if oob_mode is _OOB_ERROR:
         skip = False
     else:
@@ -546,6 +549,69 @@ def dma_copy(
         skip = _oob_skip(oob_mode, loc, "dma_copy") and indirect
     d, s = _dma_pair(dst, src, loc, "dma_copy")
     return _done(E.emit_dma_copy(d, s, oob_skip=skip, loc=loc))
+
+
+_DGE = dge_mode
+_DMA_QUEUES = (engine.sync, engine.scalar)  # the sequencers that trigger a hardware DGE
+
+
+def _dma_options(op: str, loc: SourceLoc, priority, dge, eng=None) -> dge_mode:
+    """The ``dge_mode`` a DMA asks for, its options checked against the ISA's ``dma_copy`` /
+    ``dma_transpose`` pages [reference/nki-0x.md §4.1, §4.3] (``err_invalid_argument`` at the
+    kernel's line): ``dge_mode`` an ``nisa.dge_mode`` member or its NKI 0.x number (the NKI
+    Library passes ``dge_mode=2`` and ``3``), ``hwdge`` on NeuronCore-v3+ only; ``engine``
+    (dma_copy) ``unknown``, or ``sync`` / ``scalar`` -- the sequencer that triggers a hardware
+    DGE -- with ``dge_mode=hwdge`` only; ``priority`` None or 0-3 (lower is more urgent).
+    Whether ``priority`` is refused or ignored before NC-v4, which alone honours it, the
+    reference does not say: it is not checked per generation."""
+    if isinstance(dge, _DGE):
+        mode = dge
+    elif type(dge) is int or isinstance(dge, np.integer):
+        mode = _DGE(int(dge)) if 0 <= dge <= 3 else None
+    else:
+        mode = None  # a string, a float, another enum (Beta 1's dge_mode numbers differ)
+    if mode is None:
+        other = " (another enum's numbers, e.g. Beta 1's)" if isinstance(dge, enum.Enum) else ""
+        raise _invalid(
+            op,
+            "dge_mode must be an nisa.dge_mode member (unknown, swdge, hwdge, none) or its "
+            f"number 0-3, got {dge!r}{other}",
+            loc,
+        )
+    if mode is _DGE.hwdge and int(get_nc_version().value) < 3:
+        raise _invalid(
+            op,
+            "dge_mode=nisa.dge_mode.hwdge needs NeuronCore-v3 or later (trn2, trn3), the "
+            f"target is {get_nc_version().name}",
+            loc,
+        )
+    if eng is not None and eng is not _ENGINE_UNKNOWN:
+        if not isinstance(eng, engine) or eng not in _DMA_QUEUES:
+            raise _invalid(
+                op,
+                "engine must be nisa.engine.unknown, or nisa.engine.sync / "
+                f"nisa.engine.scalar with dge_mode=nisa.dge_mode.hwdge, got {_shown(eng)}",
+                loc,
+            )
+        if mode is not _DGE.hwdge:
+            raise _invalid(
+                op,
+                f"engine={_shown(eng)} picks the sequencer of a hardware DGE transfer: it "
+                f"needs dge_mode=nisa.dge_mode.hwdge, got {_shown(mode)}",
+                loc,
+            )
+    if priority is not None and not (
+        (type(priority) is int or isinstance(priority, np.integer)) and 0 <= priority <= 3
+    ):
+        raise _invalid(op, f"priority must be None or 0-3, got {priority!r}", loc)
+    return mode
+
+
+def _shown(x) -> str:
+    """An argument as the kernel spells it: ``nisa.engine.sync`` for an enum member."""
+    if isinstance(x, enum.Enum):
+        return f"nisa.{type(x).__name__}.{x.name}"
+    return repr(x)
 
 
 def _oob_skip(mode, loc: SourceLoc, op: str) -> bool:
@@ -631,6 +697,7 @@ def dma_transpose(
     """``dst = src`` with its axes permuted (``axes[i]`` is the source axis that becomes dst
     axis i; default: reversed).  ``dst`` is SBUF and has the permuted shape exactly."""
     loc = caller_loc()
+    mode = _dma_options("dma_transpose", loc, priority, dge_mode)
     _dst_chip(dst, loc, "dma_transpose", ("sbuf",))
     require_tensor(src, loc, "nisa.dma_transpose", "src")
     if axes is not None and not isinstance(axes, list | tuple):
@@ -673,7 +740,7 @@ def dma_transpose(
             "(.ap(vector_offset=...) or scalar_offset=...)",
         )
     if not src.is_indirect():
-        if dge_mode is _DGE_HW or getattr(dge_mode, "value", dge_mode) == _DGE_HW.value:
+        if mode is _DGE.hwdge:
             _check_hwdge_transpose(src, loc)
         permuted = src._with(shape, [src.strides[a] for a in axes])
         s = _acc(permuted, loc, "dma_transpose src")
@@ -684,7 +751,7 @@ def dma_transpose(
     # transpose"]; the gathered access with its tile axes renamed.  A (128, N) index gathers
     # row ``idx[i % 128, i // 128]`` for element i (column-major): one DMA per column.
     if src._indirect[2] == "vector":
-        _check_gather_transpose(src, dge_mode, loc)
+        _check_gather_transpose(src, mode, loc)
     op = None
     for sub_src, sub_dst in _gather_columns(src, dst, axes.index(0), loc):
         s = _acc(sub_src, loc, "dma_transpose src")
@@ -692,9 +759,6 @@ def dma_transpose(
         d = _acc(sub_dst, loc, "dma_transpose dst")
         op = E.emit_dma_copy(d, s, oob_skip=skip, loc=loc)
     return _done(op)
-
-
-_DGE_HW = dge_mode.hwdge
 
 
 def _check_hwdge_transpose(src: NkiTensor, loc: SourceLoc) -> None:
@@ -725,7 +789,7 @@ def _check_hwdge_transpose(src: NkiTensor, loc: SourceLoc) -> None:
         )
 
 
-def _check_gather_transpose(src: NkiTensor, dge, loc: SourceLoc) -> None:
+def _check_gather_transpose(src: NkiTensor, dge: dge_mode, loc: SourceLoc) -> None:
     """The documented limits of an indirect ``dma_transpose`` (a Software DGE
     ``dma_gather_transpose``) [ISA dma_transpose, "DMA Indirect Transpose Constraints";
     nki-0x.md §4.3]: ``dge_mode`` unknown or swdge; a 2-byte dtype; ``src.shape[0]`` a
@@ -733,14 +797,9 @@ def _check_gather_transpose(src: NkiTensor, dge, loc: SourceLoc) -> None:
     of 1; a 2-D uint32 index in SBUF with 16 to 128 partitions, a multiple of 16 (that it
     covers src's rows is checked by ``_gather_columns`` and the access).  Runs once per gather-transpose, not per element."""
     index = src._indirect[0]
-    mode = globals()["dge_mode"]
-    try:
-        dge_ok = mode(getattr(dge, "value", dge)) in (mode.unknown, mode.swdge)
-    except ValueError:
-        dge_ok = False
     why = None
-    if not dge_ok:
-        why = f"an indirect (vector_offset) transpose runs on the Software DGE: dge_mode must be nisa.dge_mode.unknown or nisa.dge_mode.swdge, got {getattr(dge, 'name', dge)}"
+    if dge not in (_DGE.unknown, _DGE.swdge):
+        why = f"an indirect (vector_offset) transpose runs on the Software DGE: dge_mode must be nisa.dge_mode.unknown or nisa.dge_mode.swdge, got {dge.name}"
     elif src.dtype.itemsize != 2:
         why = f"an indirect (vector_offset) transpose moves 2-byte elements only, got {dtypes.name(src.dtype)} (bfloat16/float16/int16/uint16)"
     elif src.shape[0] % 16:
@@ -1513,18 +1572,24 @@ def tensor_reduce(dst, op, data, axis, negate=False, keepdims=False, name=None) 
     return _done(E.emit_tensor_reduce(d, a, op=op, axes=axes, negate=negate, loc=loc))
 
 
+_PARTITION_REDUCE_OPS = PRIMS["tensor_partition_reduce"].attr_index["op"].choices
+
+
 def tensor_partition_reduce(dst, op, data, name=None) -> NkiInstruction:
-    """Reduce across partitions (GpSimd): (P, F) -> (1, F)."""
+    """Reduce across partitions (GpSimd): (P, F) -> (1, F); ``nl.average`` is the sum
+    divided by P, in fp32."""
     loc = caller_loc()
     _dst_chip(dst, loc, "tensor_partition_reduce")
-    # the GpSimd's cross-partition reductions [nki-0x.md §4.9]
-    if op_name(op, "reduce") not in ("add", "max", "bitwise_or", "bitwise_and"):
+    # the GpSimd's cross-partition reductions: the primitive's record lists them
+    try:
+        op_name(op, "reduce", valid=_PARTITION_REDUCE_OPS)
+    except NkiError:
+        ops = [f"nl.{'maximum' if n == 'max' else n}" for n in _PARTITION_REDUCE_OPS]
         raise _invalid(
             "tensor_partition_reduce",
-            f"op must be nl.add, nl.maximum, nl.bitwise_or or nl.bitwise_and (nl.average is "
-            f"not modeled yet), got {op_name(op)}",
+            f"op must be {', '.join(ops[:-1])} or {ops[-1]}, got {getattr(op, '__name__', op)!r}",
             loc,
-        )
+        ) from None
     a = _acc(data, loc, "tensor_partition_reduce data")
     d = _acc(dst, loc, "tensor_partition_reduce dst")
     return _done(E.emit_tensor_partition_reduce(d, a, op=op, loc=loc))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import builtins
 import math
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -34,6 +35,9 @@ from .grids import alloc_blocks as alloc_blocks
 from .grids import alloc_tiles as alloc_tiles
 from .grids import blocks as blocks
 from .grids import tiles as tiles
+
+if TYPE_CHECKING:
+    from ...ir.core import Tensor
 
 _BUFFERS = {b.name: b for b in (sbuf, psum, hbm, shared_hbm, private_hbm)}
 
@@ -227,13 +231,35 @@ def ndarray(shape, dtype, buffer=sbuf, name: str = "", address=None) -> NkiTenso
     t = b.new_tensor(dims, dt, buf, name=name or None, loc=loc, fallback="buf")
     if address is not None:
         t.address = _address(address, loc)
-        if int(address[0]) + dims[0] > 128:
-            raise NkiError(
-                "err_allocation_out_of_bounds",
-                loc,
-                what=f"{dims[0]} partitions from partition {address[0]} pass partition 128",
-            )
+        _placed_inside(t, int(address[0]), loc)
     return NkiTensor._view(t, t.shape, _row_major(t.shape), 0, None)  # NkiTensor.whole(t)
+
+
+def _placed_inside(t: Tensor, partition: int, loc: SourceLoc) -> None:
+    """A tensor ``nl.ndarray(address=(partition, byte_offset))`` placed lies inside its memory
+    on the target being traced for: its partitions up to the last one, its bytes of each
+    partition (``byte_offset`` on) within a partition of SBUF / PSUM (``Target.sbuf_bytes``,
+    ``Target.psum_bytes``: 8 banks x 2 KiB) [reference/nki-0x.md §3.1-3.2];
+    ``err_allocation_out_of_bounds`` at the kernel's line otherwise."""
+    from ...targets import default_target
+
+    target = default_target()
+    if partition + t.shape[0] > target.partitions:
+        raise NkiError(
+            "err_allocation_out_of_bounds",
+            loc,
+            what=f"{t.shape[0]} partitions from partition {partition} pass partition "
+            f"{target.partitions}",
+        )
+    size = target.sbuf_bytes if t.buffer == "sbuf" else target.psum_bytes
+    end = t.address + t.bytes_per_partition
+    if end > size:
+        raise NkiError(
+            "err_allocation_out_of_bounds",
+            loc,
+            what=f"{t.name} at bytes [{t.address}, {end}) of each {t.buffer.upper()} "
+            f"partition, which has {size} on {target.name}",
+        )
 
 
 def _address(address, loc) -> int:
