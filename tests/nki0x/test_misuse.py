@@ -820,6 +820,16 @@ def _hwdge_transpose(x):
     nisa.dma_transpose(dst=u, src=t, dge_mode=nisa.dge_mode.hwdge)  # <-
 
 
+def _hwdge_cast(x):
+    nisa.dma_copy(dst=_sb((128, 64), nl.bfloat16), src=x, dge_mode=nisa.dge_mode.hwdge)  # <-
+
+
+def test_the_hardware_dge_does_not_convert_dtypes():
+    """fp32 -> bf16 converts on the software DGE (the other cases here), not on the hardware
+    DGE, which moves bytes [nki-0x.md §4.1]."""
+    _refused(_hwdge_cast, "err_invalid_argument", "must have one dtype")
+
+
 @pytest.mark.parametrize("body", [_hwdge_copy, _hwdge_transpose])
 def test_the_hardware_dge_needs_neuroncore_v3(body, monkeypatch):
     monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", "trn1")

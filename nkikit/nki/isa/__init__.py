@@ -538,7 +538,22 @@ def dma_copy(
     ``priority``, ``dge_mode`` and ``engine`` are checked (:func:`_dma_options`) and change
     nothing a simulation computes."""
     loc = caller_loc()
-    _dma_options("dma_copy", loc, priority, dge_mode, engine)
+    mode = _dma_options("dma_copy", loc, priority, dge_mode, engine)
+    if (
+        mode is _DGE.hwdge
+        and isinstance(dst, NkiTensor)
+        and isinstance(src, NkiTensor)
+        and dtypes.name(dst.dtype) != dtypes.name(src.dtype)
+    ):
+        # the hardware DGE moves bytes: only the software paths convert through fp32
+        # [reference/nki-0x.md §4.1 dma_copy, NKI 0.3 migration]
+        raise _invalid(
+            "dma_copy",
+            f"with dge_mode=nisa.dge_mode.hwdge src and dst must have one dtype, got "
+            f"src {dtypes.name(src.dtype)} and dst {dtypes.name(dst.dtype)}: the hardware DGE "
+            "does not convert (leave dge_mode to the compiler, or .view() to reinterpret)",
+            loc,
+        )
     if oob_mode is _OOB_ERROR:
         skip = False
     else:
