@@ -31,6 +31,7 @@ from ...isa import engine, matmul_perf_mode, nc_version, oob_mode, reduce_cmd
 from ...trace import accumulators as ACC
 from ...trace import instructions as E
 from ...trace.builder import current, maybe_current
+from ..indirection import check_tensor_engine
 from ..tensor import NkiTensor, _index, _pattern_pairs, access_of, got_type, require_tensor
 from ..tensor import as_dtype as _as_dtype
 from . import constants  # noqa: F401
@@ -1027,6 +1028,16 @@ def nc_matmul(
     overwrites, later ones add; ``True`` adds, ``False`` overwrites."""
     loc = caller_loc()
     _dst_chip(dst, loc, "nc_matmul")
+    check_tensor_engine(
+        "nc_matmul",
+        loc,
+        dst,
+        moving,
+        tiled=bool(tile_position or tile_size),
+        is_transpose=bool(is_transpose),
+        accumulate=accumulate,
+        inputs=(stationary,),
+    )
     if tile_position or tile_size:
         _check_tiling(tile_position, tile_size, stationary, loc)
     if perf_mode is not _PERF_NONE and perf_mode not in (None, _PERF_NONE, "none"):
