@@ -50,7 +50,15 @@ from ..errors import UNKNOWN_LOC, NkiError, SourceLoc
 from ..targets import TARGETS, Target, get_target
 from .affine import Affine, Axis, LoopVar, Predicate, ProgramId, Sym
 from .core import ON_CHIP, Access, Alloc, Kernel, Loop, Op, Tensor, declared_inputs, is_accumulator
-from .prims import PRIMS, accumulates, engine_of, engines_of, mask_ref, mx_scale_rows
+from .prims import (
+    PRIMS,
+    PrimError,
+    accumulates,
+    engine_of,
+    engines_of,
+    mask_ref,
+    mx_scale_rows,
+)
 from .residency import (
     Recorder,
     Scan,
@@ -297,6 +305,12 @@ def rule_tensor_indirection(site: Site) -> None:
     found = [(r, a, w) for r, a, w in site.operands if a.indirect_extent is not None]
     if not found:
         return
+    for _, a, _ in found:
+        if type(a.indirect) is not Access:
+            raise PrimError(
+                f"{op.prim}: an indirect view reached the IR unresolved ({a.indirect!r}); the "
+                "emit layer resolves it (nkikit/trace/indirection.py)"
+            )
     p = PRIMS[op.prim]
     have = site.target.nc_version
     if have < 4:

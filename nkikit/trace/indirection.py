@@ -39,9 +39,12 @@ from ..ir.affine import Affine, Axis, Predicate
 from ..ir.core import Access, Op, Operand
 from ..ir.prims import PRIMS, SNAKE_GROUP, engines_of
 
-pending = False
-"""Whether the front end made a pending access since the last :func:`resolve` (the emit layer
-asks before every instruction: a flag, not a look at every operand)."""
+pending = 0
+"""How many pending accesses the front end made that no instruction resolved yet (the emit
+layer asks before every instruction: a number, not a look at every operand).  Not a flag
+reset by every instruction: a front end may emit another instruction between making an
+operand's access and emitting the instruction that uses it (the ScalarE accumulator reset
+before an ``activation``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +73,7 @@ def pending_access(
     partition and first column), the offsets ``snake`` gives along dimension 1, each to lie in
     ``[0, extent)`` (the view's free size)."""
     global pending
-    pending = True
+    pending += 1
     return Access(layout, tuple(shape), tuple(index), snake, 1, extent)  # type: ignore[arg-type]
 
 
@@ -177,10 +180,10 @@ def resolve(
     """The instruction with every pending access of its operands made an IR indirect access
     for the engine that runs it (see the module docstring); unchanged when it has none."""
     global pending
-    pending = False
     found = [a for a in (*outs, *ins) if _is_pending(a)]
     if not found:
         return outs, ins, attrs, mask
+    pending = max(0, pending - len({id(a) for a in found}))
     first = found[0]
     rec = PRIMS[prim]
     role = next(

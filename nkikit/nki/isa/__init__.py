@@ -215,8 +215,9 @@ def _scalar_or_vector(x, loc: SourceLoc, what: str, like: Access | None = None) 
             )
         a = _acc(x, loc, what)
         rank = 2 if like is None else max(len(like.shape), 2)
-        if len(a.shape) != rank:
-            a = Access(a.tensor, (a.shape[0],) + (1,) * (rank - 1), a.index)
+        if len(a.shape) != rank:  # (its runtime offset, if any, kept: the verifier judges it)
+            shape = (a.shape[0],) + (1,) * (rank - 1)
+            a = Access(a.tensor, shape, a.index, a.indirect, a.indirect_dim, a.indirect_extent)
         return a
     raise NkiError(
         "err_invalid_argument",
