@@ -300,7 +300,9 @@ def rule_tensor_indirection(site: Site) -> None:
     operands' views (nkikit places every tensor at partition 0, so a view's first partition is
     its physical one): each index starts on a quadrant boundary (a multiple of 32), an
     indirect input starts on its index's partition, and an indirect ``dst``'s index on the
-    partition of the instruction's input (its index's, when that input is indirect)."""
+    partition of the instruction's input (its index's, when that input is indirect).  (These
+    read index constants, which no op signature holds: an op with a runtime index is checked
+    in full every time, ``_Walk.body``.)"""
     op = site.op
     found = [(r, a, w) for r, a, w in site.operands if a.indirect_extent is not None]
     if not found:
@@ -369,7 +371,9 @@ def rule_tensor_indirection(site: Site) -> None:
                 "err_unsupported_memory",
                 op=f"{op.prim} on the scalar engine",
                 what=f"indirect {role} {a.tensor.root.name!r} (a scatter)",
-                allowed="SBUF (the ScalarE cannot scatter into PSUM)",
+                allowed="SBUF (the ScalarE cannot scatter into PSUM"
+                + ("; pass engine=nisa.engine.vector" if len(engines) > 1 else "")
+                + ")",
                 got="PSUM",
             )
     for x, y in spec.pairs:

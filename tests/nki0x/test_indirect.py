@@ -575,8 +575,24 @@ def scalar_psum_scatter(x, idx):
     return _store(t)
 
 
+@nki.jit
+def copy_psum_scatter(x, idx, engine=None):
+    t, i = _load(x), _load(idx)
+    acc = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.psum)
+    nisa.memset(dst=acc, value=0.0)
+    nisa.tensor_copy(dst=acc.indirect(i, num_elem=16), src=t[:, 0:16], engine=engine)  # BAD
+    return _store(_evacuate(acc))
+
+
 def test_the_scalar_engine_does_not_scatter_into_psum():
-    rejects(scalar_psum_scatter, "err_unsupported_memory", f32(16, 32), offsets(16, 1, 32))
+    x, idx = f32(16, 32), distinct(16, 1, 32, 16, 16)
+    rejects(scalar_psum_scatter, "err_unsupported_memory", x, idx)
+    # a copy the compiler may place on the ScalarE neither; on the VectorE it scatters
+    err = rejects(copy_psum_scatter, "err_unsupported_memory", x, idx)
+    assert "engine=nisa.engine.vector" in str(err)
+    want = np.zeros_like(x)
+    want[:, snake(idx, 16, 16)] = x[:, 0:16]
+    np.testing.assert_array_equal(copy_psum_scatter(x, idx, nisa.engine.vector), want)
 
 
 @nki.jit
@@ -587,8 +603,42 @@ def unaligned_index(x, idx):
     return _store(d)
 
 
-def test_an_index_starts_on_a_quadrant_boundary():
-    rejects(unaligned_index, "err_invalid_argument", f32(64, 32), offsets(64, 1, 32))
+@nki.jit
+def data_off_its_index(x, idx):
+    t, i = _load(x), _load(idx)
+    d = nl.ndarray((32, 16), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=d, src=t[32:64].indirect(i[0:32], num_elem=16))  # BAD
+    return _store(d)
+
+
+@nki.jit
+def dst_index_off_the_input(x, idx):
+    t, i = _load(x), _load(idx)
+    s = nl.ndarray((32, 16), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.memset(dst=s, value=1.0)
+    nisa.tensor_copy(dst=t[32:64].indirect(i[32:64], num_elem=16), src=s)  # BAD
+    return _store(t)
+
+
+@pytest.mark.parametrize("kernel", [unaligned_index, data_off_its_index, dst_index_off_the_input])
+def test_indexes_start_on_quadrants_and_on_their_operands_partitions(kernel):
+    err = rejects(kernel, "err_invalid_argument", f32(64, 32), offsets(64, 1, 32))
+    assert "partition" in str(err)
+
+
+def test_a_view_in_the_second_quadrant_reads_through_an_index_there():
+    @nki.jit
+    def k(x, idx):
+        t, i = _load(x), _load(idx)
+        d = nl.ndarray((64, 16), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.memset(dst=d, value=0.0)
+        nisa.tensor_copy(dst=d[32:64], src=t[32:64].indirect(i[32:64], num_elem=16))
+        return _store(d)
+
+    x, idx = f32(64, 32), offsets(64, 1, 32)
+    want = np.zeros((64, 16), np.float32)
+    want[32:] = x[32:, snake(idx[32:], 16, 16)]
+    np.testing.assert_array_equal(k(x, idx), want)
 
 
 # -- the IR ------------------------------------------------------------------------------------
