@@ -455,6 +455,14 @@ class ErrIndirectIndicesAreNotSupportedWithNkiApi(NkiError):
     )
 
 
+class ErrIndirectOperandNotSupported(NkiError):
+    name = "err_indirect_operand_not_supported"
+    template = (
+        "{op}: {operand} cannot be an indirect view (NkiTensor.indirect): {why}; NeuronCore-v4 "
+        "tensor indirection takes the operands listed per instruction in the NKI ISA"
+    )
+
+
 class ErrSpmdOutputDependencies(NkiError):
     name = "err_spmd_output_dependencies"
     template = (

@@ -108,6 +108,13 @@ class Access:
     along each of this access's tile axes ((P, 1) for a legal gather/scatter).  The op that
     uses an indirect access also lists ``indirect`` among its inputs (the builder adds it), so
     every pass that follows reads sees the index tile as one.
+
+    *Tensor indirection* (NKI 0.x ``NkiTensor.indirect``, NeuronCore-v4) is an indirect access
+    of an on-chip tensor whose runtime index is a free-dimension offset per element, read from
+    the index tile in snake order (``nkikit/trace/indirection.py`` builds it); its
+    ``indirect_extent`` is the size of the view the offsets select in: each runtime offset must
+    lie in ``[0, indirect_extent)``, not only inside the tensor.  None for the other runtime
+    indices (indirect DMA rows, scalar offsets), which the tensor's shape bounds.
     """
 
     tensor: Tensor
@@ -115,6 +122,7 @@ class Access:
     index: tuple[Affine, ...]
     indirect: Access | None = None
     indirect_dim: int = 0
+    indirect_extent: int | None = None
 
     @staticmethod
     def whole(tensor: Tensor) -> Access:
@@ -163,7 +171,9 @@ class Access:
                 for k, n in enumerate(shape)
             )
             ind = Access(ind.tensor, ind_shape, ind_index)
-        return Access(self.tensor, tuple(shape), index, ind, self.indirect_dim)
+        return Access(
+            self.tensor, tuple(shape), index, ind, self.indirect_dim, self.indirect_extent
+        )
 
     def __repr__(self) -> str:
         if self.is_whole:
@@ -181,6 +191,26 @@ class Access:
 def indirect_index_tiles(accesses) -> list[Access]:
     """The runtime index tiles of the indirect accesses among ``accesses`` (in order)."""
     return [a.indirect for a in accesses if isinstance(a, Access) and a.indirect is not None]
+
+
+def declared_inputs(op: Op) -> int:
+    """How many of ``op.ins`` are the operands its primitive declares: the rest, at the end,
+    are the runtime index tiles of its indirect accesses, which ``Builder.append`` lists after
+    them (each once, and none that is an operand already).  An optional operand left out (a
+    ``tensor_scalar`` without ``operand1``) leaves its role to no index tile."""
+    ins = op.ins
+    tiles = indirect_index_tiles((*op.outs, *ins))
+    if not tiles:
+        return len(ins)
+    for n in range(max(0, len(ins) - len(tiles)), len(ins) + 1):
+        head = ins[:n]
+        listed: list[Access] = []
+        for t in tiles:
+            if t not in head and t not in listed:
+                listed.append(t)
+        if list(ins[n:]) == listed:
+            return n
+    return len(ins)
 
 
 Operand = Access | float | int

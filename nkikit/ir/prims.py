@@ -102,6 +102,29 @@ OutRule = Callable[[Sequence[Operand], Mapping[str, Any]], tuple[OutSpec, ...]]
 
 
 @dataclass(frozen=True, slots=True)
+class Indirection:
+    """Which operands of a primitive may be NeuronCore-v4 tensor-indirection views (NKI 0.x
+    ``NkiTensor.indirect``: one column per offset read at run time) [nki-0x.md §3.8, §4].
+
+    ``roles``: the output and input roles that may be one.  ``engines``: the engines that take
+    one (empty: every engine of the primitive).  ``dtypes``: the dtypes an indirect operand may
+    have (None: any); ``not_dtypes``: dtypes it may not have.  ``pairs``: roles that are
+    indirect together or not at all, through one index (an MX data tensor and its scales)."""
+
+    roles: frozenset[str]
+    engines: tuple[str, ...] = ()
+    dtypes: frozenset[str] | None = None
+    not_dtypes: frozenset[str] = frozenset()
+    pairs: tuple[tuple[str, str], ...] = ()
+
+
+# The snake group of tensor indirection per engine: offset ``i`` of an indirect view is the
+# index tile's element ``[i % G, i // G]``, G = 16 on the Vector, Scalar and GpSimd engines and
+# 32 on the Tensor engine [nki-0x.md §3.8].  An engine not listed takes no indirect view.
+SNAKE_GROUP: Mapping[str, int] = {"tensor": 32, "vector": 16, "scalar": 16, "gpsimd": 16}
+
+
+@dataclass(frozen=True, slots=True)
 class Prim:
     """The record of one primitive (see the module docstring for what each part is for).
 
@@ -148,6 +171,8 @@ class Prim:
     # output roles that carry an engine's state from one instruction to the next (the PRNG
     # state): written in program order, so an affine_range loop need not index them
     state_outs: frozenset[str] = frozenset()
+    # NC-v4 tensor indirection: which operands may be indirect views (None: none may)
+    indirection: Indirection | None = None
     attr_index: Mapping[str, Attr] = field(init=False, repr=False, compare=False)
     # the attribute that picks the engine, when there is a choice (else None)
     engine_attr: str | None = field(init=False, repr=False, compare=False)
@@ -399,6 +424,12 @@ _CUMULATIVE = frozenset(
     "bfloat16 float16 float32 float8_e4m3 float8_e4m3fn float8_e5m2 uint8 uint16 int8 int16".split()
 )
 _BOUNDS = frozenset({"float32", "int32"})  # sequence_bounds [nki-0x.md §4.7]
+# the dtypes of an indirect TensorE operand [nki-0x.md §3.8]; a matmul's PSUM dst too (the
+# reference says "operands": fp32 dst, the usual one, is refused rather than guessed)
+_TENSOR_E_INDIRECT = frozenset(
+    {"float16", "bfloat16", "float8_e4m3", "float8_e5m2", "float8_e4m3fn"}
+)
+_INT32S = frozenset({"int32", "uint32"})
 
 _ON_CHIP = ("sbuf", "psum")
 
@@ -518,6 +549,9 @@ _RECORDS = (
         reads_dst="accumulate",
         accumulate_attr="accumulate",
         partition_free=True,
+        indirection=Indirection(
+            frozenset({"dst", "stationary", "moving"}), dtypes=_TENSOR_E_INDIRECT
+        ),
     ),
     Prim(
         # MXFP8/MXFP4 matmul: packed containers dequantized by their 8-partition x 4-value
@@ -541,6 +575,12 @@ _RECORDS = (
         partition_free=True,
         nc_versions=(4,),
         mx=True,
+        # dst on its own; each data tensor together with its scales, through one index
+        indirection=Indirection(
+            frozenset({"dst", "stationary", "moving", "stationary_scale", "moving_scale"}),
+            dtypes=_TENSOR_E_INDIRECT | _MX_DATA | _MX_SCALE,
+            pairs=(("stationary", "stationary_scale"), ("moving", "moving_scale")),
+        ),
     ),
     Prim(
         "nc_transpose",
@@ -572,6 +612,7 @@ _RECORDS = (
         attrs=(Attr("op", _STR), Attr("reduce_op", _OPT_STR, None)),
         min_outs=1,
         immediates=frozenset({"bias", "scale"}),
+        indirection=Indirection(frozenset({"dst", "data"})),
     ),
     Prim(
         # NC-v4 Activation2: v = (data op0 imm0) op1 imm1 (a "bypass" stage is skipped,
@@ -593,6 +634,7 @@ _RECORDS = (
         min_outs=1,
         immediates=frozenset({"imm0", "imm1", "relu_param"}),
         nc_versions=(4,),
+        indirection=Indirection(frozenset({"dst", "data"})),
     ),
     # -- VectorE / ScalarE / GpSimd ----------------------------------------------------------
     Prim(
@@ -606,6 +648,8 @@ _RECORDS = (
         # store or an assignment) is placed by the compiler on VectorE or ScalarE, both of
         # which read PSUM; GpSimd does not, so it is not a candidate
         balance=("vector", "scalar"),
+        # Vector and Scalar only [nki-0x.md §4.4]
+        indirection=Indirection(frozenset({"dst", "src"}), engines=("vector", "scalar")),
     ),
     Prim(
         "memset",
@@ -625,6 +669,7 @@ _RECORDS = (
         attrs=(Attr("op", _STR), Attr("accumulate", _BOOL, False)),
         engine_rules=(("op", "power", "gpsimd"),),  # power runs on the GpSimd [ISA]
         accumulate_attr="accumulate",
+        indirection=Indirection(frozenset({"dst", "data1"})),
     ),
     Prim(
         "tensor_scalar",
@@ -644,6 +689,9 @@ _RECORDS = (
         min_outs=1,
         immediates=frozenset({"operand0", "operand1"}),
         accumulate_attr="accumulate",
+        # not the int32/uint32 "tensor_scalar_addr" form [nki-0x.md §4.6]: read here as no
+        # 32-bit integer indirect operand
+        indirection=Indirection(frozenset({"dst", "data"}), not_dtypes=_INT32S),
     ),
     Prim(
         "scalar_tensor_tensor",
@@ -688,6 +736,7 @@ _RECORDS = (
             Attr("keepdims", _BOOL, False),
         ),
         mask_on_input=True,
+        indirection=Indirection(frozenset({"dst", "data"})),
     ),
     Prim(
         # the GpSimd's cross-partition reductions [ISA tensor_partition_reduce; nki-0x.md
@@ -722,6 +771,7 @@ _RECORDS = (
         immediates=frozenset({"max_value"}),
         in_dtypes=(("src", _EXP_SRC),),
         nc_versions=(4,),
+        indirection=Indirection(frozenset({"dst", "src"})),
     ),
     Prim(
         # per-partition running scan reg = op1(op0(src[i], imm0), reg), dst[i] = reg, starting
@@ -736,6 +786,7 @@ _RECORDS = (
         min_outs=1,
         immediates=frozenset({"imm0", "init"}),
         in_dtypes=(("src", _CUMULATIVE),),
+        indirection=Indirection(frozenset({"dst", "src"})),
     ),
     Prim(
         "reciprocal",
@@ -751,6 +802,8 @@ _RECORDS = (
         out_spec=_outs(_like(0)),
         engines=("vector",),
         immediates=frozenset({"x", "y"}),
+        # nisa.tensor_copy_predicated: dst and predicate [nki-0x.md §4.4]
+        indirection=Indirection(frozenset({"dst", "condition"})),
     ),
     Prim(
         "range_select",

@@ -49,8 +49,16 @@ from ..collector import gc_paused
 from ..errors import UNKNOWN_LOC, NkiError, SourceLoc
 from ..targets import TARGETS, Target, get_target
 from .affine import Affine, Axis, LoopVar, Predicate, ProgramId, Sym
-from .core import ON_CHIP, Access, Alloc, Kernel, Loop, Op, Tensor, is_accumulator
-from .prims import PRIMS, accumulates, engine_of, engines_of, mask_ref, mx_scale_rows
+from .core import ON_CHIP, Access, Alloc, Kernel, Loop, Op, Tensor, declared_inputs, is_accumulator
+from .prims import (
+    PRIMS,
+    PrimError,
+    accumulates,
+    engine_of,
+    engines_of,
+    mask_ref,
+    mx_scale_rows,
+)
 from .residency import (
     Recorder,
     Scan,
@@ -103,9 +111,10 @@ def _operands(op: Op) -> Iterable[tuple[str, Access, bool]]:
     p = PRIMS[op.prim]
     for i, a in enumerate(op.outs):
         yield p.out_role(i), a, True
+    n = declared_inputs(op)
     for i, a in enumerate(op.ins):
         if isinstance(a, Access):
-            yield p.in_role(i), a, False
+            yield p.in_role(i) if i < n else _INDEX_TILE, a, False
 
 
 _MEM = {"sbuf": "SBUF", "psum": "PSUM", "hbm": "HBM", "shared_hbm": "HBM", "private_hbm": "HBM"}
@@ -191,7 +200,7 @@ def rule_indirect(site: Site) -> None:
     op = site.op
     for role, a, _ in site.operands:
         ind = a.indirect
-        if ind is None:
+        if ind is None or a.indirect_extent is not None:  # tensor indirection: its own rule
             continue
         scalar = site.kernel.dialect == "nki-0.x" and all(n == 1 for n in ind.shape)
         if scalar and not a.tensor.is_hbm and a.indirect_dim == 0:
@@ -271,6 +280,152 @@ def rule_indirect(site: Site) -> None:
                     why=f"dimension {walked[0]} already takes the partition axis, so the "
                     f"index tile on dimension {a.indirect_dim} indexes a free dimension",
                 )
+
+
+# ---------------------------------------------------------------------------------------------
+# tensor indirection (NKI 0.x NkiTensor.indirect, NC-v4)
+
+_QUADRANT = 32
+
+
+def _start(x: Affine) -> Affine:
+    """The partition (or column) an index starts at: ``x`` at tile position 0."""
+    return Affine(tuple((s, c) for s, c in x.terms if type(s) is not Axis), x.const)
+
+
+def rule_tensor_indirection(site: Site) -> None:
+    """NeuronCore-v4 tensor indirection [nki-0x.md §3.8]: an NC-v4 target; only the operands
+    the primitive's record lists (``Prim.indirection``: roles, engines, dtypes, pairs sharing
+    one index); no ScalarE scatter into PSUM; and the base-partition rules, read on the
+    operands' views (nkikit places every tensor at partition 0, so a view's first partition is
+    its physical one): each index starts on a quadrant boundary (a multiple of 32), an
+    indirect input starts on its index's partition, and an indirect ``dst``'s index on the
+    partition of the instruction's input (its index's, when that input is indirect).  (These
+    read index constants, which no op signature holds: an op with a runtime index is checked
+    in full every time, ``_Walk.body``.)"""
+    op = site.op
+    found = [(r, a, w) for r, a, w in site.operands if a.indirect_extent is not None]
+    if not found:
+        return
+    for _, a, _ in found:
+        if type(a.indirect) is not Access:
+            raise PrimError(
+                f"{op.prim}: an indirect view reached the IR unresolved ({a.indirect!r}); the "
+                "emit layer resolves it (nkikit/trace/indirection.py)"
+            )
+    p = PRIMS[op.prim]
+    have = site.target.nc_version
+    if have < 4:
+        want = next(t.name for t in TARGETS.values() if t.nc_version >= 4)
+        raise site.fail(
+            "err_unsupported_instruction_on_target",
+            op=f"{op.prim} with an indirect view (NkiTensor.indirect)",
+            versions="4",
+            target=site.target.name,
+            have=have,
+            want=want,
+        )
+    spec = p.indirection
+    # an input that is the destination itself (its old value, e.g. tensor_copy_predicated's
+    # kept elements) is that output
+    roles = {}
+    for role, a, write in found:
+        if not write:
+            role = next((p.out_role(i) for i, o in enumerate(op.outs) if o == a), role)
+        roles[role] = a
+        if spec is None or role not in spec.roles:
+            allowed = ", ".join(sorted(spec.roles)) if spec is not None else "none"
+            raise site.fail(
+                "err_indirect_operand_not_supported",
+                op=op.prim,
+                operand=f"{role} {a.tensor.root.name!r}",
+                why=f"{op.prim} takes indirect views as {allowed}",
+            )
+    assert spec is not None
+    engines = engines_of(op)
+    for eng in engines:
+        if spec.engines and eng not in spec.engines:
+            raise site.fail(
+                "err_indirect_operand_not_supported",
+                op=f"{op.prim} on the {eng} engine",
+                operand=f"{found[0][0]} {found[0][1].tensor.root.name!r}",
+                why=f"{op.prim} takes indirect views on the {' and '.join(spec.engines)} "
+                "engines only (pass engine=)",
+            )
+    for role, a in roles.items():
+        name = dtypes.name(a.dtype)
+        if (spec.dtypes is not None and name not in spec.dtypes) or name in spec.not_dtypes:
+            allowed = (
+                ", ".join(sorted(spec.dtypes))
+                if spec.dtypes is not None
+                else f"not {', '.join(sorted(spec.not_dtypes))}"
+            )
+            raise site.fail(
+                "err_unsupported_dtype",
+                op=op.prim,
+                dtype=name,
+                why=f"indirect {role} {a.tensor.root.name!r} must be {allowed}",
+            )
+        if "scalar" in engines and a in op.outs and a.tensor.buffer == "psum":
+            raise site.fail(
+                "err_unsupported_memory",
+                op=f"{op.prim} on the scalar engine",
+                what=f"indirect {role} {a.tensor.root.name!r} (a scatter)",
+                allowed="SBUF (the ScalarE cannot scatter into PSUM"
+                + ("; pass engine=nisa.engine.vector" if len(engines) > 1 else "")
+                + ")",
+                got="PSUM",
+            )
+    for x, y in spec.pairs:
+        ax, ay = roles.get(x), roles.get(y)
+        if (ax is None) != (ay is None) or (ax is not None and ax.indirect != ay.indirect):
+            raise site.fail(
+                "err_indirect_operand_not_supported",
+                op=op.prim,
+                operand=f"{x if ax is not None else y}",
+                why=f"{x} and {y} are indirect together, through the same index and num_elem",
+            )
+    _quadrants(site, roles)
+
+
+def _quadrants(site: Site, roles: dict[str, Access]) -> None:
+    """The base-partition rules of :func:`rule_tensor_indirection`."""
+    op = site.op
+    p = PRIMS[op.prim]
+
+    def bad(why: str) -> NkiError:
+        return site.fail("err_invalid_argument", op=op.prim, why=why)
+
+    for role, a in roles.items():
+        ind = a.indirect
+        assert ind is not None
+        start = _start(ind.index[0])
+        if start.const % _QUADRANT or any(c % _QUADRANT for _, c in start.terms):
+            raise bad(
+                f"the index of indirect {role} {a.tensor.root.name!r} starts at partition "
+                f"{start!r} of {ind.tensor.root.name!r}; an index starts on a quadrant "
+                "boundary (a multiple of 32)"
+            )
+        if a not in op.outs and _start(a.index[0]) != start:
+            raise bad(
+                f"indirect {role} {a.tensor.root.name!r} starts at partition "
+                f"{_start(a.index[0])!r}, its index at {start!r}; they must start on the "
+                "same partition"
+            )
+    if p.partition_free:  # a matmul's dst partitions are not its inputs'
+        return
+    first = next((x for x in op.ins if isinstance(x, Access)), None)
+    for i, o in enumerate(op.outs):
+        if o.indirect_extent is None or first is None:
+            continue
+        at = _start((first.indirect if first.indirect is not None else first).index[0])
+        mine = _start(o.indirect.index[0])  # type: ignore[union-attr]
+        if mine != at:
+            raise bad(
+                f"the index of indirect {p.out_role(i)} {o.tensor.root.name!r} starts at "
+                f"partition {mine!r}, the input {first.tensor.root.name!r} at {at!r}; they "
+                "must start on the same partition"
+            )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -433,8 +588,9 @@ def _scalar_operands(*positions: int) -> Rule:
 
     def rule(site: Site) -> None:
         op = site.op
+        n = declared_inputs(op)
         for i in positions:
-            x = op.ins[i] if i < len(op.ins) else None
+            x = op.ins[i] if i < n else None
             if isinstance(x, Access) and _fsize(x) != 1:
                 raise site.fail(
                     "err_invalid_argument",
@@ -719,7 +875,7 @@ def rule_spec(site: Site) -> None:
     dtype the primitive accepts."""
     op = site.op
     p = PRIMS[op.prim]
-    for i, x in enumerate(op.ins):
+    for i, x in enumerate(op.ins[: declared_inputs(op)]):
         if not isinstance(x, Access):
             continue
         allowed = p.in_dtypes and dict(p.in_dtypes).get(p.in_role(i))
@@ -1090,6 +1246,7 @@ def _out_of_bounds(a: Access, ranges: dict[Sym, int]) -> tuple[int, int, int] | 
 # skip it.
 OP_RULES: list[Rule] = [
     rule_target,
+    rule_tensor_indirection,
     rule_mx_containers,
     rule_loop_scope,
     rule_mask,

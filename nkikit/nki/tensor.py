@@ -527,15 +527,13 @@ class NkiTensor:
         return self.ap(pattern, offset=0, scalar_offset=index, indirect_dim=dim)
 
     def indirect(self, index, num_elem=None) -> NkiTensor:
-        """NeuronCore-v4 tensor indirection (``.indirect(index)``): not modeled; a named
-        refusal at the caller's line rather than a missing attribute."""
-        raise NkiError(
-            "err_unsupported_api",
-            caller_loc(),
-            api="NkiTensor.indirect (NeuronCore-v4 tensor indirection)",
-            why="gather or scatter through .ap(vector_offset=...) / vector_select on HBM, or "
-            "nisa.local_gather / nc_n_gather on chip",
-        )
+        """NeuronCore-v4 tensor indirection: a ``(P, num_elem)`` view whose column ``i`` is
+        the column of this on-chip tensor at the free offset ``index`` (a ``(P, K)`` SBUF
+        integer tile) gives for ``i`` in the snake order of the engine that runs the
+        instruction; ``num_elem`` defaults to ``index.size`` (``nkikit/nki/indirection.py``)."""
+        from .indirection import indirect_view
+
+        return indirect_view(self, index, num_elem, caller_loc())
 
     def vector_select(self, dim: int, vector_offset) -> NkiTensor:
         """Partition ``p`` of the result reads row ``vector_offset[p]`` of this HBM tensor
@@ -1156,6 +1154,10 @@ def _indirect_access(x: NkiTensor, loc: SourceLoc, what: str) -> Access:
     """``.ap(vector_offset=idx, indirect_dim=0)``: partition ``p`` of the access reads row
     ``idx[p]`` of the HBM tensor (the IR's indirect DMA access)."""
     index, dim, kind, base_shape = x._indirect
+    if kind == "tensor":  # NkiTensor.indirect: free offsets of an on-chip tensor
+        from .indirection import indirect_access
+
+        return indirect_access(x, loc, what)
     root = _dtype_root(x._layout)
     if kind == "scalar":
         return _scalar_offset_access(x, index, dim, base_shape, loc, what)

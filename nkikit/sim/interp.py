@@ -21,7 +21,7 @@ from numpy.lib.stride_tricks import as_strided
 from .. import dtypes
 from ..errors import NkiError, NkiInternalError
 from ..ir.affine import Axis, LoopVar, ProgramId, axis_env
-from ..ir.core import Access, Alloc, Kernel, Loop, Op, Tensor
+from ..ir.core import Access, Alloc, Kernel, Loop, Op, Tensor, declared_inputs
 from ..ir.prims import PRIMS, PrimError, mask_ref
 from .blas import one_blas_thread
 from .memory import reserve
@@ -80,6 +80,7 @@ class Interpreter:
         self.world = world
         self.mem: dict[int, np.ndarray] = {}
         self.plans: dict[int, _Plan] = {}
+        self.declared: dict[int, int] = {}  # id(op) -> its declared inputs (declared_inputs)
 
     # -- memory -------------------------------------------------------------------------------
     def storage(self, t: Tensor) -> np.ndarray:
@@ -382,7 +383,10 @@ class Interpreter:
             valid = self._in_bounds(op, env, valid)
         raw = PRIMS[op.prim].raw
         ins = []
-        for x in op.ins:
+        n = self.declared.get(id(op))
+        if n is None:  # the rule takes the declared operands, not the index tiles after them
+            n = self.declared[id(op)] = declared_inputs(op)
+        for x in op.ins[:n] if n < len(op.ins) else op.ins:
             if isinstance(x, Access):
                 v = self.read(x, env, op, valid)
                 ins.append(v if raw else dtypes.to_f32(v))
@@ -483,6 +487,8 @@ def indirect_index(
     ind = access.indirect
     assert ind is not None
     runtime = np.broadcast_to(np.asarray(rt).astype(np.int64), shape)
+    if access.indirect_extent is not None:
+        _check_offsets(access, runtime, valid, op)
     idx = []
     for d, a in enumerate(access.index):
         v = np.broadcast_to(np.asarray(a.evaluate(full), dtype=np.int64), shape)
@@ -517,6 +523,31 @@ def indirect_index(
                 )
         idx.append(v)
     return tuple(idx)
+
+
+def _check_offsets(access: Access, runtime: np.ndarray, valid: np.ndarray | None, op: Op) -> None:
+    """Tensor indirection (``NkiTensor.indirect``): every offset the index tile gives lies in
+    ``[0, indirect_extent)``, the view it selects columns of; else
+    ``err_tensor_access_out_of_bound`` naming the offset, the index tile and the element."""
+    extent = access.indirect_extent
+    bad = (runtime < 0) | (runtime >= extent)
+    if valid is not None:
+        bad &= np.broadcast_to(valid, bad.shape)
+    if not bad.any():
+        return
+    at = tuple(int(i[0]) for i in np.nonzero(bad))
+    ind = access.indirect
+    assert ind is not None
+    position = int(np.ravel_multi_index(at[1:], access.shape[1:])) if len(at) > 1 else 0
+    raise NkiError(
+        "err_tensor_access_out_of_bound",
+        op.loc,
+        tensor=f"the indirect view of {access.tensor.root.name}",
+        dim=access.indirect_dim,
+        index=f"{int(runtime[at])} (the offset index tile {ind.tensor.root.name} holds for "
+        f"element {position}; tensor indirection offsets are checked when the kernel runs)",
+        size=extent,
+    )
 
 
 def _flat_kept(idx, value, valid, shape):

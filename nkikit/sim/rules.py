@@ -107,10 +107,12 @@ def _iota(op, ins, ctx):
 
 @rule("nc_matmul")
 def _matmul(op, ins, ctx):
-    s, m = ins
+    # (partitions, free) operands; an indirect operand's tile splits its free axis into
+    # snake groups (trace/indirection.py), which flatten back in order
+    s, m = (x if x.ndim == 2 else x.reshape(x.shape[0], -1) for x in ins)
     y = np.matmul(s.T, m, dtype=np.float32)
     if op.attrs["accumulate"]:  # PSUM accumulates in fp32: old + new, one rounding
-        return [ctx.dst(0) + y]
+        return [ctx.dst(0).reshape(y.shape) + y]
     return [y]
 
 

@@ -57,6 +57,7 @@ from ..ir.prims import (
 # the engine wiring and memory names of the verifier's memory rule, so that a trace-time
 # check and the verifier can never disagree about where an engine reads and writes
 from ..ir.verify import _ENGINE_MEMORIES, _MEM
+from . import indirection
 from .builder import current, maybe_current
 from .rng import rng_state
 
@@ -215,6 +216,8 @@ def _emit(
     loc: SourceLoc,
 ) -> Op:
     """Check memories for the engine the op will run on, then append it."""
+    if indirection.pending:  # an NKI 0.x tensor-indirect view: its engine's snake order
+        outs, ins, attrs, mask = indirection.resolve(prim, outs, ins, attrs, mask, loc)
     sig = _signature(prim, outs, ins, attrs)
     if sig is not None:
         full = _SIGNED.get(sig)

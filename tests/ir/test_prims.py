@@ -87,6 +87,12 @@ def test_records_are_consistent():
         if len(p.engines) > 1:
             default = prims.ANY_ENGINE if p.balance else p.engines[0]
             assert p.attr_index["engine"].default == default, name
+        ind = p.indirection
+        if ind is not None:  # tensor indirection: roles, engines and pairs of this record
+            assert ind.roles <= set(p.ins) | set(p.outs), name
+            assert set(ind.engines) <= set(p.engines), name
+            assert all(e in prims.SNAKE_GROUP for e in ind.engines or p.engines), name
+            assert all({x, y} <= ind.roles for x, y in ind.pairs), name
 
 
 # ---------------------------------------------------------------------------------------------

@@ -90,15 +90,18 @@ def test_view_methods_refuse_what_they_cannot_express_at_the_users_line(case):
     assert str(e.value).startswith("test_view_methods.py:")
 
 
-def test_tensor_indirection_is_a_named_refusal_not_a_missing_attribute():
+def test_tensor_indirection_is_a_view_of_num_elem_columns():
+    # instructions on it: tests/nki0x/test_indirect.py
     @nki.jit
     def k(x):
         t = nl.load(x)
-        ix = nl.ndarray((4, 1), dtype=nl.int32, buffer=nl.sbuf)
+        ix = nl.ndarray((4, 3), dtype=nl.int32, buffer=nl.sbuf)
         nisa.memset(dst=ix, value=0)
-        t.indirect(ix)
-        return x
+        v, w = t.indirect(ix), t.indirect(ix, num_elem=5)
+        assert (v.shape, w.shape) == ((4, 12), (4, 5))
+        assert v.is_indirect() and not t.is_indirect()
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=t)
+        return out
 
-    with pytest.raises(NkiError) as e:
-        k(np.zeros((4, 6), np.float32))
-    assert e.value.name == "err_unsupported_api" and "t.indirect(ix)" in str(e.value)
+    k(np.zeros((4, 6), np.float32))

@@ -31,6 +31,7 @@ from ...isa import engine, matmul_perf_mode, nc_version, oob_mode, reduce_cmd
 from ...trace import accumulators as ACC
 from ...trace import instructions as E
 from ...trace.builder import current, maybe_current
+from ..indirection import check_tensor_engine
 from ..tensor import NkiTensor, _index, _pattern_pairs, access_of, got_type, require_tensor
 from ..tensor import as_dtype as _as_dtype
 from . import constants  # noqa: F401
@@ -214,8 +215,9 @@ def _scalar_or_vector(x, loc: SourceLoc, what: str, like: Access | None = None) 
             )
         a = _acc(x, loc, what)
         rank = 2 if like is None else max(len(like.shape), 2)
-        if len(a.shape) != rank:
-            a = Access(a.tensor, (a.shape[0],) + (1,) * (rank - 1), a.index)
+        if len(a.shape) != rank:  # (its runtime offset, if any, kept: the verifier judges it)
+            shape = (a.shape[0],) + (1,) * (rank - 1)
+            a = Access(a.tensor, shape, a.index, a.indirect, a.indirect_dim, a.indirect_extent)
         return a
     raise NkiError(
         "err_invalid_argument",
@@ -1101,6 +1103,16 @@ def nc_matmul(
     overwrites, later ones add; ``True`` adds, ``False`` overwrites."""
     loc = caller_loc()
     _dst_chip(dst, loc, "nc_matmul")
+    check_tensor_engine(
+        "nc_matmul",
+        loc,
+        dst,
+        moving,
+        tiled=bool(tile_position or tile_size),
+        is_transpose=bool(is_transpose),
+        accumulate=accumulate,
+        inputs=(stationary,),
+    )
     if tile_position or tile_size:
         _check_tiling(tile_position, tile_size, stationary, loc)
     if perf_mode is not _PERF_NONE and perf_mode not in (None, _PERF_NONE, "none"):

@@ -7,6 +7,7 @@ from __future__ import annotations
 from ...errors import NkiError, SourceLoc, caller_loc
 from ...ir.core import Access
 from ...trace import instructions as E
+from ..indirection import check_tensor_engine
 from ..tensor import access_of, require_tensor
 
 
@@ -60,6 +61,15 @@ def nc_matmul_mx(
 
     loc = caller_loc()
     _dst_chip(dst, loc, "nc_matmul_mx")
+    check_tensor_engine(
+        "nc_matmul_mx",
+        loc,
+        dst,
+        moving,
+        tiled=bool(tile_position or tile_size),
+        accumulate=accumulate,
+        inputs=(stationary, stationary_scale, moving_scale),
+    )
     s = _operand(stationary, loc, "nc_matmul_mx", "stationary")
     m = _operand(moving, loc, "nc_matmul_mx", "moving")
     ss = _operand(stationary_scale, loc, "nc_matmul_mx", "stationary_scale")
