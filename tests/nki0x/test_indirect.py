@@ -596,6 +596,29 @@ def test_the_scalar_engine_does_not_scatter_into_psum():
 
 
 @nki.jit
+def matmul_after_psum_scatter(x, idx, accumulate=None):
+    t, i = _load(x), _load(idx)
+    s = _load(x[:, 0:16], nl.bfloat16)
+    acc = nl.ndarray((16, 32), dtype=nl.float32, buffer=nl.psum)
+    nisa.memset(dst=acc, value=0.0)
+    nisa.tensor_copy(dst=acc.indirect(i, num_elem=16), src=t[:, 0:16], engine=nisa.engine.vector)
+    w = _load(x, nl.bfloat16)
+    nisa.nc_matmul(dst=acc, stationary=s, moving=w, accumulate=accumulate)  # BAD
+    return _store(_evacuate(acc))
+
+
+def test_a_matmul_after_a_psum_scatter_says_whether_it_accumulates():
+    """Where a runtime-offset write landed is unknown until the kernel runs, so the
+    first-write-overwrites rule cannot pick accumulate for the region it may touch."""
+    x, idx = f32(16, 32), distinct(16, 1, 32, 16, 16)
+    rejects(matmul_after_psum_scatter, "err_unsupported_api", x, idx, match="runtime-offset")
+    s = x[:, 0:16].astype(ml_dtypes.bfloat16).astype(np.float32)
+    w = x.astype(ml_dtypes.bfloat16).astype(np.float32)
+    got = matmul_after_psum_scatter(x, idx, False)
+    np.testing.assert_allclose(got, s.T @ w, rtol=1e-5, atol=1e-5)
+
+
+@nki.jit
 def unaligned_index(x, idx):
     t, i = _load(x), _load(idx)
     d = nl.ndarray((16, 16), dtype=x.dtype, buffer=nl.sbuf)

@@ -431,11 +431,14 @@ def _psum_writes(t) -> list:
 
 def _matmul_written(d: Access):
     """Whether each element of ``d`` was last written by a matmul: True or False when all
-    elements agree, else the per-element mask."""
+    elements agree, else the per-element mask; None when a write through a runtime offset
+    (tensor indirection) may have touched it since (unknown until run time)."""
     q = _region(d)
     writes = [(r, m) for r, m in _psum_writes(d.tensor.root) if _may_overlap(r, q)]
     if not writes:
         return False
+    if any(m is None for _, m in writes):
+        return None
     if all(r[:3] == q[:3] for r, _ in writes):
         return writes[-1][1]  # the same region written before: its last writer decides
     mine = _elements(d)
@@ -455,7 +458,13 @@ def _matmul_written(d: Access):
 
 def _psum_written(outs, by_matmul: bool) -> None:
     for o in outs:
-        if isinstance(o, Access) and o.tensor.root.buffer == "psum" and o.indirect is None:
+        if isinstance(o, Access) and o.tensor.root.buffer == "psum" and o.indirect is not None:
+            # a runtime-offset write (tensor indirection) may land on any element of the
+            # tensor: whether a later matmul there overwrites or adds is unknown (None) until
+            # a write of known extent covers it again
+            root = o.tensor.root
+            _psum_writes(root).append((_region_of(Access.whole(root)), None))
+        elif isinstance(o, Access) and o.tensor.root.buffer == "psum":
             writes = _psum_writes(o.tensor.root)
             q = _region(o)
             if writes:
@@ -1149,7 +1158,10 @@ def _matmul_into(dst, stationary, moving, accumulate, loc: SourceLoc, perf_mode=
             acc = False
         else:
             raise _unsupported(
-                "nc_matmul into a PSUM region partly written by earlier matmuls",
+                "nc_matmul into a PSUM region partly written by earlier matmuls"
+                if written is not None
+                else "nc_matmul into a PSUM region a runtime-offset (.indirect) write may "
+                "have touched",
                 "pass accumulate=True or False explicitly",
                 loc,
             )

@@ -81,7 +81,10 @@ def nc_matmul_mx(
         written = _matmul_written(d)
         if written is not True and written is not False:
             raise _unsupported(
-                "nc_matmul_mx into a PSUM region partly written by earlier matmuls",
+                "nc_matmul_mx into a PSUM region partly written by earlier matmuls"
+                if written is not None
+                else "nc_matmul_mx into a PSUM region a runtime-offset (.indirect) write may "
+                "have touched",
                 "pass accumulate=True or False explicitly",
                 loc,
             )
