@@ -13,6 +13,9 @@ import os
 import ml_dtypes
 import numpy as np
 import pytest
+from nki0x_tiles import evacuate as _evacuate
+from nki0x_tiles import load as _load
+from nki0x_tiles import store as _store
 
 import nkikit.nki as nki
 import nkikit.nki.isa as nisa
@@ -26,24 +29,6 @@ rng = np.random.default_rng(11)
 @pytest.fixture(autouse=True)
 def _trn3(monkeypatch):
     monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", "trn3")
-
-
-def _load(x, dtype=None):
-    t = nl.ndarray(x.shape, dtype=dtype or x.dtype, buffer=nl.sbuf)
-    nisa.dma_copy(dst=t, src=x)
-    return t
-
-
-def _store(t):
-    out = nl.ndarray(t.shape, dtype=t.dtype, buffer=nl.shared_hbm)
-    nisa.dma_copy(dst=out, src=t)
-    return out
-
-
-def _evacuate(acc):
-    out = nl.ndarray(acc.shape, dtype=nl.float32, buffer=nl.sbuf)
-    nisa.tensor_copy(dst=out, src=acc)
-    return out
 
 
 def snake(index: np.ndarray, n: int, g: int) -> np.ndarray:

@@ -3,6 +3,8 @@ numpy), and the same computation written in both dialects traces to the same IR 
 
 import numpy as np
 import pytest
+from nki0x_tiles import load as _load
+from nki0x_tiles import store as _store
 
 import nkikit as nki1
 import nkikit.isa as nisa1
@@ -13,18 +15,6 @@ import nkikit.nki.language as nl
 from nkikit.errors import NkiError
 
 P, F = 128, 64
-
-
-def _load(x, dtype=None):
-    t = nl.ndarray(x.shape, dtype=dtype or x.dtype, buffer=nl.sbuf)
-    nisa.dma_copy(dst=t, src=x)
-    return t
-
-
-def _store(t):
-    out = nl.ndarray(t.shape, dtype=t.dtype, buffer=nl.shared_hbm)
-    nisa.dma_copy(dst=out, src=t)
-    return out
 
 
 rng = np.random.default_rng(0)

@@ -14,6 +14,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from nki0x_tiles import load as _load
+from nki0x_tiles import store as _store
 
 import nkikit
 import nkikit.nki as nki
@@ -29,18 +31,6 @@ rng = np.random.default_rng(7)
 def _trn3(monkeypatch):
     # activate2 and exponential are NC-v4 instructions [nki-0x.md §4.2]
     monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", "trn3")
-
-
-def _load(x, dtype=None):
-    t = nl.ndarray(x.shape, dtype=dtype or x.dtype, buffer=nl.sbuf)
-    nisa.dma_copy(dst=t, src=x)
-    return t
-
-
-def _store(t):
-    out = nl.ndarray(t.shape, dtype=t.dtype, buffer=nl.shared_hbm)
-    nisa.dma_copy(dst=out, src=t)
-    return out
 
 
 def f32(*shape):

@@ -14,6 +14,8 @@ import os
 import ml_dtypes
 import numpy as np
 import pytest
+from nki0x_tiles import load as _load
+from nki0x_tiles import store as _store
 
 import nkikit.nki as nki
 import nkikit.nki.isa as nisa
@@ -103,18 +105,6 @@ def mx_data(shape, elem) -> np.ndarray:
 
 
 # -- kernels ------------------------------------------------------------------------------------
-
-
-def _load(x, dtype=None):
-    t = nl.ndarray(x.shape, dtype=dtype or x.dtype, buffer=nl.sbuf)
-    nisa.dma_copy(dst=t, src=x)
-    return t
-
-
-def _store(t):
-    out = nl.ndarray(t.shape, dtype=t.dtype, buffer=nl.shared_hbm)
-    nisa.dma_copy(dst=out, src=t)
-    return out
 
 
 @nki.jit
