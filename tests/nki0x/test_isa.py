@@ -3,8 +3,8 @@ numpy), and the same computation written in both dialects traces to the same IR 
 
 import numpy as np
 import pytest
-from nki0x_tiles import load as _load
-from nki0x_tiles import store as _store
+from nki0x_helpers import load as _load
+from nki0x_helpers import store as _store
 
 import nkikit as nki1
 import nkikit.isa as nisa1

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from nki0x_tiles import load as _load
-from nki0x_tiles import store as _store
+from nki0x_helpers import load as _load
+from nki0x_helpers import store as _store
 
 import nkikit
 import nkikit.nki as nki

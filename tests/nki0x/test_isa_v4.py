@@ -6,24 +6,20 @@ which must agree bit for bit."""
 
 from __future__ import annotations
 
-import inspect
-import os
-
 import ml_dtypes
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from nki0x_tiles import load as _load
-from nki0x_tiles import store as _store
+from nki0x_helpers import load as _load
+from nki0x_helpers import rejects
+from nki0x_helpers import store as _store
 
 import nkikit
 import nkikit.nki as nki
 import nkikit.nki.isa as nisa
 import nkikit.nki.language as nl
-from nkikit.errors import NkiError
 
-HERE = os.path.abspath(__file__)
 rng = np.random.default_rng(7)
 
 
@@ -35,23 +31,6 @@ def _trn3(monkeypatch):
 
 def f32(*shape):
     return rng.standard_normal(shape).astype(np.float32)
-
-
-def bad_line(fn) -> int:
-    lines, start = inspect.getsourcelines(fn)
-    hits = [start + i for i, text in enumerate(lines) if "# BAD" in text]
-    assert len(hits) == 1
-    return hits[0]
-
-
-def rejects(kernel, name: str, *args) -> NkiError:
-    with pytest.raises(NkiError) as info:
-        kernel(*args)
-    err = info.value
-    assert err.name == name, str(err)
-    assert os.path.abspath(err.loc.file) == HERE, str(err)
-    assert err.loc.line == bad_line(kernel.func), str(err)
-    return err
 
 
 def _opcode(kernel, args, opcode: str, target: str = "trn3"):

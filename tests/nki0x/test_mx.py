@@ -8,22 +8,18 @@ below is also the fast path's, bit for bit.
 
 from __future__ import annotations
 
-import inspect
-import os
-
 import ml_dtypes
 import numpy as np
 import pytest
-from nki0x_tiles import load as _load
-from nki0x_tiles import store as _store
+from nki0x_helpers import load as _load
+from nki0x_helpers import rejects
+from nki0x_helpers import store as _store
 
 import nkikit.nki as nki
 import nkikit.nki.isa as nisa
 import nkikit.nki.language as nl
 from nkikit import dtypes
-from nkikit.errors import NkiError
 
-HERE = os.path.abspath(__file__)
 rng = np.random.default_rng(0)
 E4M3, E5M2, E2M1 = ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2, ml_dtypes.float4_e2m1fn
 
@@ -335,23 +331,6 @@ def test_view_reinterprets_bits_both_ways():
 
 
 # -- rejected kernels ---------------------------------------------------------------------------
-
-
-def bad_line(fn) -> int:
-    lines, start = inspect.getsourcelines(fn)
-    hits = [start + i for i, text in enumerate(lines) if "# BAD" in text]
-    assert len(hits) == 1
-    return hits[0]
-
-
-def rejects(kernel, name: str, *args) -> NkiError:
-    with pytest.raises(NkiError) as info:
-        kernel(*args)
-    err = info.value
-    assert err.name == name, str(err)
-    assert os.path.abspath(err.loc.file) == HERE, str(err)
-    assert err.loc.line == bad_line(kernel.func), str(err)
-    return err
 
 
 BF = (rng.standard_normal((128, 64))).astype(ml_dtypes.bfloat16)
