@@ -458,13 +458,15 @@ def _matmul_written(d: Access):
 
 def _psum_written(outs, by_matmul: bool) -> None:
     for o in outs:
-        if isinstance(o, Access) and o.tensor.root.buffer == "psum" and o.indirect is not None:
+        if not isinstance(o, Access) or o.tensor.root.buffer != "psum":
+            continue
+        if o.indirect is not None:
             # a runtime-offset write (tensor indirection) may land on any element of the
             # tensor: whether a later matmul there overwrites or adds is unknown (None) until
             # a write of known extent covers it again
             root = o.tensor.root
             _psum_writes(root).append((_region_of(Access.whole(root)), None))
-        elif isinstance(o, Access) and o.tensor.root.buffer == "psum":
+        else:
             writes = _psum_writes(o.tensor.root)
             q = _region(o)
             if writes:
@@ -1150,29 +1152,32 @@ def _matmul_into(dst, stationary, moving, accumulate, loc: SourceLoc, perf_mode=
             )
         dview = dst.flatten_dims(1, dst.ndim - 1) if dst.ndim > 2 else dst
     d = _acc(dview, loc, "nc_matmul dst")
-    if accumulate is None:
-        written = _matmul_written(d)
-        if written is True:
-            acc = True
-        elif written is False:
-            acc = False
-        else:
-            raise _unsupported(
-                "nc_matmul into a PSUM region partly written by earlier matmuls"
-                if written is not None
-                else "nc_matmul into a PSUM region a runtime-offset (.indirect) write may "
-                "have touched",
-                "pass accumulate=True or False explicitly",
-                loc,
-            )
-    else:
-        acc = bool(accumulate)
-        if acc:
-            warn_accumulating_onto(d, loc, "nc_matmul")
+    acc = resolve_accumulate(d, accumulate, loc, "nc_matmul")
     return _done(E.emit_nc_matmul(d, s, m, accumulate=acc, perf_mode=perf_mode, loc=loc))
 
 
-def warn_accumulating_onto(d: Access, loc: SourceLoc, op: str) -> None:
+def resolve_accumulate(d: Access, accumulate, loc: SourceLoc, op: str) -> bool:
+    """Whether matmul ``op`` into PSUM ``d`` adds to it: ``accumulate`` as given (True warns
+    where it is undefined: :func:`_warn_accumulating_onto`), or for None the
+    first-write-overwrites rule, which needs every element of ``d`` last written by a matmul
+    or none of them (else ``err_unsupported_api``: the caller says which)."""
+    if accumulate is not None:
+        if accumulate:
+            _warn_accumulating_onto(d, loc, op)
+        return bool(accumulate)
+    written = _matmul_written(d)
+    if written is True or written is False:
+        return written
+    raise _unsupported(
+        f"{op} into a PSUM region partly written by earlier matmuls"
+        if written is not None
+        else f"{op} into a PSUM region a runtime-offset (.indirect) write may have touched",
+        "pass accumulate=True or False explicitly",
+        loc,
+    )
+
+
+def _warn_accumulating_onto(d: Access, loc: SourceLoc, op: str) -> None:
     """``accumulate=True`` needs PSUM a matmul wrote: onto memory nothing wrote since its
     allocation the sum is undefined on the hardware, and on NeuronCore-v2/v3 so is a sum onto
     values another instruction (memset, tensor_copy) wrote [reference/nki-0x.md §4 nc_matmul,

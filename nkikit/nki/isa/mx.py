@@ -57,7 +57,7 @@ def nc_matmul_mx(
     (``float8_e8m0fnu`` or uint8) hold the scale of data partitions ``8i .. 8i + 7`` at
     partition ``(i // 4) * 32 + i % 4``.  ``dst`` [M, N] in PSUM (fp32 or bf16) accumulates as
     ``nc_matmul``'s: ``accumulate=None`` overwrites on the first matmul write, adds later."""
-    from . import _done, _dst_chip, _matmul_written, _unsupported, warn_accumulating_onto
+    from . import _done, _dst_chip, resolve_accumulate
 
     loc = caller_loc()
     _dst_chip(dst, loc, "nc_matmul_mx")
@@ -77,22 +77,7 @@ def nc_matmul_mx(
     _row_tiling(tile_position, tile_size, s, loc)
     # dst holds M partitions x N elements in any free shape (the verifier checks the spec)
     d = _operand(dst, loc, "nc_matmul_mx", "dst")
-    if accumulate is None:
-        written = _matmul_written(d)
-        if written is not True and written is not False:
-            raise _unsupported(
-                "nc_matmul_mx into a PSUM region partly written by earlier matmuls"
-                if written is not None
-                else "nc_matmul_mx into a PSUM region a runtime-offset (.indirect) write may "
-                "have touched",
-                "pass accumulate=True or False explicitly",
-                loc,
-            )
-        acc = written
-    else:
-        acc = bool(accumulate)
-        if acc:
-            warn_accumulating_onto(d, loc, "nc_matmul_mx")
+    acc = resolve_accumulate(d, accumulate, loc, "nc_matmul_mx")
     return _done(E.emit_nc_matmul_mx(d, s, m, ss, ms, accumulate=acc, loc=loc))
 
 
