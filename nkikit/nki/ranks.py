@@ -12,12 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-import numpy as np
-
-from .. import dtypes
 from ..arrays import TensorSpec, as_kind_of, as_numpy
 from ..errors import NkiError, hide_internal_frames
-from ..sim import low_precision_storage, written_params
+from ..sim import low_precision_storage
 from ..trace.jit import gc_paused
 from .jit import Kernel0x, jit, precise_fp
 
@@ -53,14 +50,8 @@ def simulate_ranks(kernel, inputs_per_rank: Sequence[Mapping], lnc: int = 1) -> 
                     raise TypeError(f"argument {t.name!r} is abstract; pass an array")
                 row.append(as_numpy(v, t.dtype))
             arrays.append(row)
-        with gc_paused(), low_precision_storage(ir, precise=precise_fp()):
-            wide = [[dtypes.widen(a) for a in row] for row in arrays]
-            outs = simulate_all_ranks(ir, wide)
-        written = written_params(ir)
-        for row, wide_row in zip(arrays, wide):
-            for t, a, w in zip(ir.params, row, wide_row):
-                if w is not a and t.name in written:  # a widened copy (NKI_PRECISE_FP=0)
-                    np.copyto(a, w, casting="unsafe")
+        with gc_paused(), low_precision_storage(ir, precise=precise_fp()) as store:
+            outs = simulate_all_ranks(ir, [store(row) for row in arrays])
     except NkiError as e:
         raise hide_internal_frames(e) from None
 

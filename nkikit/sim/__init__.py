@@ -14,7 +14,7 @@ at the collectives (``ranks.py``); ``simulate_all_ranks`` gives each rank its ow
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import numpy as np
@@ -148,16 +148,18 @@ def simulate_all_ranks(
 
 
 @contextmanager
-def low_precision_storage(kernel, *, precise: bool) -> Iterator[None]:
+def low_precision_storage(kernel, *, precise: bool) -> Iterator[Callable[[list], list]]:
     """How the simulators hold ``kernel``'s bf16 and fp8 tensors during the block: rounded to
     their dtype (``precise``, ``NKI_PRECISE_FP=1``, the default) or as unrounded fp32
-    (``NKI_PRECISE_FP=0``, AWS's simulator option [reference/nki-0x.md §6.1]; arguments must
-    be passed through ``dtypes.widen`` inside the block, and outputs of those dtypes come
-    back as float32 arrays).  Held as fp32, such a tensor's bits cannot be reinterpreted:
-    a kernel that views one as another dtype (``.view(dtype)``, ``.ap(dtype=...)``) is
-    refused with ``err_unsupported_api`` at the view's line."""
+    (``NKI_PRECISE_FP=0``, AWS's simulator option [reference/nki-0x.md §6.1]; outputs of
+    those dtypes come back as float32 arrays).  The block gets ``store``: a list of arguments
+    as the simulators hold them (fp32 copies of bf16 / fp8 arrays in the wide mode, whose
+    written ones are copied back into the caller's arrays, rounded once, when the block
+    ends).  Held as fp32, such a tensor's bits cannot be reinterpreted: a kernel that views
+    one as another dtype (``.view(dtype)``, ``.ap(dtype=...)``) is refused with
+    ``err_unsupported_api`` at the view's line."""
     if precise:
-        yield
+        yield lambda args: args
         return
     for t in kernel.tensors:
         base = t.base
@@ -172,5 +174,17 @@ def low_precision_storage(kernel, *, precise: bool) -> Iterator[None]:
                 why="that mode holds bf16 and fp8 tensors as fp32 values, which have no "
                 "bf16/fp8 bits to reinterpret; unset NKI_PRECISE_FP (or set it to 1)",
             )
+    stored: list[tuple[list, list]] = []  # (the caller's arguments, the simulators')
+
+    def store(args: list) -> list:
+        held = [dtypes.widen(a) for a in args]
+        stored.append((args, held))
+        return held
+
     with dtypes.wide_storage():
-        yield
+        yield store
+    written = written_params(kernel)
+    for args, held in stored:
+        for t, a, w in zip(kernel.params, args, held):
+            if w is not a and t.name in written:
+                np.copyto(a, w, casting="unsafe")

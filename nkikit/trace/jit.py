@@ -22,7 +22,6 @@ from typing import Any
 
 import numpy as np
 
-from .. import dtypes
 from ..arrays import TensorSpec, as_kind_of, as_numpy, is_torch, spec_of
 from ..collector import gc_paused
 from ..errors import (
@@ -325,10 +324,8 @@ def run(kernel: Kernel, bound: inspect.BoundArguments, *, precise_fp: bool = Tru
         # no defensive copy: the verifier rejects writes to parameters not marked mutable
         arrays.append(as_numpy(v, t.dtype))
         like = like if like is not None else v
-    with low_precision_storage(kernel, precise=precise_fp):
-        # (a widened argument is a copy: what the kernel writes is copied back below)
-        arrays = [dtypes.widen(a) for a in arrays]
-        outs = simulate(kernel, arrays)
+    with low_precision_storage(kernel, precise=precise_fp) as store:
+        outs = simulate(kernel, store(arrays))
     for t, a in zip(kernel.params, arrays):
         # A contiguous numpy argument was written in place and a contiguous torch argument's
         # array is a view of it. A non-contiguous view of either (or a cast) ran on a copy: the
