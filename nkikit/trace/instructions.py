@@ -705,7 +705,7 @@ def emit_tensor_reduce(
     return _emit("tensor_reduce", [dst], [data], attrs, mask, loc)
 
 
-_PARTITION_REDUCE_OPS = PRIMS["tensor_partition_reduce"].attr_index["op"].choices
+PARTITION_REDUCE_OPS = PRIMS["tensor_partition_reduce"].attr_index["op"].choices
 
 
 def emit_tensor_partition_reduce(
@@ -713,7 +713,7 @@ def emit_tensor_partition_reduce(
 ) -> Op:
     """``dst = op-reduce(data)`` across partitions on the GpSimd: (P, F) -> (1, F); ``op``
     one of the record's (add, max, bitwise_or, bitwise_and, average)."""
-    attrs = {"op": op_name(op, "reduce", valid=_PARTITION_REDUCE_OPS)}
+    attrs = {"op": op_name(op, "reduce", valid=PARTITION_REDUCE_OPS)}
     return _emit("tensor_partition_reduce", [dst], [data], attrs, mask, loc)
 
 

@@ -26,7 +26,7 @@ from ...errors import NkiError, SourceLoc, caller_loc, warn_at
 from ...ir.affine import Affine, Axis, Predicate
 from ...ir.core import Access
 from ...ir.opnames import op_name
-from ...ir.prims import PRIMS, local_gather_indices
+from ...ir.prims import local_gather_indices
 from ...isa import engine, matmul_perf_mode, nc_version, oob_mode, reduce_cmd
 from ...trace import accumulators as ACC
 from ...trace import instructions as E
@@ -1616,9 +1616,6 @@ def tensor_reduce(dst, op, data, axis, negate=False, keepdims=False, name=None) 
     return _done(E.emit_tensor_reduce(d, a, op=op, axes=axes, negate=negate, loc=loc))
 
 
-_PARTITION_REDUCE_OPS = PRIMS["tensor_partition_reduce"].attr_index["op"].choices
-
-
 def tensor_partition_reduce(dst, op, data, name=None) -> NkiInstruction:
     """Reduce across partitions (GpSimd): (P, F) -> (1, F); ``nl.average`` is the sum
     divided by P, in fp32."""
@@ -1626,9 +1623,9 @@ def tensor_partition_reduce(dst, op, data, name=None) -> NkiInstruction:
     _dst_chip(dst, loc, "tensor_partition_reduce")
     # the GpSimd's cross-partition reductions: the primitive's record lists them
     try:
-        op_name(op, "reduce", valid=_PARTITION_REDUCE_OPS)
+        op_name(op, "reduce", valid=E.PARTITION_REDUCE_OPS)
     except NkiError:
-        ops = [f"nl.{'maximum' if n == 'max' else n}" for n in _PARTITION_REDUCE_OPS]
+        ops = [f"nl.{'maximum' if n == 'max' else n}" for n in E.PARTITION_REDUCE_OPS]
         raise _invalid(
             "tensor_partition_reduce",
             f"op must be {', '.join(ops[:-1])} or {ops[-1]}, got {getattr(op, '__name__', op)!r}",
