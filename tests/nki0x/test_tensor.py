@@ -254,3 +254,37 @@ def test_free_size_limit_rejects_4800_psum_elements():
     assert e.value.name == "err_size_of_dimension_exceed_arch_limit"
     assert "4800" in str(e.value) and "4096" in str(e.value)
     assert "nisa.tensor_tensor(" in str(e.value)  # the kernel's own line
+
+
+def test_ndarray_of_one_kind_again_keeps_its_checks_and_dtype():
+    """nl.ndarray remembers the on-chip tile kinds it checked (an unrolled kernel allocates
+    one per step): a tfloat32 tile after a float32 one of the same shape (the two dtypes
+    compare equal) stays tfloat32, and a bad shape after a good one is still refused."""
+    seen = {}
+
+    @nki.jit
+    def k(x):
+        for _ in range(2):
+            a = nl.ndarray((4, 8), dtype=nl.float32, buffer=nl.sbuf)
+            b = nl.ndarray((4, 8), dtype=nl.tfloat32, buffer=nl.sbuf)
+            c = nl.ndarray([4, 8], dtype=nl.float32, buffer=nl.sbuf)
+        seen.update(a=a.dtype, b=b.dtype, c=c.shape)
+        nisa.dma_copy(dst=a, src=x)
+        out = nl.ndarray((4, 8), dtype=nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=a)
+        return out
+
+    x = np.arange(32, dtype=np.float32).reshape(4, 8)
+    np.testing.assert_array_equal(k(x), x)
+    assert seen["a"].metadata is None
+    assert seen["b"].metadata == nl.tfloat32.metadata
+    assert seen["c"] == (4, 8)
+
+    @nki.jit
+    def bad(x):
+        nl.ndarray((4, 8), dtype=nl.float32, buffer=nl.sbuf)
+        nl.ndarray((4, 0), dtype=nl.float32, buffer=nl.sbuf)
+        return x
+
+    with pytest.raises(NkiError, match="err_invalid_argument"):
+        bad(x)

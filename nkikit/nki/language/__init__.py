@@ -179,6 +179,17 @@ def ndarray(shape, dtype, buffer=sbuf, name: str = "", address=None) -> NkiTenso
     PSUM tensors placed on the same bytes share them in the verifier's capacity rule."""
     loc = caller_loc()
     b = current("nl.ndarray")
+    # a dtype with metadata (tfloat32) equals its plain one: only plain dtypes are remembered
+    plain = address is None and not name and isinstance(dtype, np.dtype) and not dtype.metadata
+    if plain:
+        try:
+            hit = _ON_CHIP.get((shape, dtype, buffer))
+        except TypeError:  # an unhashable shape (a list): the checks below name it
+            hit = None
+        if hit is not None:  # an on-chip tile of a kind allocated before: checked then
+            dims, dt, buf, strides = hit
+            t = b.new_tensor(dims, dt, buf, loc=loc, fallback="buf")
+            return NkiTensor._view(t, dims, strides, 0, None)
     if type(shape) is not tuple:
         if isinstance(shape, int | np.integer):
             shape = (shape,)
@@ -229,10 +240,22 @@ def ndarray(shape, dtype, buffer=sbuf, name: str = "", address=None) -> NkiTenso
             why=f"SBUF and PSUM tensors need at least 2 dimensions (partition, free), got {dims}",
         )
     t = b.new_tensor(dims, dt, buf, name=name or None, loc=loc, fallback="buf")
+    if plain and len(_ON_CHIP) < _ON_CHIP_MAX:
+        try:
+            _ON_CHIP[(shape, dtype, buffer)] = (dims, dt, buf, _row_major(dims))
+        except TypeError:
+            pass
     if address is not None:
         t.address = _address(address, loc)
         _placed_inside(t, int(address[0]), loc)
     return NkiTensor._view(t, t.shape, _row_major(t.shape), 0, None)  # NkiTensor.whole(t)
+
+
+# (shape, dtype, buffer) of nl.ndarray calls that passed its checks for an on-chip tile ->
+# (dimensions, dtype, buffer name, row-major strides): an unrolled kernel allocates the same
+# few kinds of tile once per step
+_ON_CHIP: dict[tuple, tuple] = {}
+_ON_CHIP_MAX = 1 << 12
 
 
 def _placed_inside(t: Tensor, partition: int, loc: SourceLoc) -> None:
