@@ -207,11 +207,11 @@ def test_the_allocator_keeps_placed_tiles_at_their_bytes_and_packs_around_them()
     np.testing.assert_array_equal(np.asarray(k(x, w)), 13 * (x.T @ w))
 
 
-def _overlapping(offset: int):
-    """Eight whole-bank tiles at ``k * 2048 + offset`` bytes (k = 0..7) and a half-bank tile at
-    byte 0, all alive at once: with ``offset`` 0 they fill PSUM exactly and the half tile sits
-    inside the first; with ``offset`` 1024 each straddles two banks' halves and the last
-    passes the end of PSUM unless only seven are made."""
+def _overlapping(spanning: bool):
+    """PSUM tiles placed on overlapping bytes, all alive at once, and a half-bank tile at byte
+    0.  Without ``spanning``: eight whole-bank tiles, one per bank -- PSUM exactly.  With it:
+    four two-bank tiles at banks 0-3 (each shares a bank with the next) and three whole-bank
+    tiles at banks 5-7: 22 KiB of tiles on a 14 KiB union, which fits."""
 
     @nki.jit
     def k(x, w):
@@ -220,19 +220,25 @@ def _overlapping(offset: int):
         ws = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
         nisa.dma_copy(dst=xs, src=x)
         nisa.dma_copy(dst=ws, src=w)
-        n = 8 if offset == 0 else 7
+        if spanning:
+            wide = [(b, 2) for b in range(4)] + [(b, 1) for b in (5, 6, 7)]
+        else:
+            wide = [(b, 1) for b in range(8)]
         tiles = [
-            nl.ndarray((128, 512), nl.float32, buffer=nl.psum, address=(0, i * BANK + offset))
-            for i in range(n)
+            nl.ndarray((128, 512 * n), nl.float32, buffer=nl.psum, address=(0, b * BANK))
+            for b, n in wide
         ]
         half = nl.ndarray((128, 256), nl.float32, buffer=nl.psum, address=(0, 0))
         acc = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
         nisa.memset(dst=acc, value=0.0)
         for t in tiles:
-            nisa.nc_matmul(dst=t, stationary=xs, moving=ws)
+            for j in range(t.shape[1] // 512):
+                nisa.nc_matmul(dst=t[:, j * 512 : (j + 1) * 512], stationary=xs, moving=ws)
         nisa.nc_matmul(dst=half, stationary=xs, moving=ws[:, 0:256])
         for t in tiles:
-            nisa.tensor_tensor(dst=acc, data1=acc, data2=t, op=nl.add)
+            for j in range(t.shape[1] // 512):
+                part = t[:, j * 512 : (j + 1) * 512]
+                nisa.tensor_tensor(dst=acc, data1=acc, data2=part, op=nl.add)
         nisa.tensor_tensor(dst=acc[:, 0:256], data1=acc[:, 0:256], data2=half, op=nl.add)
         nisa.dma_copy(dst=out, src=acc)
         return out
@@ -244,25 +250,40 @@ def test_overlapping_placements_count_their_union():
     # eight full banks and a half tile inside the first: 16 KiB in all, which fits; the
     # simulator gives every tensor its own storage, so the values are the plain sums
     x, w = _inputs()
-    out = np.asarray(_overlapping(0)(x, w))
+    out = np.asarray(_overlapping(False)(x, w))
     want = 8 * (x.T @ w)
     want[:, :256] += (x.T @ w)[:, :256]
     np.testing.assert_array_equal(out, want)
 
 
-def test_half_bank_placements_overlap_and_fit():
-    # seven tiles at 1 KiB + k * 2 KiB cover bytes [1024, 15360); with the half tile at
-    # [0, 1024) the union is 15 KiB: it fits
+def test_multi_bank_placements_overlap_and_fit():
+    # two-bank tiles at banks 0-3 cover bytes [0, 10240), whole-bank ones at banks 5-7 cover
+    # [10240, 16384): 22 KiB of tiles, a 14 KiB union with the half tile inside bank 0
     x, w = _inputs()
-    out = np.asarray(_overlapping(1024)(x, w))
-    want = 7 * (x.T @ w)
+    out = np.asarray(_overlapping(True)(x, w))
+    want = 11 * (x.T @ w)
     want[:, :256] += (x.T @ w)[:, :256]
     np.testing.assert_array_equal(out, want)
 
 
+def test_psum_placement_off_a_bank_boundary_is_refused_at_its_line():
+    # the compiler places PSUM tensors at bank boundaries only [reference/nki-0x.md §3.2]
+    @nki.jit
+    def k(x):
+        nl.ndarray((128, 256), nl.float32, buffer=nl.psum, address=(0, 1024))  # <- here
+        return x
+
+    with pytest.raises(NkiError) as e:
+        k(np.zeros((1, 1), np.float32))
+    assert e.value.name == "err_invalid_argument"
+    assert "bank boundary" in str(e.value) and "got 1024" in str(e.value)
+    line = next(n for n, text in enumerate(open(__file__), 1) if "# <- here" in text)
+    assert e.value.loc.line == line
+
+
 def test_placed_union_over_capacity_names_the_users_line():
-    # placed tiles cover bytes [1024, 16384) (union 15 KiB); an unplaced 2 KiB tile created
-    # while they live needs 17 KiB: the error is at the line that created it
+    # placed tiles cover bytes [0, 1024) and [2048, 16384) (union 15 KiB); an unplaced 2 KiB
+    # tile created while they live needs 17 KiB: the error is at the line that created it
     @nki.jit
     def k(x, w):
         out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
@@ -270,17 +291,24 @@ def test_placed_union_over_capacity_names_the_users_line():
         ws = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
         nisa.dma_copy(dst=xs, src=x)
         nisa.dma_copy(dst=ws, src=w)
+        # two-bank tiles at banks 1-6 cover bytes [2048, 16384); a quarter-bank tile at byte
+        # 0 adds [0, 1024)
         tiles = [
-            nl.ndarray((128, 512), nl.float32, buffer=nl.psum, address=(0, 1024 + i * 1024))
-            for i in range(14)
-        ]
+            nl.ndarray((128, 1024), nl.float32, buffer=nl.psum, address=(0, b * BANK))
+            for b in range(1, 7)
+        ] + [nl.ndarray((128, 256), nl.float32, buffer=nl.psum, address=(0, 0))]
         extra = nl.ndarray((128, 512), nl.float32, buffer=nl.psum)  # the line reported
         acc = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
         nisa.memset(dst=acc, value=0.0)
         for t in [*tiles, extra]:
-            nisa.nc_matmul(dst=t, stationary=xs, moving=ws)
+            for j in range(0, t.shape[1], 512):
+                n = min(512, t.shape[1] - j)
+                nisa.nc_matmul(dst=t[:, j : j + n], stationary=xs, moving=ws[:, 0:n])
         for t in [extra, *tiles]:
-            nisa.tensor_tensor(dst=acc, data1=acc, data2=t, op=nl.add)
+            for j in range(0, t.shape[1], 512):
+                n = min(512, t.shape[1] - j)
+                part = acc[:, 0:n]
+                nisa.tensor_tensor(dst=part, data1=part, data2=t[:, j : j + n], op=nl.add)
         nisa.dma_copy(dst=out, src=acc)
         return out
 
@@ -291,4 +319,4 @@ def test_placed_union_over_capacity_names_the_users_line():
     assert "17408 bytes" in str(e.value)
     line = next(n for n, text in enumerate(open(__file__), 1) if "# the line reported" in text)
     assert e.value.loc.file.endswith("test_psum_address.py") and e.value.loc.line == line
-    assert "at byte 1024" in str(e.value)  # the placed tiles are shown with their bytes
+    assert "(4096 B at byte 2048, line" in str(e.value)  # placed tiles shown with their bytes

@@ -263,10 +263,22 @@ def _placed_inside(t: Tensor, partition: int, loc: SourceLoc) -> None:
     on the target being traced for: its partitions up to the last one, its bytes of each
     partition (``byte_offset`` on) within a partition of SBUF / PSUM (``Target.sbuf_bytes``,
     ``Target.psum_bytes``: 8 banks x 2 KiB) [reference/nki-0x.md §3.1-3.2];
-    ``err_allocation_out_of_bounds`` at the kernel's line otherwise."""
+    ``err_allocation_out_of_bounds`` at the kernel's line otherwise.  A PSUM tensor starts at
+    a bank boundary (the compiler refuses any other placement [reference/nki-0x.md §3.2, MIG]):
+    ``err_invalid_argument`` otherwise."""
     from ...targets import default_target
 
     target = default_target()
+    bank = target.psum_bank_bytes
+    if t.buffer == "psum" and t.address % bank:
+        raise NkiError(
+            "err_invalid_argument",
+            loc,
+            op="nl.ndarray",
+            why=f"a PSUM tensor starts at a bank boundary: address=(partition, byte_offset) "
+            f"needs byte_offset a multiple of {bank} (one {bank // 1024} KiB bank), got "
+            f"{t.address} (bank k starts at byte k * {bank})",
+        )
     if partition + t.shape[0] > target.partitions:
         raise NkiError(
             "err_allocation_out_of_bounds",
