@@ -541,8 +541,18 @@ _BIAS_DTYPES = frozenset({"float32", "float16", "bfloat16"})
 
 
 def prim_activation(site: Site) -> None:
-    """bias: a (P, 1) fp32/fp16/bf16 tile (or an immediate); scale: a float or (P, 1) fp32."""
+    """bias: a (P, 1) fp32/fp16/bf16 tile (or an immediate); scale: a float or (P, 1) fp32;
+    on NeuronCore-v2 the free-axis reduction adds only (``activation_reduce``: "NC-v2 requires
+    reduce_op=nl.add" [nki-0x.md §4.10; nki.md §3])."""
     op = site.op
+    red = op.attrs.get("reduce_op")
+    if red is not None and red != "add" and site.target.nc_version == 2:
+        raise site.fail(
+            "err_invalid_argument",
+            op=op.prim,
+            why=f"reduce_op={red}: on NeuronCore-v2 ({site.target.name}) the ScalarE "
+            "reduction adds only (reduce_op=nl.add); other reductions need trn2 or later",
+        )
     bias = op.ins[1] if len(op.ins) > 1 else None
     scale = op.ins[2] if len(op.ins) > 2 else None
     if isinstance(bias, Access) and (

@@ -870,3 +870,33 @@ def test_activation_reduce_op_add_or_none(op):
     got = k(x)
     np.testing.assert_allclose(got[:, :64], np.exp(x), rtol=1e-6)
     np.testing.assert_allclose(got[:, 64], np.exp(x).sum(axis=1), rtol=1e-5)
+
+
+# -- activation_reduce on NeuronCore-v2 adds only (nki-0x.md §4.10) -----------------------------
+
+
+def _activation_reduce_max(x):
+    t, r = _ones((128, 64)), _sb((128, 1))
+    nisa.activation_reduce(dst=t, op=nl.exp, data=t, reduce_op=nl.maximum, reduce_res=r)  # <-
+
+
+def test_activation_reduce_other_than_add_is_refused_on_trn1(monkeypatch):
+    monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", "trn1")
+    monkeypatch.delenv("NKI_NC_VERSION", raising=False)
+    _refused(_activation_reduce_max, "err_invalid_argument", "NeuronCore-v2")
+
+
+def test_activation_reduce_max_computes_on_trn2(monkeypatch):
+    monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", "trn2")
+
+    @nki.jit
+    def k(x):
+        t, r = _sb((128, 64)), _sb((128, 1))
+        nisa.dma_copy(dst=t, src=x)
+        nisa.activation_reduce(dst=t, op=nl.exp, data=t, reduce_op=nl.maximum, reduce_res=r)
+        out = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=r)
+        return out
+
+    x = np.linspace(-1, 1, 128 * 64, dtype=np.float32).reshape(128, 64)
+    np.testing.assert_allclose(k(x)[:, 0], np.exp(x).max(axis=1), rtol=1e-6)
