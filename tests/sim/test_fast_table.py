@@ -130,3 +130,70 @@ def test_non_finite_scalar_operands(value):
     ref = interp.simulate(ir, [a])
     assert all(same_bits(x, y) for x, y in zip(got, ref))
     assert np.array_equal(got[0], np.maximum(a, np.float32(value)), equal_nan=True)
+
+
+def _gather_and_accumulate(blocks: int, ksteps: int):
+    """The NKI Library's MoE pattern, unrolled: per output block a PSUM tile that ``ksteps``
+    matmuls accumulate into, each of a row block gathered from HBM by a runtime index tile
+    (indirect DMA), then copied out -- so consecutive matmuls share their PSUM tile and the
+    next block's use another one."""
+    import nkikit.nki as nki0
+    import nkikit.nki.isa as nisa
+    import nkikit.nki.language as nl0
+
+    @nki0.jit
+    def k(table, idx, w):
+        out = nl0.ndarray((blocks * 128, 128), dtype=nl0.float32, buffer=nl0.shared_hbm)
+        ws = nl0.ndarray((128, 128), dtype=nl0.float32, buffer=nl0.sbuf)
+        nisa.dma_copy(dst=ws, src=w)
+        for b in range(blocks):
+            acc = nl0.ndarray((128, 128), dtype=nl0.float32, buffer=nl0.psum)
+            for s in range(ksteps):
+                ix = nl0.ndarray((128, 1), dtype=nl0.int32, buffer=nl0.sbuf)
+                nisa.dma_copy(
+                    dst=ix, src=idx[(b * ksteps + s) * 128 : (b * ksteps + s + 1) * 128, :]
+                )
+                rows = nl0.ndarray((128, 128), dtype=nl0.float32, buffer=nl0.sbuf)
+                src = table.ap([[128, 128], [1, 128]], offset=0, vector_offset=ix, indirect_dim=0)
+                nisa.dma_copy(dst=rows, src=src)
+                nisa.nc_matmul(dst=acc, stationary=ws, moving=rows)
+            res = nl0.ndarray((128, 128), dtype=nl0.float32, buffer=nl0.sbuf)
+            nisa.tensor_copy(dst=res, src=acc)
+            nisa.dma_copy(dst=out[b * 128 : (b + 1) * 128, :], src=res)
+        return out
+
+    rng = np.random.default_rng(2)
+    table = rng.integers(-3, 4, (512, 128)).astype(np.float32)
+    idx = rng.integers(0, 512, (blocks * ksteps * 128, 1)).astype(np.int32)
+    w = rng.integers(-3, 4, (128, 128)).astype(np.float32)
+    args = [table, idx, w]
+    return k._trace(k.bind(args, {}), "trn2"), args
+
+
+def test_recipes_generalize_across_psum_tiles_and_gathers(monkeypatch):
+    """A recipe learnt from two matmuls into one PSUM tile holds for the next tile's too (it
+    is relearnt without that tile fixed), and gathers of one kind share their index-grid
+    constants: every row is replayed but those of the index and output DMAs (each at an
+    offset of its own) and a few teaching ones per kind; rendered anyway, each equals the
+    memo's.  (Before, 174 of these 410 statements were replayed.)"""
+    from nkikit.sim.fast.codegen import Compiler
+
+    monkeypatch.setattr(fast_table, "TABLE_ABOVE", -1)
+    blocks, ksteps = 12, 6
+    ir, args = _gather_and_accumulate(blocks, ksteps)
+    monkeypatch.setattr(fast_table, "CHECK_MEMO", True)
+    checked = Compiler(ir)
+    checked.build()
+    monkeypatch.setattr(fast_table, "CHECK_MEMO", False)
+    c = Compiler(ir)
+    prog = c.build()
+    n_statements = sum(1 for _ in ir.walk())
+    unique = blocks * ksteps + blocks  # the index loads and the output stores
+    assert c.n_replayed == checked.n_replayed >= n_statements - unique - 30
+    got = prog.run(args)
+    ref = interp.simulate(ir, args)
+    assert all(same_bits(x, y) for x, y in zip(got, ref))
+    table, idx, w = args
+    gathered = table[idx[:, 0]].reshape(blocks, ksteps, 128, 128)
+    want = np.einsum("pk,bspf->bkf", w, gathered).reshape(blocks * 128, 128)
+    np.testing.assert_array_equal(got[0], want)

@@ -155,8 +155,17 @@ def gather_scatter(c: Compiler, op: Op) -> list[str] | None:
             lo, hi = c.sym_range(a, shape)
             if lo < 0 or hi >= tshape[d]:
                 return None  # the reference reports it
-        ax = [(s, k) for s, k in a.terms if isinstance(s, Axis)]
-        axes.append(c.const(sum(grid[s] * k for s, k in ax), "AXS") if ax else "0")
+        ax = tuple((s, k) for s, k in a.terms if isinstance(s, Axis))
+        if ax:
+            # one constant per (shape, terms): ops of one kind then give equal table rows,
+            # which the table memo replays (the array is only read)
+            key = ("AXS", shape, ax)
+            name = c.const_names.get(key)
+            if name is None:
+                name = c.const_names[key] = c.const(sum(grid[s] * k for s, k in ax), "AXS")
+            axes.append(name)
+        else:
+            axes.append("0")
         bases.append(
             c.aff(Affine(tuple((s, k) for s, k in a.terms if not isinstance(s, Axis)), a.const))
         )

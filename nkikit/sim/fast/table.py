@@ -96,8 +96,14 @@ class TableMode:
             if key is not None:
                 seen = (row, s, uids, self.n_fallback - n_fallback)
                 entry = memo.get(key)
-                if entry is None or entry[0] is _FIRST:
-                    memo[key] = _learn(entry[1], seen) if entry is not None else (_FIRST, seen)
+                if entry is None:
+                    memo[key] = (_FIRST, seen)
+                elif entry[0] is _FIRST:
+                    memo[key] = _learn(entry[1], seen)
+                elif predicted is _MISS:
+                    # the recipe holds for ops sharing its fixed temporaries (a matmul's PSUM
+                    # tile across its K steps): one of another tile teaches the general one
+                    memo[key] = _generalize(entry, seen)
         self.n_replayed += replayed
         self.n_fallback += fallbacks
         self._bound_key = saved_bound
@@ -171,7 +177,7 @@ class TableMode:
         """The row ``entry``'s recipe gives for ``op`` (None: the op has no code), or
         ``_MISS`` when it does not apply: a temporary the two teaching ops shared is another
         one here, or a uid equals an integer constant (the template would merge them)."""
-        _, row, fills, ops, _, const_ints, fixed, free = entry
+        _, row, fills, ops, _, const_ints, fixed, free, _ = entry
         for p, u in fixed:
             if uids[p] != u:
                 return _MISS
@@ -262,7 +268,7 @@ def _learn(first: tuple, second: tuple) -> tuple:
     share it too.  When the two do not teach one (a uid equal to a constant merged two
     template parameters, an argument made per op), the second becomes the first of the next
     try.  A recipe is (_RECIPE, row with constants in place, fills, ops, fallbacks, integer
-    constants, fixed, free)."""
+    constants, fixed, free, its first teacher)."""
     (r1, op1, u1, nf1), (r2, op2, u2, nf2) = first, second
     if nf1 != nf2:
         return (_FIRST, second)
@@ -270,7 +276,7 @@ def _learn(first: tuple, second: tuple) -> tuple:
     free = tuple(p for p in range(len(u1)) if u1[p] != u2[p])
     if r1 is None or r2 is None:
         if r1 is r2:
-            return (_RECIPE, None, (), (), nf1, frozenset(), fixed, free)
+            return (_RECIPE, None, (), (), nf1, frozenset(), fixed, free, first)
         return (_FIRST, second)
     if len(r1) != len(r2) or r1[0] != r2[0]:
         return (_FIRST, second)
@@ -293,4 +299,17 @@ def _learn(first: tuple, second: tuple) -> tuple:
             ops.append(r)
         elif x is not y:
             return (_FIRST, second)
-    return (_RECIPE, row, tuple(fills), tuple(ops), nf1, frozenset(const_ints), fixed, free)
+    return (_RECIPE, row, tuple(fills), tuple(ops), nf1, frozenset(const_ints), fixed, free, first)
+
+
+def _generalize(recipe: tuple, seen: tuple) -> tuple:
+    """``recipe`` after an op of its key that it did not predict (``seen``): the recipe that
+    op and the recipe's first teacher give, when it fixes no temporary ``recipe`` leaves
+    free (it holds wherever ``recipe`` did, and for ``seen``); else ``recipe`` unchanged."""
+    other = _learn(recipe[8], seen)
+    if other[0] is not _RECIPE:
+        return recipe
+    was = {p for p, _ in recipe[6]}
+    if all(p in was for p, _ in other[6]):
+        return other
+    return recipe
