@@ -49,6 +49,7 @@ class Compiler(Planner, TableMode):
                 "_prep": runtime.prep,
                 "_ind": runtime.ind,
                 "_scatter": scatter,
+                "_distinct": runtime.distinct,
                 # repr() of a non-finite float scalar is `inf` / `nan`: the names it refers to
                 "inf": float("inf"),
                 "nan": float("nan"),

@@ -172,29 +172,107 @@ def gather_scatter(c: Compiler, op: Op) -> list[str] | None:
     d = ind_acc.indirect_dim
     opn = c.const(op, "OP")
     index = f"_ind(({', '.join(axes)},), ({', '.join(bases)},), {d}, {rt.expr}, {shape!r})"
-    lines = [f"I = {index}", f"if 0 <= I[{d}].min() and I[{d}].max() < {tshape[d]}:"]
+    in_bounds = f"0 <= I[{d}].min() and I[{d}].max() < {tshape[d]}"
+    rows = _rows_form(c, ind_acc, rt.expr)
     odt = dst.tensor.dtype
     dt = c.const(odt, "DT")
     size = int(np.prod(shape))
+    slot = c.slot(ind_acc.tensor)
     if src.indirect is not None:  # gather into a plain destination
         w = c.access(dst, True, True)
         if w is None:
             return None
         c.last_outs = [w]
-        value = f"{c.slot(src.tensor)}[I]"
         if dtypes.is_tf32(odt) or odt not in DIRECT_CAST and src.tensor.dtype != odt:
-            lines.append(f"    _write({w.expr}, {value}, {shape!r}, {size}, {dt})")
+            write = f"_write({w.expr}, {{}}, {shape!r}, {size}, {dt})"
         else:
-            lines.append(f"    _copy({w.expr}, {value}, {dt})")
+            write = f"_copy({w.expr}, {{}}, {dt})"
+        if rows is not None:
+            r_line, r_bounds, r_index, _ = rows
+            return [
+                r_line,
+                f"if {r_bounds}:",
+                "    " + write.format(f"{slot}[{r_index}].reshape({shape!r})"),
+                "else:",
+                f"    interp.exec_op({opn}, env)",
+            ]
+        lines = [f"I = {index}", f"if {in_bounds}:", "    " + write.format(f"{slot}[I]")]
     else:  # scatter a plain source
         r = c.access(src, False, True)
         if r is None:
             return None
         c.last_outs = None
         value = f"_prep({r.expr}, {shape!r}, {size}, {dt})"
-        lines.append(f"    _scatter({c.slot(dst.tensor)}, I, {value}, None)")
+        scatter = f"_scatter({slot}, I, {value}, None)"
+        if rows is not None:
+            r_line, r_bounds, r_index, region = rows
+            put = f"{slot}[{r_index}] = {value}.reshape({region!r})"
+            if r_line.startswith("R = int("):  # one runtime index: no two rows can meet
+                body = ["    " + put]
+            else:  # rows with one index meet: the reference's last-wins scatter decides
+                body = ["    if _distinct(R):", "        " + put, "    else:"]
+                body += [f"        I = {index}", "        " + scatter]
+            return [r_line, f"if {r_bounds}:", *body, "else:", f"    interp.exec_op({opn}, env)"]
+        lines = [f"I = {index}", f"if {in_bounds}:", "    " + scatter]
     lines += ["else:", f"    interp.exec_op({opn}, env)"]
     return lines
+
+
+def _rows_form(c: Compiler, acc: Access, rt: str) -> tuple[str, str, str, tuple] | None:
+    """An indirect access whose runtime index is one per partition (an ``(P, 1)`` index
+    tile) or one for the whole tile, and whose other dimensions each follow at most one tile
+    axis with a positive step, in the tile's axis order: the same elements as the reference's
+    fancy index, read or written by basic slicing plus (at most) one row array -- numpy
+    then copies whole rows, not element by element.  (R's line, its bounds test, the index
+    expression, the indexed region's shape); None for any other access."""
+    shape, ind, d = acc.shape, acc.indirect, acc.indirect_dim
+    if ind is None or ind.tensor.dtype.kind not in "iu" or any(n != 1 for n in ind.shape[1:]):
+        return None
+    per_row = ind.shape[0] > 1
+    if per_row and ind.shape[0] != shape[0]:
+        return None
+    parts: list[str] = []
+    region: list[int] = []
+    placed = {0} if per_row else set()
+    last = 0 if per_row else -1  # the last tile axis placed: they must come in order
+    base_d = "0"
+    for k, a in enumerate(acc.index):
+        live = [(s.k, x) for s, x in a.terms if isinstance(s, Axis) and shape[s.k] > 1]
+        base = c.aff(Affine(tuple((s, x) for s, x in a.terms if not isinstance(s, Axis)), a.const))
+        if k == d:
+            if live:
+                return None
+            base_d = base
+            parts.append("R")
+            if per_row:
+                region.append(shape[0])
+            continue
+        if not live:
+            # per row, a fixed coordinate stays a slice: R is then the only array index, and
+            # numpy keeps the dimensions where they are
+            parts.append(f"{base}:{base} + 1" if per_row else base)
+            if per_row:
+                region.append(1)
+            continue
+        if len(live) != 1 or (per_row and k < d):
+            return None
+        j, step = live[0]
+        if step <= 0 or j <= last:
+            return None
+        last = j
+        placed.add(j)
+        parts.append(f"{base}:{base} + {step * (shape[j] - 1) + 1}:{step}")
+        region.append(shape[j])
+    if placed != {j for j, n in enumerate(shape) if n > 1} | ({0} if per_row else set()):
+        return None
+    top = acc.tensor.shape[d]
+    if per_row:
+        line = f"R = ({rt}).reshape(-1).astype(np.int64) + ({base_d})"
+        bounds = f"0 <= R.min() and R.max() < {top}"
+    else:
+        line = f"R = int(({rt}).reshape(-1)[0]) + ({base_d})"
+        bounds = f"0 <= R < {top}"
+    return line, bounds, ", ".join(parts), tuple(region)
 
 
 @executes("dma_copy", copy=True, indirect=gather_scatter)

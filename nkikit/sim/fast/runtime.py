@@ -58,6 +58,12 @@ def ind(axes: tuple, bases: tuple, d: int, rt: np.ndarray, shape: tuple[int, ...
     return tuple(idx)
 
 
+def distinct(rows: np.ndarray) -> bool:
+    """Whether no two of a scatter's runtime row indices are equal (then no two rows meet,
+    and a plain assignment writes what the reference's last-wins scatter writes)."""
+    return np.unique(rows).size == rows.size
+
+
 def strided_view(x: np.ndarray, spec: tuple, shape: tuple[int, ...]) -> np.ndarray:
     """The reference's ``Interpreter._strided``: from ``x`` (the tensor sliced from the
     tile's first element) the view whose tile axis k steps ``c`` elements along each tensor
