@@ -574,8 +574,8 @@ def test_indirect_dma_is_compiled_by_the_fast_path():
         _rand(rng, (64, 24), np.dtype(np.float32)), np.zeros(64, np.int32)
     )
     src = fast.explain(k)
-    # rows with distinct indices are assigned; equal ones go to the last-wins scatter
-    assert "if _distinct(R):" in src and "_scatter(" in src
+    # rows are assigned; of partitions with one row index only the last one writes
+    assert "K = _last_rows(R)" in src
 
 
 def test_indirect_out_of_bounds_errors_match(differential):

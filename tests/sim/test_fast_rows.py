@@ -8,6 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import nkikit as beta1
+import nkikit.language as nl1
 import nkikit.nki as nki
 import nkikit.nki.isa as nisa
 import nkikit.nki.language as nl
@@ -103,10 +105,40 @@ def test_a_per_row_scatter_assigns_and_the_last_of_equal_rows_wins(rows):
     for p, r in enumerate(rows):  # in partition order: the last write to a row stays
         want[r, 5:9] = values[p]
     np.testing.assert_array_equal(out, want)
-    assert "if _distinct(R):" in _source(ir)
+    assert "K = _last_rows(R)" in _source(ir)
 
 
 def test_a_row_out_of_bounds_is_the_references_error():
     with pytest.raises(NkiError) as e:
         _both(gather_strided, np.zeros((40, 24), np.float32), np.full((8, 1), 40, np.int32))
     assert e.value.name == "err_tensor_access_out_of_bound"
+
+
+@beta1.jit
+def scatter_into_slab(values, idx):
+    """Rows idx[p] (columns 5-8) of slab 1 of a (2, 16, 12) output (NKI Beta 1, whose
+    indirect stores take the runtime index on any dimension): it is on dimension 1, after a
+    fixed coordinate."""
+    out = nl1.ndarray((2, 16, 12), dtype=values.dtype, buffer=nl1.shared_hbm)
+    nl1.store(out[0], value=nl1.zeros((16, 12), dtype=values.dtype))
+    nl1.store(out[1], value=nl1.zeros((16, 12), dtype=values.dtype))
+    i_p = nl1.arange(values.shape[0])[:, None]
+    i_f = nl1.arange(4)[None, :]
+    it = nl1.load(idx[i_p, 0])
+    nl1.store(out[1, it, 5 + i_f], value=nl1.load(values))
+    return out
+
+
+@pytest.mark.parametrize("rows", [[3, 0, 15, 7], [3, 9, 3, 9]], ids=["distinct", "meet"])
+def test_a_scatter_along_a_later_dimension(rows):
+    values = np.arange(16, dtype=np.float32).reshape(4, 4) + 1
+    idx = np.array(rows, np.int32).reshape(-1, 1)
+    ir = scatter_into_slab._trace(scatter_into_slab.bind((values, idx), {}), "trn2")
+    got = fast.compile_kernel(ir).run([values, idx])
+    ref = interp.simulate(ir, [values, idx])
+    assert all(same_bits(x, y) for x, y in zip(got, ref))
+    want = np.zeros((2, 16, 12), np.float32)
+    for p, r in enumerate(rows):
+        want[1, r, 5:9] = values[p]
+    np.testing.assert_array_equal(got[0], want)
+    assert "K = _last_rows(R)" in _source(ir)

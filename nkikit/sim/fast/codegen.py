@@ -49,7 +49,7 @@ class Compiler(Planner, TableMode):
                 "_prep": runtime.prep,
                 "_ind": runtime.ind,
                 "_scatter": scatter,
-                "_distinct": runtime.distinct,
+                "_last_rows": runtime.last_rows,
                 # repr() of a non-finite float scalar is `inf` / `nan`: the names it refers to
                 "inf": float("inf"),
                 "nan": float("nan"),

@@ -192,7 +192,7 @@ def gather_scatter(c: Compiler, op: Op) -> list[str] | None:
             return [
                 r_line,
                 f"if {r_bounds}:",
-                "    " + write.format(f"{slot}[{r_index}].reshape({shape!r})"),
+                "    " + write.format(f"{slot}[{', '.join(r_index)}].reshape({shape!r})"),
                 "else:",
                 f"    interp.exec_op({opn}, env)",
             ]
@@ -206,25 +206,34 @@ def gather_scatter(c: Compiler, op: Op) -> list[str] | None:
         scatter = f"_scatter({slot}, I, {value}, None)"
         if rows is not None:
             r_line, r_bounds, r_index, region = rows
-            put = f"{slot}[{r_index}] = {value}.reshape({region!r})"
+            put = f"{slot}[{', '.join(r_index)}] = {value}.reshape({region!r})"
             if r_line.startswith("R = int("):  # one runtime index: no two rows can meet
                 body = ["    " + put]
-            else:  # rows with one index meet: the reference's last-wins scatter decides
-                body = ["    if _distinct(R):", "        " + put, "    else:"]
-                body += [f"        I = {index}", "        " + scatter]
+            else:
+                # partitions with one row index write the same elements: the last one's
+                # stay (the reference's last-wins scatter), so only those are written
+                kept = f"{slot}[{', '.join('R[K]' if x == 'R' else x for x in r_index)}]"
+                body = [
+                    "    K = _last_rows(R)",
+                    "    if K is None:",
+                    "        " + put,
+                    "    else:",
+                    f"        {kept} = {value}.reshape({region!r}).take(K, axis={d})",
+                ]
             return [r_line, f"if {r_bounds}:", *body, "else:", f"    interp.exec_op({opn}, env)"]
         lines = [f"I = {index}", f"if {in_bounds}:", "    " + scatter]
     lines += ["else:", f"    interp.exec_op({opn}, env)"]
     return lines
 
 
-def _rows_form(c: Compiler, acc: Access, rt: str) -> tuple[str, str, str, tuple] | None:
+def _rows_form(c: Compiler, acc: Access, rt: str) -> tuple[str, str, list[str], tuple] | None:
     """An indirect access whose runtime index is one per partition (an ``(P, 1)`` index
     tile) or one for the whole tile, and whose other dimensions each follow at most one tile
     axis with a positive step, in the tile's axis order: the same elements as the reference's
     fancy index, read or written by basic slicing plus (at most) one row array -- numpy
     then copies whole rows, not element by element.  (R's line, its bounds test, the index
-    expression, the indexed region's shape); None for any other access."""
+    per tensor dimension -- "R" at the runtime one --, the indexed region's shape); None for
+    any other access."""
     shape, ind, d = acc.shape, acc.indirect, acc.indirect_dim
     if ind is None or ind.tensor.dtype.kind not in "iu" or any(n != 1 for n in ind.shape[1:]):
         return None
@@ -272,7 +281,7 @@ def _rows_form(c: Compiler, acc: Access, rt: str) -> tuple[str, str, str, tuple]
     else:
         line = f"R = int(({rt}).reshape(-1)[0]) + ({base_d})"
         bounds = f"0 <= R < {top}"
-    return line, bounds, ", ".join(parts), tuple(region)
+    return line, bounds, parts, tuple(region)
 
 
 @executes("dma_copy", copy=True, indirect=gather_scatter)

@@ -58,10 +58,15 @@ def ind(axes: tuple, bases: tuple, d: int, rt: np.ndarray, shape: tuple[int, ...
     return tuple(idx)
 
 
-def distinct(rows: np.ndarray) -> bool:
-    """Whether no two of a scatter's runtime row indices are equal (then no two rows meet,
-    and a plain assignment writes what the reference's last-wins scatter writes)."""
-    return np.unique(rows).size == rows.size
+def last_rows(rows: np.ndarray) -> np.ndarray | None:
+    """For a scatter of whole rows (``executors._rows_form``): None when no two runtime row
+    indices are equal, else the partitions, ascending, whose row no later partition writes
+    again.  Two partitions with one row index write the same elements, and the reference's
+    scatter keeps the last write in element order (partition-major): the later partition's."""
+    found, first_from_end = np.unique(rows[::-1], return_index=True)
+    if found.size == rows.size:
+        return None
+    return np.sort(rows.size - 1 - first_from_end)
 
 
 def strided_view(x: np.ndarray, spec: tuple, shape: tuple[int, ...]) -> np.ndarray:
