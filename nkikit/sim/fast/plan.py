@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import itertools
 import math
@@ -83,6 +84,7 @@ class Planner(OpShapes):
         self._touch_memo: dict[tuple[int, int], object] = {}  # (op shape, position) -> touch
         self._forward_memo: dict[tuple, object] = {}  # see _forward_kind
         self._where: dict[int, tuple[list, dict[int, int]]] = {}  # id(body) -> (it, _positions)
+        self._touch_at: dict[tuple[int, int, bool], list[int]] = {}  # see _touching
 
     def whole(self, acc: Access) -> bool:
         """``acc.is_whole``, remembered (the plans ask for most accesses more than once)."""
@@ -218,7 +220,8 @@ class Planner(OpShapes):
         must poison: yes unless the write-only statements before the first read write every
         element."""
         cov = None
-        for j in range(self._first_touch(t, stmts, start), len(stmts)):
+        at = self._touching(t.uid, stmts, False)
+        for j in at[bisect.bisect_left(at, start) :]:
             s = stmts[j]
             if type(s) is Op:
                 kind = self._touch(s, t)
@@ -268,28 +271,30 @@ class Planner(OpShapes):
         j = self._body_positions(stmts).get(id(s))
         return j if j is not None and j >= start and stmts[j] is s else None
 
-    def _first_touch(self, t: Tensor, stmts: list, start: int) -> int:
-        """The position of the first statement of ``stmts`` from ``start`` on that holds an
-        op reading or writing ``t`` (or a view of it), from the read and write index: a
-        kernel that allocates its tiles long before it uses them is not scanned from every
-        Alloc to its first use."""
-        reads = self.reads.get(t.uid, ())
-        writes = self.writes.get(t.uid, ())
-        if not reads and not writes:
-            return len(stmts)
-        if start < len(stmts):
-            # an unrolled kernel writes most tiles in the statement after their Alloc
-            s = stmts[start]
-            if (writes and writes[0] is s) or (reads and reads[0] is s):
-                return start
-        where = self._body_positions(stmts)
-        best = len(stmts)
-        for ops in (reads, writes):
-            for op in ops:
-                j = where.get(id(op))
-                if j is not None and start <= j < best:
-                    best = j
-        return best
+    def _touching(self, uid: int, stmts: list, reads_only: bool) -> list[int]:
+        """The positions, ascending and each once, of the statements of ``stmts`` that hold
+        an op reading (or, unless ``reads_only``, writing) tensor ``uid`` or a view of it --
+        from the read and write index, built once per tensor and body: a tile written in
+        pieces over many statements is not scanned statement by statement."""
+        key = (uid, id(stmts), reads_only)
+        hit = self._touch_at.get(key)
+        if hit is None:
+            where = self._body_positions(stmts)
+            ops = self.reads.get(uid, [])
+            if not reads_only:
+                ops = ops + self.writes.get(uid, [])
+            hit = sorted({j for op in ops if (j := where.get(id(op))) is not None})
+            self._touch_at[key] = hit
+        return hit
+
+    def _touched_in(self, root: Tensor, stmts: list, lo: int, hi: int, reads_only: bool) -> bool:
+        """Whether a statement of ``stmts[lo:hi]`` reads ``root`` (or, unless ``reads_only``,
+        writes it): ``_mentions`` over the few statements of a short span, else the index."""
+        if hi - lo <= 8:
+            return any(self._mentions(x, root, reads_only) for x in stmts[lo:hi])
+        at = self._touching(root.uid, stmts, reads_only)
+        k = bisect.bisect_left(at, lo)
+        return k < len(at) and at[k] < hi
 
     def _touch(self, s: Op, t: Tensor) -> object:
         """How op ``s`` touches temporary ``t`` for the poison plan: not at all, a read or a
@@ -482,9 +487,7 @@ class Planner(OpShapes):
             # read of t in between (that read would see the poison)
             # (an unrolled kernel writes most tiles in the statement after their Alloc)
             pos = self._find(stmts, w, i + 1)
-            if pos is None or (
-                pos > i + 1 and any(self._mentions(x, t, True) for x in stmts[i + 1 : pos])
-            ):
+            if pos is None or (pos > i + 1 and self._touched_in(t, stmts, i + 1, pos, True)):
                 continue
             rs = reads.get(t.uid, ())
             st_op = rs[0] if len(rs) == 1 else None
@@ -498,9 +501,7 @@ class Planner(OpShapes):
                 continue
             # nothing between the writer and the store may touch the destination
             droot = st_op.outs[0].tensor.root
-            if spos > pos + 1 and any(
-                self._mentions(x, droot, False) for x in stmts[pos + 1 : spos]
-            ):
+            if spos > pos + 1 and self._touched_in(droot, stmts, pos + 1, spos, False):
                 continue
             self.store_fwd[id(w)] = (t, st_op)
             self.store_skip[id(st_op)] = t
