@@ -219,6 +219,14 @@ class Planner(OpShapes):
         """Whether the Alloc of ``t`` just before ``stmts[start]`` (in its body ``stmts``)
         must poison: yes unless the write-only statements before the first read write every
         element."""
+        # an unrolled kernel writes most tiles whole in the statement after their Alloc
+        ws = self.writes.get(t.uid)
+        if start < len(stmts) and ws and ws[0] is stmts[start]:
+            kind = self._touch(ws[0], t)
+            if kind is _WHOLE:
+                return False
+            if kind is _POISON:
+                return True
         cov = None
         at = self._touching(t.uid, stmts, False)
         for j in at[bisect.bisect_left(at, start) :]:
