@@ -71,6 +71,47 @@ def _loops_in(s: Loop):
     return out
 
 
+class _Gaps:
+    """The free bytes of an arena below its top (the end of the highest live tile), as
+    disjoint gaps by offset.  ``take(size)`` is first fit: the lowest offset where ``size``
+    bytes lie free, the top when no gap holds them."""
+
+    def __init__(self) -> None:
+        self.lo: list[int] = []  # gap starts, ascending
+        self.hi: list[int] = []  # their ends (exclusive)
+        self.top = 0
+
+    def take(self, size: int) -> int:
+        lo, hi = self.lo, self.hi
+        for i in range(len(lo)):
+            if hi[i] - lo[i] >= size:
+                off = lo[i]
+                if hi[i] - off == size:
+                    del lo[i], hi[i]
+                else:
+                    lo[i] = off + size
+                return off
+        off = self.top
+        self.top = off + size
+        return off
+
+    def release(self, start: int, end: int) -> None:
+        lo, hi = self.lo, self.hi
+        i = bisect.bisect_left(lo, start)
+        if i and hi[i - 1] == start:  # joins the gap below
+            i -= 1
+            start = lo[i]
+            del lo[i], hi[i]
+        if i < len(lo) and lo[i] == end:  # and the one above
+            end = hi[i]
+            del lo[i], hi[i]
+        if end == self.top:  # the top falls to the highest live tile's end
+            self.top = start
+        else:
+            lo.insert(i, start)
+            hi.insert(i, end)
+
+
 class Planner(OpShapes):
     """The kernel-wide plans (see the module docstring); ``plan_forwarding`` and
     ``plan_shadows`` fill ``forwarded``, ``load_fwd``, ``store_fwd``, ``store_skip`` and
@@ -429,20 +470,18 @@ class Planner(OpShapes):
         live.sort()
         # first fit against the tiles still live when each one starts (tiles are taken in
         # order of their start, so those are the placed ones that end at or after it): a
-        # heap by end keeps the live set, and unrolled code with a tile per step stays
-        # linear instead of comparing every tile with every placed one
+        # heap by end keeps the live set, and the free bytes between live tiles are kept as
+        # a few gaps -- a kernel with a thousand long-lived tiles and a tile per step stays
+        # linear instead of walking every live tile for each new one
         active: list[tuple[int, int, int]] = []  # (end, offset, size)
+        free = _Gaps()
         offsets: dict[int, int] = {}
         total = 0
         for b, e, _, size, uid in live:
             while active and active[0][0] < b:
-                heapq.heappop(active)
-            off = 0
-            for lo, sz in sorted([(o, sz) for _, o, sz in active]):
-                if off + size <= lo:
-                    break
-                if lo + sz > off:
-                    off = lo + sz
+                _, o, sz = heapq.heappop(active)
+                free.release(o, o + sz)
+            off = free.take(size)
             heapq.heappush(active, (e, off, size))
             offsets[uid] = off
             total = max(total, off + size)
