@@ -27,6 +27,8 @@ from .plan import Planner, writes_all
 from .runtime import Program
 from .table import TableMode
 
+_NUMPY_FLOATS = frozenset(map(np.dtype, (np.float16, np.float32, np.float64)))
+
 
 class Compiler(Planner, TableMode):
     """Compiles one kernel: ``build()`` returns its :class:`Program`."""
@@ -198,6 +200,21 @@ class Compiler(Planner, TableMode):
             return
         self.statements(stmts, 0, len(stmts), depth)
 
+    def _poison_fill(self, t: Tensor, shadow: str | None = None) -> str:
+        """The line that fills temporary ``t`` with its poison (or its fp32 ``shadow`` with
+        the poison widened to fp32, the bits a copy of the tile would give).  A non-numpy
+        storage (ml_dtypes' bf16, fp8) and the shadow are filled through an unsigned view
+        with the bit pattern: the same bits as ``fill`` converting per element, ~6x faster."""
+        sdt = dtypes.storage_dtype(t.dtype)
+        value = np.array(dtypes.poison_value(t.dtype), dtype=sdt)
+        if shadow is not None:
+            value = dtypes.to_f32(value)
+        elif sdt.kind in "biu" or sdt in _NUMPY_FLOATS:
+            return f"{self.slot(t)}.fill({self.const(value[()], 'POISON')})"
+        bits = value.view(np.dtype(f"u{value.dtype.itemsize}"))
+        target = shadow or self.slot(t)
+        return f"{target}.view({self.const(bits.dtype, 'DT')}).fill({int(bits)})"
+
     def statements(self, stmts: list, lo: int, hi: int, depth: int) -> None:
         for i in range(lo, hi):
             s = stmts[i]
@@ -209,10 +226,9 @@ class Compiler(Planner, TableMode):
                 if poison is None:
                     poison = self.needs_poison_temp(t, stmts, i + 1)
                 if poison:
-                    pv = self.const(dtypes.poison_value(t.dtype), "POISON")
-                    self.emit(f"{self.slot(t)}.fill({pv})", depth)
-                    if t.uid in self.shadow:
-                        self.emit(f"np.copyto(s{t.uid}, m{t.uid}, casting='unsafe')", depth)
+                    self.emit(self._poison_fill(t), depth)
+                    if t.uid in self.shadow:  # the poison widened, as a copy would widen it
+                        self.emit(self._poison_fill(t, f"s{t.uid}"), depth)
             elif isinstance(s, Loop):
                 n = self.names[s.var]
                 lv = self.const(s.var, "LV")
