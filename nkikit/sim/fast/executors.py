@@ -129,10 +129,11 @@ _UFUNC_ACT = {
 
 def gather_scatter(c: Compiler, op: Op) -> list[str] | None:
     """A gather (``nl.load(t[idx, i_f])``) or scatter (``nl.store(t[idx, i_f], v)``):
-    the reference's fancy index built from precomputed tile-axis grids and the index
-    tile, the runtime index checked against the tensor (else the reference runs the op
-    and raises its error), the same numpy gather or the same ``scatter`` function.
-    Read-modify-write DMAs (``nl.atomic_rmw``) stay with the reference."""
+    as whole rows where the access allows (``_rows_form``), else the reference's fancy
+    index built from precomputed tile-axis grids and the index tile; the runtime index
+    checked against the tensor (else the reference runs the op and raises its error), the
+    same numpy gather or the same ``scatter`` function.  Read-modify-write DMAs
+    (``nl.atomic_rmw``) stay with the reference."""
     if reads_dst(op) or len(op.outs) != 1:
         return None
     src, dst = op.ins[0], op.outs[0]
@@ -148,32 +149,16 @@ def gather_scatter(c: Compiler, op: Op) -> list[str] | None:
         return None
     shape = ind_acc.shape
     tshape = ind_acc.tensor.shape
-    grid = axis_env(shape)
-    axes, bases = [], []
-    for d, a in enumerate(ind_acc.index):
-        if d != ind_acc.indirect_dim:
-            lo, hi = c.sym_range(a, shape)
-            if lo < 0 or hi >= tshape[d]:
-                return None  # the reference reports it
-        ax = tuple((s, k) for s, k in a.terms if isinstance(s, Axis))
-        if ax:
-            # one constant per (shape, terms): ops of one kind then give equal table rows,
-            # which the table memo replays (the array is only read)
-            key = ("AXS", shape, ax)
-            name = c.const_names.get(key)
-            if name is None:
-                name = c.const_names[key] = c.const(sum(grid[s] * k for s, k in ax), "AXS")
-            axes.append(name)
-        else:
-            axes.append("0")
-        bases.append(
-            c.aff(Affine(tuple((s, k) for s, k in a.terms if not isinstance(s, Axis)), a.const))
-        )
     d = ind_acc.indirect_dim
+    for k, a in enumerate(ind_acc.index):
+        if k != d:
+            lo, hi = c.sym_range(a, shape)
+            if lo < 0 or hi >= tshape[k]:
+                return None  # the reference reports it
     opn = c.const(op, "OP")
-    index = f"_ind(({', '.join(axes)},), ({', '.join(bases)},), {d}, {rt.expr}, {shape!r})"
-    in_bounds = f"0 <= I[{d}].min() and I[{d}].max() < {tshape[d]}"
     rows = _rows_form(c, ind_acc, rt.expr)
+    index = _fancy_index(c, ind_acc, rt.expr) if rows is None else ""
+    in_bounds = f"0 <= I[{d}].min() and I[{d}].max() < {tshape[d]}"
     odt = dst.tensor.dtype
     dt = c.const(odt, "DT")
     size = int(np.prod(shape))
@@ -224,6 +209,31 @@ def gather_scatter(c: Compiler, op: Op) -> list[str] | None:
         lines = [f"I = {index}", f"if {in_bounds}:", "    " + scatter]
     lines += ["else:", f"    interp.exec_op({opn}, env)"]
     return lines
+
+
+def _fancy_index(c: Compiler, acc: Access, rt: str) -> str:
+    """The reference's fancy index of an indirect access (``runtime.ind``): per dimension
+    the tile-axis part, a constant array shared by ops of one kind (they then give equal
+    table rows, which the table memo replays; the array is only read), the loop-dependent
+    part, and the index tile's values along the indirect dimension."""
+    shape = acc.shape
+    grid = axis_env(shape)
+    axes, bases = [], []
+    for a in acc.index:
+        ax = tuple((s, k) for s, k in a.terms if isinstance(s, Axis))
+        if ax:
+            key = ("AXS", shape, ax)
+            name = c.const_names.get(key)
+            if name is None:
+                name = c.const_names[key] = c.const(sum(grid[s] * k for s, k in ax), "AXS")
+            axes.append(name)
+        else:
+            axes.append("0")
+        bases.append(
+            c.aff(Affine(tuple((s, k) for s, k in a.terms if not isinstance(s, Axis)), a.const))
+        )
+    axes_s, bases_s = ", ".join(axes), ", ".join(bases)
+    return f"_ind(({axes_s},), ({bases_s},), {acc.indirect_dim}, {rt}, {shape!r})"
 
 
 def _rows_form(c: Compiler, acc: Access, rt: str) -> tuple[str, str, list[str], tuple] | None:
