@@ -80,14 +80,12 @@ def test_one_runtime_index_for_the_whole_tile():
 
 @nki.jit
 def scatter_rows(values, idx):
-    ix = nl.ndarray(idx.shape, dtype=idx.dtype, buffer=nl.sbuf)
-    nisa.dma_copy(dst=ix, src=idx)
-    v = nl.ndarray(values.shape, dtype=values.dtype, buffer=nl.sbuf)
-    nisa.dma_copy(dst=v, src=values)
-    zero = nl.ndarray((16, 12), dtype=values.dtype, buffer=nl.sbuf)
-    nisa.memset(dst=zero, value=0.0)
+    """values[p] into columns 5-8 of row idx[p] of a fresh (16, 12) output, whose other
+    elements keep their poison (NaN)."""
+    ix, v = nl.ndarray(idx.shape, dtype=idx.dtype), nl.ndarray(values.shape, dtype=values.dtype)
+    for tile, src in ((ix, idx), (v, values)):
+        nisa.dma_copy(dst=tile, src=src)
     out = nl.ndarray((16, 12), dtype=values.dtype, buffer=nl.shared_hbm)
-    nisa.dma_copy(dst=out, src=zero)
     dst = out.ap([[12, values.shape[0]], [1, 4]], offset=5, vector_offset=ix, indirect_dim=0)
     nisa.dma_copy(dst=dst, src=v)
     return out
@@ -101,7 +99,7 @@ def scatter_rows(values, idx):
 def test_a_per_row_scatter_assigns_and_the_last_of_equal_rows_wins(rows):
     values = np.arange(16, dtype=np.float32).reshape(4, 4) + 1
     ir, out = _both(scatter_rows, values, np.array(rows, np.int32).reshape(-1, 1))
-    want = np.zeros((16, 12), np.float32)
+    want = np.full((16, 12), np.nan, np.float32)
     for p, r in enumerate(rows):  # in partition order: the last write to a row stays
         want[r, 5:9] = values[p]
     np.testing.assert_array_equal(out, want)

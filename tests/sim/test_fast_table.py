@@ -93,18 +93,25 @@ def _benchmark_kernel(steps: int):
     return k._trace(k.bind((a, w), {}), TARGET), [a, w]
 
 
-def test_repeated_ops_replay_their_rows(monkeypatch):
-    """The NKI 0.x size benchmark's kernel: after the first steps, every op's row comes from
-    the memo; rendered anyway, each equals the memo's; the program matches the reference."""
+def _checked_and_plain(ir, monkeypatch):
+    """``ir`` compiled twice: rendering every op and checking the memo's rows against the
+    renders (the checked compiler), then as usual (the compiler and its program)."""
     from nkikit.sim.fast.codegen import Compiler
 
-    ir, args = _benchmark_kernel(fast_table.TABLE_ABOVE // 4 + 40)
     monkeypatch.setattr(fast_table, "CHECK_MEMO", True)
     checked = Compiler(ir)
     checked.build()
     monkeypatch.setattr(fast_table, "CHECK_MEMO", False)
     c = Compiler(ir)
-    prog = c.build()
+    return checked, c, c.build()
+
+
+def test_repeated_ops_replay_their_rows(monkeypatch):
+    """The NKI 0.x size benchmark's kernel: after the first steps, every op's row comes from
+    the memo; rendered anyway, each equals the memo's; the program matches the reference."""
+
+    ir, args = _benchmark_kernel(fast_table.TABLE_ABOVE // 4 + 40)
+    checked, c, prog = _checked_and_plain(ir, monkeypatch)
     n_ops = sum(1 for _ in ir.ops())
     assert c.n_replayed == checked.n_replayed > n_ops * 0.9
     assert prog.n_fallback == checked.n_fallback
@@ -176,17 +183,11 @@ def test_recipes_generalize_across_psum_tiles_and_gathers(monkeypatch):
     constants: every row is replayed but those of the index and output DMAs (each at an
     offset of its own) and a few teaching ones per kind; rendered anyway, each equals the
     memo's.  (Before, 174 of these 410 statements were replayed.)"""
-    from nkikit.sim.fast.codegen import Compiler
 
     monkeypatch.setattr(fast_table, "TABLE_ABOVE", -1)
     blocks, ksteps = 12, 6
     ir, args = _gather_and_accumulate(blocks, ksteps)
-    monkeypatch.setattr(fast_table, "CHECK_MEMO", True)
-    checked = Compiler(ir)
-    checked.build()
-    monkeypatch.setattr(fast_table, "CHECK_MEMO", False)
-    c = Compiler(ir)
-    prog = c.build()
+    checked, c, prog = _checked_and_plain(ir, monkeypatch)
     n_statements = sum(1 for _ in ir.walk())
     unique = blocks * ksteps + blocks  # the index loads and the output stores
     assert c.n_replayed == checked.n_replayed >= n_statements - unique - 30
