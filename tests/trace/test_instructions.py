@@ -9,6 +9,8 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
+from nki0x_helpers import load as load0  # tests/nki0x, see conftest.py
+from nki0x_helpers import store as store0
 
 import nkikit as nki1
 import nkikit.isa as nisa1
@@ -341,28 +343,16 @@ def _ops(kernel):
     return [(op.prim, [o.shape for o in op.outs], dict(op.attrs)) for op, _ in kernel.ops()]
 
 
-def _load0(x):
-    t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
-    nisa.dma_copy(dst=t, src=x)
-    return t
-
-
-def _store0(t):
-    out = nl.ndarray(t.shape, dtype=t.dtype, buffer=nl.shared_hbm)
-    nisa.dma_copy(dst=out, src=t)
-    return out
-
-
 def test_tensor_scalar_and_activation_trace_the_same_ir_in_both_dialects():
     @nki.jit
     def k0(x):
-        t = _load0(x)
+        t = load0(x)
         r = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.sbuf)
         nisa.tensor_scalar(dst=r, data=t, op0=nl.multiply, operand0=2.0, op1=nl.add, operand1=1.0)
         s = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
         e = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.sbuf)
         nisa.activation(dst=e, op=nl.exp, data=r, reduce_op=nl.add, reduce_res=s)
-        return _store0(e)
+        return store0(e)
 
     @nki1.jit
     def k1(x):
@@ -381,9 +371,9 @@ def test_tensor_scalar_and_activation_trace_the_same_ir_in_both_dialects():
 def test_both_dialects_report_a_wrong_engine_alike():
     @nki.jit
     def k0(x):
-        t = _load0(x)
+        t = load0(x)
         nisa.tensor_tensor(dst=t, data1=t, data2=t, op=nl.add, engine=nisa.scalar_engine)
-        return _store0(t)
+        return store0(t)
 
     @nki1.jit
     def k1(x):
@@ -451,7 +441,7 @@ def test_accumulator_chains_and_sequence_bounds_trace_the_same_ir_in_both_dialec
 
     @nki.jit
     def k0(x, ids):
-        t = _load0(x)
+        t = load0(x)
         e = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.sbuf)
         s = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
         nisa.activation(dst=e, op=nl.exp, data=t, reduce_op=nl.add, reduce_cmd=cmd.reset_reduce)
@@ -459,8 +449,8 @@ def test_accumulator_chains_and_sequence_bounds_trace_the_same_ir_in_both_dialec
             dst=e, op=nl.exp, data=t, reduce_op=nl.add, reduce_res=s, reduce_cmd=cmd.reduce
         )
         b = nl.ndarray((1, 2 * ids.shape[1]), dtype=nl.int32, buffer=nl.sbuf)
-        nisa.sequence_bounds(dst=b, segment_ids=_load0(ids))
-        return _store0(s), _store0(b)
+        nisa.sequence_bounds(dst=b, segment_ids=load0(ids))
+        return store0(s), store0(b)
 
     @nki1.jit
     def k1(x, ids):

@@ -182,10 +182,11 @@ def ndarray(shape, dtype, buffer=sbuf, name: str = "", address=None) -> NkiTenso
     # a dtype with metadata (tfloat32) equals its plain one: only plain dtypes are remembered
     plain = address is None and not name and isinstance(dtype, np.dtype) and not dtype.metadata
     if plain:
+        key = (shape, dtype, buffer)
         try:
-            hit = _ON_CHIP.get((shape, dtype, buffer))
-        except TypeError:  # an unhashable shape (a list): the checks below name it
-            hit = None
+            hit = _ON_CHIP.get(key)
+        except TypeError:  # an unhashable shape (a list): not remembered; the checks name it
+            plain, hit = False, None
         if hit is not None:  # an on-chip tile of a kind allocated before: checked then
             dims, dt, buf, strides = hit
             t = b.new_tensor(dims, dt, buf, loc=loc, fallback="buf")
@@ -241,10 +242,7 @@ def ndarray(shape, dtype, buffer=sbuf, name: str = "", address=None) -> NkiTenso
         )
     t = b.new_tensor(dims, dt, buf, name=name or None, loc=loc, fallback="buf")
     if plain and len(_ON_CHIP) < _ON_CHIP_MAX:
-        try:
-            _ON_CHIP[(shape, dtype, buffer)] = (dims, dt, buf, _row_major(dims))
-        except TypeError:
-            pass
+        _ON_CHIP[key] = (dims, dt, buf, _row_major(dims))
     if address is not None:
         t.address = _address(address, loc)
         _placed_inside(t, int(address[0]), loc)
