@@ -120,6 +120,24 @@ def test_repeated_ops_replay_their_rows(monkeypatch):
     assert all(same_bits(x, y) for x, y in zip(got, ref))
 
 
+def test_table_driven_kernels_forward_no_tile(monkeypatch):
+    """Load and store forwarding apply to a straight-line kernel; a table-driven one keeps
+    every tile in its own buffer (the analysis costs more than it saves a first run) and
+    computes the same bits."""
+    from nkikit.sim.fast.codegen import Compiler
+
+    ir, args = _benchmark_kernel(40)
+    straight = Compiler(ir)
+    straight.build()
+    assert straight.forwarded and straight.load_fwd and straight.store_fwd
+    monkeypatch.setattr(fast_table, "TABLE_ABOVE", -1)
+    table = Compiler(ir)
+    prog = table.build()
+    assert table.chunked and not table.forwarded
+    ref = interp.simulate(ir, args)
+    assert all(same_bits(x, y) for x, y in zip(prog.run(args), ref))
+
+
 @pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan")])
 def test_non_finite_scalar_operands(value):
     """A Python inf/nan scalar operand is embedded in the generated program by name."""

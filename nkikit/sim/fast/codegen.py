@@ -128,7 +128,10 @@ class Compiler(Planner, TableMode):
 
         for t in self.tensors.values():
             view(t)
-        self.plan_forwarding()  # before the shadows: a forwarded tile keeps no shadow
+        # before the shadows: a forwarded tile keeps no shadow.  A table-driven kernel forwards
+        # nothing: at 10^5 statements the analysis costs 0.43 s of generation and saves 0.1 s
+        # per run, and an unrolled kernel that large is mostly run once (a test, a first call)
+        self.plan_forwarding(scan=not self.chunked)
         poison_start = {}
         for t in self.tensors.values():
             if t.base is None and t.kind in ("hbm", "output"):

@@ -488,8 +488,9 @@ class Planner(OpShapes):
         return offsets, total
 
     # -- forwarding ---------------------------------------------------------------------------
-    def plan_forwarding(self) -> None:
-        """Find tiles that can live in HBM memory instead of their own buffer.
+    def plan_forwarding(self, scan: bool = True) -> None:
+        """Find tiles that can live in HBM memory instead of their own buffer (with ``scan``
+        False: none, every tile keeps its buffer).
 
         *Load forwarding*: a tile whose only write is a same-dtype copy of a whole region of
         an HBM tensor that nothing in the kernel writes becomes a view of that region.
@@ -506,7 +507,8 @@ class Planner(OpShapes):
         self.load_fwd: dict[int, Tensor] = {}  # id(op) -> tile
         self.store_fwd: dict[int, tuple[Tensor, Op]] = {}  # id(writer op) -> (tile, store op)
         self.store_skip: dict[int, Tensor] = {}  # id(store op) -> tile
-        self._scan_forwarding(self.k.body)
+        if scan:
+            self._scan_forwarding(self.k.body)
 
     def _plain_copy(self, op: Op) -> bool:
         """A copy of one tile (not a read-modify-write) whose mask, if any, always holds."""

@@ -114,8 +114,8 @@ class TableMode:
     def _op_key(self, op: Op) -> tuple[tuple, list[int]]:
         """(everything code generation reads about ``op``, with its temporaries named by
         order of appearance; their uids in that order): its structure's number
-        (``op_shape``), what the plans decided about its temporaries and about it, and the
-        loop variables in scope."""
+        (``op_shape``), what the plans decided about its temporaries, and the loop variables
+        in scope.  (A table-driven kernel forwards no tile: ``Compiler.build``.)"""
         shape = self.op_shape(op)
         if shape is None:
             raise _Unkeyable
@@ -124,31 +124,7 @@ class TableMode:
         fl = tuple(map(flags.get, uids))  # every temporary's Alloc came first: all known
         if None in fl:
             fl = tuple([flags[u] if u in flags else self._tflag(u) for u in uids])
-        i = id(op)
-        lf, ss, sf = self.load_fwd.get(i), self.store_skip.get(i), self.store_fwd.get(i)
-        if lf is None and ss is None and sf is None:
-            return (no, fl, self._bound_key), uids
-        # the forwarded tile is one of the op's temporaries: its position names it
-        fwd: tuple = (
-            None if lf is None else self._position(lf, uids),
-            None if ss is None else self._position(ss, uids),
-        )
-        if sf is not None:
-            dst = sf[1].outs[0]
-            if dst.tensor.kind == "temp" or dst.indirect is not None:
-                uids = list(uids)
-                part = self.access_part(dst, uids)
-                fl += tuple([flags[u] if u in flags else self._tflag(u) for u in uids[len(fl) :]])
-            else:
-                part = (dst.tensor.uid, dst.shape, self.index_no(dst))
-            fwd += (self._position(sf[0], uids), part)
-        return (no, fl, fwd, self._bound_key), uids
-
-    def _position(self, t: Any, uids: list[int]) -> Any:
-        """``t``'s part of a key, for a temporary of the op (in ``uids``)."""
-        if t.uid in uids:
-            return uids.index(t.uid)
-        raise _Unkeyable  # not one of the op's own tiles: the op is rendered
+        return (no, fl, self._bound_key), uids
 
     def _tflag(self, u: int) -> int:
         """What the plans decided about temporary ``u``, as bits."""
