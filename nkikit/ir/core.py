@@ -328,6 +328,12 @@ class Kernel:
             if isinstance(s, Op):
                 yield s, loops
 
+    def census(self) -> Census:
+        """How many ops the kernel has, which primitives and whether a loop has a run-time
+        trip count: one walk, kept with the kernel (caches weigh kernels by their ops, the
+        simulators ask for the rest; an unrolled kernel has 10^5 statements)."""
+        return self.derived("census", _census)
+
     def __str__(self) -> str:
         from .printer import print_kernel
 
@@ -336,3 +342,29 @@ class Kernel:
 
 def dtype_str(dt: np.dtype) -> str:
     return dtypes.name(dt)
+
+
+@dataclass(frozen=True, slots=True)
+class Census:
+    """What :meth:`Kernel.census` counts."""
+
+    ops: int  # loop bodies counted once
+    prims: frozenset[str]
+    device_loops: bool  # a loop with a run-time trip count
+
+
+def _census(kernel: Kernel) -> Census:
+    n = 0
+    prims: set[str] = set()
+    device = False
+    stack = [kernel.body]
+    while stack:
+        for s in stack.pop():
+            ts = type(s)
+            if ts is Op:
+                n += 1
+                prims.add(s.prim)
+            elif ts is Loop:
+                device = device or s.device is not None
+                stack.append(s.body)
+    return Census(n, frozenset(prims), device)

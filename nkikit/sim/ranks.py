@@ -40,6 +40,8 @@ def world_size(kernel: Kernel) -> int:
 
 
 def _world_size(kernel: Kernel) -> int:
+    if kernel.census().prims.isdisjoint(COLLECTIVES):
+        return 1
     top = 0
     for op, _ in kernel.ops():
         if op.prim in COLLECTIVES:

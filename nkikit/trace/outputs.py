@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 
 from ..errors import ErrKernelHasNoOutput, SourceLoc, warn_at
 from ..ir.affine import Axis, ProgramId, Sym
-from ..ir.core import Kernel, Loop, Op, Tensor
+from ..ir.core import Access, Kernel, Loop, Op, Tensor
 
 
 def check_outputs(kernel: Kernel) -> None:
@@ -73,16 +73,23 @@ def _written_extents(kernel: Kernel) -> dict[Tensor, _Extent]:
     extents: dict[Tensor, _Extent] = {}
     grid: dict[Sym, int] = {ProgramId(i): g for i, g in enumerate(kernel.grid)}
 
+    seen: dict[tuple, list] = {}  # (id(index), shape, id(ranges)) -> _extents
+    contexts = [grid]  # every ranges dict stays alive, so that its id stays its own
+
     def visit(body: list, ranges: dict[Sym, int], run_time_trip: bool) -> None:
         for s in body:
-            if isinstance(s, Loop):
+            ts = type(s)
+            if ts is Loop:
                 inner = {**ranges, s.var: s.var.trip}
+                contexts.append(inner)
                 visit(s.body, inner, run_time_trip or s.device is not None)
                 continue
-            if not isinstance(s, Op):
+            if ts is not Op:
                 continue
             for a in s.outs:
-                root = a.tensor.root
+                root = a.tensor
+                if root.base is not None:
+                    root = root.root
                 if root.uid not in outputs:
                     continue
                 e = extents.get(root)
@@ -93,14 +100,14 @@ def _written_extents(kernel: Kernel) -> dict[Tensor, _Extent]:
                 if a.tensor is not root or a.indirect is not None or run_time_trip or 0 in a.shape:
                     e.bounded = False
                     continue
-                for d, x in enumerate(a.index[: len(root.shape)]):
-                    sizes = {
-                        sym: (a.shape[sym.k] if isinstance(sym, Axis) else ranges.get(sym, 1))
-                        for sym, _ in x.terms
-                    }
-                    lo, hi = x.bounds(sizes)
+                # an unrolled kernel writes its output through a few index tuples, again and
+                # again: their extents are worked out once per loop context
+                key = (id(a.index), a.shape, id(ranges))
+                dims = seen.get(key)
+                if dims is None:
+                    dims = seen[key] = _extents(a, len(root.shape), ranges)
+                for d, (lo, hi, pids) in enumerate(dims):
                     e.lo[d] = min(e.lo[d], lo)
-                    pids = {sym.axis: c for sym, c in x.terms if isinstance(sym, ProgramId)}
                     if hi > e.hi[d]:
                         e.hi[d], e.pids[d] = hi, pids
                     elif hi == e.hi[d]:
@@ -108,6 +115,20 @@ def _written_extents(kernel: Kernel) -> dict[Tensor, _Extent]:
 
     visit(kernel.body, grid, False)
     return {t: e for t, e in extents.items() if e.bounded}
+
+
+def _extents(a: Access, n: int, ranges: dict[Sym, int]) -> list[tuple[int, int, dict[int, int]]]:
+    """Per dimension of the first ``n`` of access ``a``: the lowest and highest index it
+    reaches with loop symbols in ``ranges``, and the program-id terms (axis -> coefficient)."""
+    out = []
+    for x in a.index[:n]:
+        sizes = {
+            sym: (a.shape[sym.k] if isinstance(sym, Axis) else ranges.get(sym, 1))
+            for sym, _ in x.terms
+        }
+        lo, hi = x.bounds(sizes)
+        out.append((lo, hi, {sym.axis: c for sym, c in x.terms if isinstance(sym, ProgramId)}))
+    return out
 
 
 def _coverage_message(kernel: Kernel, out: Tensor, e: _Extent) -> str | None:

@@ -46,7 +46,7 @@ import numpy as np
 from ... import dtypes
 from ...collector import gc_paused
 from ...ir.cache import KernelCache, op_count
-from ...ir.core import Kernel, Loop
+from ...ir.core import Kernel
 from .codegen import Compiler
 from .runtime import Program
 
@@ -77,7 +77,7 @@ def simulate(
 
 def _has_device_loops(kernel: Kernel) -> bool:
     """Whether ``kernel`` has a loop with a run-time trip count (``Loop.device``)."""
-    return any(isinstance(s, Loop) and s.device is not None for s, _ in kernel.walk())
+    return kernel.census().device_loops
 
 
 def _key(kernel: Kernel) -> tuple[int, bool]:
