@@ -10,6 +10,8 @@ def test_nki0x_benchmark_tiny(tmp_path):
     rows = json.loads((tmp_path / "results.json").read_text())["rows"]
     assert [r["ir_ops"] for r in rows] == [97, 397]
     assert all(r["matches_numpy"] and r["instructions"] > r["ir_ops"] for r in rows)
+    # the whole @nki.jit call is timed beside its stages
+    assert all(r["call_s"] > 0 and r["cpu_s"]["call"] > 0 for r in rows)
     assert "| 397 |" in (tmp_path / "results.md").read_text()
 
 
