@@ -328,6 +328,18 @@ def test_ranks_that_diverge_around_a_collective_are_reported_not_hung():
     assert e.value.loc.line == _line_of(collective_in_a_rank_dependent_loop.func, "# waits")
 
 
+def test_census_finds_the_run_time_loop_and_the_collective():
+    """``Kernel.census`` (tests/ir/test_census.py) of a kernel whose loop trip count is the
+    rank: the simulators run it on the reference interpreter, on as many ranks as its
+    groups name."""
+    from tests.ir.test_census import by_walking
+
+    ir = collective_in_a_rank_dependent_loop.ir(_per_rank(1)[0], ncc.ReplicaGroup([[0, 1, 2]]))
+    c = ir.census()
+    assert (c.ops, c.prims, c.device_loops) == by_walking(ir)
+    assert c.device_loops and "all_reduce" in c.prims and world_size(ir) == 3
+
+
 @nki.jit
 def ranks_meet_at_different_collectives(x, groups):
     src = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
