@@ -648,16 +648,27 @@ class Planner(OpShapes):
         would have the same (C-contiguous) layout.
         """
         self.shadow: set[int] = set()
+        narrow: dict[int, bool] = {}  # id(dtype) -> stored narrower than fp32 (an unrolled
+        # kernel has a tile per step, of a few dtypes)
+
+        def is_narrow(dt: np.dtype) -> bool:
+            hit = narrow.get(id(dt))
+            if hit is None:
+                hit = narrow[id(dt)] = (
+                    not dtypes.is_tf32(dt)
+                    and dtypes.is_float(dt)
+                    and dtypes.storage_dtype(dt) != np.float32
+                )
+            return hit
+
         candidates = [
             t
             for t in self.tensors.values()
             if t.kind == "temp"
             and t.base is None
+            and is_narrow(t.dtype)
             and t.uid not in self.forwarded
             and t.uid not in self.aliased
-            and not dtypes.is_tf32(t.dtype)
-            and dtypes.is_float(t.dtype)
-            and dtypes.storage_dtype(t.dtype) != np.float32
         ]
         if not candidates:
             return
