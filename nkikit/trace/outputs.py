@@ -73,15 +73,14 @@ def _written_extents(kernel: Kernel) -> dict[Tensor, _Extent]:
     extents: dict[Tensor, _Extent] = {}
     grid: dict[Sym, int] = {ProgramId(i): g for i, g in enumerate(kernel.grid)}
 
-    seen: dict[tuple, list] = {}  # (id(index), shape, id(ranges)) -> _extents
-    contexts = [grid]  # every ranges dict stays alive, so that its id stays its own
-
     def visit(body: list, ranges: dict[Sym, int], run_time_trip: bool) -> None:
+        # an unrolled kernel writes its output through a few index tuples, again and again:
+        # their extents in this loop context are worked out once (the ops keep them alive)
+        seen: dict[tuple, list] = {}  # (id(index), shape) -> _extents
         for s in body:
             ts = type(s)
             if ts is Loop:
                 inner = {**ranges, s.var: s.var.trip}
-                contexts.append(inner)
                 visit(s.body, inner, run_time_trip or s.device is not None)
                 continue
             if ts is not Op:
@@ -100,9 +99,7 @@ def _written_extents(kernel: Kernel) -> dict[Tensor, _Extent]:
                 if a.tensor is not root or a.indirect is not None or run_time_trip or 0 in a.shape:
                     e.bounded = False
                     continue
-                # an unrolled kernel writes its output through a few index tuples, again and
-                # again: their extents are worked out once per loop context
-                key = (id(a.index), a.shape, id(ranges))
+                key = (id(a.index), a.shape)
                 dims = seen.get(key)
                 if dims is None:
                     dims = seen[key] = _extents(a, len(root.shape), ranges)
