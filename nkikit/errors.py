@@ -505,6 +505,11 @@ CATALOGUE: dict[str, str] = {name: cls.template for name, cls in _CLASSES.items(
 """NKI error name -> message template, for every entry above."""
 
 
+# how many NkiWarnings ``warn_at`` issued in this process: a front end remembers a call's
+# checks only when they warned of nothing (``nkikit.nki.isa._remember``)
+warnings_issued = 0
+
+
 class NkiWarning(UserWarning):
     """Something a kernel did that runs, but is probably not what its author meant (an output
     left partly unwritten). Shown at the kernel's own file:line."""
@@ -514,6 +519,8 @@ def warn_at(loc: SourceLoc, message: str) -> None:
     """Issue an :class:`NkiWarning` attributed to ``loc`` (the user's file:line), not to nkikit."""
     import warnings
 
+    global warnings_issued
+    warnings_issued += 1
     warnings.warn_explicit(f"{loc}: {message}", NkiWarning, loc.file, loc.line)
 
 

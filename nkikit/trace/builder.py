@@ -38,6 +38,9 @@ class Builder:
         self.tensors: list[Tensor] = []
         self.names: dict[str, int] = {}
         self.last_op: Op | None = None
+        # a front end's calls whose checks passed, by what those checks read (operand kinds
+        # and options) -> the op's complete attributes (``nkikit.nki.isa._replay``)
+        self.accepted: dict[tuple, dict] = {}
         self.fresh: set[int] = set()  # uids of temporaries no one has read yet
         # nl.program_id axes read while launched without a grid (each read 0): a hint for
         # outputs left partly unwritten (trace/outputs.py)

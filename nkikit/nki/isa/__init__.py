@@ -21,7 +21,7 @@ import os
 
 import numpy as np
 
-from ... import dtypes
+from ... import dtypes, errors
 from ...errors import NkiError, SourceLoc, caller_loc, warn_at
 from ...ir.affine import Affine, Axis, Predicate
 from ...ir.core import Access
@@ -29,6 +29,7 @@ from ...ir.opnames import op_name
 from ...ir.prims import local_gather_indices
 from ...isa import engine, matmul_perf_mode, nc_version, oob_mode, reduce_cmd
 from ...trace import accumulators as ACC
+from ...trace import indirection as _indirection
 from ...trace import instructions as E
 from ...trace.builder import current, maybe_current
 from ..indirection import check_tensor_engine
@@ -294,6 +295,102 @@ def _memory_guard(op, n: int) -> None:
         )
 
 
+# -- calls of a kind seen before ---------------------------------------------------------------
+# An unrolled kernel makes the same few calls over and over on fresh tiles (per step, a DMA of
+# a 128 x 128 fp32 HBM slice into a new SBUF tile).  The checks a call makes before its op is
+# appended read the operands' kinds -- memory, tensor kind, dtype, shape, strides -- and the
+# options, never which tensors or where in them (an access's bounds are checked when it is
+# made).  So a call of a kind accepted earlier in the trace skips them: it makes its accesses
+# and appends its op with that call's attributes; the scope checks (``Builder.append``), the
+# accumulate rule and the PSUM bookkeeping (``_done``) run for every call.
+CHECK_EVERY_CALL = False  # check every call afresh (tests compare the IR both ways)
+
+
+def _kind(prim: str, options: tuple, defaults: tuple, operands: tuple) -> tuple | None:
+    """What the checks of ``prim`` read about a call with ``options`` (the instruction's
+    ``defaults`` when not given) on ``operands`` (outputs first); None when an operand is not
+    a plain tensor view (a number, an indirect view), a given option is a float (an attribute
+    made from it must come from its own call: 0.0 and -0.0 are equal keys) or an indirect
+    access awaits its instruction: such calls are checked every time.  (An unhashable option
+    makes a key that ``dict`` refuses: :func:`_again` and :func:`_remember` check such calls
+    every time too.)"""
+    if _indirection.pending or CHECK_EVERY_CALL:
+        return None
+    for v, d in zip(options, defaults):
+        if v is not d:  # given: by value and type (True is not 1, an int not its enum member)
+            types = tuple(map(type, options))
+            if float in types:
+                return None
+            key: list = [prim, options, types]
+            break
+    else:  # every option its default (the common call): no option to hash
+        key = [prim]
+    for x in operands:
+        if type(x) is not NkiTensor or x._indirect is not None:
+            return None
+        lay = x._layout
+        root = lay if lay.base is None else lay.root
+        dt = lay.dtype
+        key += (root.buffer, root.kind, dt, dt.metadata is None, x.shape, x.strides)
+    return tuple(key)
+
+
+def _again(kind: tuple | None, prim: str, outs: tuple, ins: tuple, labels: tuple):
+    """For a call of ``kind`` accepted before in this trace: (the builder, a copy of that
+    call's attributes, the accesses of ``outs`` then ``ins``, the user's line), for
+    :func:`_append`; None when the kind is new (the caller checks the call, then
+    :func:`_remember` s it).  ``labels`` name each operand in an access error, as the
+    checking path does."""
+    if kind is None:
+        return None
+    b = maybe_current()
+    try:
+        attrs = None if b is None else b.accepted.get(kind)
+    except TypeError:  # an unhashable option
+        return None
+    if attrs is None:
+        return None
+    loc = caller_loc()
+    accesses = [x._access or access_of(x, loc, what) for x, what in zip((*outs, *ins), labels)]
+    return b, dict(attrs), accesses, loc
+
+
+def _append(prim: str, again: tuple, n_outs: int) -> NkiInstruction:
+    """The op :func:`_again` prepared (its first ``n_outs`` accesses the outputs), appended;
+    its handle."""
+    b, attrs, accesses, loc = again
+    return _done(b.append(prim, accesses[:n_outs], accesses[n_outs:], attrs, None, loc))
+
+
+def _remember(kind: tuple | None, handle: NkiInstruction, outs: tuple, ins: tuple, state: tuple):
+    """Remember that a call of ``kind`` passed its checks, when it emitted one op (``state``:
+    the trace's instruction count and the process's warning count before the call), warned of
+    nothing, and its accesses are its operands' own (no view re-expressed); ``handle``."""
+    if kind is None:
+        return handle
+    b = maybe_current()
+    op = handle.op
+    if (
+        b is not None
+        and (b.__dict__.get("_nki_ops", 0), errors.warnings_issued) == (state[0] + 1, state[1])
+        and op.mask is None
+        and len(op.outs) == len(outs)
+        and len(op.ins) == len(ins)
+        and all(a is x._access for a, x in zip((*op.outs, *op.ins), (*outs, *ins)))
+    ):
+        try:
+            b.accepted[kind] = dict(op.attrs)
+        except TypeError:  # an unhashable option: checked every time
+            pass
+    return handle
+
+
+def _before() -> tuple[int, int]:
+    """The state :func:`_remember` compares with: instructions traced, warnings issued."""
+    b = maybe_current()
+    return (0 if b is None else b.__dict__.get("_nki_ops", 0)), errors.warnings_issued
+
+
 def _rss_mb() -> float:
     try:
         with open("/proc/self/statm") as f:
@@ -550,6 +647,22 @@ def dma_copy(
     runtime index is outside the indexed tensor: their destination keeps its old value.
     ``priority``, ``dge_mode`` and ``engine`` are checked (:func:`_dma_options`) and change
     nothing a simulation computes."""
+    options = (priority, oob_mode, dge_mode, engine)
+    kind = _kind("dma_copy", options, _DMA_DEFAULTS, (dst, src))
+    again = _again(kind, "dma_copy", (dst,), (src,), _DMA_LABELS)
+    if again is not None:
+        return _append("dma_copy", again, 1)
+    state = _before()
+    done = _dma_copy(dst, src, priority, oob_mode, dge_mode, engine)
+    return _remember(kind, done, (dst,), (src,), state)
+
+
+_DMA_LABELS = ("dma_copy dst", "dma_copy src")
+_DMA_DEFAULTS = dma_copy.__defaults__[:4]  # priority, oob_mode, dge_mode, engine
+
+
+def _dma_copy(dst, src, priority, oob_mode, dge_mode, engine) -> NkiInstruction:  # noqa: A002
+    """``dma_copy``, checked."""
     loc = caller_loc()
     mode = _dma_options("dma_copy", loc, priority, dge_mode, engine)
     if (
@@ -902,6 +1015,22 @@ def tensor_copy(dst, src, engine=engine.unknown, name=None, dtype=None) -> NkiIn
     ``dst``'s dtype.  ``dtype`` is a pre-0.2 argument the NKI tutorials still pass (e.g.
     ``dtype=result.dtype`` into an fp32 tile); NKI accepts it and the destination's dtype
     decides the result, so it must name a dtype and changes nothing."""
+    kind = (
+        None if dtype is not None else _kind("tensor_copy", (engine,), _COPY_DEFAULTS, (dst, src))
+    )
+    again = _again(kind, "tensor_copy", (dst,), (src,), _COPY_LABELS)
+    if again is not None:
+        return _append("tensor_copy", again, 1)
+    state = _before()
+    return _remember(kind, _tensor_copy(dst, src, engine, dtype), (dst,), (src,), state)
+
+
+_COPY_LABELS = ("tensor_copy", "tensor_copy")
+_COPY_DEFAULTS = tensor_copy.__defaults__[:1]  # engine
+
+
+def _tensor_copy(dst, src, engine, dtype) -> NkiInstruction:  # noqa: A002
+    """``tensor_copy``, checked."""
     loc = caller_loc()
     _dst_chip(dst, loc, "tensor_copy")
     if dtype is not None:
@@ -1112,6 +1241,43 @@ def nc_matmul(
     """``dst = stationary.T @ moving`` on the TensorE (contraction over partitions) into PSUM,
     accumulating in fp32.  ``accumulate=None``: the first matmul write to a PSUM element
     overwrites, later ones add; ``True`` adds, ``False`` overwrites."""
+    options = (
+        is_stationary_onezero,
+        is_moving_onezero,
+        is_transpose,
+        accumulate,
+        tile_position,
+        tile_size,
+        perf_mode,
+    )
+    kind = _kind("nc_matmul", options, _MATMUL_DEFAULTS, (dst, stationary, moving))
+    again = _again(kind, "nc_matmul", (dst,), (stationary, moving), _MATMUL_LABELS)
+    if again is not None:
+        # the first-write-overwrites rule reads which PSUM elements matmuls wrote so far
+        again[1]["accumulate"] = resolve_accumulate(again[2][0], accumulate, again[3], "nc_matmul")
+        return _append("nc_matmul", again, 1)
+    state = _before()
+    done = _nc_matmul(dst, stationary, moving, *options)
+    return _remember(kind, done, (dst,), (stationary, moving), state)
+
+
+_MATMUL_LABELS = ("nc_matmul dst", "nc_matmul stationary", "nc_matmul moving")
+_MATMUL_DEFAULTS = nc_matmul.__defaults__[:7]  # every option but name
+
+
+def _nc_matmul(
+    dst,
+    stationary,
+    moving,
+    is_stationary_onezero,
+    is_moving_onezero,
+    is_transpose,
+    accumulate,
+    tile_position,
+    tile_size,
+    perf_mode,
+) -> NkiInstruction:
+    """``nc_matmul``, checked."""
     loc = caller_loc()
     _dst_chip(dst, loc, "nc_matmul")
     check_tensor_engine(

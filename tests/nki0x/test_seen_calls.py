@@ -1,0 +1,155 @@
+"""Calls of a kind seen before (``nkikit.nki.isa._kind``): an unrolled kernel's repeated
+``dma_copy`` / ``tensor_copy`` / ``nc_matmul`` skip the checks their kind passed earlier in the
+trace.  The IR is the same as when every call is checked, and what depends on the call's own
+tensors -- an access's bounds, the first-write-overwrites rule, its warnings -- is still
+decided per call, at the call's line."""
+
+import warnings
+
+import numpy as np
+
+import nkikit.nki as nki
+import nkikit.nki.isa as nisa
+import nkikit.nki.language as nl
+from nkikit.errors import NkiWarning
+from nkikit.nki import isa as isa_module
+from tests.nki0x.nki0x_helpers import rejects, store
+
+
+@nki.jit
+def steps(a, w):
+    """Repeated calls in the forms the memo takes and the ones it leaves to the checks: plain
+    views, an engine choice, accumulate given and by the first-write rule, a free shape
+    re-expressed, a dtype conversion, a priority."""
+    p, f = w.shape[0], a.shape[1]
+    out = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+    ws = nl.ndarray((p, p), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=ws, src=w)
+    for i in range(4):
+        rows = slice(i * p, (i + 1) * p)
+        t = nl.ndarray((p, f), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=a[rows, :], priority=i % 2)
+        acc = nl.ndarray((p, f), dtype=nl.float32, buffer=nl.psum)
+        nisa.nc_matmul(dst=acc, stationary=ws, moving=t)
+        nisa.nc_matmul(dst=acc, stationary=ws, moving=t)  # accumulates (first-write rule)
+        nisa.nc_matmul(dst=acc, stationary=ws, moving=t, accumulate=True)
+        res = nl.ndarray((p, f), dtype=nl.bfloat16, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=res, src=acc, engine=nisa.engine.scalar if i % 2 else None)
+        wide = nl.ndarray((p, 2, f // 2), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=wide, src=res)
+        nisa.dma_copy(dst=out[rows, :], src=wide)
+    return out
+
+
+ARGS = (
+    np.random.default_rng(0).standard_normal((512, 64), dtype=np.float32),
+    np.random.default_rng(1).standard_normal((128, 128), dtype=np.float32),
+)
+
+
+def test_remembered_calls_give_the_ir_of_checked_calls(monkeypatch):
+    appended = []
+    real = isa_module._append
+    monkeypatch.setattr(
+        isa_module, "_append", lambda *a: appended.append(a[0]) or real(*a), raising=True
+    )
+    remembered = str(steps.ir(*ARGS))
+    # of the loop's 32 calls, the DMAs in (two kinds: priority 0 and 1), the matmuls (two:
+    # accumulate by the rule and given) and the evacuations (two engines) after each kind's
+    # first call; the re-expressed copy and the DMA out of it are checked every time
+    assert sorted(set(appended)) == ["dma_copy", "nc_matmul", "tensor_copy"]
+    assert len(appended) == 2 + 10 + 2
+    monkeypatch.setattr(isa_module, "CHECK_EVERY_CALL", True)
+    appended.clear()
+    checked = str(steps.ir(*ARGS))
+    assert appended == []
+    assert remembered == checked
+
+
+def test_remembered_calls_compute_what_checked_calls_compute(monkeypatch):
+    got = nki.simulate(steps)(*ARGS)
+    monkeypatch.setattr(isa_module, "CHECK_EVERY_CALL", True)
+    want = nki.simulate(steps)(*ARGS)
+    np.testing.assert_array_equal(got, want)
+
+
+@nki.jit
+def steps_out_of_bounds(a):
+    """The same kind of DMA three times; the third reads past the end of ``a``."""
+    for i in range(3):
+        t = nl.ndarray((64, 64), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=a.ap([[64, 64], [1, 64]], offset=i * 64 * 64))  # BAD
+    return a
+
+
+def test_a_remembered_kind_still_checks_each_access_bounds():
+    rejects(
+        steps_out_of_bounds,
+        "err_tensor_access_out_of_bound",
+        np.zeros((128, 64), np.float32),
+    )
+
+
+@nki.jit
+def steps_partly_accumulated(w):
+    """Matmuls of one kind into overlapping PSUM windows: the second window is half written
+    by the first, so the first-write-overwrites rule has no one answer for it."""
+    ws = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=ws, src=w)
+    acc = nl.ndarray((128, 256), dtype=nl.float32, buffer=nl.psum)
+    for lo in (0, 64):
+        nisa.nc_matmul(dst=acc[:, lo : lo + 128], stationary=ws, moving=ws)  # BAD
+    return w
+
+
+def test_a_remembered_matmul_still_applies_the_first_write_rule():
+    rejects(
+        steps_partly_accumulated,
+        "err_unsupported_api",
+        np.zeros((128, 128), np.float32),
+        match="partly written",
+    )
+
+
+@nki.jit
+def steps_accumulating_onto_nothing(w):
+    """Two matmuls of one kind, each adding onto a fresh PSUM tile nothing wrote."""
+    ws = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=ws, src=w)
+    for _ in range(2):
+        acc = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+        nisa.nc_matmul(dst=acc, stationary=ws, moving=ws, accumulate=True)
+        res = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=res, src=acc)
+    return store(res)
+
+
+def test_a_remembered_matmul_warns_per_call():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        steps_accumulating_onto_nothing.ir(np.zeros((128, 128), np.float32))
+    onto_nothing = [
+        w for w in caught if issubclass(w.category, NkiWarning) and "nothing" in str(w.message)
+    ]
+    assert len(onto_nothing) == 2
+
+
+@nki.jit
+def steps_then_bad_option(a):
+    """A remembered kind of DMA with priority=1, then priority=True, which NKI refuses."""
+    for i in range(2):
+        t = nl.ndarray((64, 64), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=a[i * 64 : (i + 1) * 64, :], priority=1)
+    t = nl.ndarray((64, 64), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=a[0:64, :], priority=True)  # BAD
+    return a
+
+
+def test_a_given_option_is_checked_on_its_own_kind():
+    # True equals 1 and hashes like it: the option's type keeps the two kinds apart
+    rejects(
+        steps_then_bad_option,
+        "err_invalid_argument",
+        np.zeros((128, 64), np.float32),
+        match="priority",
+    )
