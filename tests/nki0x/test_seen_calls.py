@@ -1,5 +1,6 @@
 """Calls of a kind seen before (``nkikit.nki.isa._kind``): an unrolled kernel's repeated
-``dma_copy`` / ``tensor_copy`` / ``nc_matmul`` skip the checks their kind passed earlier in the
+``dma_copy`` / ``tensor_copy`` / ``nc_matmul`` / ``tensor_tensor`` / ``tensor_scalar`` /
+``memset`` / ``nc_transpose`` / ``reciprocal`` skip the checks their kind passed earlier in the
 trace.  The IR is the same as when every call is checked, and what depends on the call's own
 tensors -- an access's bounds, the first-write-overwrites rule, its warnings -- is still
 decided per call, at the call's line."""
@@ -41,6 +42,34 @@ def steps(a, w):
     return out
 
 
+@nki.jit
+def elementwise_steps(a):
+    """The vector and scalar instructions the memo takes, with options of every type: an
+    operator function, ints, floats (0.0 and -0.0), a numpy scalar, an engine."""
+    out = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+    for i in range(6):
+        rows = slice(i * 128, (i + 1) * 128)
+        t = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=a[rows, :])
+        u = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.memset(u, (0.0, -0.0)[i % 2])
+        nisa.tensor_tensor(dst=u, data1=u, data2=t, op=(nl.add, nl.maximum)[i % 2])
+        # equal as numbers, apart as options: 0.0 and -0.0, as floats and as numpy scalars
+        zero = (0.0, -0.0, 0.0, -0.0, np.float32(0.0), np.float32(-0.0))[i]
+        nisa.tensor_scalar(dst=u, data=u, op0=nl.multiply, operand0=zero)
+        nisa.reciprocal(dst=u, data=u)
+        v = nl.ndarray((64, 128), dtype=nl.float32, buffer=nl.psum)
+        nisa.nc_transpose(dst=v, data=u)
+        vs = nl.ndarray((64, 128), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=vs, src=v)
+        back = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.psum)
+        nisa.nc_transpose(dst=back, data=vs, engine=nisa.engine.tensor)
+        w = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=w, src=back)
+        nisa.dma_copy(dst=out[rows, :], src=w)
+    return out
+
+
 ARGS = (
     np.random.default_rng(0).standard_normal((512, 64), dtype=np.float32),
     np.random.default_rng(1).standard_normal((128, 128), dtype=np.float32),
@@ -71,6 +100,32 @@ def test_remembered_calls_compute_what_checked_calls_compute(monkeypatch):
     monkeypatch.setattr(isa_module, "CHECK_EVERY_CALL", True)
     want = nki.simulate(steps)(*ARGS)
     np.testing.assert_array_equal(got, want)
+
+
+def test_remembered_elementwise_calls_keep_each_options_value(monkeypatch):
+    a = np.abs(np.random.default_rng(2).standard_normal((768, 64), dtype=np.float32)) + 1
+    appended = []
+    real = isa_module._append
+    monkeypatch.setattr(isa_module, "_append", lambda *x: appended.append(x[0]) or real(*x))
+    remembered = str(elementwise_steps.ir(a))
+    got = nki.simulate(elementwise_steps)(a)
+    assert set(appended) == {
+        "dma_copy",
+        "memset",
+        "tensor_tensor",
+        "tensor_scalar",
+        "nc_transpose",
+        "reciprocal",
+        "tensor_copy",
+    }
+    monkeypatch.setattr(isa_module, "CHECK_EVERY_CALL", True)
+    assert str(elementwise_steps.ir(a)) == remembered
+    want = nki.simulate(elementwise_steps)(a)
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    # 1 / (u * -0.0) is -inf where 1 / (u * 0.0) is +inf (u > 0): the zeros' signs were kept
+    for step, sign in enumerate((1, -1, 1, -1, 1, -1)):
+        assert np.all(np.isinf(got[128 * step : 128 * (step + 1)]))
+        assert np.all(np.sign(got[128 * step : 128 * (step + 1)]) == sign), step
 
 
 @nki.jit

@@ -18,6 +18,7 @@ from __future__ import annotations
 import enum
 import math
 import os
+import types
 
 import numpy as np
 
@@ -309,19 +310,21 @@ CHECK_EVERY_CALL = False  # check every call afresh (tests compare the IR both w
 def _kind(prim: str, options: tuple, defaults: tuple, operands: tuple) -> tuple | None:
     """What the checks of ``prim`` read about a call with ``options`` (the instruction's
     ``defaults`` when not given) on ``operands`` (outputs first); None when an operand is not
-    a plain tensor view (a number, an indirect view), a given option is a float (an attribute
-    made from it must come from its own call: 0.0 and -0.0 are equal keys) or an indirect
-    access awaits its instruction: such calls are checked every time.  (An unhashable option
-    makes a key that ``dict`` refuses: :func:`_again` and :func:`_remember` check such calls
-    every time too.)"""
+    a plain tensor view (a number, an indirect view), an option is a tensor or an indirect
+    access awaits its instruction: such calls are checked every time.  Options count by type
+    and value, floats by their repr (0.0 and -0.0 are equal numbers, and their call's
+    attributes differ).  (An unhashable option makes a key ``dict`` refuses: :func:`_again`
+    and :func:`_remember` check such calls every time too.)"""
     if _indirection.pending or CHECK_EVERY_CALL:
         return None
     for v, d in zip(options, defaults):
         if v is not d:  # given: by value and type (True is not 1, an int not its enum member)
-            types = tuple(map(type, options))
-            if float in types:
+            option_types = tuple(map(type, options))
+            if NkiTensor in option_types:
                 return None
-            key: list = [prim, options, types]
+            if not _BY_VALUE.issuperset(option_types):
+                options = tuple(_by_repr(v) for v in options)
+            key: list = [prim, options, option_types]
             break
     else:  # every option its default (the common call): no option to hash
         key = [prim]
@@ -335,53 +338,104 @@ def _kind(prim: str, options: tuple, defaults: tuple, operands: tuple) -> tuple 
     return tuple(key)
 
 
-def _again(kind: tuple | None, prim: str, outs: tuple, ins: tuple, labels: tuple):
+# option types whose equality is exact (a float's is not: -0.0 == 0.0, nan != nan); enum
+# members and operator functions compare by identity
+_BY_VALUE = frozenset(
+    {type(None), bool, int, str, types.FunctionType, types.BuiltinFunctionType, np.ufunc}
+    | {engine, oob_mode, dge_mode, matmul_perf_mode, reduce_cmd}
+)
+
+
+def _by_repr(v):
+    """An option as a key: itself when its type compares exactly, else its repr (floats,
+    numpy scalars, tuples of them)."""
+    if type(v) in _BY_VALUE or isinstance(v, enum.Enum):
+        return v
+    return (type(v), repr(v))
+
+
+def _again(kind: tuple | None, operands: tuple, labels: tuple):
     """For a call of ``kind`` accepted before in this trace: (the builder, a copy of that
-    call's attributes, the accesses of ``outs`` then ``ins``, the user's line), for
-    :func:`_append`; None when the kind is new (the caller checks the call, then
-    :func:`_remember` s it).  ``labels`` name each operand in an access error, as the
-    checking path does."""
+    call's attributes, the accesses of ``operands``, the user's line, how the op's outputs
+    and inputs are made of them), for :func:`_append`; None when the kind is new (the caller
+    checks the call, then :func:`_remember` s it).  ``labels`` name each operand in an
+    access error, as the checking path does."""
     if kind is None:
         return None
     b = maybe_current()
     try:
-        attrs = None if b is None else b.accepted.get(kind)
+        seen = None if b is None else b.accepted.get(kind)
     except TypeError:  # an unhashable option
         return None
-    if attrs is None:
+    if seen is None:
         return None
     loc = caller_loc()
-    accesses = [x._access or access_of(x, loc, what) for x, what in zip((*outs, *ins), labels)]
-    return b, dict(attrs), accesses, loc
+    accesses = [x._access or access_of(x, loc, what) for x, what in zip(operands, labels)]
+    return b, dict(seen[0]), accesses, loc, seen[1]
 
 
-def _append(prim: str, again: tuple, n_outs: int) -> NkiInstruction:
-    """The op :func:`_again` prepared (its first ``n_outs`` accesses the outputs), appended;
-    its handle."""
-    b, attrs, accesses, loc = again
-    return _done(b.append(prim, accesses[:n_outs], accesses[n_outs:], attrs, None, loc))
+def _append(prim: str, again: tuple) -> NkiInstruction:
+    """The op :func:`_again` prepared, appended; its handle."""
+    b, attrs, accesses, loc, (n_outs, consts) = again
+    if consts is None:  # the op's tiles are the operands, outputs first
+        outs, ins = accesses[:n_outs], accesses[n_outs:]
+    else:  # the recorded inputs that were no operand (a scalar from an option) in place
+        outs = accesses[:n_outs]
+        rest = iter(accesses[n_outs:])
+        ins = [next(rest) if c is _OPERAND else c for c in consts]
+    return _done(b.append(prim, outs, ins, attrs, None, loc))
 
 
-def _remember(kind: tuple | None, handle: NkiInstruction, outs: tuple, ins: tuple, state: tuple):
-    """Remember that a call of ``kind`` passed its checks, when it emitted one op (``state``:
-    the trace's instruction count and the process's warning count before the call), warned of
-    nothing, and its accesses are its operands' own (no view re-expressed); ``handle``."""
+_OPERAND = object()  # in a remembered op's inputs: the next operand's access
+
+
+def _call(prim: str, kind, operands: tuple, labels: tuple, checked, *args) -> NkiInstruction:
+    """A call of ``prim`` on ``operands`` (one output, then the inputs): appended as the
+    remembered call of its ``kind`` was, or ``checked(*args)`` and remembered."""
+    again = _again(kind, operands, labels)
+    if again is not None:
+        return _append(prim, again)
+    state = _before()
+    return _remember(kind, checked(*args), operands, 1, state)
+
+
+def _remember(kind: tuple | None, handle: NkiInstruction, operands: tuple, n_outs: int, state):
+    """Remember that a call of ``kind`` on ``operands`` (its first ``n_outs`` the outputs)
+    passed its checks, when it emitted one op (``state``: the trace's instruction count and
+    the process's warning count before the call), warned of nothing, and the op's tiles are
+    its operands' own accesses in order (no view re-expressed); ``handle``."""
     if kind is None:
         return handle
     b = maybe_current()
     op = handle.op
     if (
-        b is not None
-        and (b.__dict__.get("_nki_ops", 0), errors.warnings_issued) == (state[0] + 1, state[1])
-        and op.mask is None
-        and len(op.outs) == len(outs)
-        and len(op.ins) == len(ins)
-        and all(a is x._access for a, x in zip((*op.outs, *op.ins), (*outs, *ins)))
+        b is None
+        or (b.__dict__.get("_nki_ops", 0), errors.warnings_issued) != (state[0] + 1, state[1])
+        or op.mask is not None
+        or len(op.outs) != n_outs
+        or not all(a is x._access for a, x in zip(op.outs, operands))
     ):
-        try:
-            b.accepted[kind] = dict(op.attrs)
-        except TypeError:  # an unhashable option: checked every time
-            pass
+        return handle
+    consts = None
+    if len(op.ins) != len(operands) - n_outs or not all(
+        a is x._access for a, x in zip(op.ins, operands[n_outs:])
+    ):
+        # inputs that are no operand are constants of the kind (scalars from its options)
+        consts, rest = [], iter(operands[n_outs:])
+        for a in op.ins:
+            if type(a) is Access:
+                x = next(rest, None)
+                if x is None or a is not x._access:
+                    return handle
+                consts.append(_OPERAND)
+            else:
+                consts.append(a)
+        if next(rest, None) is not None:
+            return handle
+    try:
+        b.accepted[kind] = (dict(op.attrs), (n_outs, consts))
+    except TypeError:  # an unhashable option: checked every time
+        pass
     return handle
 
 
@@ -649,12 +703,8 @@ def dma_copy(
     nothing a simulation computes."""
     options = (priority, oob_mode, dge_mode, engine)
     kind = _kind("dma_copy", options, _DMA_DEFAULTS, (dst, src))
-    again = _again(kind, "dma_copy", (dst,), (src,), _DMA_LABELS)
-    if again is not None:
-        return _append("dma_copy", again, 1)
-    state = _before()
-    done = _dma_copy(dst, src, priority, oob_mode, dge_mode, engine)
-    return _remember(kind, done, (dst,), (src,), state)
+    operands = (dst, src)
+    return _call("dma_copy", kind, operands, _DMA_LABELS, _dma_copy, *operands, *options)
 
 
 _DMA_LABELS = ("dma_copy dst", "dma_copy src")
@@ -1018,11 +1068,9 @@ def tensor_copy(dst, src, engine=engine.unknown, name=None, dtype=None) -> NkiIn
     kind = (
         None if dtype is not None else _kind("tensor_copy", (engine,), _COPY_DEFAULTS, (dst, src))
     )
-    again = _again(kind, "tensor_copy", (dst,), (src,), _COPY_LABELS)
-    if again is not None:
-        return _append("tensor_copy", again, 1)
-    state = _before()
-    return _remember(kind, _tensor_copy(dst, src, engine, dtype), (dst,), (src,), state)
+    return _call(
+        "tensor_copy", kind, (dst, src), _COPY_LABELS, _tensor_copy, dst, src, engine, dtype
+    )
 
 
 _COPY_LABELS = ("tensor_copy", "tensor_copy")
@@ -1081,6 +1129,12 @@ def _copy_predicated(dst, src, predicate, reverse_pred, loc: SourceLoc, strict: 
 
 def memset(dst, value, engine=engine.unknown, name=None) -> NkiInstruction:  # noqa: A002
     """Fill ``dst`` with the compile-time constant ``value`` (which must suit dst's dtype)."""
+    kind = _kind("memset", (value, engine), _NO_DEFAULTS, (dst,))
+    return _call("memset", kind, (dst,), ("memset",), _memset, dst, value, engine)
+
+
+def _memset(dst, value, engine) -> NkiInstruction:  # noqa: A002
+    """``memset``, checked."""
     loc = caller_loc()
     _dst_chip(dst, loc, "memset")
     v = _number(value, loc, "memset", "value is a number")
@@ -1251,14 +1305,14 @@ def nc_matmul(
         perf_mode,
     )
     kind = _kind("nc_matmul", options, _MATMUL_DEFAULTS, (dst, stationary, moving))
-    again = _again(kind, "nc_matmul", (dst,), (stationary, moving), _MATMUL_LABELS)
+    again = _again(kind, (dst, stationary, moving), _MATMUL_LABELS)
     if again is not None:
         # the first-write-overwrites rule reads which PSUM elements matmuls wrote so far
         again[1]["accumulate"] = resolve_accumulate(again[2][0], accumulate, again[3], "nc_matmul")
-        return _append("nc_matmul", again, 1)
+        return _append("nc_matmul", again)
     state = _before()
     done = _nc_matmul(dst, stationary, moving, *options)
-    return _remember(kind, done, (dst,), (stationary, moving), state)
+    return _remember(kind, done, (dst, stationary, moving), 1, state)
 
 
 _MATMUL_LABELS = ("nc_matmul dst", "nc_matmul stationary", "nc_matmul moving")
@@ -1456,6 +1510,18 @@ def _check_tiling(tile_position, tile_size, stationary: NkiTensor, loc: SourceLo
 def nc_transpose(dst, data, engine=engine.unknown, name=None) -> NkiInstruction:  # noqa: A002
     """Swap partitions and the (flattened) free axis: TensorE (up to 128x128, into PSUM) or
     VectorE (up to 32x32)."""
+    kind = _kind("nc_transpose", (engine,), _TRANSPOSE_DEFAULTS, (dst, data))
+    return _call(
+        "nc_transpose", kind, (dst, data), _TRANSPOSE_LABELS, _nc_transpose, dst, data, engine
+    )
+
+
+_TRANSPOSE_LABELS = ("nc_transpose dst", "nc_matmul data")
+_TRANSPOSE_DEFAULTS = nc_transpose.__defaults__[:1]  # engine
+
+
+def _nc_transpose(dst, data, engine) -> NkiInstruction:  # noqa: A002
+    """``nc_transpose``, checked."""
     loc = caller_loc()
     _dst_chip(dst, loc, "nc_transpose")
     eng = _engine_arg(engine, "nc_transpose", loc)
@@ -1477,6 +1543,17 @@ def nc_transpose(dst, data, engine=engine.unknown, name=None) -> NkiInstruction:
 
 def tensor_tensor(dst, data1, data2, op, engine=engine.unknown, name=None) -> NkiInstruction:  # noqa: A002
     """Elementwise ``dst = op(data1, data2)`` (no broadcasting)."""
+    operands = (dst, data1, data2)
+    kind = _kind("tensor_tensor", (op, engine), _NO_DEFAULTS, operands)
+    return _call("tensor_tensor", kind, operands, _TT_LABELS, _tensor_tensor, *operands, op, engine)
+
+
+_NO_DEFAULTS = (object(),)  # options without defaults: always keyed by value
+_TT_LABELS = ("tensor_tensor",) * 3
+
+
+def _tensor_tensor(dst, data1, data2, op, engine) -> NkiInstruction:  # noqa: A002
+    """``tensor_tensor``, checked."""
     loc = caller_loc()
     _dst_chip(dst, loc, "tensor_tensor")
     eng = _engine_arg(engine, "tensor_tensor", loc)
@@ -1497,6 +1574,28 @@ def tensor_scalar(
     name=None,
 ) -> NkiInstruction:
     """``dst = (data op0 operand0) op1 operand1``; operands are scalars or (P, 1) tensors."""
+    options = (op0, operand0, reverse0, op1, operand1, reverse1, engine)
+    kind = _kind("tensor_scalar", options, _NO_DEFAULTS, (dst, data))
+    return _call(
+        "tensor_scalar", kind, (dst, data), _TS_LABELS, _tensor_scalar, dst, data, *options
+    )
+
+
+_TS_LABELS = ("tensor_scalar",) * 2
+
+
+def _tensor_scalar(
+    dst,
+    data,
+    op0,
+    operand0,
+    reverse0,
+    op1,
+    operand1,
+    reverse1,
+    engine,  # noqa: A002
+) -> NkiInstruction:
+    """``tensor_scalar``, checked."""
     loc = caller_loc()
     _dst_chip(dst, loc, "tensor_scalar")
     eng = _engine_arg(engine, "tensor_scalar", loc)
@@ -1712,6 +1811,12 @@ def scalar_tensor_tensor(
 
 def reciprocal(dst, data, name=None) -> NkiInstruction:
     """``dst = 1 / data`` (VectorE, fp32)."""
+    kind = _kind("reciprocal", (), (), (dst, data))
+    return _call("reciprocal", kind, (dst, data), ("reciprocal",) * 2, _reciprocal, dst, data)
+
+
+def _reciprocal(dst, data) -> NkiInstruction:
+    """``reciprocal``, checked."""
     loc = caller_loc()
     _dst_chip(dst, loc, "reciprocal")
     d, a = _tiles(loc, "reciprocal", dst, data)
