@@ -1,6 +1,6 @@
 """Calls of a kind seen before (``nkikit.nki.isa._kind``): an unrolled kernel's repeated
 ``dma_copy`` / ``tensor_copy`` / ``nc_matmul`` / ``tensor_tensor`` / ``tensor_scalar`` /
-``memset`` / ``nc_transpose`` / ``reciprocal`` skip the checks their kind passed earlier in the
+``memset`` / ``nc_transpose`` / ``reciprocal`` / ``activation`` skip the checks their kind passed earlier in the
 trace.  The IR is the same as when every call is checked, and what depends on the call's own
 tensors -- an access's bounds, the first-write-overwrites rule, its warnings -- is still
 decided per call, at the call's line."""
@@ -58,6 +58,7 @@ def elementwise_steps(a):
         zero = (0.0, -0.0, 0.0, -0.0, np.float32(0.0), np.float32(-0.0))[i]
         nisa.tensor_scalar(dst=u, data=u, op0=nl.multiply, operand0=zero)
         nisa.reciprocal(dst=u, data=u)
+        nisa.activation(dst=u, op=nl.copy, data=u, scale=(1.0, 2.0)[i % 2])
         v = nl.ndarray((64, 128), dtype=nl.float32, buffer=nl.psum)
         nisa.nc_transpose(dst=v, data=u)
         vs = nl.ndarray((64, 128), dtype=nl.float32, buffer=nl.sbuf)
@@ -116,6 +117,7 @@ def test_remembered_elementwise_calls_keep_each_options_value(monkeypatch):
         "tensor_scalar",
         "nc_transpose",
         "reciprocal",
+        "activation",
         "tensor_copy",
     }
     monkeypatch.setattr(isa_module, "CHECK_EVERY_CALL", True)

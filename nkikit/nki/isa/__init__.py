@@ -2186,6 +2186,21 @@ def activation(
     """``dst = op(data * scale + bias)`` on the ScalarE; its row sum (``reduce_op``: add)
     goes into the ScalarE accumulators as ``reduce_cmd`` says, read out into ``reduce_res``
     (P, 1) when given [nki-0x.md §4.10, §6.3]."""
+    kind = None  # a call that reduces reads and writes the accumulators: checked every time
+    if reduce_op is None and reduce_res is None and reduce_cmd is _REDUCE_IDLE:
+        kind = _kind("activation", (op, bias, scale), _NO_DEFAULTS, (dst, data))
+    options = (op, data, bias, scale, reduce_op, reduce_res, reduce_cmd)
+    return _call("activation", kind, (dst, data), _ACT_LABELS, _activation_checked, dst, *options)
+
+
+_REDUCE_IDLE = reduce_cmd.idle
+_ACT_LABELS = ("activation",) * 2
+
+
+def _activation_checked(
+    dst, op, data, bias, scale, reduce_op, reduce_res, reduce_cmd
+) -> NkiInstruction:
+    """``activation``, checked."""
     loc = caller_loc()
     cmd = ACC.command(reduce_cmd, loc, "activation")
     if reduce_op is not None and op_name(reduce_op, "reduce") != "add":
