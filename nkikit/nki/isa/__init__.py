@@ -309,12 +309,14 @@ CHECK_EVERY_CALL = False  # check every call afresh (tests compare the IR both w
 
 def _kind(prim: str, options: tuple, defaults: tuple, operands: tuple) -> tuple | None:
     """What the checks of ``prim`` read about a call with ``options`` (the instruction's
-    ``defaults`` when not given) on ``operands`` (outputs first); None when an operand is not
-    a plain tensor view (a number, an indirect view), an option is a tensor or an indirect
-    access awaits its instruction: such calls are checked every time.  Options count by type
-    and value, floats by their repr (0.0 and -0.0 are equal numbers, and their call's
-    attributes differ).  (An unhashable option makes a key ``dict`` refuses: :func:`_again`
-    and :func:`_remember` check such calls every time too.)"""
+    ``defaults`` when not given) on ``operands`` (outputs first: each one's memory, tensor
+    kind, whether it is a view of another dtype or shape, dtype, shape and strides; not its
+    offset or which tensor it is); None when an operand is not a plain tensor view (a number,
+    an indirect view), an option is a tensor or an indirect access awaits its instruction:
+    such calls are checked every time.  Options count by type and value, floats by their repr
+    (0.0 and -0.0 are equal numbers, and their calls' attributes differ).  (An unhashable
+    option makes a key ``dict`` refuses: :func:`_again` and :func:`_remember` check such calls
+    every time too.)"""
     if _indirection.pending or CHECK_EVERY_CALL:
         return None
     for v, d in zip(options, defaults):
@@ -334,7 +336,7 @@ def _kind(prim: str, options: tuple, defaults: tuple, operands: tuple) -> tuple 
         lay = x._layout
         root = lay if lay.base is None else lay.root
         dt = lay.dtype
-        key += (root.buffer, root.kind, dt, dt.metadata is None, x.shape, x.strides)
+        key += (root.buffer, root.kind, lay is root, dt, dt.metadata is None, x.shape, x.strides)
     return tuple(key)
 
 
