@@ -1313,7 +1313,7 @@ def nc_matmul(
         again[1]["accumulate"] = resolve_accumulate(again[2][0], accumulate, again[3], "nc_matmul")
         return _append("nc_matmul", again)
     state = _before()
-    done = _nc_matmul(dst, stationary, moving, *options)
+    done = _nc_matmul(dst, stationary, moving, options)
     return _remember(kind, done, (dst, stationary, moving), 1, state)
 
 
@@ -1321,19 +1321,10 @@ _MATMUL_LABELS = ("nc_matmul dst", "nc_matmul stationary", "nc_matmul moving")
 _MATMUL_DEFAULTS = nc_matmul.__defaults__[:7]  # every option but name
 
 
-def _nc_matmul(
-    dst,
-    stationary,
-    moving,
-    is_stationary_onezero,
-    is_moving_onezero,
-    is_transpose,
-    accumulate,
-    tile_position,
-    tile_size,
-    perf_mode,
-) -> NkiInstruction:
-    """``nc_matmul``, checked."""
+def _nc_matmul(dst, stationary, moving, options: tuple) -> NkiInstruction:
+    """``nc_matmul``, checked (``options`` in its signature's order; the one-zero hints
+    change nothing a simulation computes)."""
+    _, _, is_transpose, accumulate, tile_position, tile_size, perf_mode = options
     loc = caller_loc()
     _dst_chip(dst, loc, "nc_matmul")
     check_tensor_engine(
