@@ -313,8 +313,9 @@ def _kind(prim: str, options: tuple, defaults: tuple, operands: tuple) -> tuple 
     kind, whether it is a view of another dtype or shape, dtype, shape and strides; not its
     offset or which tensor it is); None when an operand is not a plain tensor view (a number,
     an indirect view), an option is a tensor or an indirect access awaits its instruction:
-    such calls are checked every time.  Options count by type and value, floats by their repr
-    (0.0 and -0.0 are equal numbers, and their calls' attributes differ).  (An unhashable
+    such calls are checked every time.  Options count by type and value; floats, numpy
+    scalars and other values whose equality is not exact by their repr (0.0 and -0.0 are
+    equal numbers, and their calls' attributes differ).  (An unhashable
     option makes a key ``dict`` refuses: :func:`_again` and :func:`_remember` check such calls
     every time too.)"""
     if _indirection.pending or CHECK_EVERY_CALL:
@@ -2182,8 +2183,8 @@ def activation(
     kind = None  # a call that reduces reads and writes the accumulators: checked every time
     if reduce_op is None and reduce_res is None and reduce_cmd is _REDUCE_IDLE:
         kind = _kind("activation", (op, bias, scale), _NO_DEFAULTS, (dst, data))
-    options = (op, data, bias, scale, reduce_op, reduce_res, reduce_cmd)
-    return _call("activation", kind, (dst, data), _ACT_LABELS, _activation_checked, dst, *options)
+    args = (dst, op, data, bias, scale, reduce_op, reduce_res, reduce_cmd)
+    return _call("activation", kind, (dst, data), _ACT_LABELS, _activation_checked, *args)
 
 
 _REDUCE_IDLE = reduce_cmd.idle
