@@ -210,3 +210,23 @@ def test_a_given_option_is_checked_on_its_own_kind():
         np.zeros((128, 64), np.float32),
         match="priority",
     )
+
+
+@nki.jit
+def nan_fills(a):
+    """memsets of nan: every nan has one repr, so no kind of them is remembered."""
+    out = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+    for i in range(3):
+        t = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.memset(t, (float("nan"), np.float32("nan"), float("nan"))[i])
+        nisa.dma_copy(dst=out[i * 128 : (i + 1) * 128, :], src=t)
+    return out
+
+
+def test_options_without_an_exact_key_are_checked_every_time(monkeypatch):
+    appended = []
+    real = isa_module._append
+    monkeypatch.setattr(isa_module, "_append", lambda *x: appended.append(x[0]) or real(*x))
+    got = nki.simulate(nan_fills)(np.zeros((384, 64), np.float32))
+    assert "memset" not in appended and "dma_copy" in appended
+    assert np.isnan(got).all()

@@ -313,11 +313,9 @@ def _kind(prim: str, options: tuple, defaults: tuple, operands: tuple) -> tuple 
     kind, whether it is a view of another dtype or shape, dtype, shape and strides; not its
     offset or which tensor it is); None when an operand is not a plain tensor view (a number,
     an indirect view), an option is a tensor or an indirect access awaits its instruction:
-    such calls are checked every time.  Options count by type and value; floats, numpy
-    scalars and other values whose equality is not exact by their repr (0.0 and -0.0 are
-    equal numbers, and their calls' attributes differ).  (An unhashable
-    option makes a key ``dict`` refuses: :func:`_again` and :func:`_remember` check such calls
-    every time too.)"""
+    such calls are checked every time, as are calls with an option :func:`_option_key` does
+    not key.  Options count by type and value, floats and numpy scalars by their repr (0.0
+    and -0.0 are equal numbers, and their calls' attributes differ)."""
     if _indirection.pending or CHECK_EVERY_CALL:
         return None
     for v, d in zip(options, defaults):
@@ -326,7 +324,13 @@ def _kind(prim: str, options: tuple, defaults: tuple, operands: tuple) -> tuple 
             if NkiTensor in option_types:
                 return None
             if not _BY_VALUE.issuperset(option_types):
-                options = tuple(_by_repr(v) for v in options)
+                keyed = []
+                for v in options:
+                    k = _option_key(v)
+                    if k is _UNKEYED:
+                        return None
+                    keyed.append(k)
+                options = tuple(keyed)
             key: list = [prim, options, option_types]
             break
     else:  # every option its default (the common call): no option to hash
@@ -349,12 +353,23 @@ _BY_VALUE = frozenset(
 )
 
 
-def _by_repr(v):
-    """An option as a key: itself when its type compares exactly, else its repr (floats,
-    numpy scalars, tuples of them)."""
-    if type(v) in _BY_VALUE or isinstance(v, enum.Enum):
+def _option_key(v):
+    """An option as a key: itself when its type compares exactly; a float, a numpy scalar or
+    a tuple of plain numbers and strings by its repr (which tells -0.0 from 0.0);
+    ``_UNKEYED`` for anything else: a nan (every nan has one repr, not one payload), an
+    object whose repr may be its address, which a later object can take."""
+    t = type(v)
+    if t in _BY_VALUE or isinstance(v, enum.Enum):
         return v
-    return (type(v), repr(v))
+    if t is float or isinstance(v, np.generic):
+        return (t, repr(v)) if v == v else _UNKEYED  # a nan's payload is not in its repr
+    if t is tuple and all(type(x) in _PLAIN_ITEMS and x == x for x in v):
+        return (t, repr(v))
+    return _UNKEYED
+
+
+_PLAIN_ITEMS = frozenset({type(None), bool, int, float, str})
+_UNKEYED = object()
 
 
 def _again(kind: tuple | None, operands: tuple, labels: tuple):
@@ -366,10 +381,7 @@ def _again(kind: tuple | None, operands: tuple, labels: tuple):
     if kind is None:
         return None
     b = maybe_current()
-    try:
-        seen = None if b is None else b.accepted.get(kind)
-    except TypeError:  # an unhashable option
-        return None
+    seen = None if b is None else b.accepted.get(kind)
     if seen is None:
         return None
     loc = caller_loc()
@@ -435,10 +447,7 @@ def _remember(kind: tuple | None, handle: NkiInstruction, operands: tuple, n_out
                 consts.append(a)
         if next(rest, None) is not None:
             return handle
-    try:
-        b.accepted[kind] = (dict(op.attrs), (n_outs, consts))
-    except TypeError:  # an unhashable option: checked every time
-        pass
+    b.accepted[kind] = (dict(op.attrs), (n_outs, consts))
     return handle
 
 
