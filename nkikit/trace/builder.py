@@ -39,8 +39,9 @@ class Builder:
         self.names: dict[str, int] = {}
         self.last_op: Op | None = None
         # a front end's calls whose checks passed, by what those checks read (operand kinds
-        # and options) -> the op's complete attributes (``nkikit.nki.isa._replay``)
-        self.accepted: dict[tuple, dict] = {}
+        # and options) -> how to make the op again (``nkikit.nki.isa._kind``)
+        self.accepted: dict[tuple, tuple] = {}
+        self.instructions = 0  # NKI 0.x instructions traced so far (``nkikit.nki.isa._done``)
         self.fresh: set[int] = set()  # uids of temporaries no one has read yet
         # nl.program_id axes read while launched without a grid (each read 0): a hint for
         # outputs left partly unwritten (trace/outputs.py)

@@ -267,8 +267,8 @@ def _done(op) -> NkiInstruction:
             if (t if t.base is None else t.root).buffer == "psum":
                 _psum_written(op.outs, op.prim in _MATMULS)
                 break
-    d = (maybe_current() or current()).__dict__
-    n = d["_nki_ops"] = d.get("_nki_ops", 0) + 1  # instructions traced so far
+    b = maybe_current() or current()
+    n = b.instructions = b.instructions + 1
     if not n % _GUARD_EVERY:
         _memory_guard(op, n)
     return NkiInstruction(op)
@@ -324,12 +324,12 @@ def _kind(prim: str, options: tuple, defaults: tuple, operands: tuple) -> tuple 
             if NkiTensor in option_types:
                 return None
             if not _BY_VALUE.issuperset(option_types):
-                keyed = []
-                for v in options:
-                    k = _option_key(v)
-                    if k is _UNKEYED:
-                        return None
-                    keyed.append(k)
+                keyed = list(options)
+                for i, t in enumerate(option_types):
+                    if t not in _BY_VALUE:
+                        k = keyed[i] = _option_key(keyed[i])
+                        if k is _UNKEYED:
+                            return None
                 options = tuple(keyed)
             key: list = [prim, options, option_types]
             break
@@ -425,28 +425,31 @@ def _remember(kind: tuple | None, handle: NkiInstruction, operands: tuple, n_out
     op = handle.op
     if (
         b is None
-        or (b.__dict__.get("_nki_ops", 0), errors.warnings_issued) != (state[0] + 1, state[1])
+        or b.instructions != state[0] + 1
+        or errors.warnings_issued != state[1]
         or op.mask is not None
         or len(op.outs) != n_outs
-        or not all(a is x._access for a, x in zip(op.outs, operands))
     ):
         return handle
-    consts = None
-    if len(op.ins) != len(operands) - n_outs or not all(
-        a is x._access for a, x in zip(op.ins, operands[n_outs:])
-    ):
-        # inputs that are no operand are constants of the kind (scalars from its options)
-        consts, rest = [], iter(operands[n_outs:])
-        for a in op.ins:
-            if type(a) is Access:
-                x = next(rest, None)
-                if x is None or a is not x._access:
-                    return handle
-                consts.append(_OPERAND)
-            else:
-                consts.append(a)
-        if next(rest, None) is not None:
+    for a, x in zip(op.outs, operands):
+        if a is not x._access:
             return handle
+    # the op's inputs: the other operands' accesses in order, and constants of the kind (the
+    # scalars an option gave); ``consts`` None when they are just the operands
+    consts: list | None = []
+    n = n_outs
+    for a in op.ins:
+        if type(a) is Access:
+            if n == len(operands) or a is not operands[n]._access:
+                return handle
+            consts.append(_OPERAND)
+            n += 1
+        else:
+            consts.append(a)
+    if n != len(operands):
+        return handle
+    if len(consts) == n - n_outs:
+        consts = None
     b.accepted[kind] = (dict(op.attrs), (n_outs, consts))
     return handle
 
@@ -454,7 +457,7 @@ def _remember(kind: tuple | None, handle: NkiInstruction, operands: tuple, n_out
 def _before() -> tuple[int, int]:
     """The state :func:`_remember` compares with: instructions traced, warnings issued."""
     b = maybe_current()
-    return (0 if b is None else b.__dict__.get("_nki_ops", 0)), errors.warnings_issued
+    return (0 if b is None else b.instructions), errors.warnings_issued
 
 
 def _rss_mb() -> float:
