@@ -421,11 +421,10 @@ def _remember(kind: tuple | None, handle: NkiInstruction, operands: tuple, n_out
     its operands' own accesses in order (no view re-expressed); ``handle``."""
     if kind is None:
         return handle
-    b = maybe_current()
+    b = current()  # the call was traced: a builder is there
     op = handle.op
     if (
-        b is None
-        or b.instructions != state[0] + 1
+        b.instructions != state[0] + 1
         or errors.warnings_issued != state[1]
         or op.mask is not None
         or len(op.outs) != n_outs
