@@ -8,6 +8,7 @@ decided per call, at the call's line."""
 import warnings
 
 import numpy as np
+import pytest
 
 import nkikit.nki as nki
 import nkikit.nki.isa as nisa
@@ -77,12 +78,16 @@ ARGS = (
 )
 
 
-def test_remembered_calls_give_the_ir_of_checked_calls(monkeypatch):
-    appended = []
+@pytest.fixture
+def appended(monkeypatch) -> list[str]:
+    """The primitives of the ops appended as remembered calls, in order."""
+    seen: list[str] = []
     real = isa_module._append
-    monkeypatch.setattr(
-        isa_module, "_append", lambda *a: appended.append(a[0]) or real(*a), raising=True
-    )
+    monkeypatch.setattr(isa_module, "_append", lambda *a: seen.append(a[0]) or real(*a))
+    return seen
+
+
+def test_remembered_calls_give_the_ir_of_checked_calls(monkeypatch, appended):
     remembered = str(steps.ir(*ARGS))
     # of the loop's 32 calls, the DMAs in (two kinds: priority 0 and 1), the matmuls (two:
     # accumulate by the rule and given) and the evacuations (two engines) after each kind's
@@ -103,11 +108,8 @@ def test_remembered_calls_compute_what_checked_calls_compute(monkeypatch):
     np.testing.assert_array_equal(got, want)
 
 
-def test_remembered_elementwise_calls_keep_each_options_value(monkeypatch):
+def test_remembered_elementwise_calls_keep_each_options_value(monkeypatch, appended):
     a = np.abs(np.random.default_rng(2).standard_normal((768, 64), dtype=np.float32)) + 1
-    appended = []
-    real = isa_module._append
-    monkeypatch.setattr(isa_module, "_append", lambda *x: appended.append(x[0]) or real(*x))
     remembered = str(elementwise_steps.ir(a))
     got = nki.simulate(elementwise_steps)(a)
     assert set(appended) == {
@@ -223,10 +225,7 @@ def nan_fills(a):
     return out
 
 
-def test_options_without_an_exact_key_are_checked_every_time(monkeypatch):
-    appended = []
-    real = isa_module._append
-    monkeypatch.setattr(isa_module, "_append", lambda *x: appended.append(x[0]) or real(*x))
+def test_options_without_an_exact_key_are_checked_every_time(appended):
     got = nki.simulate(nan_fills)(np.zeros((384, 64), np.float32))
     assert "memset" not in appended and "dma_copy" in appended
     assert np.isnan(got).all()
