@@ -374,8 +374,8 @@ _UNKEYED = object()
 
 def _again(kind: tuple | None, operands: tuple, labels: tuple):
     """For a call of ``kind`` accepted before in this trace: (the builder, a copy of that
-    call's attributes, the accesses of ``operands``, the user's line, how the op's outputs
-    and inputs are made of them), for :func:`_append`; None when the kind is new (the caller
+    call's attributes, the accesses of ``operands``, the user's line, the op's inputs that are
+    constants of the kind or None), for :func:`_append`; None when the kind is new (the caller
     checks the call, then :func:`_remember` s it).  ``labels`` name each operand in an
     access error, as the checking path does."""
     if kind is None:
@@ -391,34 +391,33 @@ def _again(kind: tuple | None, operands: tuple, labels: tuple):
 
 def _append(prim: str, again: tuple) -> NkiInstruction:
     """The op :func:`_again` prepared, appended; its handle."""
-    b, attrs, accesses, loc, (n_outs, consts) = again
-    if consts is None:  # the op's tiles are the operands, outputs first
-        outs, ins = accesses[:n_outs], accesses[n_outs:]
+    b, attrs, accesses, loc, consts = again
+    if consts is None:  # the op's tiles are the operands, the output first
+        ins = accesses[1:]
     else:  # the recorded inputs that were no operand (a scalar from an option) in place
-        outs = accesses[:n_outs]
-        rest = iter(accesses[n_outs:])
+        rest = iter(accesses[1:])
         ins = [next(rest) if c is _OPERAND else c for c in consts]
-    return _done(b.append(prim, outs, ins, attrs, None, loc))
+    return _done(b.append(prim, accesses[:1], ins, attrs, None, loc))
 
 
 _OPERAND = object()  # in a remembered op's inputs: the next operand's access
 
 
 def _call(prim: str, kind, operands: tuple, labels: tuple, checked, *args) -> NkiInstruction:
-    """A call of ``prim`` on ``operands`` (one output, then the inputs): appended as the
+    """A call of ``prim`` on ``operands`` (its output, then its inputs): appended as the
     remembered call of its ``kind`` was, or ``checked(*args)`` and remembered."""
     again = _again(kind, operands, labels)
     if again is not None:
         return _append(prim, again)
     state = _before()
-    return _remember(kind, checked(*args), operands, 1, state)
+    return _remember(kind, checked(*args), operands, state)
 
 
-def _remember(kind: tuple | None, handle: NkiInstruction, operands: tuple, n_outs: int, state):
-    """Remember that a call of ``kind`` on ``operands`` (its first ``n_outs`` the outputs)
-    passed its checks, when it emitted one op (``state``: the trace's instruction count and
-    the process's warning count before the call), warned of nothing, and the op's tiles are
-    its operands' own accesses in order (no view re-expressed); ``handle``."""
+def _remember(kind: tuple | None, handle: NkiInstruction, operands: tuple, state):
+    """Remember that a call of ``kind`` on ``operands`` (its output first) passed its checks,
+    when it emitted one op (``state``: the trace's instruction count and the process's
+    warning count before the call), warned of nothing, and the op's tiles are its operands'
+    own accesses in order (no view re-expressed); ``handle``."""
     if kind is None:
         return handle
     b = current()  # the call was traced: a builder is there
@@ -427,16 +426,14 @@ def _remember(kind: tuple | None, handle: NkiInstruction, operands: tuple, n_out
         b.instructions != state[0] + 1
         or errors.warnings_issued != state[1]
         or op.mask is not None
-        or len(op.outs) != n_outs
+        or len(op.outs) != 1
+        or op.outs[0] is not operands[0]._access
     ):
         return handle
-    for a, x in zip(op.outs, operands):
-        if a is not x._access:
-            return handle
     # the op's inputs: the other operands' accesses in order, and constants of the kind (the
     # scalars an option gave); ``consts`` None when they are just the operands
     consts: list | None = []
-    n = n_outs
+    n = 1
     for a in op.ins:
         if type(a) is Access:
             if n == len(operands) or a is not operands[n]._access:
@@ -447,9 +444,9 @@ def _remember(kind: tuple | None, handle: NkiInstruction, operands: tuple, n_out
             consts.append(a)
     if n != len(operands):
         return handle
-    if len(consts) == n - n_outs:
+    if len(consts) == n - 1:
         consts = None
-    b.accepted[kind] = (dict(op.attrs), (n_outs, consts))
+    b.accepted[kind] = (dict(op.attrs), consts)
     return handle
 
 
@@ -1318,15 +1315,17 @@ def nc_matmul(
         tile_size,
         perf_mode,
     )
-    kind = _kind("nc_matmul", options, _MATMUL_DEFAULTS, (dst, stationary, moving))
-    again = _again(kind, (dst, stationary, moving), _MATMUL_LABELS)
+    operands = (dst, stationary, moving)
+    kind = _kind("nc_matmul", options, _MATMUL_DEFAULTS, operands)
+    # ``_call``, inlined: a remembered matmul's accumulate is the trace's to decide (the
+    # first-write-overwrites rule reads which PSUM elements matmuls wrote so far), and the
+    # call layer costs a matmul per step a microsecond
+    again = _again(kind, operands, _MATMUL_LABELS)
     if again is not None:
-        # the first-write-overwrites rule reads which PSUM elements matmuls wrote so far
         again[1]["accumulate"] = resolve_accumulate(again[2][0], accumulate, again[3], "nc_matmul")
         return _append("nc_matmul", again)
     state = _before()
-    done = _nc_matmul(dst, stationary, moving, options)
-    return _remember(kind, done, (dst, stationary, moving), 1, state)
+    return _remember(kind, _nc_matmul(*operands, options), operands, state)
 
 
 _MATMUL_LABELS = ("nc_matmul dst", "nc_matmul stationary", "nc_matmul moving")
