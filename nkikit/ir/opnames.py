@@ -44,8 +44,10 @@ def op_name(op: object, kind: str = "alu", valid: Collection[str] | None = None)
     ``valid``: the names the caller takes, instead of every name of the kind (an
     instruction with operators of its own: ``tensor_partition_reduce``'s ``average``)."""
     if op is None:
-        return "bypass" if kind == "alu" else "copy"
-    if isinstance(op, str):
+        name = "bypass" if kind == "alu" else "copy"
+        if valid is None or name in valid:
+            return name
+    elif isinstance(op, str):
         name = op
     else:
         name = getattr(op, "__nki_op__", None) or getattr(op, "__name__", None) or ""

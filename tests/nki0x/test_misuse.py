@@ -263,9 +263,65 @@ def _engine_from_another_enum(x):
     nisa.tensor_copy(dst=_sb((4, 8)), src=a, engine=nisa.reduce_cmd.idle)  # <-
 
 
+def _partition_reduce_no_op(x):
+    nisa.tensor_partition_reduce(dst=_sb((1, 8)), op=None, data=_ones((4, 8)))  # <-
+
+
+def _matmul_array_accumulate(x):
+    acc = nl.ndarray((128, 8), dtype=nl.float32, buffer=nl.psum)
+    nisa.nc_matmul(acc, _ones((128, 128)), _ones((128, 8)), accumulate=np.zeros(3))  # <-
+
+
+def _matmul_array_is_transpose(x):
+    acc = nl.ndarray((128, 8), dtype=nl.float32, buffer=nl.psum)
+    nisa.nc_matmul(acc, _ones((128, 128)), _ones((128, 8)), is_transpose=np.ones(2))  # <-
+
+
+def _matmul_array_tile_position(x):
+    acc = nl.ndarray((128, 8), dtype=nl.float32, buffer=nl.psum)
+    s, m = _ones((128, 128)), _ones((128, 8))
+    nisa.nc_matmul(acc, s, m, tile_position=np.zeros(2), tile_size=(64, 64))  # <-
+
+
+def _matmul_int_tile_size(x):
+    acc = nl.ndarray((128, 8), dtype=nl.float32, buffer=nl.psum)
+    nisa.nc_matmul(acc, _ones((128, 128)), _ones((128, 8)), tile_size=64)  # <-
+
+
+def _matmul_array_perf_mode(x):
+    acc = nl.ndarray((128, 8), dtype=nl.float32, buffer=nl.psum)
+    nisa.nc_matmul(acc, _ones((128, 128)), _ones((128, 8)), perf_mode=np.zeros(2))  # <-
+
+
+def _matmul_one_dim_stationary(x):
+    acc = nl.ndarray((128, 8), dtype=nl.float32, buffer=nl.psum)
+    nisa.nc_matmul(acc, _ones((128, 128))[:, 0], _ones((128, 8)))  # <-
+
+
+def _matmul_mx_array_accumulate(x):
+    acc = nl.ndarray((128, 8), dtype=nl.float32, buffer=nl.psum)
+    s, m = _ones((128, 128)), _ones((128, 8))
+    nisa.nc_matmul_mx(acc, s, m, s, m, accumulate=np.zeros(2))  # <-
+
+
+def _matmul_mx_str_tile_size(x):
+    acc = nl.ndarray((128, 8), dtype=nl.float32, buffer=nl.psum)
+    s, m = _ones((128, 128)), _ones((128, 8))
+    nisa.nc_matmul_mx(acc, s, m, s, m, tile_position=(0, 0), tile_size=("a", 128))  # <-
+
+
 @pytest.mark.parametrize(
     "body",
     [
+        _partition_reduce_no_op,
+        _matmul_array_accumulate,
+        _matmul_array_is_transpose,
+        _matmul_array_tile_position,
+        _matmul_int_tile_size,
+        _matmul_array_perf_mode,
+        _matmul_one_dim_stationary,
+        _matmul_mx_array_accumulate,
+        _matmul_mx_str_tile_size,
         _reduce_axis_out_of_range,
         _reduce_axis_none,
         _reduce_axis_str,
@@ -900,3 +956,39 @@ def test_activation_reduce_max_computes_on_trn2(monkeypatch):
 
     x = np.linspace(-1, 1, 128 * 64, dtype=np.float32).reshape(128, 64)
     np.testing.assert_allclose(k(x)[:, 0], np.exp(x).max(axis=1), rtol=1e-6)
+
+
+# -- yes/no options (reverse0, negate, accumulate, ...) are read by truth value ---------------------
+
+
+def _flag_options() -> list[tuple[str, str]]:
+    """(instruction, option) for every option of ``nisa`` whose default is True or False."""
+    found = []
+    for name in nisa.__all__:
+        fn = getattr(nisa, name)
+        if not inspect.isfunction(fn) or fn.__module__.split(".")[:3] != ["nkikit", "nki", "isa"]:
+            continue
+        params = inspect.signature(fn).parameters.values()
+        found += [(name, p.name) for p in params if p.default is True or p.default is False]
+    return found
+
+
+def test_every_flag_option_is_found():
+    # the discovery reads the instructions' signatures (a helper's keyword is not an option)
+    found = _flag_options()
+    assert ("tensor_scalar", "reverse0") in found and ("nc_matmul", "is_transpose") in found
+    assert not any(name == "check_tensor_engine" for name, _ in found)
+
+
+@pytest.mark.parametrize(("instruction", "option"), _flag_options())
+def test_an_array_for_a_flag_option_is_refused(instruction, option):
+    # checked before the operands: any tile does for them
+    fn = getattr(nisa, instruction)
+    params = inspect.signature(fn).parameters.values()
+    required = [p.name for p in params if p.default is inspect.Parameter.empty]
+
+    def body(x):
+        operands = {p: _ones((4, 8)) for p in required}
+        fn(**operands, **{option: np.zeros(2)})  # <-
+
+    _refused(body, "err_invalid_argument", f"{option} must be True or False")

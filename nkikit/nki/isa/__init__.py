@@ -835,6 +835,7 @@ def dma_compute(
     """``dst = srcs[0] + srcs[1] + ...`` on the DMA compute engine (only ``nl.add``).  The
     NKI 0.2 argument order ``(dst, srcs, scales, reduce_op)`` is recognised too."""
     loc = caller_loc()
+    _flags("dma_compute", loc, unique_indices=unique_indices)
     if isinstance(reduce_op, list | tuple) and (scales is None or callable(scales)):
         reduce_op, scales = scales, reduce_op  # 0.2's order: scales before reduce_op
     if op_name(reduce_op) != "add":
@@ -1115,6 +1116,7 @@ def tensor_copy_predicated(dst, src, predicate, reverse_pred=False, name=None) -
 def _copy_predicated(dst, src, predicate, reverse_pred, loc: SourceLoc, strict: bool):
     """``tensor_copy_predicated``; ``strict=False`` (``nl.where``, whose condition and
     operands may be of any dtype) skips its dtype and memory rules."""
+    _flags("tensor_copy_predicated", loc, reverse_pred=reverse_pred)
     _dst_chip(dst, loc, "tensor_copy_predicated")
     if isinstance(src, NkiTensor):
         d, s, p = _tiles(loc, "tensor_copy_predicated", dst, src, predicate)
@@ -1274,7 +1276,15 @@ def _flat2d(x: NkiTensor, loc: SourceLoc, what: str) -> Access:
     """A matmul operand as (partitions, free): its free dims flattened."""
     if type(x) is not NkiTensor:
         require_tensor(x, loc, "nisa.nc_matmul", what)
-    if (len(x.shape) if type(x) is NkiTensor else x.ndim) > 2:
+    ndim = len(x.shape) if type(x) is NkiTensor else x.ndim
+    if ndim < 2:
+        raise NkiError(
+            "err_invalid_argument",
+            loc,
+            op="nisa.nc_matmul",
+            why=f"{what} has shape {tuple(x.shape)}; a matmul operand is (partitions, free ...)",
+        )
+    if ndim > 2:
         try:
             x = x.flatten_dims(1, x.ndim - 1)
         except NkiError:
@@ -1335,20 +1345,33 @@ _MATMUL_DEFAULTS = nc_matmul.__defaults__[:7]  # every option but name
 def _nc_matmul(dst, stationary, moving, options: tuple) -> NkiInstruction:
     """``nc_matmul``, checked (``options`` in its signature's order; the one-zero hints
     change nothing a simulation computes)."""
-    _, _, is_transpose, accumulate, tile_position, tile_size, perf_mode = options
+    onezero_s, onezero_m, is_transpose, accumulate, tile_position, tile_size, perf_mode = options
     loc = caller_loc()
+    for label, v in (("is_stationary_onezero", onezero_s), ("is_moving_onezero", onezero_m)):
+        _flag(v, label, "nc_matmul", loc)
+    is_transpose = _flag(is_transpose, "is_transpose", "nc_matmul", loc)
+    accumulate = _flag(accumulate, "accumulate", "nc_matmul", loc, none=True)
+    tile_position = _tile_pair(tile_position, "tile_position", "nc_matmul", loc)
+    tile_size = _tile_pair(tile_size, "tile_size", "nc_matmul", loc)
+    if not isinstance(perf_mode, matmul_perf_mode | str | int | None):
+        raise _invalid(
+            "nc_matmul",
+            f"perf_mode must be a nisa.matmul_perf_mode, got {got_type(perf_mode)}",
+            loc,
+        )
+    tiled = bool(tile_position or tile_size)
     _dst_chip(dst, loc, "nc_matmul")
     check_tensor_engine(
         "nc_matmul",
         loc,
         dst,
         moving,
-        tiled=bool(tile_position or tile_size),
-        is_transpose=bool(is_transpose),
+        tiled=tiled,
+        is_transpose=is_transpose,
         accumulate=accumulate,
         inputs=(stationary,),
     )
-    if tile_position or tile_size:
+    if tiled:
         _check_tiling(tile_position, tile_size, stationary, loc)
     if perf_mode is not _PERF_NONE and perf_mode not in (None, _PERF_NONE, "none"):
         _check_double_row(stationary, moving, perf_mode, loc)
@@ -1601,6 +1624,7 @@ def _tensor_scalar(
 ) -> NkiInstruction:
     """``tensor_scalar``, checked."""
     loc = caller_loc()
+    _flags("tensor_scalar", loc, reverse0=reverse0, reverse1=reverse1)
     _dst_chip(dst, loc, "tensor_scalar")
     eng = _engine_arg(engine, "tensor_scalar", loc)
     d, a = _tiles(loc, "tensor_scalar", dst, data)
@@ -1682,6 +1706,7 @@ def tensor_scalar_reduce(
     from ``reduce_init``), read out into ``reduce_res`` (negated with ``reduce_res_negate``)
     when given [nki-0x.md §4.6, §6.3]."""
     loc = caller_loc()
+    _flags("tensor_scalar_reduce", loc, reverse0=reverse0, reduce_res_negate=reduce_res_negate)
     _dst_chip(dst, loc, "tensor_scalar_reduce")
     cmd = ACC.command(reduce_cmd, loc, "tensor_scalar_reduce")
     if reduce_init is not None and cmd != "load_reduce":
@@ -1731,6 +1756,36 @@ def tensor_scalar_reduce(
 
 def _invalid(op: str, why: str, loc: SourceLoc) -> NkiError:
     return NkiError("err_invalid_argument", loc, op=f"nisa.{op}", why=why)
+
+
+def _flag(value, label: str, op: str, loc: SourceLoc, *, none: bool = False):
+    """A yes/no option read by truth value, as NKI reads it (``accumulate=(i > 0)``, 0, 1,
+    numpy bools), or None when ``none``; an array, a tensor or a sequence has no one truth
+    value: ``err_invalid_argument``, not numpy's ValueError from inside nkikit."""
+    if value is None and none:
+        return None
+    if isinstance(value, bool | int | float | np.bool_ | np.number) and np.ndim(value) == 0:
+        return bool(value)
+    allowed = "True, False or None" if none else "True or False"
+    raise _invalid(op, f"{label} must be {allowed}, got {got_type(value)}", loc)
+
+
+def _flags(op: str, loc: SourceLoc, **flags) -> None:
+    """:func:`_flag` of each yes/no option of instruction ``op``."""
+    for label, value in flags.items():
+        _flag(value, label, op, loc)
+
+
+def _tile_pair(value, label: str, op: str, loc: SourceLoc) -> tuple:
+    """A TensorE tiling option (``tile_position``, ``tile_size``): () when not given (None or
+    empty), else a (row, column) pair of integers."""
+    if value is None or (isinstance(value, tuple | list) and not value):
+        return ()
+    if isinstance(value, tuple | list) and len(value) == 2:
+        if all(isinstance(v, int | np.integer) and not isinstance(v, bool) for v in value):
+            return (int(value[0]), int(value[1]))
+    got = repr(value) if isinstance(value, tuple | list) else got_type(value)
+    raise _invalid(op, f"{label} must be a (row, column) pair of integers, got {got}", loc)
 
 
 def _number(x, loc: SourceLoc, op: str, why: str, kind=float, or_tensor: bool = False):
@@ -1802,6 +1857,7 @@ def scalar_tensor_tensor(
     """``dst = (data op0 operand0) op1 operand1``: operand0 a scalar or (P, 1) tensor, operand1
     a tensor like ``data`` (VectorE)."""
     loc = caller_loc()
+    _flags("scalar_tensor_tensor", loc, reverse0=reverse0, reverse1=reverse1)
     _dst_chip(dst, loc, "scalar_tensor_tensor")
     _arithmetic("scalar_tensor_tensor", loc, op0=op0, op1=op1)
     d, a, t1 = _tiles(loc, "scalar_tensor_tensor", dst, data, operand1)
@@ -1830,6 +1886,7 @@ def _reciprocal(dst, data) -> NkiInstruction:
 def tensor_reduce(dst, op, data, axis, negate=False, keepdims=False, name=None) -> NkiInstruction:
     """Reduce ``data`` over its trailing free axes ``axis`` with ``op`` (VectorE)."""
     loc = caller_loc()
+    _flags("tensor_reduce", loc, negate=negate, keepdims=keepdims)
     _dst_chip(dst, loc, "tensor_reduce")
     require_tensor(data, loc, "nisa.tensor_reduce", "data")
     nd = data.ndim
@@ -1916,6 +1973,7 @@ def tensor_tensor_scan(
 ) -> NkiInstruction:
     """Per-partition scan: ``r[i] = op1(op0(data0[i], r[i-1]), data1[i])``, ``r[-1] = initial``."""
     loc = caller_loc()
+    _flags("tensor_tensor_scan", loc, reverse0=reverse0, reverse1=reverse1)
     _dst_chip(dst, loc, "tensor_tensor_scan")
     _arithmetic("tensor_tensor_scan", loc, op0=op0, op1=op1)
     d, a, b = _tiles(loc, "tensor_tensor_scan", dst, data0, data1)
@@ -1942,6 +2000,7 @@ def select_reduce(
     """``dst = where(predicate, on_true, on_false)``; its row maximum goes into the VectorE
     accumulators as ``reduce_cmd`` says, read out into ``reduce_res`` when given."""
     loc = caller_loc()
+    _flags("select_reduce", loc, reverse_pred=reverse_pred)
     _dst_chip(dst, loc, "select_reduce")
     cmd = ACC.command(reduce_cmd, loc, "select_reduce")
     d, p, t = _tiles(loc, "select_reduce", dst, predicate, on_true)
@@ -2266,6 +2325,7 @@ def activate2(
     into the ScalarE accumulators as ``reduce_cmd`` says, read out into ``reduce_res`` when
     given [nki-0x.md §4.10 activate2, §6.3]."""
     loc = caller_loc()
+    _flags("activate2", loc, reverse0=reverse0, reverse1=reverse1)
     _dst_chip(dst, loc, "activate2")
     cmd = ACC.command(reduce_cmd, loc, "activate2")
     d, a = _tiles(loc, "activate2", dst, data)
