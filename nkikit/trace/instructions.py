@@ -261,6 +261,22 @@ _PLAIN = frozenset({str, int, bool, type(None)})
 _COMPARISONS = frozenset(("equal", "not_equal", "greater", "greater_equal", "less", "less_equal"))
 
 
+def _whole_number(label: str, v, op: str, loc: SourceLoc) -> int:
+    """An integer option given at trace time (an integral float reads as its integer)."""
+    if isinstance(v, int | np.integer) and not isinstance(v, bool | np.bool_):
+        return int(v)
+    if isinstance(v, float | np.floating) and np.isfinite(v) and float(v).is_integer():
+        return int(v)
+    raise _invalid(op, loc, f"{label} must be an integer, got {v!r}"[:200])
+
+
+def _real(label: str, v, op: str, loc: SourceLoc) -> float:
+    """A number given at trace time (an immediate, a fill value) as a Python float."""
+    if isinstance(v, int | float | np.integer | np.floating) and not isinstance(v, bool):
+        return float(v)
+    raise _invalid(op, loc, f"{label} must be a number, got {v!r}"[:200])
+
+
 def _invalid(prim: str, loc: SourceLoc, why: str) -> NkiError:
     return NkiError("err_invalid_argument", loc, op=f"nisa.{prim}", why=why)
 
@@ -792,6 +808,7 @@ def emit_range_select(
     ``nl.fp32.min``); bounds are scalar operands.  With ``reduce_res``, also the row maximum
     (``reduce_op``: np.max, the only one) into it (VectorE)."""
     # compared in fp32, where the ISA holds it: -3.4028235e38 written in a kernel is the same
+    on_false = _real("on_false_value", on_false, "range_select", loc)
     if np.float32(on_false) != np.float32(FP32_MIN):
         raise _invalid(
             "range_select",
@@ -810,7 +827,7 @@ def emit_range_select(
         "comp_op0": cmps[0],
         "comp_op1": cmps[1],
         "on_false": float(on_false),
-        "range_start": int(range_start),
+        "range_start": _whole_number("range_start", range_start, "range_select", loc),
         "reduce_op": max_reduce_op("range_select", reduce_op, loc),
     }
     _elementwise("range_select", loc, [dst], on_true_tile)
@@ -983,6 +1000,9 @@ def emit_rng(dst: Access, *, engine: str | None = None, loc: SourceLoc, key: tup
 def emit_rand2(dst: Access, lo: Scalar, hi: Scalar, *, loc: SourceLoc, key: tuple = ()) -> Op:
     """``dst`` uniform in ``[lo, hi]`` (fp32 immediates, or (P, 1) fp32 tiles), from the
     VectorE's generator.  Immediates must satisfy ``lo < hi`` (``err_invalid_argument``)."""
+    for label, v in (("min", lo), ("max", hi)):
+        if not isinstance(v, Access):
+            _real(label, v, "rand2", loc)
     if not isinstance(lo, Access) and not isinstance(hi, Access) and not float(lo) < float(hi):
         raise _invalid("rand2", loc, f"min must be less than max, got min={lo} max={hi}")
     _same_partitions("rand2", loc, dst, lo, hi)
@@ -1149,7 +1169,7 @@ def emit_affine_select(
     """``dst = on_true_tile`` where the affine predicate ``pred`` of the tile axes holds, else
     ``on_false``, on the GpSimd (SBUF only)."""
     _elementwise("affine_select", loc, [dst], on_true_tile)
-    attrs = {"pred": pred, "on_false": float(on_false)}
+    attrs = {"pred": pred, "on_false": _real("on_false_value", on_false, "affine_select", loc)}
     return _emit("affine_select", [dst], [on_true_tile], attrs, mask, loc)
 
 

@@ -253,6 +253,22 @@ def _range_select_add(x):
     )
 
 
+def _range_select_nan_start(x):
+    a, b = _ones((4, 8)), _ones((4, 1))
+    cmp = {"comp_op0": nl.greater_equal, "comp_op1": nl.less, "bound0": b, "bound1": b}
+    nisa.range_select(dst=_sb((4, 8)), on_true_tile=a, **cmp, range_start=float("nan"))  # <-
+
+
+def _range_select_str_fill(x):
+    a, b = _ones((4, 8)), _ones((4, 1))
+    cmp = {"comp_op0": nl.greater_equal, "comp_op1": nl.less, "bound0": b, "bound1": b}
+    nisa.range_select(dst=_sb((4, 8)), on_true_tile=a, **cmp, on_false_value="min")  # <-
+
+
+def _rand2_str_bound(x):
+    nisa.rand2(dst=_sb((4, 8)), min="0", max=1.0)  # <-
+
+
 def _tensor_scalar_missing_operand(x):
     a = _ones((4, 8))
     nisa.tensor_scalar(dst=_sb((4, 8)), data=a, op0=nl.multiply, operand0=None)  # <-
@@ -314,6 +330,9 @@ def _matmul_mx_str_tile_size(x):
     "body",
     [
         _partition_reduce_no_op,
+        _range_select_nan_start,
+        _range_select_str_fill,
+        _rand2_str_bound,
         _matmul_array_accumulate,
         _matmul_array_is_transpose,
         _matmul_array_tile_position,
