@@ -12,6 +12,7 @@ from contextlib import contextmanager
 
 import ml_dtypes
 import numpy as np
+from numpy.lib.stride_tricks import as_strided as _as_strided
 
 bool_ = np.dtype(np.bool_)
 int8 = np.dtype(np.int8)
@@ -268,6 +269,17 @@ def round_to(x: np.ndarray, dt: np.dtype) -> np.ndarray:
         return np.clip(xf, info.min, info.max).astype(dt)
     info = np.iinfo(dt)
     return np.clip(x, info.min, info.max).astype(dt)
+
+
+def as_strided(x: np.ndarray, shape: tuple[int, ...], strides) -> np.ndarray:
+    """numpy's ``as_strided`` for every dtype of the simulators' memory.  numpy rebuilds the
+    view from ``__array_interface__``, whose type string it cannot read back for some
+    ml_dtypes types (``float8_e5m2`` reports ``'<f1'``): those go through the unsigned
+    integer of their width, which views the same bytes."""
+    if x.dtype.isbuiltin == 1 or x.dtype.kind == "V":  # numpy's own, or read back as bytes
+        return _as_strided(x, shape, strides)
+    word = np.dtype(f"u{x.dtype.itemsize}")
+    return _as_strided(x.view(word), shape, strides).view(x.dtype)
 
 
 def to_f32(x: np.ndarray) -> np.ndarray:

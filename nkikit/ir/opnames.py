@@ -44,8 +44,9 @@ def op_name(op: object, kind: str = "alu", valid: Collection[str] | None = None)
     ``valid``: the names the caller takes, instead of every name of the kind (an
     instruction with operators of its own: ``tensor_partition_reduce``'s ``average``)."""
     if op is None:
-        name = "bypass" if kind == "alu" else "copy"
-        if valid is None or name in valid:
+        # no operator: the ALU passes its input on, the activation copies; a reduction has none
+        name = {"alu": "bypass", "activation": "copy"}.get(kind, "")
+        if name and (valid is None or name in valid):
             return name
     elif isinstance(op, str):
         name = op

@@ -131,9 +131,20 @@ REDUCE = {
 }
 
 
+# the ALU ops that read only their first operand
+UNARY = frozenset({"bypass", "abs", "invert", "logical_not", "reciprocal", "rsqrt"})
+
+
 def alu(name: str, a, b, reverse: bool = False):
     fn = ALU[name]
-    return fn(b, a) if reverse else fn(a, b)
+    if not reverse:
+        return fn(a, b)
+    y = fn(b, a)
+    if name in UNARY:
+        # reversed, a unary op reads only the (scalar or per-partition) operand: every element
+        # of the result is that operand's value
+        y = np.broadcast_to(y, np.broadcast_shapes(np.shape(a), np.shape(b)))
+    return y
 
 
 def reduce(

@@ -16,7 +16,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
-from numpy.lib.stride_tricks import as_strided
 
 from .. import dtypes
 from ..errors import NkiError, NkiInternalError
@@ -185,7 +184,7 @@ class Interpreter:
             first.append(slice(b, None))
         # the tile's first element, and from there the steps of each tile axis (bounds are
         # checked above, so every element the view reaches lies inside the tensor)
-        return as_strided(store[tuple(first)], plan.shape, strides)
+        return dtypes.as_strided(store[tuple(first)], plan.shape, strides)
 
     def read(self, access: Access, env: dict, op: Op, valid=None) -> np.ndarray:
         store = self.storage(access.tensor)

@@ -13,6 +13,8 @@ import nkikit.nki as nki
 import nkikit.nki.isa as nisa
 import nkikit.nki.language as nl
 from nkikit.errors import NkiError
+from nkikit.sim import fast
+from nkikit.sim.interp import simulate as reference
 
 P, F = 128, 64
 
@@ -44,6 +46,28 @@ def test_tensor_tensor_and_scalar_ops():
     np.testing.assert_allclose(r2, (X + COL) * 2.0, rtol=1e-6)
     np.testing.assert_array_equal(r3, np.maximum(X - 1.0, Y))
     np.testing.assert_array_equal(r4, 3.0 - X)
+
+
+@pytest.mark.parametrize(
+    ("op", "fn"), [(None, lambda v: v), (nl.abs, abs), (nl.reciprocal, lambda v: 1 / v)]
+)
+def test_a_reversed_unary_operator_reads_only_the_operand(op, fn):
+    # reversed, operand0 is the operator's first input: a unary one fills the tile with op(operand0)
+    @nki.jit
+    def k(x, c):
+        a, b = _load(x), _load(c)
+        by_scalar = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_scalar(dst=by_scalar, data=a, op0=op, operand0=-4.0, reverse0=True)
+        by_vector = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_scalar(dst=by_vector, data=a, op0=op, operand0=b, reverse0=True)
+        return _store(by_scalar), _store(by_vector)
+
+    scalar, vector = k(X, COL)
+    np.testing.assert_array_equal(scalar, np.full((P, F), fn(-4.0), np.float32))
+    np.testing.assert_array_equal(vector, np.broadcast_to(fn(COL), (P, F)).astype(np.float32))
+    ir, _ = k.specialize(X, COL)
+    (want_s, want_v), (got_s, got_v) = reference(ir, [X, COL]), fast.simulate(ir, [X, COL])
+    assert np.array_equal(want_s, got_s) and np.array_equal(want_v, got_v)
 
 
 def test_activation_with_reduce_and_bias():

@@ -265,6 +265,27 @@ def _range_select_str_fill(x):
     nisa.range_select(dst=_sb((4, 8)), on_true_tile=a, **cmp, on_false_value="min")  # <-
 
 
+def _tensor_reduce_no_op(x):
+    nisa.tensor_reduce(dst=_sb((4, 1)), op=None, data=_ones((4, 8)), axis=1)  # <-
+
+
+def _activation_number_reduce_res(x):
+    a = _ones((4, 8))
+    nisa.activation(dst=_sb((4, 8)), op=nl.exp, data=a, reduce_op=nl.add, reduce_res=-1)  # <-
+
+
+def _local_gather_tuple_count(x):
+    src, ix = _ones((16, 8)), _sb((16, 4), nl.uint16)
+    nisa.memset(dst=ix, value=0)
+    nisa.local_gather(dst=_sb((16, 64)), src_buffer=src, index=ix, num_valid_indices=())  # <-
+
+
+def _matmul_tiled_scalar_stationary(x):
+    acc = nl.ndarray((128, 8), dtype=nl.float32, buffer=nl.psum)
+    m = _ones((128, 8))
+    nisa.nc_matmul(acc, -1, m, tile_position=(0, 0), tile_size=(128, 128))  # <-
+
+
 def _rand2_str_bound(x):
     nisa.rand2(dst=_sb((4, 8)), min="0", max=1.0)  # <-
 
@@ -330,6 +351,10 @@ def _matmul_mx_str_tile_size(x):
     "body",
     [
         _partition_reduce_no_op,
+        _tensor_reduce_no_op,
+        _activation_number_reduce_res,
+        _local_gather_tuple_count,
+        _matmul_tiled_scalar_stationary,
         _range_select_nan_start,
         _range_select_str_fill,
         _rand2_str_bound,

@@ -229,11 +229,13 @@ def _scalar_or_vector(x, loc: SourceLoc, what: str, like: Access | None = None) 
     )
 
 
-def _reduce_res(x, data: Access, loc: SourceLoc) -> Access:
-    """The (P, 1) tensor a reduction is read out into.  A ``reduce_res`` view with more
-    partitions than the data receives the data's partitions (its first P; the engine has no
-    accumulator values for lanes the instruction did not use, and the NKI Library passes such
-    views), the rest of it is left as it was."""
+def _reduce_res(x, data: Access, loc: SourceLoc, op: str) -> Access:
+    """The (P, 1) tensor instruction ``op`` reads a reduction out into.  A ``reduce_res`` view
+    with more partitions than the data receives the data's partitions (its first P; the engine
+    has no accumulator values for lanes the instruction did not use, and the NKI Library passes
+    such views), the rest of it is left as it was."""
+    if not isinstance(x, NkiTensor):
+        require_tensor(x, loc, f"nisa.{op}", "reduce_res")
     return _scalar_or_vector(_lanes(x, data), loc, "reduce_res")
 
 
@@ -1523,6 +1525,8 @@ def _check_tiling(tile_position, tile_size, stationary: NkiTensor, loc: SourceLo
             op="nisa.nc_matmul",
             why=f"the tile at {tile_position} of size {tile_size} leaves the 128 x 128 PE array",
         )
+    if not isinstance(stationary, NkiTensor):
+        require_tensor(stationary, loc, "nisa.nc_matmul", "stationary")
     p = stationary.shape[0]
     free = stationary.size // max(p, 1)
     if p > rows or free > cols:
@@ -1723,7 +1727,7 @@ def tensor_scalar_reduce(
             loc,
         )
     d, a = _tiles(loc, "tensor_scalar_reduce", dst, data)
-    r = None if reduce_res is None else _reduce_res(reduce_res, a, loc)
+    r = None if reduce_res is None else _reduce_res(reduce_res, a, loc, "tensor_scalar_reduce")
     init = None if reduce_init is None else _scalar_or_vector(reduce_init, loc, "reduce_init")
     chain = ACC.Chain(
         "vector",
@@ -2015,7 +2019,7 @@ def select_reduce(
         )
     _not_both_psum(t, p, "select_reduce", "on_true and predicate", loc)
     f = _scalar_or_vector(on_false, loc, "on_false", t)
-    r = None if reduce_res is None else _reduce_res(reduce_res, p, loc)
+    r = None if reduce_res is None else _reduce_res(reduce_res, p, loc, "select_reduce")
     if r is not None and dtypes.is_int(r.dtype):
         raise NkiError(
             "err_unsupported_dtype",
@@ -2067,7 +2071,7 @@ def range_select(
     for role, b in (("bound0", b0), ("bound1", b1)):
         if isinstance(b, Access):
             _dtype_in(b, _F32, "range_select", role, loc)
-    r = None if reduce_res is None else _reduce_res(reduce_res, a, loc)
+    r = None if reduce_res is None else _reduce_res(reduce_res, a, loc, "range_select")
     red = E.max_reduce_op("range_select", reduce_op, loc)
     chain = ACC.Chain("vector", cmd, red, a.shape[0], r, loc=loc, op="range_select")
     op = E.emit_range_select(
@@ -2142,6 +2146,7 @@ def nc_stream_shuffle(dst, src, shuffle_mask, name=None) -> NkiInstruction:
 def local_gather(dst, src_buffer, index, num_elem_per_idx=1, num_valid_indices=None, name=None):
     """GpSimd gather within each 16-partition group (see ``nkikit.isa.local_gather``)."""
     loc = caller_loc()
+    num_valid_indices = _index(num_valid_indices, "nisa.local_gather", loc)
     _dst_chip(dst, loc, "local_gather")
     d = _acc(dst, loc, "local_gather dst")
     s, ix = _acc(src_buffer, loc, "local_gather src"), _acc(index, loc, "local_gather index")
@@ -2294,7 +2299,7 @@ def _activation(dst, op, data, bias, scale, reduce_op, reduce_res, cmd, loc, wha
         red = op_name(reduce_op, "reduce")
     elif reduce_res is not None or cmd != "idle":
         red = "add"  # the ScalarE accumulators add [nki-0x.md §4.10]
-    r = None if reduce_res is None else _reduce_res(reduce_res, a, loc)
+    r = None if reduce_res is None else _reduce_res(reduce_res, a, loc, what)
     chain = ACC.Chain("scalar", cmd, red, a.shape[0], r, loc=loc, op=what)
     into = chain.into
     op_ = E.emit_activation(
@@ -2335,7 +2340,7 @@ def activate2(
     red = E.activate2_reduce_op(reduce_op, loc)
     if red is None and reduce_res is not None:
         raise _invalid("activate2", "reduce_res needs reduce_op (e.g. reduce_op=nl.add)", loc)
-    r = None if reduce_res is None else _reduce_res(reduce_res, a, loc)
+    r = None if reduce_res is None else _reduce_res(reduce_res, a, loc, "activate2")
     chain = ACC.Chain("scalar", cmd, red, a.shape[0], r, loc=loc, op="activate2")
     op_ = E.emit_activate2(
         d,
@@ -2374,7 +2379,7 @@ def exponential(
     cmd = ACC.command(reduce_cmd, loc, "exponential")
     d, a = _tiles(loc, "exponential", dst, src)
     m = _scalar_or_vector(_lanes(max_value, a), loc, "max_value", a)
-    r = None if reduce_res is None else _reduce_res(reduce_res, a, loc)
+    r = None if reduce_res is None else _reduce_res(reduce_res, a, loc, "exponential")
     if cmd != "load_reduce" and not (isinstance(reduce_init, int | float) and reduce_init == 0):
         raise _invalid("exponential", "reduce_init is only read by load_reduce", loc)
     init = _scalar_or_vector(_lanes(reduce_init, a), loc, "reduce_init")

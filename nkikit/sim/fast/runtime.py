@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from numpy.lib.stride_tricks import as_strided
 
 from ... import dtypes
 from ...ir.core import Kernel
@@ -77,7 +76,7 @@ def strided_view(x: np.ndarray, spec: tuple, shape: tuple[int, ...]) -> np.ndarr
     xs = x.strides
     for k, d, c in spec:
         strides[k] += c * xs[d]
-    return as_strided(x, shape, strides)
+    return dtypes.as_strided(x, shape, strides)
 
 
 def copy(view: np.ndarray, value: np.ndarray, dt: np.dtype) -> None:
