@@ -874,7 +874,10 @@ def _index(v, op: str, loc: SourceLoc | None = None, none: bool = True) -> int |
         and not isinstance(v, bool | np.bool_ | float | str)
         and hasattr(v, "__index__")
     ):
-        return v.__index__()
+        try:
+            return v.__index__()
+        except TypeError:  # an array of more than one element
+            pass
     raise NkiError(
         "err_invalid_argument",
         loc or caller_loc(),

@@ -1244,7 +1244,7 @@ def affine_select(
     loc = caller_loc()
     _dst_chip(dst, loc, "affine_select")
     require_tensor(on_true_tile, loc, "nisa.affine_select", "on_true_tile")
-    cmp = _CMP.get(op_name(cmp_op or "equal"))
+    cmp = _CMP.get(op_name("equal" if cmp_op is None else cmp_op))
     if cmp is None:
         raise NkiError(
             "err_invalid_argument",
