@@ -1,6 +1,8 @@
 """nkikit.nki.language: tile_size follows the target a kernel is traced for; loops are Python
 ranges; launch queries are ints; NKIObject classes are dataclass-like."""
 
+import inspect
+
 import numpy as np
 import pytest
 
@@ -220,3 +222,17 @@ def test_kernel_arguments_read_as_hbm_alone_and_shared_hbm_on_an_lnc_grid():
     np.testing.assert_array_equal(k(x), x)
     nki.cpu_simulate(k)[2](x=x)
     assert seen == [(True, False, True), (False, True, True), (False, True, True)]
+
+
+@pytest.mark.parametrize("module", [nl, nisa], ids=["language", "isa"])
+def test_star_import_gives_the_dialect_not_nkikit_helpers(module):
+    # every function `from nki.language import *` (or isa) gives is the dialect's own, defined
+    # in it; classes are the dialect's types and the enums shared with Beta 1
+    for name in module.__all__:
+        obj = getattr(module, name)
+        if inspect.isfunction(obj):
+            assert obj.__module__.startswith(module.__name__), (name, obj.__module__)
+        elif inspect.ismodule(obj):
+            assert obj.__name__.startswith(module.__name__ + "."), name
+        elif inspect.isclass(obj):
+            assert obj.__module__.startswith(("nkikit.nki", "nkikit.isa", "nkikit.language")), name

@@ -1,7 +1,8 @@
-"""Random misuse: any argument of any NKI 0.x instruction given a value of the wrong kind (an
-array, a string, a tuple, a nan, an integer too large, None, an arbitrary object) is refused
-with an NkiError -- or, for a call Python itself rejects, its own TypeError -- never an
-internal exception from inside nkikit.  Deterministic (derandomized hypothesis)."""
+"""Random misuse: any argument of any NKI 0.x instruction, ``nl`` function or tensor method
+given a value of the wrong kind (an array, a string, a tuple, a nan, an integer too large,
+None, an arbitrary object) is refused with an NkiError -- or, for a call Python itself
+rejects, its own TypeError -- never an internal exception from inside nkikit.
+Deterministic (derandomized hypothesis)."""
 
 import inspect
 import os
@@ -102,3 +103,80 @@ def test_a_bad_value_for_any_argument_is_refused_cleanly(data):
             f"nisa.{name}({param}={value!r}): {type(e).__name__} from "
             f"{inner.filename}:{inner.lineno}: {e}"
         )
+
+
+def _language_functions() -> list[str]:
+    return sorted(
+        n for n in nl.__all__ if inspect.isfunction(getattr(nl, n)) and n not in ("device_print",)
+    )
+
+
+TENSOR_METHODS = ["reshape", "ap", "view", "broadcast_to", "expand_dims", "permute",
+                  "transpose", "select", "flatten_dims", "split_dims", "squeeze", "bitcast",
+                  "astype", "__getitem__", "indirect", "swapaxes"]  # fmt: skip
+
+
+def _refused_cleanly(what: str, body) -> None:
+    @nki.jit
+    def k(x):
+        body()
+        out = nl.ndarray((16, 8), dtype=nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=_tile())
+        return out
+
+    try:
+        k(np.zeros((1, 1), np.float32))
+    except NkiError:
+        pass
+    except Exception as e:  # noqa: BLE001 - only Python's own refusal of the call is fine
+        inner = traceback.extract_tb(e.__traceback__)[-1]
+        assert not inner.filename.startswith(PACKAGE), (
+            f"{what}: {type(e).__name__} from {inner.filename}:{inner.lineno}: {e}"
+        )
+
+
+@settings(
+    max_examples=300, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
+)
+@given(data=st.data())
+def test_a_bad_value_for_a_language_function_is_refused_cleanly(data):
+    name = data.draw(st.sampled_from(_language_functions()))
+    fn = getattr(nl, name)
+    params = [
+        p
+        for p in inspect.signature(fn).parameters.values()
+        if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    ]
+    if not params:
+        return
+    param = data.draw(st.sampled_from([p.name for p in params]))
+    value = data.draw(st.sampled_from(BAD))
+    required = [p.name for p in params if p.default is inspect.Parameter.empty]
+    fill = {"shape": (16, 8), "dtype": nl.float32}
+
+    def body():
+        args = {p: fill[p] if p in fill else _tile() for p in required}
+        args[param] = value
+        fn(**args)
+
+    _refused_cleanly(f"nl.{name}({param}={value!r})", body)
+
+
+@settings(
+    max_examples=200, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
+)
+@given(
+    method=st.sampled_from(TENSOR_METHODS),
+    on_chip=st.booleans(),
+    value=st.sampled_from(BAD),
+    arity=st.sampled_from([1, 2]),
+)
+def test_a_bad_value_for_a_tensor_method_is_refused_cleanly(method, on_chip, value, arity):
+    def body():
+        if on_chip:
+            t = _tile()
+        else:
+            t = nl.ndarray((16, 8), dtype=nl.float32, buffer=nl.shared_hbm)
+        getattr(t, method)(*[value] * arity)
+
+    _refused_cleanly(f"tensor.{method}({value!r} x {arity})", body)

@@ -2570,8 +2570,12 @@ def _device_print(prefix: str, tensor: NkiTensor, loc: SourceLoc) -> None:
     E.emit_device_print(_acc(tensor, loc, "device_print"), prefix=prefix, loc=loc)
 
 
-__all__ = [
-    n
-    for n in dir()
-    if not n.startswith("_") and n not in ("annotations", "enum", "math", "np", "os", "dtypes")
-]
+# the dialect's names: not the modules and nkikit helpers this module works with
+_INTERNAL = {
+    "annotations", "enum", "math", "np", "os", "dtypes", "errors", "types", "mx", "random",
+    "registers", "scalars", "ACC", "Access", "Affine", "Axis", "E", "NkiError", "Predicate",
+    "SourceLoc", "CHECK_EVERY_CALL", "access_of", "caller_loc", "check_tensor_engine",
+    "current", "got_type", "maybe_current", "op_name", "require_tensor", "resolve_accumulate",
+    "warn_at", "local_gather_indices",
+}  # fmt: skip
+__all__ = [n for n in dir() if not n.startswith("_") and n not in _INTERNAL]

@@ -179,6 +179,10 @@ def ndarray(shape, dtype, buffer=sbuf, name: str = "", address=None) -> NkiTenso
     PSUM tensors placed on the same bytes share them in the verifier's capacity rule."""
     loc = caller_loc()
     b = current("nl.ndarray")
+    if type(name) is not str and name is not None:
+        raise NkiError(
+            "err_invalid_argument", loc, op="nl.ndarray", why=f"name must be a str, got {name!r}"
+        )
     # a dtype with metadata (tfloat32) equals its plain one: only plain dtypes are remembered
     plain = address is None and not name and isinstance(dtype, np.dtype) and not dtype.metadata
     if plain:
@@ -333,7 +337,12 @@ def zeros_like(x: NkiTensor, dtype=None, buffer=None, name: str = "") -> NkiTens
     if isinstance(x, _grids.NkiGrid):
         return _grids.grid_like(x, dtype, buffer, name, 0)
     require_tensor(x, caller_loc(), "nl.zeros_like", "x")
-    return zeros(x.shape, dtype or x.dtype, buffer=buffer or x.buffer, name=name)
+    return zeros(
+        x.shape,
+        x.dtype if dtype is None else dtype,
+        buffer=x.buffer if buffer is None else buffer,
+        name=name,
+    )
 
 
 def ones_like(x: NkiTensor, dtype=None, buffer=None, name: str = "") -> NkiTensor:
@@ -341,7 +350,12 @@ def ones_like(x: NkiTensor, dtype=None, buffer=None, name: str = "") -> NkiTenso
     if isinstance(x, _grids.NkiGrid):
         return _grids.grid_like(x, dtype, buffer, name, 1)
     require_tensor(x, caller_loc(), "nl.ones_like", "x")
-    return ones(x.shape, dtype or x.dtype, buffer=buffer or x.buffer, name=name)
+    return ones(
+        x.shape,
+        x.dtype if dtype is None else dtype,
+        buffer=x.buffer if buffer is None else buffer,
+        name=name,
+    )
 
 
 def empty_like(x: NkiTensor, dtype=None, buffer=None, name: str = "") -> NkiTensor:
@@ -350,7 +364,12 @@ def empty_like(x: NkiTensor, dtype=None, buffer=None, name: str = "") -> NkiTens
     if isinstance(x, _grids.NkiGrid):
         return _grids.grid_like(x, dtype, buffer, name, None)
     require_tensor(x, caller_loc(), "nl.empty_like", "x")
-    return ndarray(x.shape, dtype or x.dtype, buffer=buffer or x.buffer, name=name)
+    return ndarray(
+        x.shape,
+        x.dtype if dtype is None else dtype,
+        buffer=x.buffer if buffer is None else buffer,
+        name=name,
+    )
 
 
 def shared_constant(constant, dtype=None) -> NkiTensor:
@@ -472,6 +491,14 @@ def dynamic_range(start, stop=None, step=1):
 def fori_loop(lower, upper, body_fun, step: int = 1, unroll: bool = False) -> None:
     """``for i in range(lower, upper, step): body_fun(i)``: bounds ints (unrolled at trace
     time) or registers (a device loop whose trip count the kernel computes)."""
+    _body_function(body_fun, "nl.fori_loop")
+    if not isinstance(unroll, builtins.bool | builtins.int | np.bool_ | np.integer):
+        raise NkiError(
+            "err_invalid_argument",
+            caller_loc(),
+            op="nl.fori_loop",
+            why=f"unroll must be True or False, got {type(unroll).__name__}",
+        )
     if not unroll:
         _not_in_no_reorder("nl.fori_loop", caller_loc())
     if _device_loops.is_register(lower) or _device_loops.is_register(upper):
@@ -492,8 +519,19 @@ def fori_loop(lower, upper, body_fun, step: int = 1, unroll: bool = False) -> No
 def while_loop(init, body_fun) -> None:
     """``r = init; while r != 0: r = body_fun(r)`` on the device (``init`` a register or an
     int; ``body_fun`` returns the register of the next condition)."""
+    _body_function(body_fun, "nl.while_loop")
     _not_in_no_reorder("nl.while_loop", caller_loc())
     _device_loops.while_loop(init, body_fun, caller_loc())
+
+
+def _body_function(body_fun, api: str) -> None:
+    if not callable(body_fun):
+        raise NkiError(
+            "err_invalid_argument",
+            caller_loc(),
+            op=api,
+            why=f"body_fun must be a function, got {type(body_fun).__name__}",
+        )
 
 
 def _trace_time_ints(*xs) -> None:
@@ -628,7 +666,7 @@ def rand(shape, dtype, buffer=sbuf, name: str = "") -> NkiTensor:
     from ._ops import multiply
 
     loc = caller_loc()
-    dt = _dt.as_dtype(dtype)
+    dt = _as_dtype(dtype, loc, "nl.rand")
     buf = buffer.name if type(buffer) is Buffer else _buffer_name(buffer, loc)
     if not _dt.is_float(dt) or buf in HBM_BUFFERS:
         raise NkiError(
@@ -655,5 +693,11 @@ from ._ops import OPS as _OPS  # noqa: E402
 from .dtypes import bool  # noqa: E402, A004
 
 _ = (bfloat16, float32, int32)
-__all__ = [n for n in dir() if not n.startswith("_")]
+# the dialect's names: not the modules and nkikit helpers this module works with
+_INTERNAL = {
+    "annotations", "builtins", "contextmanager", "math", "np", "TYPE_CHECKING", "device_loops",
+    "grids", "HBM_BUFFERS", "NkiError", "SourceLoc", "buffer_of", "caller_loc", "current",
+    "got_type", "require_tensor",
+}  # fmt: skip
+__all__ = [n for n in dir() if not n.startswith("_") and n not in _INTERNAL]
 del _OPS

@@ -14,7 +14,7 @@ import numpy as np
 
 from ...errors import NkiError, caller_loc
 from ...ir.opnames import ACTIVATIONS, ALU_OPS
-from ..tensor import NkiTensor, require_tensor
+from ..tensor import NkiTensor, as_dtype, require_tensor
 
 _SCALAR = (int, float, np.integer, np.floating)  # numpy scalars, as NKI takes them
 
@@ -43,7 +43,7 @@ def _operand(x, op: str, what: str) -> None:
 def _new_like(x: NkiTensor, dtype):
     from . import ndarray, sbuf
 
-    return ndarray(x.shape, dtype or x.dtype, buffer=sbuf)
+    return ndarray(x.shape, x.dtype if dtype is None else dtype, buffer=sbuf)
 
 
 def _make_binary(name: str):
@@ -132,7 +132,7 @@ def _reduce_wrapper(name: str, op: str):
         if not keepdims:
             kept = tuple(n for d, n in enumerate(x.shape) if d not in axes)
             shape = kept if len(kept) >= 2 else (x.shape[0], 1)
-        out = ndarray(shape, dtype or x.dtype, buffer=sbuf)
+        out = ndarray(shape, x.dtype if dtype is None else dtype, buffer=sbuf)
         isa.tensor_reduce(out, OPS[op], x, axes, keepdims=keepdims)
         if name == "mean":
             n = 1
@@ -159,7 +159,7 @@ def load(src: NkiTensor, dtype=None) -> NkiTensor:
 
     _operand(src, "load", "src")
     shape = src.shape if len(src.shape) >= 2 else (src.shape[0], 1)
-    out = ndarray(shape, dtype or src.dtype, buffer=sbuf)
+    out = ndarray(shape, src.dtype if dtype is None else dtype, buffer=sbuf)
     isa.dma_copy(out, src)
     return out
 
@@ -187,7 +187,7 @@ def transpose(x: NkiTensor, dtype=None) -> NkiTensor:
     from . import ndarray, psum
 
     _operand(x, "transpose", "x")
-    out = ndarray((x.shape[1], x.shape[0]), dtype or x.dtype, buffer=psum)
+    out = ndarray((x.shape[1], x.shape[0]), x.dtype if dtype is None else dtype, buffer=psum)
     isa.nc_transpose(out, x)
     return out
 
@@ -199,6 +199,13 @@ def matmul(x: NkiTensor, y: NkiTensor, transpose_x: bool = False) -> NkiTensor:
 
     _operand(x, "matmul", "x")
     _operand(y, "matmul", "y")
+    if not isinstance(transpose_x, bool | int | np.bool_ | np.integer):
+        raise NkiError(
+            "err_invalid_argument",
+            caller_loc(),
+            op="nl.matmul",
+            why=f"transpose_x must be True or False, got {type(transpose_x).__name__}",
+        )
     if not transpose_x:
         xt_psum = transpose(x)
         xt = ndarray(xt_psum.shape, x.dtype, buffer=sbuf)
@@ -252,10 +259,12 @@ def broadcast_to(x, shape, dtype=None) -> NkiTensor:
     loc = caller_loc()
     _operand(x, "broadcast_to", "x")
     target = _shape_of(shape, x, "broadcast_to", loc)
+    if dtype is not None:
+        dtype = as_dtype(dtype, loc, "nl.broadcast_to")
     if target == tuple(x.shape) and (dtype is None or dtype == x.dtype):
         return x
     src = _spread(x, target)
-    out = _new_shape(target, dtype or x.dtype)
+    out = _new_shape(target, x.dtype if dtype is None else dtype)
     if target[0] == x.shape[0]:
         isa.tensor_copy(out, src)
         return out
@@ -342,7 +351,9 @@ def where(condition, x, y, dtype=None) -> NkiTensor:
         if not isinstance(v, _SCALAR):
             _operand(v, "where", what)
     like = next((v for v in (x, y) if isinstance(v, NkiTensor)), condition)
-    out = _new_like(like if like is not condition else condition, dtype or like.dtype)
+    out = _new_like(
+        like if like is not condition else condition, (like.dtype if dtype is None else dtype)
+    )
     if isinstance(y, _SCALAR):
         isa.memset(out, float(y))
     else:
@@ -380,7 +391,7 @@ def rms_norm(x, w, axis, n, epsilon=1e-6, dtype=None, compute_dtype=None) -> Nki
 
     _operand(x, "rms_norm", "x")
     _operand(w, "rms_norm", "w")
-    cdt = compute_dtype or float32
+    cdt = float32 if compute_dtype is None else compute_dtype
     axes = _axes(x, axis, "rms_norm")
     sq = _new_shape(x.shape, cdt)
     isa.tensor_tensor(sq, x, x, OPS["multiply"])
@@ -415,7 +426,7 @@ def var(x, axis, dtype=None, keepdims=False) -> NkiTensor:
     d = _new_shape(x.shape, float32)
     isa.tensor_tensor(d, x, _spread(mu, x.shape), OPS["subtract"])
     isa.tensor_tensor(d, d, d, OPS["multiply"])
-    out = _stat(d, "add", axes, dtype or x.dtype)
+    out = _stat(d, "add", axes, x.dtype if dtype is None else dtype)
     isa.tensor_scalar(out, out, OPS["multiply"], 1.0 / count)
     return out
 
@@ -429,7 +440,7 @@ def all(x, axis, dtype=None) -> NkiTensor:  # noqa: A001
     _operand(x, "all", "x")
     nz = _new_shape(x.shape, float32)
     isa.tensor_scalar(nz, x, OPS["not_equal"], 0.0)
-    return min(nz, axis, dtype=dtype or x.dtype)
+    return min(nz, axis, dtype=x.dtype if dtype is None else dtype)
 
 
 def dropout(x, rate, dtype=None) -> NkiTensor:
@@ -456,6 +467,8 @@ def load_transpose2d(src, dtype=None) -> NkiTensor:
             op="nl.load_transpose2d",
             why=f"src must be a 2-D tensor, got shape {tuple(src.shape)}",
         )
+    if dtype is not None:
+        dtype = as_dtype(dtype, caller_loc(), "nl.load_transpose2d")
     out = _new_shape((src.shape[1], src.shape[0]), src.dtype)
     isa.dma_transpose(out, src, axes=(1, 0))
     return out if dtype is None or dtype == src.dtype else copy(out, dtype)

@@ -33,13 +33,12 @@ def _bound(x, loc: SourceLoc, api: str):
     if isinstance(x, VirtualRegister):
         return access_of(x.value_tile(loc, f"{api} bound"), loc, api)
     if isinstance(x, int | np.integer) and not isinstance(x, bool):
-        return int(x)
-    raise NkiError(
-        "err_invalid_argument",
-        loc,
-        op=api,
-        why=f"a loop bound must be an int or a register, got {type(x).__name__}",
-    )
+        if -(2**31) <= x < 2**32:  # a 32-bit register holds it
+            return int(x)
+        why = f"a loop bound must fit a 32-bit register, got {x}"
+    else:
+        why = f"a loop bound must be an int or a register, got {type(x).__name__}"
+    raise NkiError("err_invalid_argument", loc, op=api, why=why)
 
 
 def _step(step, loc: SourceLoc, api: str) -> int:
