@@ -88,10 +88,19 @@ def _engine_arg(e) -> str | None:
     """The engine name an ``engine=`` argument (a ``nisa.engine`` member, its value, or a
     name) asks for; None for the default (``engine.unknown``).  Whether the instruction runs
     there is its record's business (the emit layer checks)."""
-    if e is None or e == engine.unknown or e == 0:
+    if e is None:
         return None
     if isinstance(e, str):
         return e
+    if not isinstance(e, int | np.integer):  # an enum member is an int
+        raise NkiError(
+            "err_invalid_argument",
+            caller_loc(),
+            op="engine",
+            why=f"engine={e!r} is not a nisa.engine member"[:200],
+        )
+    if e == engine.unknown or e == 0:
+        return None
     try:
         return engine(e).name
     except ValueError:
@@ -288,7 +297,7 @@ def _activation(op, data, bias, scale, reduce_op, reduce_res, loc, dtype, mask, 
     fn = op_name(op, "activation")  # names the result tile (exp, tanh, ...)
     b = 0.0 if bias is None else operand(bias, loc, "activation bias")
     s = operand(scale, loc, "activation scale")
-    tile, out = new_tile(a.shape, dtype or a.dtype, loc, fallback=fn)
+    tile, out = new_tile(a.shape, a.dtype if dtype is None else dtype, loc, fallback=fn)
     m = mask_of(mask, loc)
     if ACC.command(cmd, loc, "activation") == "idle":  # the instruction's own reduction
         r = None if reduce_res is None else _tile(reduce_res, loc, "reduce_res")
@@ -375,7 +384,7 @@ def tensor_scalar(
     a = _tile(data, loc, "tensor_scalar")
     s0 = operand(operand0, loc)
     s1 = None if operand1 is None else operand(operand1, loc)
-    tile, out = new_tile(a.shape, dtype or a.dtype, loc, fallback="ts")
+    tile, out = new_tile(a.shape, a.dtype if dtype is None else dtype, loc, fallback="ts")
     E.emit_tensor_scalar(
         out,
         a,
@@ -398,7 +407,7 @@ def tensor_scalar_reduce(
     """``data op0 operand0`` plus a free-axis reduction of the result into ``reduce_res``."""
     loc = caller_loc()
     a = _tile(data, loc, "tensor_scalar_reduce")
-    tile, out = new_tile(a.shape, dtype or a.dtype, loc, fallback="tsr")
+    tile, out = new_tile(a.shape, a.dtype if dtype is None else dtype, loc, fallback="tsr")
     E.emit_tensor_scalar(
         out,
         a,
@@ -448,7 +457,9 @@ def tensor_partition_reduce(op, data, *, mask=None, dtype=None) -> Tile:
     """Reduce across partitions (GpSimd): (P, F) -> (1, F)."""
     loc = caller_loc()
     a = _tile(data, loc, "tensor_partition_reduce")
-    tile, out = new_tile((1,) + a.shape[1:], dtype or a.dtype, loc, fallback="preduce")
+    tile, out = new_tile(
+        (1,) + a.shape[1:], a.dtype if dtype is None else dtype, loc, fallback="preduce"
+    )
     E.emit_tensor_partition_reduce(out, a, op=op, mask=mask_of(mask, loc), loc=loc)
     return tile
 
@@ -494,7 +505,7 @@ def tensor_copy(src, *, mask=None, dtype=None, engine=engine.unknown) -> Tile:  
     """Copy (and cast) a tile on the Vector, Scalar or GpSimd engine."""
     loc = caller_loc()
     a = _tile(src, loc, "tensor_copy")
-    tile, out = new_tile(a.shape, dtype or a.dtype, loc, fallback="copy")
+    tile, out = new_tile(a.shape, a.dtype if dtype is None else dtype, loc, fallback="copy")
     m = mask_of(mask, loc)
     E.emit_tensor_copy(out, a, engine=_engine_arg(engine), mask=m, loc=loc)
     return tile
@@ -504,7 +515,7 @@ def reciprocal(data, *, mask=None, dtype=None) -> Tile:
     """1 / data on the VectorE."""
     loc = caller_loc()
     a = _tile(data, loc, "reciprocal")
-    tile, out = new_tile(a.shape, dtype or a.dtype, loc, fallback="reciprocal")
+    tile, out = new_tile(a.shape, a.dtype if dtype is None else dtype, loc, fallback="reciprocal")
     E.emit_reciprocal(out, a, mask=mask_of(mask, loc), loc=loc)
     return tile
 
@@ -547,7 +558,7 @@ def affine_select(pred, on_true_tile, on_false_value, *, mask=None, dtype=None) 
         from ..language.ops import copy_at
 
         a = copy_at(Tile(a), loc).access
-    tile, out = new_tile(a.shape, dtype or a.dtype, loc, fallback="select")
+    tile, out = new_tile(a.shape, a.dtype if dtype is None else dtype, loc, fallback="select")
     m = mask_of(mask, loc)
     on_false = scalar_arg(on_false_value, loc, "nisa.affine_select", "on_false_value")
     E.emit_affine_select(out, a, pred=pred.predicate, on_false=on_false, mask=m, loc=loc)
@@ -588,7 +599,7 @@ def range_select(
         loc,
         "range_select",
     )
-    tile, out = new_tile(a.shape, dtype or a.dtype, loc, fallback="range_select")
+    tile, out = new_tile(a.shape, a.dtype if dtype is None else dtype, loc, fallback="range_select")
     op = E.emit_range_select(
         out,
         a,
@@ -694,7 +705,7 @@ def dropout(data, prob, *, mask=None, dtype=None) -> Tile:
     simulation (seeded per kernel call)."""
     loc = caller_loc()
     a = _tile(data, loc, "dropout")
-    tile, out = new_tile(a.shape, dtype or a.dtype, loc, fallback="dropout")
+    tile, out = new_tile(a.shape, a.dtype if dtype is None else dtype, loc, fallback="dropout")
     E.emit_dropout(out, a, operand(prob, loc), mask=mask_of(mask, loc), loc=loc)
     return tile
 
@@ -733,7 +744,7 @@ def nc_match_replace8(*, data, vals, imm, dst_idx=None, mask=None, dtype=None) -
     """Replace the first occurrence of each of 8 values in every partition by ``imm``."""
     loc = caller_loc()
     a, v = _tile(data, loc, "nc_match_replace8"), _tile(vals, loc, "nc_match_replace8")
-    tile, out = new_tile(a.shape, dtype or a.dtype, loc, fallback="replaced")
+    tile, out = new_tile(a.shape, a.dtype if dtype is None else dtype, loc, fallback="replaced")
     idx = None if dst_idx is None else _tile(dst_idx, loc, "dst_idx")
     imm = scalar_arg(imm, loc, "nisa.nc_match_replace8", "imm")
     E.emit_nc_match_replace8(out, a, v, idx, imm=imm, mask=mask_of(mask, loc), loc=loc)

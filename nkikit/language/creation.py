@@ -130,17 +130,17 @@ def _like(a: object, api: str) -> Tile:
 
 def zeros_like(a: Tile, dtype=None, *, buffer=None, name: str = "") -> Tile:
     a = _like(a, "zeros")
-    return zeros(a.shape, dtype or a.dtype, buffer=buffer, name=name)
+    return zeros(a.shape, a.dtype if dtype is None else dtype, buffer=buffer, name=name)
 
 
 def ones_like(a: Tile, dtype=None, *, buffer=None, name: str = "") -> Tile:
     a = _like(a, "ones")
-    return ones(a.shape, dtype or a.dtype, buffer=buffer, name=name)
+    return ones(a.shape, a.dtype if dtype is None else dtype, buffer=buffer, name=name)
 
 
 def empty_like(a: Tile, dtype=None, *, buffer=None, name: str = "") -> Tile:
     a = _like(a, "empty")
-    return ndarray_at(a.shape, dtype or a.dtype, buffer, name, caller_loc())
+    return ndarray_at(a.shape, a.dtype if dtype is None else dtype, buffer, name, caller_loc())
 
 
 def shared_constant(constant, dtype=None) -> Tile:
@@ -174,6 +174,13 @@ def shared_constant(constant, dtype=None) -> Tile:
 
 def shared_identity_matrix(n: int, dtype=dtypes.uint8) -> Tile:
     """An n x n identity matrix in HBM."""
+    if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 1:
+        raise NkiError(
+            "err_invalid_argument",
+            caller_loc(),
+            op="nl.shared_identity_matrix",
+            why=f"n must be a positive int, got {n!r}"[:200],
+        )
     return shared_constant(np.eye(int(n)), dtype=dtype)
 
 

@@ -46,7 +46,7 @@ def load(src: Tile, *, mask=None, dtype=None) -> Tile:
         raise NkiError(
             "err_unsupported_memory", loc, op="load", what="src", allowed="HBM", got=a.tensor.buffer
         )
-    tile, out = new_tile(a.shape, dtype or a.dtype, loc, fallback="load")
+    tile, out = new_tile(a.shape, a.dtype if dtype is None else dtype, loc, fallback="load")
     E.emit_dma_copy(out, as_tile_access(a), mask=mask_of(mask, loc), loc=loc)
     return tile
 
@@ -74,7 +74,7 @@ def load_transpose2d(src: Tile, *, mask=None, dtype=None) -> Tile:
         )
     swap = {Axis(0): Affine.of(Axis(1)), Axis(1): Affine.of(Axis(0))}
     t_src = a.remap((a.shape[1], a.shape[0]), swap)
-    tile, out = new_tile(t_src.shape, dtype or a.dtype, loc, fallback="load_t")
+    tile, out = new_tile(t_src.shape, a.dtype if dtype is None else dtype, loc, fallback="load_t")
     # the mask is written over src's axes, the simulator reads it over the (transposed) output's
     m = mask_of(mask, loc)
     m = None if m is None else m.substitute(swap)
@@ -188,7 +188,7 @@ def copy(src, *, mask=None, dtype=None) -> Tile:
     """Copy a tile (e.g. PSUM -> SBUF), casting to ``dtype``."""
     loc = caller_loc()
     a = as_tile_access(access_of(src, loc, "copy"))
-    tile, out = new_tile(a.shape, dtype or a.dtype, loc, fallback="copy")
+    tile, out = new_tile(a.shape, a.dtype if dtype is None else dtype, loc, fallback="copy")
     E.emit_tensor_copy(out, a, mask=mask_of(mask, loc), loc=loc)
     return tile
 
@@ -284,7 +284,7 @@ def unary(name: str, x, dtype=None, mask=None, loc: SourceLoc | None = None) -> 
 
         return scalar_activation(name, scalar_arg(x, loc, name, "x"))
     a = as_tile_access(access_of(x, loc, name))
-    tile, out = new_tile(a.shape, dtype or a.dtype, loc, fallback=name)
+    tile, out = new_tile(a.shape, a.dtype if dtype is None else dtype, loc, fallback=name)
     E.emit_activation(out, a, 0.0, 1.0, op=name, mask=mask_of(mask, loc), loc=loc)
     return tile
 
@@ -368,9 +368,16 @@ def reciprocal(x, *, dtype=None, mask=None) -> Tile:
     """1 / x on the VectorE."""
     loc = caller_loc()
     if not isinstance(x, Tile):
+        if not isinstance(x, int | float | np.number) or isinstance(x, bool):
+            raise NkiError(
+                "err_invalid_argument",
+                loc,
+                op="nl.reciprocal",
+                why=f"x must be a tile or a number, got {type(x).__name__}",
+            )
         return 1.0 / x
     a = as_tile_access(access_of(x, loc, "reciprocal"))
-    tile, out = new_tile(a.shape, dtype or a.dtype, loc, fallback="reciprocal")
+    tile, out = new_tile(a.shape, a.dtype if dtype is None else dtype, loc, fallback="reciprocal")
     E.emit_reciprocal(out, a, mask=mask_of(mask, loc), loc=loc)
     return tile
 
@@ -450,12 +457,13 @@ def reduce(name, x, axis, dtype=None, mask=None, keepdims=False, negate=False, l
     name = op_name(name, "reduce")  # names the result tile (add, max, ...)
     a = as_tile_access(access_of(x, loc, name))
     axes = _axes(axis, len(a.shape), loc)
+    keepdims = E.flag(keepdims, "keepdims", "tensor_reduce", loc)
     shape = (
         tuple(1 if k in axes else s for k, s in enumerate(a.shape))
         if keepdims
         else tuple(s for k, s in enumerate(a.shape) if k not in axes)
     )
-    tile, out = new_tile(canon(shape), dtype or a.dtype, loc, fallback=name)
+    tile, out = new_tile(canon(shape), a.dtype if dtype is None else dtype, loc, fallback=name)
     E.emit_tensor_reduce(
         out,
         a,
@@ -493,7 +501,7 @@ def mean(x, axis=None, *, dtype=None, mask=None, keepdims=False) -> Tile:
     axes = _axes(axis, len(a.shape), loc)
     n = int(np.prod([a.shape[k] for k in axes]))
     s = reduce("add", x, axes, dtypes.float32, mask, keepdims, loc=loc)
-    return binary("multiply", s, 1.0 / n, dtype or a.dtype, mask, loc)
+    return binary("multiply", s, 1.0 / n, a.dtype if dtype is None else dtype, mask, loc)
 
 
 def var(x, axis=None, *, dtype=None, mask=None, keepdims=False) -> Tile:
@@ -507,7 +515,7 @@ def var(x, axis=None, *, dtype=None, mask=None, keepdims=False) -> Tile:
     centered = binary("subtract", x, m, dtypes.float32, mask, loc)
     sq = unary("square", centered, dtypes.float32, mask, loc)
     s2 = reduce("add", sq, axes, dtypes.float32, mask, keepdims, loc=loc)
-    return binary("multiply", s2, 1.0 / n, dtype or a.dtype, mask, loc)
+    return binary("multiply", s2, 1.0 / n, a.dtype if dtype is None else dtype, mask, loc)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -558,7 +566,7 @@ def matmul(x, y, *, transpose_x: bool = False, mask=None) -> Tile:
 
 def copy_at(x, loc: SourceLoc, dtype=None) -> Tile:
     a = as_tile_access(access_of(x, loc, "copy"))
-    tile, out = new_tile(a.shape, dtype or a.dtype, loc, fallback="copy")
+    tile, out = new_tile(a.shape, a.dtype if dtype is None else dtype, loc, fallback="copy")
     E.emit_tensor_copy(out, a, loc=loc)
     return tile
 
@@ -612,7 +620,7 @@ def softmax(x, axis=-1, *, dtype=None, compute_dtype=None, mask=None) -> Tile:
     neg_max = reduce("max", x, axis, dtypes.float32, mask, True, negate=True, loc=loc)
     e, s = activation_reduce_at("exp", x, neg_max, "add", dtypes.float32, loc)
     r = reciprocal_at(s, loc)
-    return binary("multiply", e, r, dtype or a.dtype, mask, loc)
+    return binary("multiply", e, r, a.dtype if dtype is None else dtype, mask, loc)
 
 
 def rms_norm(
@@ -639,7 +647,7 @@ def rms_norm(
     wt = w
     if isinstance(w, Tile) and w.shape[0] != a.shape[0]:
         wt = broadcast_to(w, a.shape)
-    return binary("multiply", y, wt, dtype or a.dtype, mask, loc)
+    return binary("multiply", y, wt, a.dtype if dtype is None else dtype, mask, loc)
 
 
 def activation_reduce_at(fn: str, x, bias, reduce_op: str, dtype, loc) -> tuple[Tile, Tile]:
@@ -672,7 +680,7 @@ def fill_at(shape, fill_value, dtype, buffer, name: str, loc: SourceLoc, api: st
     from .creation import ndarray_at
 
     value = scalar_arg(fill_value, loc, api, "fill_value")
-    t = ndarray_at(shape, dtype or dtypes.float32, buffer, name, loc)
+    t = ndarray_at(shape, dtypes.float32 if dtype is None else dtype, buffer, name, loc)
     if t.tensor.is_hbm:
         raise NkiError("err_hbm_tensor_with_init_value_not_supported", loc, api=api)
     memset_into(t.access, value, loc=loc)

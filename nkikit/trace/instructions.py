@@ -277,6 +277,16 @@ def _real(label: str, v, op: str, loc: SourceLoc) -> float:
     raise _invalid(op, loc, f"{label} must be a number, got {v!r}"[:200])
 
 
+def flag(value, label: str, prim: str, loc: SourceLoc) -> bool:
+    """A yes/no option by its truth value (True, False, 0, 1, numpy bools); an array, a
+    tensor or a sequence has no one truth value: ``err_invalid_argument``."""
+    if type(value) is bool:
+        return value
+    if isinstance(value, int | float | np.bool_ | np.number):  # numpy scalars, not arrays
+        return bool(value)
+    raise _invalid(prim, loc, f"{label} must be True or False, got {type(value).__name__}")
+
+
 def _invalid(prim: str, loc: SourceLoc, why: str) -> NkiError:
     return NkiError("err_invalid_argument", loc, op=f"nisa.{prim}", why=why)
 
@@ -331,8 +341,8 @@ def emit_dma_copy(
     the indexed tensor instead of failing, and needs an indirect access."""
     attrs = {
         "rmw_op": None if rmw_op is None else op_name(rmw_op),
-        "transpose": bool(transpose),
-        "oob_skip": bool(oob_skip),
+        "transpose": flag(transpose, "transpose", "dma_copy", loc),
+        "oob_skip": flag(oob_skip, "oob_skip", "dma_copy", loc),
     }
     if oob_skip:
         if dst.indirect is None and src.indirect is None:
@@ -378,7 +388,10 @@ def emit_nc_matmul(
             a=_partitions(stationary),
             b=_partitions(moving),
         )
-    attrs = {"accumulate": bool(accumulate), "perf_mode": perf_mode}
+    attrs = {
+        "accumulate": flag(accumulate, "accumulate", "nc_matmul", loc),
+        "perf_mode": perf_mode,
+    }
     return _emit("nc_matmul", [dst], [stationary, moving], attrs, mask, loc)
 
 
@@ -408,7 +421,14 @@ def emit_nc_matmul_mx(
             b=_partitions(moving),
         )
     ins: list[Operand] = [stationary, moving, stationary_scale, moving_scale]
-    return _emit("nc_matmul_mx", [dst], ins, {"accumulate": bool(accumulate)}, mask, loc)
+    return _emit(
+        "nc_matmul_mx",
+        [dst],
+        ins,
+        {"accumulate": flag(accumulate, "accumulate", "nc_matmul_mx", loc)},
+        mask,
+        loc,
+    )
 
 
 def emit_quantize_mx(
@@ -547,8 +567,10 @@ def emit_activate2(
             f"(op0, op1) = ({s0}, {s1}) is not one of the pairs the ScalarE has: "
             + ", ".join(f"({a}, {b})" for a, b in sorted(_ACTIVATE2_STAGES)),
         )
-    for flag, stage, n in ((reverse0, s0, 0), (reverse1, s1, 1)):
-        if flag and stage == "bypass":
+    reverse0 = flag(reverse0, "reverse0", "activate2", loc)
+    reverse1 = flag(reverse1, "reverse1", "activate2", loc)
+    for reverse, stage, n in ((reverse0, s0, 0), (reverse1, s1, 1)):
+        if reverse and stage == "bypass":
             raise _invalid("activate2", loc, f"reverse{n}=True needs op{n}")
     if isinstance(imm0, Access) and isinstance(imm1, Access) and imm0.dtype != imm1.dtype:
         raise _invalid(
@@ -562,8 +584,8 @@ def emit_activate2(
         "op": fn,
         "op0": s0,
         "op1": s1,
-        "reverse0": bool(reverse0),
-        "reverse1": bool(reverse1),
+        "reverse0": reverse0,
+        "reverse1": reverse1,
         "reduce_op": reduce_op if reduce_res is not None else None,
     }
     _elementwise("activate2", loc, [dst], data)
@@ -621,7 +643,7 @@ def emit_tensor_tensor(
     ``op=power`` runs on the GpSimd whatever ``engine`` says (the record's engine rule)."""
     attrs = {
         "op": op_name(op),
-        "accumulate": bool(accumulate),
+        "accumulate": flag(accumulate, "accumulate", "tensor_tensor", loc),
         "engine": engine_for("tensor_tensor", engine, loc),
     }
     _elementwise("tensor_tensor", loc, [dst], data1, data2)
@@ -651,17 +673,17 @@ def emit_tensor_scalar(
     free-axis reduction of the result also goes to ``reduce_res`` (P, 1), on the VectorE.
     ``accumulate``: ``data`` is ``dst`` itself (``+=``).  Engine: VectorE by default, ScalarE
     or GpSimd."""
-    if op1 is None and (operand1 is not None or reverse1):
+    if op1 is None and (operand1 is not None or flag(reverse1, "reverse1", "tensor_scalar", loc)):
         raise _invalid("tensor_scalar", loc, "operand1 and reverse1 need op1")
     if op1 is not None and operand1 is None:
         raise _invalid("tensor_scalar", loc, "op1 needs operand1")
     attrs = {
         "op0": op_name(op0),
-        "reverse0": bool(reverse0),
+        "reverse0": flag(reverse0, "reverse0", "tensor_scalar", loc),
         "op1": None if op1 is None else op_name(op1),
-        "reverse1": bool(reverse1),
+        "reverse1": flag(reverse1, "reverse1", "tensor_scalar", loc),
         "reduce_op": _reduce_into("tensor_scalar", reduce_res, reduce_op, loc),
-        "accumulate": bool(accumulate),
+        "accumulate": flag(accumulate, "accumulate", "tensor_scalar", loc),
         "engine": engine_for("tensor_scalar", engine, loc),
     }
     _elementwise("tensor_scalar", loc, [dst], data)
@@ -688,8 +710,8 @@ def emit_scalar_tensor_tensor(
     attrs = {
         "op0": op_name(op0),
         "op1": op_name(op1),
-        "reverse0": bool(reverse0),
-        "reverse1": bool(reverse1),
+        "reverse0": flag(reverse0, "reverse0", "scalar_tensor_tensor", loc),
+        "reverse1": flag(reverse1, "reverse1", "scalar_tensor_tensor", loc),
     }
     _elementwise("scalar_tensor_tensor", loc, [dst], data, operand1)
     _same_partitions("scalar_tensor_tensor", loc, data, operand0)
@@ -714,8 +736,8 @@ def emit_tensor_reduce(
     attrs = {
         "op": op_name(op, "reduce"),
         "axes": tuple(int(a) for a in axes),
-        "negate": bool(negate),
-        "keepdims": bool(keepdims),
+        "negate": flag(negate, "negate", "tensor_reduce", loc),
+        "keepdims": flag(keepdims, "keepdims", "tensor_reduce", loc),
     }
     _same_partitions("tensor_reduce", loc, data, dst)
     return _emit("tensor_reduce", [dst], [data], attrs, mask, loc)
@@ -751,8 +773,12 @@ def emit_tensor_tensor_scan(
     operand).  ``reverse0`` / ``reverse1`` swap the operands of ``op0`` / ``op1``: modeled
     for commutative operators (where they change nothing), ``err_unsupported_api`` else."""
     ops = {"op0": op_name(op0), "op1": op_name(op1)}
-    for flag, (which, name) in zip((reverse0, reverse1), ops.items()):
-        if flag and name not in _COMMUTATIVE:
+    reverses = (
+        flag(reverse0, "reverse0", "tensor_tensor_scan", loc),
+        flag(reverse1, "reverse1", "tensor_tensor_scan", loc),
+    )
+    for reverse, (which, name) in zip(reverses, ops.items()):
+        if reverse and name not in _COMMUTATIVE:
             raise NkiError(
                 "err_unsupported_api",
                 loc,
@@ -852,7 +878,10 @@ def emit_select_reduce(
     the VectorE; ``on_true`` of ``predicate``'s shape, ``on_false`` an immediate or a tile of
     its partitions ((P, 1), or broadcast to its shape).  With ``reduce_res``, also the row
     maximum (``reduce_op``: np.max, the only one)."""
-    attrs = {"reverse": bool(reverse), "reduce_op": max_reduce_op("select_reduce", reduce_op, loc)}
+    attrs = {
+        "reverse": flag(reverse, "reverse", "select_reduce", loc),
+        "reduce_op": max_reduce_op("select_reduce", reduce_op, loc),
+    }
     _elementwise("select_reduce", loc, [dst], predicate, on_true)
     _same_partitions("select_reduce", loc, predicate, on_false, reduce_res)
     ins = [predicate, on_true, on_false]

@@ -1768,7 +1768,7 @@ def _flag(value, label: str, op: str, loc: SourceLoc, *, none: bool = False):
     value: ``err_invalid_argument``, not numpy's ValueError from inside nkikit."""
     if value is None and none:
         return None
-    if isinstance(value, bool | int | float | np.bool_ | np.number) and np.ndim(value) == 0:
+    if isinstance(value, bool | int | float | np.bool_ | np.number):  # numpy scalars, not arrays
         return bool(value)
     allowed = "True, False or None" if none else "True or False"
     raise _invalid(op, f"{label} must be {allowed}, got {got_type(value)}", loc)
