@@ -1350,9 +1350,9 @@ def _nc_matmul(dst, stationary, moving, options: tuple) -> NkiInstruction:
     onezero_s, onezero_m, is_transpose, accumulate, tile_position, tile_size, perf_mode = options
     loc = caller_loc()
     for label, v in (("is_stationary_onezero", onezero_s), ("is_moving_onezero", onezero_m)):
-        _flag(v, label, "nc_matmul", loc)
-    is_transpose = _flag(is_transpose, "is_transpose", "nc_matmul", loc)
-    accumulate = _flag(accumulate, "accumulate", "nc_matmul", loc, none=True)
+        E.flag(v, label, "nc_matmul", loc)
+    is_transpose = E.flag(is_transpose, "is_transpose", "nc_matmul", loc)
+    accumulate = E.flag(accumulate, "accumulate", "nc_matmul", loc, none=True)
     tile_position = _tile_pair(tile_position, "tile_position", "nc_matmul", loc)
     tile_size = _tile_pair(tile_size, "tile_size", "nc_matmul", loc)
     if not isinstance(perf_mode, matmul_perf_mode | str | int | None):
@@ -1762,22 +1762,10 @@ def _invalid(op: str, why: str, loc: SourceLoc) -> NkiError:
     return NkiError("err_invalid_argument", loc, op=f"nisa.{op}", why=why)
 
 
-def _flag(value, label: str, op: str, loc: SourceLoc, *, none: bool = False):
-    """A yes/no option read by truth value, as NKI reads it (``accumulate=(i > 0)``, 0, 1,
-    numpy bools), or None when ``none``; an array, a tensor or a sequence has no one truth
-    value: ``err_invalid_argument``, not numpy's ValueError from inside nkikit."""
-    if value is None and none:
-        return None
-    if isinstance(value, bool | int | float | np.bool_ | np.number):  # numpy scalars, not arrays
-        return bool(value)
-    allowed = "True, False or None" if none else "True or False"
-    raise _invalid(op, f"{label} must be {allowed}, got {got_type(value)}", loc)
-
-
 def _flags(op: str, loc: SourceLoc, **flags) -> None:
     """:func:`_flag` of each yes/no option of instruction ``op``."""
     for label, value in flags.items():
-        _flag(value, label, op, loc)
+        E.flag(value, label, op, loc)
 
 
 def _tile_pair(value, label: str, op: str, loc: SourceLoc) -> tuple:

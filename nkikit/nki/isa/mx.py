@@ -57,10 +57,10 @@ def nc_matmul_mx(
     (``float8_e8m0fnu`` or uint8) hold the scale of data partitions ``8i .. 8i + 7`` at
     partition ``(i // 4) * 32 + i % 4``.  ``dst`` [M, N] in PSUM (fp32 or bf16) accumulates as
     ``nc_matmul``'s: ``accumulate=None`` overwrites on the first matmul write, adds later."""
-    from . import _done, _dst_chip, _flag, _tile_pair, resolve_accumulate
+    from . import _done, _dst_chip, _tile_pair, resolve_accumulate
 
     loc = caller_loc()
-    accumulate = _flag(accumulate, "accumulate", "nc_matmul_mx", loc, none=True)
+    accumulate = E.flag(accumulate, "accumulate", "nc_matmul_mx", loc, none=True)
     tile_position = _tile_pair(tile_position, "tile_position", "nc_matmul_mx", loc)
     tile_size = _tile_pair(tile_size, "tile_size", "nc_matmul_mx", loc)
     _dst_chip(dst, loc, "nc_matmul_mx")
