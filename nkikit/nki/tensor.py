@@ -376,8 +376,14 @@ class NkiTensor:
             free = row_major(shape[1:])
             strides = (self.strides[0], *free) if len(shape) > 1 else (self.strides[0],)
             view = self._with(shape, strides)
-            if self.offset == 0 and self.strides[0] == self._free_storage():
-                # the whole storage seen in another shape: index against that shape
+            free_storage = self._free_storage()
+            if (
+                self.offset == 0
+                and self.strides[0] == free_storage
+                and math.prod(shape[1:]) == free_storage
+            ):
+                # the whole storage seen in another shape (every free element of every
+                # partition, not a leading part of each row): index against that shape
                 droot = _dtype_root(self._layout)
                 if shape[0] == droot.shape[0]:
                     view._layout = _layout_alias(droot, shape)

@@ -12,7 +12,7 @@ import nkikit.language as nl1
 import nkikit.nki as nki
 import nkikit.nki.isa as nisa
 import nkikit.nki.language as nl
-from nkikit.errors import NkiError
+from nkikit.errors import NkiError, NkiWarning
 from nkikit.sim import fast
 from nkikit.sim.interp import simulate as reference
 
@@ -601,3 +601,20 @@ def test_tensor_reduce_reads_one_axis_of_3d_data_as_the_last(axis):
 
     x = np.random.default_rng(5).standard_normal((P, 64)).astype(np.float32)
     np.testing.assert_array_equal(k(x), x.reshape(P, 4, 16).max(axis=2))
+
+
+def test_a_single_axis_of_3d_data_reads_as_nki_0_2_did_and_warns():
+    # NKI 0.2 reduced the last dimension for axis=1 of 3-D data (the NKI Library of early 2026
+    # relies on it); 0.3+ refuses the axis, so the trace says so at the line
+    @nki.jit
+    def k(x):
+        t = nl.ndarray((16, 2, 2), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        d = nl.ndarray((16, 2), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_reduce(dst=d, op=nl.maximum, data=t, axis=1)
+        return _store(d)
+
+    x = np.arange(64, dtype=np.float32).reshape(16, 2, 2)
+    with pytest.warns(NkiWarning, match=r"axis=1\) of 3-D data reduces its last dimension"):
+        got = k(x)
+    np.testing.assert_array_equal(got, x.max(axis=2))

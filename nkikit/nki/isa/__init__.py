@@ -1890,11 +1890,16 @@ def tensor_reduce(dst, op, data, axis, negate=False, keepdims=False, name=None) 
         raise _invalid(
             "tensor_reduce", f"axis must be an int or a tuple of ints, got {axis!r}", loc
         )
-    if len(axes) == 1 and nd >= 3 and 1 <= axes[0] <= 4:
+    if len(axes) == 1 and nd >= 3 and 1 <= axes[0] <= 4 and axes[0] != nd - 1:
         # NKI 0.2 read one axis of a 3-D/4-D tensor as "the last dimension" (0.3 made axis
         # numbers literal, and then only trailing dimensions are legal): the NKI Library of
         # early 2026 still writes axis=1, and attention_tkg axis=[4] (the last axis of the
-        # 5-D access pattern) of a 3-D view
+        # 5-D access pattern) of a 3-D view.  Said at the user's line: NKI 0.3+ refuses it
+        warn_at(
+            loc,
+            f"nisa.tensor_reduce(axis={axis}) of {nd}-D data reduces its last dimension, as "
+            f"NKI 0.2 read a single axis; NKI 0.3 and later refuse it: write axis={nd - 1}",
+        )
         axes = (nd - 1,)
     if not all(-nd <= a < nd for a in axes) or len(set(axes)) != len(axes):
         raise _invalid(

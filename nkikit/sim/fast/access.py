@@ -332,6 +332,11 @@ class Accesses:
                     idx.append(f"{b}:{b + span + 1}" + (f":{c}" if c != 1 else ""))
                 else:
                     idx.append(f"({base}):({base})+{span + 1}" + (f":{c}" if c != 1 else ""))
+        if write and idx and not axes_seen:
+            # every dimension indexed by a number: numpy would give a scalar, a copy, and the
+            # write would be lost; a one-element slice of the last dimension keeps a view
+            base = spans[-1][2]
+            idx[-1] = f"{base}:{int(base) + 1}" if base.isdigit() else f"({base}):({base})+1"
         ix = ", ".join(idx) if idx else "()"
         if len(idx) == 1:
             ix += ","
