@@ -359,7 +359,7 @@ class NkiTensor:
                 why=f"cannot reshape {self.shape} ({self.size} elements) to {shape}",
             )
         if self.on_chip:
-            if shape[0] != self.shape[0]:
+            if not shape or shape[0] != self.shape[0]:
                 raise NkiError(
                     "err_invalid_argument",
                     loc,

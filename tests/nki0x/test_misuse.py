@@ -1036,3 +1036,30 @@ def test_an_array_for_a_flag_option_is_refused(instruction, option):
         fn(**operands, **{option: np.zeros(2)})  # <-
 
     _refused(body, "err_invalid_argument", f"{option} must be True or False")
+
+
+def _fori_step_zero(x):
+    nl.fori_loop(0, 3, lambda i: None, step=0)  # <-
+
+
+def _reshape_tile_to_nothing(x):
+    _ones((1, 1)).reshape(())  # <-
+
+
+@pytest.mark.parametrize("body", [_fori_step_zero, _reshape_tile_to_nothing])
+def test_degenerate_loops_and_reshapes_are_refused(body):
+    _refused(body, "err_invalid_argument")
+
+
+@pytest.mark.parametrize("axes", [1, (0, 1), None, "0"])
+def test_num_programs_of_an_axis_the_grid_lacks_is_refused(axes):
+    @nki.jit
+    def k(x):
+        nl.num_programs(axes)  # <-
+        out = nl.ndarray((1, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=_ones((1, 1)))
+        return out
+
+    with pytest.raises(NkiError, match="nl.num_programs") as e:
+        k[2](np.ones((1, 1), np.float32))
+    assert e.value.name == "err_invalid_argument" and e.value.loc.line == _marked_line(k.func)

@@ -512,6 +512,10 @@ def fori_loop(lower, upper, body_fun, step: int = 1, unroll: bool = False) -> No
         _device_loops.fori_loop(lower, upper, body_fun, step, caller_loc())
         return
     _trace_time_ints(lower, upper, step)
+    if int(step) == 0:
+        raise NkiError(
+            "err_invalid_argument", caller_loc(), op="nl.fori_loop", why="step must not be 0"
+        )
     for i in builtins.range(int(lower), int(upper), int(step)):
         body_fun(i)
 
@@ -613,7 +617,16 @@ def num_programs(axes: int = 0) -> int | None:
     if not launched():
         return None
     grid, _ = launch()
-    if isinstance(axes, tuple | list):
+    many = isinstance(axes, tuple | list)
+    for a in axes if many else (axes,):
+        if not isinstance(a, int | np.integer) or isinstance(a, builtins.bool):
+            why = f"axes must be an int or a tuple of ints, got {axes!r}"
+        elif grid and not 0 <= a < len(grid):
+            why = f"axis {a} is not an axis of the launch grid {grid}"
+        else:
+            continue
+        raise NkiError("err_invalid_argument", caller_loc(), op="nl.num_programs", why=why)
+    if many:
         return math.prod(grid[a] for a in axes) if grid else 1
     return grid[int(axes)] if grid else 1
 
