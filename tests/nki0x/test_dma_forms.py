@@ -127,3 +127,16 @@ def test_a_dma_still_may_not_stride_over_partitions():
     with pytest.raises(NkiError) as e:
         sbuf_strided_partition_copy(np.zeros((16, 16), np.float32))
     assert "test_dma_forms.py" in str(e.value)
+
+
+def test_hbm_to_hbm_copy_between_shapes_that_share_no_refinement():
+    # (3, 4, 4) and (2, 24): no common splitting of dimensions, but both sides are unbroken
+    # runs of HBM, so element i of one is element i of the other
+    @nki.jit
+    def k(a):
+        out = nl.ndarray((2, 24), dtype=nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=a[13:16])
+        return out
+
+    a = np.arange(20 * 16, dtype=np.float32).reshape(20, 4, 4)
+    np.testing.assert_array_equal(k(a), a[13:16].reshape(2, 24))

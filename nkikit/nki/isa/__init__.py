@@ -680,6 +680,11 @@ def _dma_pair(dst: NkiTensor, src: NkiTensor, loc: SourceLoc, op: str) -> tuple[
         views = _same_free(views, loc, f"nisa.{op}")
     else:
         full = _chain([tuple(n for n in v.shape if n != 1) for v in views])
+        if full is None and not (dst.on_chip or src.on_chip):
+            if dst.is_contiguous() and src.is_contiguous():
+                # two unbroken runs of HBM: element i of one is element i of the other
+                flat = [v.reshape((v.size,)) for v in views]
+                return _acc(flat[0], loc, f"{op} dst"), _acc(flat[1], loc, f"{op} src")
         if full is None:
             raise NkiError(
                 "err_invalid_argument",
