@@ -506,7 +506,10 @@ class NkiTensor:
         shape = list(self.shape)
         strides = list(self.strides)
         offset = self.offset + int(index) * strides[dim]
-        del shape[dim], strides[dim]
+        if len(shape) > (2 if self.on_chip else 1):
+            del shape[dim], strides[dim]
+        else:  # as indexing: an HBM view keeps 1 dimension, an on-chip one 2 (reference §3.4)
+            shape[dim] = 1
         return self._with(shape, strides, offset)
 
     def _whole(self) -> bool:

@@ -150,3 +150,21 @@ def test_a_write_through_a_one_element_view_lands():
     want = np.full((8, 6), -1.0, np.float32)
     want[5, 2] = 7.0
     np.testing.assert_array_equal(got, want)
+
+
+def test_select_keeps_the_rank_indexing_keeps():
+    # reference §3.4: an HBM view keeps 1 dimension, an on-chip one 2 (the last with size 1)
+    @nki.jit
+    def k(a):
+        one = nl.ndarray((1,), dtype=nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=one, src=a.reshape((48,)).select(0, 7))
+        t = nl.ndarray((4, 12), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=a)
+        column = nl.ndarray((4, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=column, src=t.select(1, 5))
+        return one, column
+
+    a = np.arange(48, dtype=np.float32).reshape(4, 12)
+    one, column = _both_simulators(k, a)
+    np.testing.assert_array_equal(one, [7.0])
+    np.testing.assert_array_equal(column, a[:, 5:6])
