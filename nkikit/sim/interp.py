@@ -324,6 +324,15 @@ class Interpreter:
                 k += 1
         else:
             steps = range(value(d.start), value(d.stop), d.step)
+            if len(steps) > _MAX_DEVICE_ITERATIONS:
+                raise NkiError(
+                    "err_invalid_argument",
+                    loop.loc,
+                    op="device loop",
+                    why=f"{len(steps)} iterations ({_span(steps)}), more than a simulation "
+                    f"runs ({_MAX_DEVICE_ITERATIONS}); a register never written reads "
+                    "2147483647",
+                )
             for start, stop in d.peers:
                 other = range(value(start), value(stop), d.step)
                 if other != steps:

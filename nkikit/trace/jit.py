@@ -294,6 +294,18 @@ class JitKernel:
                 return run(kernel, bound, precise_fp=self._precise_fp())
         except NkiError as e:
             raise hide_internal_frames(e) from None
+        except RecursionError:
+            # a kernel (or a function it calls) that calls itself without end; a recursion
+            # that ends at trace time is fine (Python traces it)
+            code = self.func.__code__
+            loc = SourceLoc(code.co_filename, code.co_firstlineno, self.func.__name__)
+            raise NkiError(
+                "err_invalid_argument",
+                loc,
+                op=f"{self.func.__name__}()",
+                why="tracing it recursed past Python's limit: does the kernel (or a function "
+                "it calls) call itself without end?",
+            ) from None
         except Exception as e:  # e.g. nl.exponential (a typo) or an unknown keyword argument:
             if raised_in_user_code(e):  # raised at the kernel's own line, the user's to read
                 raise hide_internal_frames(e) from None

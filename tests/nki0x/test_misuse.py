@@ -1063,3 +1063,28 @@ def test_num_programs_of_an_axis_the_grid_lacks_is_refused(axes):
     with pytest.raises(NkiError, match="nl.num_programs") as e:
         k[2](np.ones((1, 1), np.float32))
     assert e.value.name == "err_invalid_argument" and e.value.loc.line == _marked_line(k.func)
+
+
+def test_a_kernel_that_calls_itself_without_end_is_named():
+    @nki.jit
+    def forever(x):
+        return forever(x)
+
+    with pytest.raises(NkiError, match="call itself without end") as e:
+        forever(np.ones((1, 1), np.float32))
+    assert e.value.loc.function == "forever"
+
+
+def test_a_kernel_recursion_that_ends_at_trace_time_runs():
+    @nki.jit
+    def halves(x, n=2):
+        if n == 0:
+            t = _sb((4, 8))
+            nisa.dma_copy(dst=t, src=x)
+            out = nl.ndarray((4, 8), dtype=nl.float32, buffer=nl.shared_hbm)
+            nisa.dma_copy(dst=out, src=t)
+            return out
+        return halves(x, n - 1)
+
+    x = np.arange(32, dtype=np.float32).reshape(4, 8)
+    np.testing.assert_array_equal(halves(x), x)

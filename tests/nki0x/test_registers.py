@@ -383,3 +383,24 @@ def test_lnc_programs_whose_legacy_while_conditions_differ_are_reported():
     assert e.value.name == "err_invalid_argument"
     assert "before iteration 1 of the while loop" in str(e.value)
     assert e.value.loc.line == _line_of(lnc_legacy_while.func, "# the loop")
+
+
+def test_a_loop_over_a_register_never_written_is_refused_not_run():
+    # an unwritten register reads 2147483647: the loop would run for hours, so it is refused
+    @nki.jit
+    def k(a):
+        acc = nl.ndarray((1, 1), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.memset(dst=acc, value=0.0)
+        n = nisa.register_alloc()
+
+        def body(i):
+            nisa.tensor_scalar(dst=acc, data=acc, op0=nl.add, operand0=1.0)
+
+        nl.fori_loop(0, n, body)
+        out = nl.ndarray((1, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=acc)
+        return out
+
+    with pytest.raises(NkiError, match="2147483647 iterations") as e:
+        k(np.zeros((1, 1), np.float32))
+    assert e.value.name == "err_invalid_argument"
