@@ -140,7 +140,7 @@ class Kernel0x(JitKernel):
         b = Builder(self.func.__name__, ())
         call_args, params = self._parameters(b, bound, loc, NkiTensor.whole)
         with _target_scope(target):
-            results = trace_programs(b, self.grid, lambda: self.func(**call_args))
+            results = trace_programs(b, self.grid, lambda: self.call_with(call_args))
         check_closed(b)
         outputs: list[Tensor] = []
         written_inputs = _written(b.body, set())

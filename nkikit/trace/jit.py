@@ -80,6 +80,11 @@ class JitKernel:
         self._names = [p.name for p in params]
         plain = all(p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD for p in params)
         self._n_positional = len(params) if plain else -1
+        # a *args or **kwargs parameter: its items are arguments of their own (``bind``)
+        self._variadic = any(
+            p.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+            for p in params
+        )
         self._cache: KernelCache = KernelCache() if cache is None else cache
         functools.update_wrapper(self, func)
 
@@ -93,6 +98,10 @@ class JitKernel:
 
     # -- specialization -----------------------------------------------------------------------
     def bind(self, args: tuple, kwargs: dict) -> inspect.BoundArguments:
+        """The call's arguments by name, defaults applied.  The items of a ``*args``
+        parameter are arguments of their own, named ``args[0]``, ``args[1]``, ...; those of a
+        ``**kwargs`` parameter by their keywords (:meth:`call_with` puts them back)."""
+        # (a Python TypeError for arguments the signature does not take, as a call would)
         if not kwargs and len(args) == self._n_positional:
             # the common call: every parameter given positionally, nothing to default
             return inspect.BoundArguments(self.signature, dict(zip(self._names, args)))
@@ -101,7 +110,44 @@ class JitKernel:
         except TypeError as e:
             raise TypeError(f"{self.func.__name__}(): {e}") from None
         bound.apply_defaults()
+        if self._variadic:
+            flat: dict[str, Any] = {}
+            for name, v in bound.arguments.items():
+                kind = self.signature.parameters[name].kind
+                if kind is inspect.Parameter.VAR_POSITIONAL:
+                    flat.update((f"{name}[{i}]", x) for i, x in enumerate(v))
+                elif kind is inspect.Parameter.VAR_KEYWORD:
+                    flat.update(v)
+                else:
+                    flat[name] = v
+            bound = inspect.BoundArguments(self.signature, flat)  # type: ignore[arg-type]
         return bound
+
+    def _parameter_of(self, name: str) -> inspect.Parameter:
+        """The parameter that takes the argument :meth:`bind` named ``name``."""
+        params = self.signature.parameters
+        p = params.get(name) or params.get(name.partition("[")[0])
+        if p is None or (p.kind is p.VAR_POSITIONAL and name == p.name):
+            p = next(q for q in params.values() if q.kind is q.VAR_KEYWORD)
+        return p
+
+    def call_with(self, arguments: dict[str, Any]) -> Any:
+        """Call the kernel's function on ``arguments`` (what the traced function receives,
+        by the names :meth:`bind` gave them): positional-only parameters and the items of
+        ``*args`` by position, the rest by keyword."""
+        if not self._variadic and self._n_positional >= 0:
+            return self.func(**arguments)
+        positional: list[Any] = []
+        keywords = dict(arguments)
+        for p in self.signature.parameters.values():
+            if p.kind in (inspect.Parameter.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+                positional.append(keywords.pop(p.name))  # by position: a *args after lines up
+            elif p.kind is inspect.Parameter.VAR_POSITIONAL:
+                i = 0
+                while f"{p.name}[{i}]" in keywords:
+                    positional.append(keywords.pop(f"{p.name}[{i}]"))
+                    i += 1
+        return self.func(*positional, **keywords)
 
     def _key(self, bound: inspect.BoundArguments) -> tuple:
         # cheap to compute on every call: raw shapes and dtype numbers (validated when traced)
@@ -172,7 +218,7 @@ class JitKernel:
             if spec is None:
                 call_args[name] = v
                 continue
-            ann = self.signature.parameters[name].annotation
+            ann = self._parameter_of(name).annotation
             if isinstance(ann, str):  # postponed (`from __future__ import annotations`): resolve
                 try:
                     ann = eval(ann, self.func.__globals__)  # the user's own annotation text
@@ -254,7 +300,7 @@ class JitKernel:
 
         # returned proxies are read inside the trace: they may view retargeted temporaries
         with tracing(b), target_scope(target):
-            structure = collect(self.func(**call_args))
+            structure = collect(self.call_with(call_args))
         return Kernel(
             self.func.__name__,
             params,

@@ -22,6 +22,34 @@ def test_wrong_arguments_name_the_parameter():
         scale(np.ones((2, 2), np.float32), y=1)
 
 
+@nki.jit
+def total(first, /, *rest, scale=1.0, **named):
+    acc = nl.load(first)
+    for x in (*rest, *named.values()):
+        acc = nl.add(acc, nl.load(x))
+    out = nl.ndarray(first.shape, dtype=first.dtype, buffer=nl.shared_hbm)
+    nl.store(out, value=nl.multiply(acc, scale))
+    return out
+
+
+def test_star_args_and_keyword_arguments_are_inputs_of_their_own():
+    x = np.ones((4, 8), np.float32)
+    np.testing.assert_array_equal(total(x), x)
+    np.testing.assert_array_equal(total(x, 2 * x, 3 * x, scale=2.0), 12 * x)
+    np.testing.assert_array_equal(total(x, bias=5 * x), 6 * x)
+    # each item is an HBM input named after its place in the call
+    assert [t.name for t in total.ir(x, x, x, bias=x).params] == [
+        "first",
+        "rest[0]",
+        "rest[1]",
+        "bias",
+    ]
+    # three inputs and two inputs are two specializations
+    assert total.ir(x, x, x) is not total.ir(x, x)
+    with pytest.raises(TypeError, match="total\\(\\).*first"):
+        total(first=x)
+
+
 def test_specialization_is_cached_per_shape_dtype_and_constant():
     x = np.ones((4, 8), np.float32)
     k1 = scale.ir(x)
