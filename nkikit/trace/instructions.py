@@ -277,10 +277,13 @@ def _real(label: str, v, op: str, loc: SourceLoc) -> float:
     raise _invalid(op, loc, f"{label} must be a number, got {v!r}"[:200])
 
 
-def flag(value, label: str, prim: str, loc: SourceLoc, *, none: bool = False):
+def flag(
+    value, label: str, prim: str, loc: SourceLoc, *, none: bool = False, api: str | None = None
+):
     """A yes/no option by its truth value, as NKI reads it (True, False, 0, 1, numpy bools;
     ``accumulate=(i > 0)``), or None when ``none``; an array, a tensor or a sequence has no
-    one truth value: ``err_invalid_argument``, not numpy's ValueError from inside nkikit."""
+    one truth value: ``err_invalid_argument`` naming ``nisa.<prim>`` (or ``api``: a
+    language function's option), not numpy's ValueError from inside nkikit."""
     if type(value) is bool:
         return value
     if value is None and none:
@@ -288,7 +291,10 @@ def flag(value, label: str, prim: str, loc: SourceLoc, *, none: bool = False):
     if isinstance(value, int | float | np.bool_ | np.number):  # numpy scalars, not arrays
         return bool(value)
     allowed = "True, False or None" if none else "True or False"
-    raise _invalid(prim, loc, f"{label} must be {allowed}, got {type(value).__name__}")
+    why = f"{label} must be {allowed}, got {type(value).__name__}"
+    if api is not None:
+        raise NkiError("err_invalid_argument", loc, op=api, why=why)
+    raise _invalid(prim, loc, why)
 
 
 def _invalid(prim: str, loc: SourceLoc, why: str) -> NkiError:

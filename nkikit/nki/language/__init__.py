@@ -21,6 +21,7 @@ from ...errors import NkiError, SourceLoc, caller_loc
 from ...ir.core import HBM_BUFFERS
 from ...language.creation import Buffer, hbm, private_hbm, psum, sbuf, shared_hbm
 from ...trace.builder import current
+from ...trace.instructions import flag as _flag
 from ..tensor import NkiTensor, _index, got_type, require_tensor
 from ..tensor import _row_major_cached as _row_major
 from ..tensor import as_dtype as _as_dtype
@@ -492,13 +493,7 @@ def fori_loop(lower, upper, body_fun, step: int = 1, unroll: bool = False) -> No
     """``for i in range(lower, upper, step): body_fun(i)``: bounds ints (unrolled at trace
     time) or registers (a device loop whose trip count the kernel computes)."""
     _body_function(body_fun, "nl.fori_loop")
-    if not isinstance(unroll, builtins.bool | builtins.int | np.bool_ | np.integer):
-        raise NkiError(
-            "err_invalid_argument",
-            caller_loc(),
-            op="nl.fori_loop",
-            why=f"unroll must be True or False, got {type(unroll).__name__}",
-        )
+    unroll = _flag(unroll, "unroll", "fori_loop", caller_loc(), api="nl.fori_loop")
     if not unroll:
         _not_in_no_reorder("nl.fori_loop", caller_loc())
     if _device_loops.is_register(lower) or _device_loops.is_register(upper):

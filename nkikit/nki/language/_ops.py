@@ -14,6 +14,7 @@ import numpy as np
 
 from ...errors import NkiError, caller_loc
 from ...ir.opnames import ACTIVATIONS, ALU_OPS
+from ...trace.instructions import flag as _flag
 from ..tensor import NkiTensor, as_dtype, require_tensor
 
 _SCALAR = (int, float, np.integer, np.floating)  # numpy scalars, as NKI takes them
@@ -199,14 +200,7 @@ def matmul(x: NkiTensor, y: NkiTensor, transpose_x: bool = False) -> NkiTensor:
 
     _operand(x, "matmul", "x")
     _operand(y, "matmul", "y")
-    if not isinstance(transpose_x, bool | int | np.bool_ | np.integer):
-        raise NkiError(
-            "err_invalid_argument",
-            caller_loc(),
-            op="nl.matmul",
-            why=f"transpose_x must be True or False, got {type(transpose_x).__name__}",
-        )
-    if not transpose_x:
+    if not _flag(transpose_x, "transpose_x", "nc_matmul", caller_loc(), api="nl.matmul"):
         xt_psum = transpose(x)
         xt = ndarray(xt_psum.shape, x.dtype, buffer=sbuf)
         isa.tensor_copy(xt, xt_psum)
