@@ -1089,6 +1089,8 @@ def access_of(x: NkiTensor, loc: SourceLoc, what: str = "operand") -> Access:
     got = x._access
     if got is not None:
         return got
+    if 0 in x.shape:
+        raise empty_operand(x, loc, what)
     if x._indirect is not None:
         return _indirect_access(x, loc, what)
     layout = x._layout
@@ -1150,6 +1152,19 @@ def got_type(x) -> str:
 
     hint = "; an instruction takes a grid's .data" if isinstance(x, NkiGrid) else ""
     return f"{type(x).__name__}{hint}"
+
+
+def empty_operand(x: NkiTensor, loc: SourceLoc, what: str) -> NkiError:
+    """The refusal of a view with no elements (``t[:, 0:0]``) as an instruction's operand:
+    an access pattern counts at least one element per dimension, so such a view may be made
+    but not read or written (``err_invalid_argument`` at ``loc``, naming ``what``)."""
+    return NkiError(
+        "err_invalid_argument",
+        loc,
+        op=what,
+        why=f"the view of {x.tensor.name} has shape {x.shape}, no elements; an instruction "
+        "reads and writes at least one element per dimension",
+    )
 
 
 def require_tensor(x, loc: SourceLoc, op: str, what: str) -> None:

@@ -1088,3 +1088,71 @@ def test_a_kernel_recursion_that_ends_at_trace_time_runs():
 
     x = np.arange(32, dtype=np.float32).reshape(4, 8)
     np.testing.assert_array_equal(halves(x), x)
+
+
+# -- views with no elements as operands ----------------------------------------------------
+# A view may select no elements (``t[:, 0:0]``) -- a kernel may build one it never uses -- but an
+# instruction reads and writes at least one element per dimension: each of these is refused at
+# its line, before the shapes are matched, the verifier's rules run or a simulator computes
+# (they leaked ZeroDivisionError, IndexError and numpy's ValueError from inside nkikit).
+
+
+def _empty_reduce(x):
+    nisa.tensor_reduce(dst=_sb((32, 1)), op=nl.add, data=_ones((32, 16))[:, 0:0], axis=1)  # <-
+
+
+def _empty_mean(x):
+    nl.mean(_ones((32, 16))[:, 0:0], axis=1)  # <-
+
+
+def _empty_dma_shapes_differ(x):
+    nisa.dma_copy(dst=_sb((32, 16))[:, 0:0], src=x[0:0, :])  # <-
+
+
+def _empty_copy_ranks_differ(x):
+    nisa.tensor_copy(dst=_sb((32, 16))[:, 0:0], src=_ones((32, 4, 16))[:, :, 0:0])  # <-
+
+
+def _empty_iota(x):
+    nisa.iota(dst=_sb((32, 16), nl.int32)[0:0], pattern=[[1, 16]], offset=0)  # <-
+
+
+def _empty_rng(x):
+    nisa.rng(_sb((32, 16), nl.uint32)[0:0])  # <-
+
+
+def _empty_max8(x):
+    nisa.max8(dst=_sb((32, 8))[0:0], src=_ones((32, 16))[0:0])  # <-
+
+
+def _empty_gather_source(x):
+    idx = _sb((32, 4), nl.uint32)
+    nisa.memset(dst=idx, value=1)
+    nisa.nc_n_gather(dst=_sb((32, 4)), data=_ones((32, 16))[:, 0:0], indices=idx)  # <-
+
+
+def _empty_scan_at_the_end(x):
+    a = _ones((32, 16))[:, 16:16]
+    nisa.tensor_tensor_scan(dst=a, data0=a, data1=a, initial=0.0, op0=nl.multiply, op1=nl.add)  # <-
+
+
+@pytest.mark.parametrize(
+    "body",
+    [_empty_reduce, _empty_mean, _empty_dma_shapes_differ, _empty_copy_ranks_differ, _empty_iota,
+     _empty_rng, _empty_max8, _empty_gather_source, _empty_scan_at_the_end],
+)  # fmt: skip
+def test_a_view_with_no_elements_is_refused_as_an_operand(body):
+    _refused(body, "err_invalid_argument", "no elements")
+
+
+def test_a_view_with_no_elements_may_be_made():
+    @nki.jit
+    def k(x):
+        t = _ones((32, 16))
+        empty = t[:, 0:0]
+        assert empty.shape == (32, 0) and empty.size == 0
+        out = nl.ndarray((32, 16), dtype=nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    np.testing.assert_array_equal(k(np.ones((2, 2), np.float32)), np.ones((32, 16)))

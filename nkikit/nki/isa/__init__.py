@@ -34,7 +34,15 @@ from ...trace import indirection as _indirection
 from ...trace import instructions as E
 from ...trace.builder import current, maybe_current
 from ..indirection import check_tensor_engine
-from ..tensor import NkiTensor, _index, _pattern_pairs, access_of, got_type, require_tensor
+from ..tensor import (
+    NkiTensor,
+    _index,
+    _pattern_pairs,
+    access_of,
+    empty_operand,
+    got_type,
+    require_tensor,
+)
 from ..tensor import as_dtype as _as_dtype
 from . import constants  # noqa: F401
 from .constants import dge_mode
@@ -163,6 +171,9 @@ def _same_free(views: list[NkiTensor], loc: SourceLoc, op: str) -> list[NkiTenso
             break
     else:
         return views  # one shape: nothing to match or re-express
+    for v in views:
+        if 0 in v.shape:  # no dimensions to match: refused before they are split
+            raise empty_operand(v, loc, op)
     p = views[0].shape[0]
     free = views[0].size // max(p, 1)
     for v in views[1:]:
@@ -647,6 +658,10 @@ def _dma_pair(dst: NkiTensor, src: NkiTensor, loc: SourceLoc, op: str) -> tuple[
     if type(dst) is not NkiTensor or type(src) is not NkiTensor:
         require_tensor(dst, loc, f"nisa.{op}", "dst")
         require_tensor(src, loc, f"nisa.{op}", "src")
+    if 0 in dst.shape or 0 in src.shape:  # before the shapes are matched dimension by dimension
+        raise empty_operand(
+            dst if 0 in dst.shape else src, loc, f"{op} dst" if 0 in dst.shape else f"{op} src"
+        )
     same = dst.shape == src.shape
     if not same and dst.size != src.size:
         raise NkiError(
@@ -1181,6 +1196,9 @@ def _pattern_views(views: list[NkiTensor], pattern, offset, channel_multiplier, 
     (``[[step, num], ...]`` over the free elements), and the affine value
     ``offset + partition * channel_multiplier + sum(step * index)`` in that shape's axes."""
     pairs = _pattern_pairs(pattern, loc, f"nisa.{op}")
+    for v in views:
+        if 0 in v.shape:
+            raise empty_operand(v, loc, f"nisa.{op}")
     counts = tuple(n for _, n in pairs)
     per_partition = views[0].size // views[0].shape[0]
     if math.prod(counts) != per_partition:
@@ -2574,6 +2592,6 @@ _INTERNAL = {
     "registers", "scalars", "ACC", "Access", "Affine", "Axis", "E", "NkiError", "Predicate",
     "SourceLoc", "CHECK_EVERY_CALL", "access_of", "caller_loc", "check_tensor_engine",
     "current", "got_type", "maybe_current", "op_name", "require_tensor", "resolve_accumulate",
-    "warn_at", "local_gather_indices",
+    "warn_at", "local_gather_indices", "empty_operand",
 }  # fmt: skip
 __all__ = [n for n in dir() if not n.startswith("_") and n not in _INTERNAL]
