@@ -13,6 +13,7 @@ else is a bug in nkikit and raises ``PrimError``, never a silent broadcast.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable
 
 import numpy as np
@@ -28,6 +29,78 @@ from .rules import RULES
 
 # a while loop that has not ended after this many iterations is reported, not run forever
 _MAX_DEVICE_ITERATIONS = 1 << 24
+# a while loop's state is compared across an iteration only while it is at most this large
+_SNAPSHOT_BYTES = 64 << 20
+_PLAIN = (int, float, str, bool, type(None), np.generic, np.dtype, enum.Enum)
+
+
+def _carried_state(loop: Loop) -> list[int] | None:
+    """The uids of the tensors a while loop's body writes that its condition register depends
+    on: the register, every tensor read by an op of the body that writes one of them, and so
+    on (the PRNG state and registers are tensors too).  An iteration that leaves them as it
+    found them leaves the next one the same condition and the same inputs for it: the loop
+    never ends.  None when an iteration may depend on more than memory: an index or a mask of
+    the loop's own variable, an attribute that is not a plain value."""
+    var = loop.var
+    ops: list[Op] = []  # the body's ops, nested loops' included
+    counters: list[tuple[int, list[int]]] = []  # a nested device loop's counter and bounds
+
+    def plain(v) -> bool:
+        return (
+            isinstance(v, _PLAIN)
+            or callable(v)
+            or (isinstance(v, tuple | list) and all(plain(x) for x in v))
+        )
+
+    def mentions_var(a: Access) -> bool:
+        return any(s == var for x in a.index for s, _ in x.terms) or (
+            a.indirect is not None and mentions_var(a.indirect)
+        )
+
+    def walk(body) -> bool:
+        for s in body:
+            if isinstance(s, Op):
+                if any(isinstance(x, Access) and mentions_var(x) for x in (*s.outs, *s.ins)):
+                    return False
+                if not all(plain(v) for v in s.attrs.values()):
+                    return False
+                if s.mask is not None and var in s.mask.syms:
+                    return False
+                ops.append(s)
+            elif isinstance(s, Loop):
+                d = s.device
+                if d is not None and d.counter is not None:
+                    bounds = [x for x in (d.start, d.stop) if isinstance(x, Access)]
+                    counters.append(
+                        (d.counter.tensor.root.uid, [x.tensor.root.uid for x in bounds])
+                    )
+                if not walk(s.body):
+                    return False
+        return True
+
+    if loop.device.cond is None or not walk(loop.body):
+        return None
+    needed = {loop.device.cond.tensor.root.uid}
+    written: set[int] = set()
+    writers = []
+    for op in ops:
+        outs = {o.tensor.root.uid for o in op.outs if isinstance(o, Access)}
+        ins = {x.tensor.root.uid for x in op.ins if isinstance(x, Access)}
+        ins |= {x.indirect.tensor.root.uid for x in (*op.outs, *op.ins)
+                if isinstance(x, Access) and x.indirect is not None}  # fmt: skip
+        writers.append((outs, ins | outs))  # a write may keep part of its old value
+        written |= outs
+    for counter, bounds in counters:
+        writers.append(({counter}, {counter, *bounds}))
+        written.add(counter)
+    grew = True
+    while grew:  # the tensors the condition depends on, to a fixed point
+        grew = False
+        for outs, reads in writers:
+            if not outs.isdisjoint(needed) and not reads <= needed:
+                needed |= reads
+                grew = True
+    return sorted(needed & written)
 
 
 class _Plan:
@@ -310,6 +383,8 @@ class Interpreter:
         var: LoopVar = loop.var
         if d.stop is None:
             k = 0
+            state = _carried_state(loop) if self.world is None else None
+            look_at = 1  # the iteration whose state is compared next (1, 2, 4, ...)
             while self._while_goes_on(loop, k, value):
                 if k >= _MAX_DEVICE_ITERATIONS:
                     raise NkiError(
@@ -319,8 +394,20 @@ class Interpreter:
                         why=f"still running after {k} iterations: the condition register "
                         "never became 0",
                     )
+                before = self._snapshot(state) if k == look_at and state else None
                 env[var] = k
                 self.exec_body(loop.body, env)
+                if before is not None:
+                    if self._unchanged(before):
+                        raise NkiError(
+                            "err_invalid_argument",
+                            loop.loc,
+                            op="nl.while_loop",
+                            why=f"iteration {k} left the condition register ({value(d.cond)}) "
+                            "and every tensor the body computes it from as it found them: "
+                            "each iteration after it does the same, so the loop never ends",
+                        )
+                    look_at *= 2
                 k += 1
         else:
             steps = range(value(d.start), value(d.stop), d.step)
@@ -350,6 +437,24 @@ class Interpreter:
                 env[var] = k
                 self.exec_body(loop.body, env)
         env.pop(var, None)
+
+    def _snapshot(self, uids: list[int]) -> list[tuple[int, np.ndarray]] | None:
+        """Copies of the memory of tensors ``uids`` (None when one has none yet, or they are
+        too large to copy for this check)."""
+        arrays = [self.mem.get(u) for u in uids]
+        if any(a is None for a in arrays) or sum(a.nbytes for a in arrays) > _SNAPSHOT_BYTES:
+            return None
+        return [(u, a.copy()) for u, a in zip(uids, arrays)]
+
+    def _unchanged(self, snapshot: list[tuple[int, np.ndarray]]) -> bool:
+        """Whether every tensor of ``snapshot`` holds the same bits now (NaN payloads too)."""
+        for u, old in snapshot:
+            now = self.mem.get(u)
+            if now is None or now.shape != old.shape or now.dtype != old.dtype:
+                return False
+            if now.tobytes() != old.tobytes():
+                return False
+        return True
 
     @staticmethod
     def _while_goes_on(loop: Loop, k: int, value: Callable[[object], int]) -> bool:

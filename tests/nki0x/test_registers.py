@@ -211,6 +211,38 @@ def test_bad_register_uses_are_named_errors_at_the_users_line(kernel, args, name
 
 
 @nki.jit
+def stuck_countdown(n, step):
+    """``while c != 0: c -= step; count += 1``: with step 0 the condition never changes."""
+    c = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=c, src=n)
+    count = nl.ndarray((1, 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.memset(count, 0.0)
+
+    def body(cond):
+        nisa.tensor_scalar(dst=c, data=c, op0=nl.subtract, operand0=step)
+        nisa.tensor_scalar(dst=count, data=count, op0=nl.add, operand0=1.0)
+        nxt = nisa.register_alloc()
+        nisa.register_load(nxt, c)
+        return nxt
+
+    nl.while_loop(nisa.register_alloc(c), body)  # bad
+    out = nl.ndarray((1, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=count)
+    return out
+
+
+def test_a_while_loop_whose_condition_cannot_change_is_refused_at_once():
+    # the count changes every iteration, but nothing the condition is computed from does: the
+    # reference interpreter (which runs register loops) stops after iteration 1, not 2**24
+    with pytest.raises(NkiError, match="never ends") as e:
+        stuck_countdown(_n(3), 0)
+    assert e.value.name == "err_invalid_argument"
+    assert e.value.loc.line == _line_of(stuck_countdown.func, "# bad")
+    # a condition that moves, however slowly, runs to its end
+    assert float(stuck_countdown(_n(600), 1)[0, 0]) == 600
+
+
+@nki.jit
 def legacy_while(n):
     """``while reg:`` (NKI 0.1 - 0.6, as the NKI Library writes it): count down to 0."""
     c = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
