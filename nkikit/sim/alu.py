@@ -90,7 +90,7 @@ ALU = {
     "bypass": lambda a, b: a,
     "abs": lambda a, b: np.abs(a),
     "invert": lambda a, b: np.invert(_int(a)).astype(np.float64),
-    "logical_not": lambda a, b: (a == 0).astype(np.float32),
+    "logical_not": lambda a, b: np.asarray(a == 0).astype(np.float32),  # a may be a scalar
     "reciprocal": lambda a, b: _safe_div(1.0, a),
     "rsqrt": lambda a, b: _safe_div(1.0, np.sqrt(np.maximum(a, 0))),
 }

@@ -392,12 +392,14 @@ def _shuffle(op, ins, ctx):
     # within every 32-partition quadrant, partition i takes the quadrant's partition mask[i]
     # (the same mask for every quadrant); 255 keeps the destination's partition [ISA]
     dst = ctx.dst(0).copy()
-    src = ins[0]
+    # partition by partition: the two sides may lay out their free elements in other shapes
+    rows = dst.reshape(dst.shape[0], -1)
+    src = np.asarray(ins[0]).reshape(ins[0].shape[0], -1)
     mask = op.attrs["shuffle_mask"]
-    for i in range(dst.shape[0]):
+    for i in range(rows.shape[0]):
         m = mask[i % 32] if i % 32 < len(mask) else 255
         if m != 255:
-            dst[i] = src[(i // 32) * 32 + m]
+            rows[i] = src[(i // 32) * 32 + m]
     return [dst]
 
 
@@ -458,8 +460,12 @@ def _sequence_bounds(op, ins, ctx):
         start = np.full(n, n, dtype=np.int64)
         end = np.full(n, -1, dtype=np.int64)
         for sid in np.unique(row[row != 0]):
+            if sid != sid:
+                continue  # a NaN id equals no id, itself included: below
             at = pos[row == sid]
             start[at], end[at] = at[0], at[-1] + 1
+        lone = pos[row != row]  # each NaN id is a segment of its one element
+        start[lone], end[lone] = lone, lone + 1
         out[r, 0], out[r, 1] = start, end
     return [out.reshape(op.outs[0].shape)]
 

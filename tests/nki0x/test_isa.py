@@ -49,8 +49,10 @@ def test_tensor_tensor_and_scalar_ops():
 
 
 @pytest.mark.parametrize(
-    ("op", "fn"), [(None, lambda v: v), (nl.abs, abs), (nl.reciprocal, lambda v: 1 / v)]
-)
+    ("op", "fn"),
+    [(None, lambda v: v), (nl.abs, abs), (nl.reciprocal, lambda v: 1 / v),
+     (nl.logical_not, lambda v: np.float32(v == 0))],
+)  # fmt: skip
 def test_a_reversed_unary_operator_reads_only_the_operand(op, fn):
     # reversed, operand0 is the operator's first input: a unary one fills the tile with op(operand0)
     @nki.jit
@@ -618,3 +620,21 @@ def test_a_single_axis_of_3d_data_reads_as_nki_0_2_did_and_warns():
     with pytest.warns(NkiWarning, match=r"axis=1\) of 3-D data reduces its last dimension"):
         got = k(x)
     np.testing.assert_array_equal(got, x.max(axis=2))
+
+
+def test_stream_shuffle_moves_partitions_whatever_the_free_shapes():
+    # dst (32, 16) from a (32, 8, 2) view of src: partition by partition (it crashed the
+    # simulators' rule when the two free shapes differed)
+    mask = list(range(31, -1, -1))
+
+    @nki.jit
+    def k(x):
+        a = _load(x)
+        d = nl.ndarray((32, 16), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.nc_stream_shuffle(dst=d, src=a.reshape((32, 8, 2)), shuffle_mask=mask)
+        return _store(d)
+
+    x = X[:32, :16].copy()
+    np.testing.assert_array_equal(k(x), x[mask])
+    ir, _ = k.specialize(x)
+    assert np.array_equal(reference(ir, [x])[0], fast.simulate(ir, [x])[0])

@@ -463,6 +463,14 @@ def test_sequence_bounds_of_packed_segments(runs, dtype):
     np.testing.assert_array_equal(seq_bounds(ids), _bounds(ids[0]).astype(dtype))
 
 
+def test_a_nan_segment_id_is_a_segment_of_its_own():
+    # a NaN id equals no id, itself included (it crashed the simulators' rule before)
+    ids = np.array([[1, 1, np.nan, np.nan, 2, 0]], dtype=np.float32)
+    got = seq_bounds(ids)
+    np.testing.assert_array_equal(got[0, 0], [0, 0, 2, 3, 4, 6])
+    np.testing.assert_array_equal(got[0, 1], [2, 2, 3, 4, 5, -1])
+
+
 @nki.jit
 def seq_two_partitions(ids):
     a = _load(ids)

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from ... import dtypes
+from ...errors import NkiError, NkiInternalError
 from ...ir.core import Kernel
 from ...ir.prims import PrimError
 from ..blas import one_blas_thread
@@ -172,6 +173,15 @@ class Program:
         interp = Interpreter(self.kernel, seed=seed, rank=rank, world=world)
         interp.mem = mem
         with one_blas_thread():  # see sim/blas.py: speed, and bits independent of the cores
-            self._fn(mem, interp)
+            try:
+                self._fn(mem, interp)
+            except (NkiError, NkiInternalError, MemoryError):
+                raise
+            except Exception as e:  # a verified kernel must not fail in numpy: our bug
+                # named as the reference interpreter names it (``Interpreter.exec_body``)
+                raise NkiInternalError(
+                    f"{self.kernel.loc}: the fast simulator failed on kernel "
+                    f"{self.kernel.name}: {type(e).__name__}: {e}"
+                ) from e
         # storage() follows reshapes: a kernel may return a reshaped view of a buffer
         return [interp.storage(t) for t in self._outputs]
