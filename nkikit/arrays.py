@@ -15,6 +15,7 @@ other dtype (fp32, fp16, the int types, bool) is a plain ``Tensor.numpy()`` /
 from __future__ import annotations
 
 import functools
+import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -39,8 +40,10 @@ class TensorSpec:
 
 
 def is_torch(x: object) -> bool:
-    """Whether ``x`` is a torch tensor (decided without importing torch)."""
-    return type(x).__module__.startswith("torch") and hasattr(x, "detach")
+    """Whether ``x`` is a torch tensor, a subclass's (a Parameter, the emulated device's
+    tensor) included; decided without importing torch (no torch module: no torch tensor)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(x, torch.Tensor)
 
 
 def spec_of(x: object) -> tuple[tuple[int, ...], np.dtype] | None:
@@ -147,6 +150,8 @@ def to_numpy(t: torch.Tensor) -> np.ndarray:
         )
     if t.requires_grad:
         t = t.detach()
+    if t.is_neg() or t.is_conj():  # lazy negation / conjugation bits: numpy sees no such bit
+        t = t.resolve_neg().resolve_conj()
     if not t.is_contiguous():
         t = t.contiguous()
     view_as = _torch_tables().views.get(t.dtype)

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from ..arrays import is_torch
 from .errors import KernelCallError, RegistryError
 from .manifest import FunctionSpec, Manifest, Symbol, numpy_dtype
 
@@ -81,16 +82,22 @@ def attr_type_name(default: object) -> str:
 def _accepts(default: object, v: object) -> bool:
     """Whether the op schema (torch's rules for its types) takes `v` for an attr with `default`."""
     kind = attr_type_name(default)
-    if kind in ("bool", "int"):
+    if kind == "bool":
         return isinstance(v, _INTS)
+    if kind == "int":
+        return isinstance(v, _INTS) and _INT64[0] <= v <= _INT64[1]
     if kind == "float":
         return isinstance(v, _REALS)
     if kind == "str":
         return isinstance(v, str)
-    if kind in ("int[]", "float[]"):
-        item = _INTS if kind == "int[]" else _REALS
-        return isinstance(v, list | tuple) and all(isinstance(x, item) for x in v)
+    if kind == "int[]":
+        return isinstance(v, list | tuple) and all(_accepts(0, x) for x in v)
+    if kind == "float[]":
+        return isinstance(v, list | tuple) and all(isinstance(x, _REALS) for x in v)
     return True
+
+
+_INT64 = (-(2**63), 2**63 - 1)  # an op schema's int is a 64-bit integer
 
 
 class KernelFunction:
@@ -161,7 +168,7 @@ class KernelFunction:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         full = self.normalize(args, kwargs)
         for a in full[: self._nin]:
-            if type(a).__module__.startswith("torch"):
+            if is_torch(a):
                 return self.torch.call(full)
         return self.call_numpy(full)
 
@@ -170,8 +177,21 @@ class KernelFunction:
         (`float` takes any real number, `int` any integer, `float[]` a list or tuple of them)."""
         return all(_accepts(d, v) for d, v in zip(self._attr_defaults, attrs))
 
+    def check_attr_ranges(self, attrs: Sequence[Any]) -> None:
+        """Raises KernelCallError naming the first integer attr (or item of one) that a 64-bit
+        integer cannot hold, which the op schema's ``int`` is."""
+        for name, v in zip(self._attr_names, attrs):
+            items = v if isinstance(v, list | tuple) else (v,)
+            for x in items:
+                if isinstance(x, _INTS) and not _INT64[0] <= x <= _INT64[1]:
+                    raise KernelCallError(
+                        f"{self.name}(): argument {name!r} holds {x}, outside the 64-bit "
+                        "integers an op's int takes"
+                    )
+
     def check_attrs(self, attrs: Sequence[Any]) -> None:
         """Raises KernelCallError naming the first attr whose type the schema does not take."""
+        self.check_attr_ranges(attrs)
         for name, default, v in zip(self._attr_names, self._attr_defaults, attrs):
             if not _accepts(default, v):
                 text = repr(v)

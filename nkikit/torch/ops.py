@@ -197,8 +197,8 @@ class TorchBinding:
             return self._run(tensors, attrs)
         if _eager_plain(tensors, None):  # plain tensors, but a dtype or device to refuse
             self._check(tensors)
-        if typed:
-            return self.op(*full)
+        if not typed:
+            self.fn.check_attr_ranges(attrs)
         try:
             return self.op(*full)
         except RuntimeError as e:

@@ -345,3 +345,30 @@ def test_attrs_the_schema_takes_still_run(tiny) -> None:  # noqa: ANN001
     for eps in (np.float32(1e-3), torch.tensor(1e-3)):  # a 0-d tensor goes through the dispatcher
         torch.testing.assert_close(tiny.rmsnorm(x, w, eps=eps), expected)
     assert tiny.rmsnorm(x, w, eps=1).shape == x.shape  # an int is a float for the schema
+
+
+def test_a_non_tensor_input_is_refused_naming_it(lib) -> None:  # noqa: ANN001
+    x, w = torch.randn(4, 64), torch.rand(64)
+    for bad in (1.0, w.numpy(), [1.0] * 64):
+        with pytest.raises(KernelCallError, match="weight"):
+            lib.rmsnorm(x, bad)
+
+
+def test_an_int_attr_is_a_64_bit_integer() -> None:
+    from nkikit.registry.runtime import _accepts
+
+    assert _accepts(0, 2**63 - 1) and _accepts(0, -(2**63))
+    assert not _accepts(0, 2**63) and not _accepts([0], [1, 2**64])
+
+
+def test_negated_views_and_tensors_of_the_emulated_device(lib) -> None:  # noqa: ANN001
+    import nkikit.torch.neuron  # noqa: F401 - registers the "neuron" device
+
+    x, w = torch.randn(4, 64), torch.rand(64)
+    torch.testing.assert_close(lib.rmsnorm(torch._neg_view(x), w), lib.rmsnorm(-x, w))
+    # a subclass of torch.Tensor is a tensor: the op runs (on the CPU, as the device's
+    # fallback for ops it has no kernel for) and the result is on the device
+    with pytest.warns(UserWarning):
+        y = lib.rmsnorm(x.to("neuron"), w.to("neuron"))
+    assert y.device.type == "neuron"
+    torch.testing.assert_close(y.cpu(), lib.rmsnorm(x, w))

@@ -184,7 +184,7 @@ def scaled_dot_product_attention(
     (forward and backward); anything it cannot take runs torch's decomposition on the device."""
     if not _attention_fits(q, k, v, attn_mask, dropout_p, enable_gqa):
         return torch.ops.aten.scaled_dot_product_attention.default.decompose(
-            q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa=enable_gqa
+            q, k, v, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa
         )
     s = float(scale) if scale is not None else 1.0 / math.sqrt(q.shape[-1])
     return _Attention.apply(q, k, v, bool(is_causal), s)

@@ -149,6 +149,20 @@ def test_sdpa_matches_cpu(dtype, s, d, causal):
     torch.testing.assert_close(got.cpu(), ref, rtol=tol.rtol, atol=atol)
 
 
+def test_sdpa_the_kernel_cannot_take_runs_torchs_decomposition_on_the_device():
+    # a mask, dropout, other key length, 3-D inputs, an explicit scale: the library kernel takes
+    # none of these; torch's decomposition runs them (a wrong call crashed every one)
+    q, k, v = rand(1, 2, 8, 16, seed=0), rand(1, 2, 5, 16, seed=1), rand(1, 2, 5, 16, seed=2)
+    mask = rand(8, 5, seed=3) > 0
+    dev = [t.to("neuron") for t in (q, k, v)]
+    for kw in ({"attn_mask": mask}, {"scale": 0.5}, {"attn_mask": mask.float(), "scale": 0.3}):
+        dkw = {n: t.to("neuron") if isinstance(t, torch.Tensor) else t for n, t in kw.items()}
+        got = F.scaled_dot_product_attention(*dev, **dkw)
+        torch.testing.assert_close(got.cpu(), F.scaled_dot_product_attention(q, k, v, **kw))
+    got = F.scaled_dot_product_attention(*(t[0].to("neuron") for t in (q, k, v)))
+    torch.testing.assert_close(got.cpu(), F.scaled_dot_product_attention(q[0], k[0], v[0]))
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_norm_and_attention_backward_match_cpu(dtype):
     x, w = rand(6, 32, dtype=dtype), rand(32, dtype=dtype, seed=1)
