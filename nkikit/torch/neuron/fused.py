@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .device import NeuronTensor
+from .device import NeuronTensor, _tracing
 from .kernels import launch, to_device, to_np
 
 _FLOATS = (torch.float32, torch.bfloat16)
@@ -39,6 +39,8 @@ def _norm_fits(x: Any, nshape: Any, *params: Any) -> bool:
     d = math.prod(nshape)
     return (
         isinstance(x, NeuronTensor)
+        # torch.compile traces with fake storage: the decomposition's ops trace, a launch cannot
+        and not _tracing((x, *params), {})
         and x.dtype in _FLOATS
         and tuple(x.shape[x.dim() - len(nshape) :]) == tuple(nshape)
         and len(nshape) >= 1
@@ -165,6 +167,8 @@ class _Attention(torch.autograd.Function):
 
 def _attention_fits(q, k, v, attn_mask, dropout_p, enable_gqa) -> bool:
     if not all(isinstance(t, NeuronTensor) for t in (q, k, v)) or attn_mask is not None:
+        return False
+    if _tracing((q, k, v), {}):  # torch.compile's fake storage (see _norm_fits)
         return False
     if dropout_p or q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         return False

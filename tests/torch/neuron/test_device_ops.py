@@ -163,6 +163,21 @@ def test_sdpa_the_kernel_cannot_take_runs_torchs_decomposition_on_the_device():
     torch.testing.assert_close(got.cpu(), F.scaled_dot_product_attention(q[0], k[0], v[0]))
 
 
+def test_norms_of_device_tensors_compile():
+    # under torch.compile the device's tensors hold fake storage: the norms trace as torch's
+    # decomposition (a kernel launch on fake data failed), and the compiled graph runs on the device
+    x, w, b = rand(4, 64), rand(64, seed=1), rand(64, seed=2)
+    xd, wd, bd = (t.to("neuron") for t in (x, w, b))
+    rms = torch.compile(
+        lambda a, c: torch.rms_norm(a, (64,), c, 1e-6), backend="neuron", fullgraph=True
+    )
+    ln = torch.compile(
+        lambda a, c, d: F.layer_norm(a, (64,), c, d), backend="neuron", fullgraph=True
+    )
+    close(rms(xd, wd), torch.rms_norm(x, (64,), w, 1e-6), torch.float32, "normalization")
+    close(ln(xd, wd, bd), F.layer_norm(x, (64,), w, b), torch.float32, "normalization")
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_norm_and_attention_backward_match_cpu(dtype):
     x, w = rand(6, 32, dtype=dtype), rand(32, dtype=dtype, seed=1)
