@@ -58,6 +58,7 @@ def dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
         return _to_copy(func, args, kwargs)
     if name == "copy_.default":
         return _copy(func, args, kwargs)
+    _one_device(name, args, kwargs)
     e = entry(name)
     if e is not None:
         if e.kind == "view":
@@ -80,6 +81,20 @@ def dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
         return _in_place(func, args, kwargs)
     out = region_call(func, args, kwargs)
     return fallback(func, args, kwargs, out) if isinstance(out, str) else out
+
+
+def _one_device(name: str, args: tuple, kwargs: dict) -> None:
+    """Refuse an op on device tensors and host tensors together, as torch refuses one on two
+    devices; a 0-d host tensor may join, as it may on any device (a scalar), and so may host
+    indices of an indexing op (torch moves them)."""
+    if name.startswith(("index", "_index")):
+        return
+    for t in tree_flatten((args, kwargs))[0]:
+        if isinstance(t, torch.Tensor) and not isinstance(t, NeuronTensor) and t.dim() > 0:
+            raise RuntimeError(
+                "Expected all tensors to be on the same device, but found at least two "
+                f"devices, neuron:0 and {t.device}! (aten::{name})"
+            )
 
 
 # -- the default route: one generated kernel per op --------------------------------------------

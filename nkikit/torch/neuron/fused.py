@@ -46,7 +46,13 @@ def _norm_fits(x: Any, nshape: Any, *params: Any) -> bool:
         and len(nshape) >= 1
         and 1 <= d <= 8192
         and all(
-            p is None or (p.dtype == x.dtype and tuple(p.shape) == tuple(nshape)) for p in params
+            p is None
+            or (
+                isinstance(p, NeuronTensor)
+                and p.dtype == x.dtype
+                and tuple(p.shape) == tuple(nshape)
+            )
+            for p in params
         )
     )
 

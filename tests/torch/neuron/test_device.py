@@ -106,6 +106,21 @@ def test_autograd_through_device_ops_matches_cpu():
     assert device_stats().kernels["rms_norm_backward"] == 1
 
 
+def test_an_op_on_device_and_host_tensors_is_refused_as_torch_refuses_two_devices():
+    x = torch.randn(4, 8)
+    xd = x.to("neuron")
+    for f in (
+        lambda: xd + x,
+        lambda: xd @ torch.randn(8, 3),
+        lambda: torch.rms_norm(xd, (8,), x[0]),
+    ):
+        with pytest.raises(RuntimeError, match="same device"):
+            f()
+    # a 0-d host tensor is a scalar on any device, and host indices index a device tensor
+    torch.testing.assert_close((xd + torch.tensor(2.0)).cpu(), x + 2)
+    torch.testing.assert_close(xd[torch.tensor([0, 2])].cpu(), x[[0, 2]])
+
+
 def test_views_share_storage_and_cost_nothing():
     x = torch.arange(24.0).reshape(4, 6).to("neuron")
     v = x.view(6, 4)
