@@ -203,6 +203,13 @@ def _lanes(instructions: list, order: list[int]) -> tuple[dict[int, int], dict[s
     return lane_of, count
 
 
+def _inside(i: Any, offset_ns: float, at: float) -> float:
+    """The time (µs) ``at`` of the way through instruction ``i``'s slice as written: within
+    its rounded edges whatever the rounding of the point itself."""
+    ts, dur = us_span(i.start_ns + offset_ns, max(i.end_ns, i.start_ns) + offset_ns)
+    return min(max(round(ts + at * dur, 4), ts), round(ts + dur, 3))
+
+
 def _flow_events(
     profile: Profile, tid_of_id: dict[int, int], pid: int, offset_ns: float
 ) -> list[dict[str, Any]]:
@@ -217,19 +224,19 @@ def _flow_events(
                 continue
             flow_id += 1
             # Flow ends bind to the slice enclosing their timestamp; an instant exactly at a
-            # boundary could bind to the neighbouring instruction, so step just inside.
-            s_ts = dep.end_ns - 0.05 * max(dep.end_ns - dep.start_ns, 0.0) + offset_ns
-            f_ts = i.start_ns + 0.05 * max(i.end_ns - i.start_ns, 0.0) + offset_ns
+            # boundary could bind to the neighbouring instruction, so step just inside -- of the
+            # slice as written (edges rounded to the nanosecond, ``us_span``), or an arrow of a
+            # few-nanosecond instruction would land past its rounded edge.
             common = {"name": "dep", "cat": "dep", "id": flow_id, "pid": pid}
             out.append(
-                {**common, "ph": "s", "ts": round(s_ts / 1000.0, 4), "tid": tid_of_id[dep.id]}
+                {**common, "ph": "s", "ts": _inside(dep, offset_ns, 0.95), "tid": tid_of_id[dep.id]}
             )
             out.append(
                 {
                     **common,
                     "ph": "f",
                     "bp": "e",
-                    "ts": round(f_ts / 1000.0, 4),
+                    "ts": _inside(i, offset_ns, 0.05),
                     "tid": tid_of_id[i.id],
                 }
             )
