@@ -265,11 +265,13 @@ def dma_ns_per_partition(
     transpose: bool = False,
     from_hbm: bool = True,
     indirect: bool = False,
+    hbm_both: bool = False,
 ) -> float:
     """Transfer time of one partition's bytes on one DMA queue, in ns.
 
     rate = queue bandwidth (capped at an even share of the core's HBM bandwidth when HBM is
-    involved) x ``dma_efficiency`` (``dma_store_efficiency`` for an on-chip -> HBM store,
+    involved; at half that share when both sides are in HBM: every byte moved is read from
+    HBM and written to it) x ``dma_efficiency`` (``dma_store_efficiency`` for an on-chip -> HBM store,
     when the target sets one) x a row efficiency ``b / (b + dma_row_overhead_bytes)``
     for ``b`` bytes per partition (small rows are overhead-bound [DMABW, PG]); DMA
     transposes run at ``dma_transpose_factor`` of that (at most half SBUF -> SBUF [A3]).
@@ -280,7 +282,7 @@ def dma_ns_per_partition(
     t = target
     bw = t.dma_queue_bytes_per_ns
     if hbm:
-        bw = min(bw, t.hbm_bytes_per_ns / t.dma_queues)
+        bw = min(bw, t.hbm_bytes_per_ns / t.dma_queues / (2 if hbm_both else 1))
     b = bytes_per_partition
     overhead = t.dma_row_overhead_bytes + (t.dma_indirect_descriptor_bytes if indirect else 0)
     row_eff = b / (b + overhead) if b > 0 else 1.0

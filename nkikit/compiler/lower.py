@@ -635,6 +635,7 @@ class _Lowerer:
             transpose=transpose,
             from_hbm=src.tensor.is_hbm,
             indirect=indirect,
+            hbm_both=dst.tensor.is_hbm and src.tensor.is_hbm,
         )
         opcode = (
             "DMA_"

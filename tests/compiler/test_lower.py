@@ -133,3 +133,24 @@ def test_dma_cost_formula():
     assert slow == pytest.approx(b / rate / t.dma_transpose_factor)
     # tiny rows are overhead-bound: 16 B per partition moves at 20% of the rate of 2 KiB rows
     assert dma_ns_per_partition(t, 16, hbm=True) / 16 > 4 * dma_ns_per_partition(t, b, hbm=True) / b
+
+
+def test_an_hbm_to_hbm_copy_is_held_to_the_hbm_bandwidth_for_both_its_sides():
+    # every byte is read from HBM and written to it: a large copy's HBM traffic stays within the
+    # HBM bandwidth (it ran at 1.8x trn2's 362.5 GB/s, MBU 184%)
+    import numpy as np
+
+    import nkikit
+    import nkikit.nki as nki
+    import nkikit.nki.isa as nisa
+    import nkikit.nki.language as nl0
+
+    @nki.jit
+    def hbm_copy(x):
+        out = nl0.ndarray(x.shape, dtype=x.dtype, buffer=nl0.shared_hbm)
+        nisa.dma_copy(dst=out, src=x)
+        return out
+
+    for rows in (128, 1024, 4096):
+        program = nkikit.compile(hbm_copy, np.zeros((rows, 512), np.float32), target="trn2")
+        assert program.profile().summary["mbu"] <= 1.0
