@@ -180,7 +180,9 @@ class KernelFunction:
     def check_attr_ranges(self, attrs: Sequence[Any]) -> None:
         """Raises KernelCallError naming the first integer attr (or item of one) that a 64-bit
         integer cannot hold, which the op schema's ``int`` is."""
-        for name, v in zip(self._attr_names, attrs):
+        for name, default, v in zip(self._attr_names, self._attr_defaults, attrs):
+            if attr_type_name(default) not in ("int", "int[]"):
+                continue  # a float takes any integer (as a double)
             items = v if isinstance(v, list | tuple) else (v,)
             for x in items:
                 if isinstance(x, _INTS) and not _INT64[0] <= x <= _INT64[1]:

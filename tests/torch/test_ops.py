@@ -354,11 +354,13 @@ def test_a_non_tensor_input_is_refused_naming_it(lib) -> None:  # noqa: ANN001
             lib.rmsnorm(x, bad)
 
 
-def test_an_int_attr_is_a_64_bit_integer() -> None:
+def test_an_int_attr_is_a_64_bit_integer(lib) -> None:  # noqa: ANN001
     from nkikit.registry.runtime import _accepts
 
     assert _accepts(0, 2**63 - 1) and _accepts(0, -(2**63))
     assert not _accepts(0, 2**63) and not _accepts([0], [1, 2**64])
+    # a float attr takes any integer (as a double): rmsnorm's eps
+    lib.rmsnorm.check_attr_ranges((10**30,))
 
 
 def test_negated_views_and_tensors_of_the_emulated_device(lib) -> None:  # noqa: ANN001
