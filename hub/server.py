@@ -173,6 +173,17 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
+def _port(text: str) -> int:
+    """A TCP port, 0-65535 (0: any free one); argparse names the option when it is not."""
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a port 0-65535, got {text!r}")
+    return port
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="nkikit hub serve",
@@ -181,7 +192,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--root", required=True, help="folder holding the repos (created if missing)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
-    p.add_argument("--port", type=int, default=0, help="port (default: 0, any free port)")
+    p.add_argument("--port", type=_port, default=0, help="port (default: 0, any free port)")
     p.add_argument(
         "--token",
         default=os.environ.get(TOKEN_ENV),

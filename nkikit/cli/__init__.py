@@ -125,6 +125,8 @@ def describe(e: BaseException) -> str | None:
         return str(e)
     if isinstance(e, FileNotFoundError | PermissionError):
         return str(e)
+    if isinstance(e, SyntaxError) and e.filename:  # the user's file, at its own line
+        return f"{os.path.basename(e.filename)}:{e.lineno}: SyntaxError: {e.msg}"
     user = [f for f in traceback.extract_tb(e.__traceback__) if not _is_internal(f.filename)]
     if user and not _is_internal(traceback.extract_tb(e.__traceback__)[-1].filename):
         where = f"{os.path.basename(user[-1].filename)}:{user[-1].lineno}"

@@ -19,6 +19,17 @@ from .options import (
 )
 
 
+def _seed(text: str) -> int:
+    """A seed of numpy's generator: an integer >= 0 (argparse names the option otherwise)."""
+    try:
+        seed = int(text)
+    except ValueError:
+        seed = -1
+    if seed < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return seed
+
+
 def add_run(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "run",
@@ -29,7 +40,7 @@ def add_run(sub: argparse._SubParsersAction) -> None:
     add_kernel(p)
     add_args(p)
     add_grid(p)
-    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    p.add_argument("--seed", type=_seed, default=0, help="seed of the random inputs (default 0)")
     p.set_defaults(fn=cmd_run)
 
 

@@ -86,6 +86,8 @@ def load_kernel(target: str) -> Any:
         spec.loader.exec_module(module)
     elif ":" in target:
         mod, name = target.split(":", 1)
+        if not mod.strip():
+            raise UsageError(f"name a kernel as FILE.py::KERNEL or MODULE:KERNEL, got {target!r}")
         try:
             module = importlib.import_module(mod)
         except ModuleNotFoundError as e:
@@ -112,7 +114,10 @@ def parse_args_spec(text: str) -> dict[str, Any]:
             position += 1
         elif not name.strip() or not value.strip():
             raise UsageError(f"--args: bad item {item!r}; use NAME=SHAPE:DTYPE or NAME=VALUE")
-        out[name.strip() if isinstance(name, str) else name] = _value(value.strip(), item)
+        key = name.strip() if isinstance(name, str) else name
+        if key in out:
+            raise UsageError(f"--args: {key!r} is given twice")
+        out[key] = _value(value.strip(), item)
     return out
 
 
@@ -149,7 +154,9 @@ def _value(value: str, item: str) -> Any:
         except TypeError as e:
             raise UsageError(f"--args: {item!r}: {e}") from None
         return TensorSpec(dims, dt)
-    if ":" in value and re.match(r"^[\dx]+:", value):
+    if (":" in value and re.match(r"^[\dx]+:", value)) or re.fullmatch(
+        r"-?\d+(x-?\d*)+x?|x\d*", value
+    ):  # a shape gone wrong (4096x, -1x4, 4x4x), not a string the kernel takes
         raise UsageError(f"--args: bad tensor {item!r}; use SHAPE:DTYPE, e.g. 128x512:bfloat16")
     try:
         return ast.literal_eval(value)
@@ -195,7 +202,7 @@ def kernel_and_args(ns: argparse.Namespace) -> tuple[Any, list[Any], dict[str, A
 
 def materialize(values: list[Any], seed: int) -> list[Any]:
     """Random arrays for the tensor specs in ``values`` (normal, cast to the dtype; integers
-    scaled by 10), the rest as given."""
+    scaled by 10; booleans a fair coin each), the rest as given."""
     import numpy as np
 
     from .. import dtypes
@@ -206,6 +213,13 @@ def materialize(values: list[Any], seed: int) -> list[Any]:
     for v in values:
         if isinstance(v, TensorSpec):
             x = rng.standard_normal(v.shape).astype(np.float32)
-            v = dtypes.cast(x, v.dtype) if dtypes.is_float(v.dtype) else (x * 10).astype(v.dtype)
+            if v.dtype == np.bool_:  # (x * 10).astype(bool) is True almost everywhere
+                v = x > 0
+            else:
+                v = (
+                    dtypes.cast(x, v.dtype)
+                    if dtypes.is_float(v.dtype)
+                    else (x * 10).astype(v.dtype)
+                )
         out.append(v)
     return out

@@ -34,7 +34,7 @@ def _jit(kernel: Any) -> JitKernel:
         return kernel
     if isinstance(kernel, _Decorated):
         return kernel.kernel
-    if callable(kernel):
+    if callable(kernel) and hasattr(kernel, "__code__"):  # a Python function: traced as one
         return jit(kernel)
     raise TypeError(f"expected an @nki.jit kernel or a function, got {type(kernel).__name__}")
 

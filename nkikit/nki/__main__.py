@@ -4,6 +4,8 @@ run an unmodified NKI 0.x program (one that says ``import nki``) on nkikit, e.g.
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import runpy
 import sys
 
@@ -20,11 +22,17 @@ def main(argv: list[str] | None = None) -> int:
         if len(argv) < 2:
             print("python -m nkikit.nki -m MODULE [ARGS...]: a module name is missing")
             return 2
+        if importlib.util.find_spec(argv[1].partition(".")[0]) is None:
+            print(f"python -m nkikit.nki: no module named {argv[1]!r}", file=sys.stderr)
+            return 2
         sys.argv = argv[1:]
         runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
     else:
+        if not os.path.isfile(argv[0]):
+            print(f"python -m nkikit.nki: no such file {argv[0]!r}", file=sys.stderr)
+            return 2
         sys.argv = argv
-        sys.path.insert(0, __import__("os").path.dirname(__import__("os").path.abspath(argv[0])))
+        sys.path.insert(0, os.path.dirname(os.path.abspath(argv[0])))
         runpy.run_path(argv[0], run_name="__main__")
     return 0
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import textwrap
 
+import numpy as np
 import pytest
 from clihelp import nkikit
 
@@ -66,6 +67,13 @@ def _one_line(text: str) -> str:
         (["run", "nosuchmodule:double"], "no module named 'nosuchmodule'"),
         (["runn"], "invalid choice: 'runn'"),
         (["run", "{f}::double", "--sed", "1"], "unrecognized arguments: --sed"),
+        # found by a fuzz of the CLI: each was a traceback or a misleading message before
+        (["run", "os:getcwd"], "expected an @nki.jit kernel or a function"),
+        (["run", ":double"], "FILE.py::KERNEL or MODULE:KERNEL"),
+        (["run", "{f}::double", "--args", "x=128x64", "--seed", "-1"], "argument --seed"),
+        (["run", "{f}::double", "--args", "x=4096x"], "--args: bad tensor 'x=4096x'"),
+        (["run", "{f}::double", "--args", "x=-1x4"], "--args: bad tensor"),
+        (["run", "{f}::double", "--args", "x=4x4,x=4x4"], "'x' is given twice"),
     ],
 )
 def test_usage_errors_are_one_line_and_exit_2(folder, capsys, argv, message):
@@ -115,3 +123,32 @@ def test_a_rejected_kernel_is_one_line_with_its_name_and_line(folder, capsys):
     line = _one_line(capsys.readouterr().err)
     where = f"mykernels.py:{_line('nl.multiply(nl.load(x), 2.0)')}"
     assert line.startswith(f"error: {where}: err_num_partition_exceed_arch_limit")
+
+
+def test_a_syntax_error_names_the_users_file_and_line(tmp_path):
+    (tmp_path / "broken.py").write_text("import nkikit\ndef f(:\n    pass\n")
+    p = nkikit("run", "broken.py::f", cwd=tmp_path)
+    assert p.returncode == 1 and _one_line(p.stderr).startswith("error: broken.py:2: SyntaxError")
+
+
+def test_random_bool_inputs_are_a_fair_coin():
+    from nkikit.cli.options import materialize
+    from nkikit.typing import TensorSpec
+
+    (x,) = materialize([TensorSpec((128, 64), np.dtype(bool))], seed=0)
+    assert 0.4 < x.mean() < 0.6  # (x * 10).astype(bool) made them all True
+
+
+def test_running_an_nki_file_or_module_that_is_not_there_is_one_line(tmp_path, capsys):
+    from nkikit.nki.__main__ import main as nki_main
+
+    assert nki_main([str(tmp_path / "missing.py")]) == 2
+    assert nki_main(["-m", "no_such_module_here"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert "no such file" in err[0] and "no module named 'no_such_module_here'" in err[1]
+
+
+def test_a_hub_port_out_of_range_is_refused(tmp_path):
+    # 99999 was served as 34463 (modulo 65536) without a word
+    p = nkikit("hub", "serve", "--root", str(tmp_path), "--port", "99999")
+    assert p.returncode == 2 and "argument --port: expected a port 0-65535" in p.stderr
