@@ -27,9 +27,16 @@ def cmd_compare(ns: argparse.Namespace) -> int:
 
     from ..profiler.compare import compare, load, render_text, write_html
 
+    profiles = []
+    for path in (ns.a, ns.b):
+        try:
+            profiles.append(load(path))
+        except (OSError, ValueError, KeyError) as e:  # a missing or unreadable profile: exit 1
+            print(f"error: {path}: {e}", file=sys.stderr)
+            return 1
     try:
-        c = compare(load(ns.a), load(ns.b))
-    except (OSError, ValueError, KeyError) as e:  # a missing or unreadable profile: exit 1
+        c = compare(*profiles)
+    except (ValueError, KeyError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     print(render_text(c), end="")

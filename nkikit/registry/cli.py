@@ -122,6 +122,11 @@ def cmd_publish(args: argparse.Namespace) -> int:
             results = _expected(lambda: publish_all(args.path, args.org, **kwargs))
         else:
             results = [_expected(lambda: publish(args.path, args.repo, **kwargs))]
+    if not results:  # --all found no kernel folder: say so, not a silent success
+        print(
+            f"error: no kernel folder (one with a kernel.toml) under {args.path}", file=sys.stderr
+        )
+        return 1
     for r in results:
         builds = ", ".join(f"{v}={i}" for v, i in r.variants.items())
         print(f"{r.repo_id} v{r.version}: {r.branch} @ {r.commit} ({builds})")

@@ -152,3 +152,12 @@ def test_a_hub_port_out_of_range_is_refused(tmp_path):
     # 99999 was served as 34463 (modulo 65536) without a word
     p = nkikit("hub", "serve", "--root", str(tmp_path), "--port", "99999")
     assert p.returncode == 2 and "argument --port: expected a port 0-65535" in p.stderr
+
+
+def test_compare_names_the_file_it_cannot_read_and_publish_all_the_empty_folder(tmp_path):
+    (tmp_path / "a.json").write_text("{} {}")
+    p = nkikit("compare", "a.json", "a.json", cwd=tmp_path)
+    assert p.returncode == 1 and _one_line(p.stderr).startswith("error: a.json:")
+    (tmp_path / "empty").mkdir()
+    p = nkikit("publish", "empty", "--all", "--org", "o", "--no-tests", cwd=tmp_path)
+    assert p.returncode == 1 and "no kernel folder" in _one_line(p.stderr)
