@@ -15,9 +15,12 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__.strip())
         return 0 if argv else 2
+    if argv[0] != "-m" and not os.path.isfile(argv[0]):
+        print(f"python -m nkikit.nki: no such file {argv[0]!r}", file=sys.stderr)
+        return 2
     from . import install_alias
 
-    install_alias()
+    install_alias()  # before a module is looked for: it may be one of ``nki``'s
     if argv[0] == "-m":
         if len(argv) < 2:
             print("python -m nkikit.nki -m MODULE [ARGS...]: a module name is missing")
@@ -28,9 +31,6 @@ def main(argv: list[str] | None = None) -> int:
         sys.argv = argv[1:]
         runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
     else:
-        if not os.path.isfile(argv[0]):
-            print(f"python -m nkikit.nki: no such file {argv[0]!r}", file=sys.stderr)
-            return 2
         sys.argv = argv
         sys.path.insert(0, os.path.dirname(os.path.abspath(argv[0])))
         runpy.run_path(argv[0], run_name="__main__")

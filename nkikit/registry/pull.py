@@ -142,8 +142,18 @@ def _import_variant(variant_dir: Path, meta: dict[str, Any]) -> Any:
         return module
 
 
+def _neuron_sdk(name: str) -> bool:
+    """Whether the AWS Neuron SDK's module ``name`` is importable: nkikit's own ``nki`` alias
+    (``nkikit.nki.install_alias``) is not it."""
+    try:
+        spec = find_spec(name)
+    except (ImportError, ValueError):
+        return False
+    return spec is not None and not spec.name.startswith("nkikit")
+
+
 def _check_backend(variant: str, variant_dir: Path) -> None:
-    if variant == "torch-neuron" and find_spec("neuronxcc") is None and find_spec("nki") is None:
+    if variant == "torch-neuron" and not (_neuron_sdk("neuronxcc") or _neuron_sdk("nki")):
         raise BackendUnavailableError(
             f"the torch-neuron build is downloaded and verified at {variant_dir}, but it runs only "
             "with the AWS Neuron SDK (neuronxcc / nki), which is not installed here. Use "

@@ -484,3 +484,18 @@ def test_server_sigkilled_during_a_large_download(
         assert (k.path / "weights.bin").stat().st_size == size
     finally:
         hub.stop()
+
+
+def test_nkikits_own_nki_alias_is_not_the_neuron_sdk(monkeypatch) -> None:  # noqa: ANN001
+    # after nkikit.nki.install_alias() `import nki` works, but the torch-neuron build still needs
+    # AWS's SDK: the pull says so instead of failing inside the build's import of neuronxcc
+    import importlib.util
+    import sys
+
+    import nkikit.nki
+    from nkikit.registry import pull as pull_module
+
+    monkeypatch.setitem(sys.modules, "nki", nkikit.nki)
+    assert importlib.util.find_spec("nki") is not None
+    with pytest.raises(BackendUnavailableError, match="runs only with the AWS Neuron SDK"):
+        pull_module._check_backend("torch-neuron", Path("."))
