@@ -155,7 +155,7 @@ def _value(value: str, item: str) -> Any:
             raise UsageError(f"--args: {item!r}: {e}") from None
         return TensorSpec(dims, dt)
     if (":" in value and re.match(r"^[\dx]+:", value)) or re.fullmatch(
-        r"-?\d+(x-?\d*)+x?|x\d*", value
+        r"-?\d+(x-?\d*)+", value
     ):  # a shape gone wrong (4096x, -1x4, 4x4x), not a string the kernel takes
         raise UsageError(f"--args: bad tensor {item!r}; use SHAPE:DTYPE, e.g. 128x512:bfloat16")
     try:
