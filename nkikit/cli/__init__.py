@@ -58,6 +58,9 @@ def build_parser() -> Parser:
         description="Write, simulate, profile and share Trainium NKI kernels on any CPU.",
         epilog="`nkikit COMMAND --help` describes a command's options.",
     )
+    from .. import __version__
+
+    parser.add_argument("--version", action="version", version=f"nkikit {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module, func in COMMANDS:
         getattr(importlib.import_module(module), func)(sub)

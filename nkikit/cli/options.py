@@ -139,6 +139,8 @@ def _split(text: str) -> list[str]:
         else:
             cur += ch
     items.append(cur)
+    if len(items) > 1 and any(not i.strip() for i in items):  # a,,b or a trailing comma
+        raise UsageError(f"--args: an empty item in {text!r}")
     return [i.strip() for i in items if i.strip()]
 
 

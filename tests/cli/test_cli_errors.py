@@ -74,6 +74,7 @@ def _one_line(text: str) -> str:
         (["run", "{f}::double", "--args", "x=4096x"], "--args: bad tensor 'x=4096x'"),
         (["run", "{f}::double", "--args", "x=-1x4"], "--args: bad tensor"),
         (["run", "{f}::double", "--args", "x=4x4,x=4x4"], "'x' is given twice"),
+        (["run", "{f}::double", "--args", "x=4x4,,y=1"], "--args: an empty item"),
     ],
 )
 def test_usage_errors_are_one_line_and_exit_2(folder, capsys, argv, message):
@@ -170,3 +171,10 @@ def test_compare_names_the_file_it_cannot_read_and_publish_all_the_empty_folder(
     (tmp_path / "empty").mkdir()
     p = nkikit("publish", "empty", "--all", "--org", "o", "--no-tests", cwd=tmp_path)
     assert p.returncode == 1 and "no kernel folder" in _one_line(p.stderr)
+
+
+def test_version(capsys):
+    import nkikit
+
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"nkikit {nkikit.__version__}"
