@@ -21,6 +21,7 @@ from ...errors import NkiError, SourceLoc, caller_loc
 from ...ir.core import HBM_BUFFERS
 from ...language.creation import Buffer, hbm, private_hbm, psum, sbuf, shared_hbm
 from ...trace.builder import current
+from ...trace.index import _range as _stepped_range  # a nonzero step, or a named error
 from ...trace.instructions import flag as _flag
 from ..tensor import NkiTensor, _index, got_type, require_tensor
 from ..tensor import _row_major_cached as _row_major
@@ -453,8 +454,8 @@ def _range(*args, **kwargs) -> range:
     if kwargs:
         raise TypeError(f"unexpected keyword argument {next(iter(kwargs))!r}")
     args = tuple(a if type(a) is int else _index(a, "range", none=False) for a in args)
-    if len(args) == 3 and args[2] == 0:
-        raise NkiError("err_invalid_argument", caller_loc(), op="range", why="step must not be 0")
+    if len(args) == 3:
+        return _stepped_range(*args, "range")
     return builtins.range(*args)
 
 
@@ -507,11 +508,7 @@ def fori_loop(lower, upper, body_fun, step: int = 1, unroll: bool = False) -> No
         _device_loops.fori_loop(lower, upper, body_fun, step, caller_loc())
         return
     _trace_time_ints(lower, upper, step)
-    if int(step) == 0:
-        raise NkiError(
-            "err_invalid_argument", caller_loc(), op="nl.fori_loop", why="step must not be 0"
-        )
-    for i in builtins.range(int(lower), int(upper), int(step)):
+    for i in _stepped_range(int(lower), int(upper), int(step), "nl.fori_loop"):
         body_fun(i)
 
 
