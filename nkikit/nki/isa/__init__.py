@@ -171,9 +171,7 @@ def _same_free(views: list[NkiTensor], loc: SourceLoc, op: str) -> list[NkiTenso
             break
     else:
         return views  # one shape: nothing to match or re-express
-    for v in views:
-        if 0 in v.shape:  # no dimensions to match: refused before they are split
-            raise empty_operand(v, loc, op)
+    _nonempty(views, loc, op)  # no dimensions to match: refused before they are split
     p = views[0].shape[0]
     free = views[0].size // max(p, 1)
     for v in views[1:]:
@@ -201,6 +199,14 @@ def _same_free(views: list[NkiTensor], loc: SourceLoc, op: str) -> list[NkiTenso
             why=f"operand free shapes {[v.shape[1:] for v in views]} cannot be matched element by element",
         )
     return [_refine(v, refined, 1) for v in views]
+
+
+def _nonempty(views, loc: SourceLoc, *labels: str) -> None:
+    """``access_of``'s refusal of a view with no elements, for the front end's steps that
+    reshape operands before their accesses are made (the last label names the rest)."""
+    for k, v in enumerate(views):
+        if 0 in v.shape:
+            raise empty_operand(v, loc, labels[min(k, len(labels) - 1)])
 
 
 def _tiles(loc: SourceLoc, op: str, *xs: NkiTensor) -> list[Access]:
@@ -658,10 +664,7 @@ def _dma_pair(dst: NkiTensor, src: NkiTensor, loc: SourceLoc, op: str) -> tuple[
     if type(dst) is not NkiTensor or type(src) is not NkiTensor:
         require_tensor(dst, loc, f"nisa.{op}", "dst")
         require_tensor(src, loc, f"nisa.{op}", "src")
-    if 0 in dst.shape or 0 in src.shape:  # before the shapes are matched dimension by dimension
-        raise empty_operand(
-            dst if 0 in dst.shape else src, loc, f"{op} dst" if 0 in dst.shape else f"{op} src"
-        )
+    _nonempty((dst, src), loc, f"{op} dst", f"{op} src")  # before shapes are matched
     same = dst.shape == src.shape
     if not same and dst.size != src.size:
         raise NkiError(
@@ -1196,9 +1199,7 @@ def _pattern_views(views: list[NkiTensor], pattern, offset, channel_multiplier, 
     (``[[step, num], ...]`` over the free elements), and the affine value
     ``offset + partition * channel_multiplier + sum(step * index)`` in that shape's axes."""
     pairs = _pattern_pairs(pattern, loc, f"nisa.{op}")
-    for v in views:
-        if 0 in v.shape:
-            raise empty_operand(v, loc, f"nisa.{op}")
+    _nonempty(views, loc, f"nisa.{op}")
     counts = tuple(n for _, n in pairs)
     per_partition = views[0].size // views[0].shape[0]
     if math.prod(counts) != per_partition:
