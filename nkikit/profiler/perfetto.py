@@ -127,6 +127,7 @@ def instruction_events(
     byte_values = attrgetter(*_BYTE_FIELDS)
     append = events.append
     tid_of_id: dict[int, int] = {}
+    span_of: dict[int, tuple[float, float]] = {}
     for k in order:
         i = instructions[k]
         # the opcode is the slice's name already: not repeated in args (it was 4% of a file)
@@ -153,6 +154,8 @@ def instruction_events(
             args["deps"] = list(i.deps)
         t = tid_of_id[i.id] = tid[i.engine, lane_of[k]]
         ts, dur = us_span(i.start_ns + offset_ns, max(i.end_ns, i.start_ns) + offset_ns)
+        if flows:  # the slices as written, which the arrows' ends must land inside
+            span_of[i.id] = ts, dur
         append(
             {
                 "name": i.opcode,
@@ -166,7 +169,7 @@ def instruction_events(
             }
         )
     if flows:
-        events.extend(_flow_events(profile, tid_of_id, pid, offset_ns))
+        events.extend(_flow_events(profile, tid_of_id, span_of, pid))
     return events
 
 
@@ -203,15 +206,18 @@ def _lanes(instructions: list, order: list[int]) -> tuple[dict[int, int], dict[s
     return lane_of, count
 
 
-def _inside(i: Any, offset_ns: float, at: float) -> float:
-    """The time (µs) ``at`` of the way through instruction ``i``'s slice as written: within
-    its rounded edges whatever the rounding of the point itself."""
-    ts, dur = us_span(i.start_ns + offset_ns, max(i.end_ns, i.start_ns) + offset_ns)
+def _inside(span: tuple[float, float], at: float) -> float:
+    """The time (µs) ``at`` of the way through a slice ``(ts, dur)`` as written: within its
+    rounded edges whatever the rounding of the point itself."""
+    ts, dur = span
     return min(max(round(ts + at * dur, 4), ts), round(ts + dur, 3))
 
 
 def _flow_events(
-    profile: Profile, tid_of_id: dict[int, int], pid: int, offset_ns: float
+    profile: Profile,
+    tid_of_id: dict[int, int],
+    span_of: dict[int, tuple[float, float]],
+    pid: int,
 ) -> list[dict[str, Any]]:
     by_id = {i.id: i for i in profile.instructions}
     out: list[dict[str, Any]] = []
@@ -229,14 +235,19 @@ def _flow_events(
             # few-nanosecond instruction would land past its rounded edge.
             common = {"name": "dep", "cat": "dep", "id": flow_id, "pid": pid}
             out.append(
-                {**common, "ph": "s", "ts": _inside(dep, offset_ns, 0.95), "tid": tid_of_id[dep.id]}
+                {
+                    **common,
+                    "ph": "s",
+                    "ts": _inside(span_of[dep.id], 0.95),
+                    "tid": tid_of_id[dep.id],
+                }
             )
             out.append(
                 {
                     **common,
                     "ph": "f",
                     "bp": "e",
-                    "ts": _inside(i, offset_ns, 0.05),
+                    "ts": _inside(span_of[i.id], 0.05),
                     "tid": tid_of_id[i.id],
                 }
             )
