@@ -23,6 +23,10 @@ import numpy as np
 
 from . import dtypes
 
+# the torch device nkikit emulates (``nkikit.torch.neuron``): its tensors' values live on the
+# host, so a kernel called with them runs as with CPU tensors and returns its results there
+DEVICE_TYPE = "neuron"
+
 if TYPE_CHECKING:
     import torch
 
@@ -68,8 +72,12 @@ def as_numpy(x: object, dtype: np.dtype) -> np.ndarray:
 
 
 def as_kind_of(a: np.ndarray, like: object) -> object:
-    """``a`` as the kind of array ``like`` is: a torch tensor for a torch argument."""
-    return from_numpy(a) if is_torch(like) else a
+    """``a`` as the kind of array ``like`` is: a torch tensor for a torch argument, on the
+    ``neuron`` device for an argument there (a kernel's results stay on its device)."""
+    if not is_torch(like):
+        return a
+    t = from_numpy(a)
+    return t if like.device.type == "cpu" else t.to(like.device)  # type: ignore[attr-defined]
 
 
 # -- torch ------------------------------------------------------------------------------------
@@ -142,12 +150,15 @@ def torch_dtype(name: str) -> torch.dtype:
 
 
 def to_numpy(t: torch.Tensor) -> np.ndarray:
-    """A C-contiguous numpy view (or copy, for non-contiguous input) of a CPU tensor.
-    Raises TypeError for a tensor on another device (nkikit simulates on the CPU)."""
+    """A C-contiguous numpy view (or copy, for non-contiguous input) of a CPU tensor; a copy
+    of a tensor on the ``neuron`` device (the values a kernel on the device reads).  Raises
+    TypeError for a tensor on any other device (nkikit simulates on the CPU)."""
     if t.device.type != "cpu":
-        raise TypeError(
-            f"nkikit simulates on the CPU; move the tensor from {t.device} to 'cpu' first"
-        )
+        if t.device.type != DEVICE_TYPE:
+            raise TypeError(
+                f"nkikit simulates on the CPU; move the tensor from {t.device} to 'cpu' first"
+            )
+        t = t.detach().cpu()  # the device's values, as a transfer to the host reads them
     if t.requires_grad:
         t = t.detach()
     if t.is_neg() or t.is_conj():  # lazy negation / conjugation bits: numpy sees no such bit

@@ -14,6 +14,7 @@ To run an unmodified file that says ``import nki``: ``nkikit.nki.install_alias()
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 
 from . import (  # noqa: F401
@@ -70,8 +71,9 @@ def execute(kernel, *args, **kwargs):
 
 def install_alias() -> None:
     """Make ``import nki`` (and ``nki.language``, ``nki.isa``, ...) resolve to
-    ``nkikit.nki`` in this process, so an unmodified NKI 0.x file runs on nkikit.  Opt-in:
-    nothing is installed under the bare name ``nki``."""
+    ``nkikit.nki`` in this process, so an unmodified NKI 0.x file runs on nkikit; and, unless
+    a real torch-xla is installed, ``import torch_xla`` to :mod:`nkikit.nki.xla` (its device
+    is the emulated NeuronCore).  Opt-in: nothing is installed under the bare name ``nki``."""
     this = sys.modules[__name__]
     sys.modules["nki"] = this
     for name in (
@@ -91,6 +93,13 @@ def install_alias() -> None:
     ):
         sys.modules[f"nki.{name}"] = sys.modules[f"{__name__}.{name}"]
     sys.modules["nki.dtype"] = sys.modules[f"{__name__}.language.dtypes"]
+    # the NKI docs' PyTorch examples put their tensors on a torch-xla device: without a real
+    # torch-xla, that is the emulated neuron device (``nkikit.nki.xla``)
+    if "torch_xla" not in sys.modules and importlib.util.find_spec("torch_xla") is None:
+        from . import xla
+
+        for name in ("torch_xla", "torch_xla.core", "torch_xla.core.xla_model"):
+            sys.modules[name] = xla
 
 
 def _unavailable(name: str):
