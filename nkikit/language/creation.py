@@ -36,6 +36,11 @@ psum = Buffer("psum")
 hbm = Buffer("hbm")
 shared_hbm = Buffer("shared_hbm")
 private_hbm = Buffer("private_hbm")
+# NKI 0.x names this type ``nl.MemoryRegion`` (an Enum there): each memory is also its
+# attribute (``nl.MemoryRegion.sbuf is nl.sbuf``), with the Enum's ``value``
+for _memory in (sbuf, psum, hbm, shared_hbm, private_hbm):
+    setattr(Buffer, _memory.name, _memory)
+Buffer.value = property(lambda self: self.name)  # type: ignore[attr-defined]
 
 
 def par_dim(n: int) -> ParDim:

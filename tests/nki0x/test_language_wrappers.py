@@ -118,3 +118,41 @@ def test_load_transpose2d_and_dropout_at_the_extreme_rates():
     for g in (t, f, kept):
         np.testing.assert_array_equal(g, want)
     np.testing.assert_array_equal(dropped, np.zeros_like(want))
+
+
+def test_gather_flattened_gathers_each_partitions_flattened_elements():
+    @nki.jit
+    def k(data, idx):
+        d = nl.load(data)
+        i = nl.load(idx)
+        outs = []
+        _out(nl.gather_flattened(d, i), outs)
+        _out(nl.gather_flattened(d, i, dtype=nl.bfloat16), outs)
+        return tuple(outs)
+
+    rng = np.random.default_rng(3)
+    data = rng.standard_normal((32, 4, 16), dtype=np.float32)
+    idx = rng.integers(0, 64, size=(32, 24), dtype=np.uint32)
+    same, cast = nki.simulate(k)(data, idx)
+    expect = np.take_along_axis(data.reshape(32, 64), idx.astype(np.int64), axis=1)
+    np.testing.assert_array_equal(same, expect)
+    np.testing.assert_array_equal(cast, expect.astype(ml_dtypes.bfloat16).astype(np.float32))
+
+
+def test_gather_flattened_along_another_axis_is_a_named_error_at_the_call():
+    @nki.jit
+    def k(data, idx):
+        d = nl.load(data)
+        i = nl.load(idx)
+        return nl.gather_flattened(d, i, axis=1)  # the line the error names
+
+    with pytest.raises(NkiError, match="err_unsupported_api") as e:
+        nki.simulate(k)(np.zeros((8, 16), np.float32), np.zeros((8, 4), np.uint32))
+    assert "nl.gather_flattened(axis=1)" in str(e.value)
+    assert "the line the error names" in str(e.value)
+
+
+def test_memory_region_and_dtype_type_names():
+    assert nl.MemoryRegion.sbuf is nl.sbuf and nl.MemoryRegion.shared_hbm is nl.shared_hbm
+    assert isinstance(nl.psum, nl.MemoryRegion) and nl.psum.value == "psum"
+    assert isinstance(nl.bfloat16, nl.DType) and isinstance(nl.float32, nl.DType)

@@ -38,6 +38,10 @@ from .grids import alloc_tiles as alloc_tiles
 from .grids import blocks as blocks
 from .grids import tiles as tiles
 
+# NKI 0.x's names for the types of a memory and of a dtype (for annotations and isinstance)
+MemoryRegion = Buffer
+DType = np.dtype
+
 if TYPE_CHECKING:
     from ...ir.core import Tensor
 

@@ -358,6 +358,32 @@ def where(condition, x, y, dtype=None) -> NkiTensor:
     return out
 
 
+def gather_flattened(data, indices, axis=0, dtype=None) -> NkiTensor:
+    """``out[p, j] = flat(data[p])[indices[p, j]]`` (``data``'s free dimensions flattened per
+    partition; ``indices`` uint32) into a new SBUF tensor of ``indices``' shape, in ``dtype``
+    (default ``data``'s): ``nisa.nc_n_gather`` (GpSimd), then a copy when ``dtype`` differs.
+    Only ``axis=0`` is modeled (the documented default); another is err_unsupported_api."""
+    from .. import isa
+    from . import ndarray, sbuf
+
+    _operand(data, "gather_flattened", "data")
+    _operand(indices, "gather_flattened", "indices")
+    if type(axis) is not int or axis != 0:
+        raise NkiError(
+            "err_unsupported_api",
+            caller_loc(),
+            api=f"nl.gather_flattened(axis={axis!r})",
+            why="only axis=0, the gather over each partition's flattened free elements, is modeled",
+        )
+    out = ndarray(indices.shape, data.dtype, buffer=sbuf)
+    isa.nc_n_gather(out, data, indices)
+    if dtype is None or as_dtype(dtype, caller_loc(), "nl.gather_flattened") == data.dtype:
+        return out
+    cast = ndarray(indices.shape, dtype, buffer=sbuf)
+    isa.tensor_copy(cast, out)
+    return cast
+
+
 def softmax(x, axis=-1, dtype=None) -> NkiTensor:
     """``exp(x - max) / sum(exp(x - max))`` along ``axis`` (free dimensions), computed in fp32,
     into a new SBUF tensor of ``dtype`` (default ``x``'s)."""
@@ -483,6 +509,7 @@ __all__ = [
     "broadcast_to",
     "expand_dims",
     "where",
+    "gather_flattened",
     "softmax",
     "rms_norm",
     "var",
