@@ -312,10 +312,12 @@ def canonical_name(name: str) -> str:
     return ALIASES[key]
 
 
-def default_target_name() -> str:
+def default_target_name(fallback: str = DEFAULT_TARGET) -> str:
     """The target named by ``NEURON_PLATFORM_TARGET_OVERRIDE``, else by ``NKI_NC_VERSION``
     (``gen2``/``gen3``/``gen4``, which the NKI Library's simulation harness sets from a test's
-    platform, ``test/utils/simulation_setup.py``), else ``trn2``."""
+    platform, ``test/utils/simulation_setup.py``), else ``fallback``: a dialect's own default
+    (``trn2``; NKI 0.x kernels ``trn3``, as AWS's 0.x simulator on a machine with no Neuron
+    chip [reference/nki-0x.md §6.4])."""
     env = os.environ.get(ENV_VAR)
     if not env and os.environ.get("NKI_NC_VERSION") in ("gen2", "gen3", "gen4"):
         return ALIASES[os.environ["NKI_NC_VERSION"]]
@@ -326,7 +328,7 @@ def default_target_name() -> str:
             raise UnknownTargetError(
                 f"{ENV_VAR}={env!r} is not a valid target; valid targets: {_valid_names()}"
             ) from None
-    return DEFAULT_TARGET
+    return fallback
 
 
 def get_target(target: str | Target | None = None) -> Target:

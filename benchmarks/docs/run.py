@@ -12,9 +12,9 @@ own folder, but through ``python -m nkikit.nki`` (``import nki`` and, with no to
 installed, ``import torch_xla`` resolve to nkikit: the PyTorch examples' device is the
 emulated NeuronCore).  Nothing in the files is changed.  An example *passes* when it exits 0
 and none of its own checks prints a mismatch ("... differ", "... False"); an example the docs
-show as a rule violation passes when nkikit refuses it with a named error.  The mxfp
-deep-dive's kernels use NeuronCore-v4 instructions and run for trn3
-(``NEURON_PLATFORM_TARGET_OVERRIDE=trn3``, as on that hardware); examples for JAX need jax.
+show as a rule violation passes when nkikit refuses it with a named error.  No target is
+named: an NKI 0.x kernel is traced for trn3 (NeuronCore-v4, as by AWS's simulator on a machine
+with no Neuron chip), which the mxfp deep-dive's instructions need.  Examples for JAX need jax.
 A program is a file with a main block or with checks at module level (the ``nki.simulate``
 quick start); the other files hold the kernels those programs import.
 Results: ``benchmarks/docs/results.md`` (or ``--out DIR``); exit status 0 when every example
@@ -39,8 +39,6 @@ ROOT = HERE.parents[1]
 
 # examples whose point is a rule the compiler enforces: the error nkikit must give
 VIOLATIONS = {"layout-violation.py": "err_num_partition_exceed_arch_limit"}
-# examples for hardware generations after trn2: the target they are written for
-TARGETS = {"mx_toplevel.py": "trn3"}
 # packages an example may need that nkikit does not stand in for
 FOREIGN = ("jax", "torch_neuronx")
 _MISMATCH = re.compile(r"(differ|\bFalse)\s*$", re.MULTILINE)
@@ -75,8 +73,8 @@ def run_one(path: Path, root: Path, timeout: float) -> Outcome:
     env = dict(
         os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
     )
-    if path.name in TARGETS:
-        env["NEURON_PLATFORM_TARGET_OVERRIDE"] = TARGETS[path.name]
+    for name in ("NEURON_PLATFORM_TARGET_OVERRIDE", "NKI_NC_VERSION"):  # as the docs run them
+        env.pop(name, None)
     t0 = time.perf_counter()
     try:
         r = subprocess.run(

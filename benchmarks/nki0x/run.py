@@ -163,7 +163,14 @@ def measure(ops: int, call_only: bool = False) -> dict[str, Any]:
 
 
 def _child(ops: int, call_only: bool = False) -> dict[str, Any]:
-    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    # the whole call is traced for TARGET too, as the stages are (a 0.x kernel's own default
+    # target is trn3)
+    env = dict(
+        os.environ,
+        OPENBLAS_NUM_THREADS="1",
+        OMP_NUM_THREADS="1",
+        NEURON_PLATFORM_TARGET_OVERRIDE=TARGET,
+    )
     r = subprocess.run(
         [sys.executable, "-m", "benchmarks.nki0x.run", "--one", str(ops)]
         + (["--call-only"] if call_only else []),

@@ -106,7 +106,8 @@ def cmd_profile(ns: argparse.Namespace) -> int:
     from .options import UsageError
 
     try:
-        target = get_target(ns.target)
+        # checked now; with no --target each kernel's own default applies (its dialect's)
+        target = get_target(ns.target) if ns.target is not None else None
     except (KeyError, ValueError) as e:
         raise UsageError(f"--target: {e.args[0] if e.args else e}") from None
     if ns.launches:
@@ -140,7 +141,8 @@ def _profile_launches(ns: argparse.Namespace, target) -> int:  # noqa: ANN001
     args, kwargs = values[: len(positional)], dict(zip(named, values[len(positional) :]))
     # the function's kernels are traced for the default target, which the environment names
     saved = os.environ.get(TARGET_ENV_VAR)
-    os.environ[TARGET_ENV_VAR] = target.name
+    if target is not None:
+        os.environ[TARGET_ENV_VAR] = target.name
     try:
         _, sp = profile_launches(fn, *args, **kwargs)
     finally:

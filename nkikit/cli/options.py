@@ -31,7 +31,10 @@ ARGS_HELP = (
     "without NAME= is positional)"
 )
 GRID_HELP = "SPMD launch grid, e.g. 2x4 (default: no grid)"
-TARGET_HELP = "trn1, trn2 or trn3 (default: $NEURON_PLATFORM_TARGET_OVERRIDE or trn2)"
+TARGET_HELP = (
+    "trn1, trn2 or trn3 (default: $NEURON_PLATFORM_TARGET_OVERRIDE, else trn2 for a Beta-1 "
+    "kernel and trn3 for an NKI 0.x one)"
+)
 
 _TENSOR = re.compile(r"^(\d+(?:x\d+)*)(?::([A-Za-z0-9_]+))?$")
 

@@ -41,10 +41,12 @@ def _jit(kernel: Any) -> JitKernel:
 
 def compile(kernel: Any, *args: Any, target: str | Target | None = None, **kwargs: Any) -> Program:  # noqa: A001
     """Trace ``kernel`` for these arguments (arrays or ``nt.tensor`` specs), allocate, lower and
-    schedule it for ``target`` (default: ``NEURON_PLATFORM_TARGET_OVERRIDE`` or trn2)."""
+    schedule it for ``target`` (default: ``NEURON_PLATFORM_TARGET_OVERRIDE``, else the
+    kernel's dialect's: trn2 for Beta 1, trn3 for NKI 0.x)."""
     try:
-        tgt = get_target(target)
-        ir, _ = _jit(kernel).specialize_for(tgt.name, *args, **kwargs)
+        jk = _jit(kernel)
+        tgt = get_target(target if target is not None else jk.default_target())
+        ir, _ = jk.specialize_for(tgt.name, *args, **kwargs)
         return build_program(ir, tgt)
     except NkiError as e:
         raise hide_internal_frames(e) from None
@@ -113,7 +115,9 @@ class _Decorated:
 
     def _compile_and_maybe_run(self, args: tuple, kwargs: dict) -> Any:
         try:
-            tgt = get_target(self.target)
+            tgt = get_target(
+                self.target if self.target is not None else self.kernel.default_target()
+            )
             ir, bound = self.kernel.specialize_for(tgt.name, *args, **kwargs)
             self.program = build_program(ir, tgt)
             self._after_compile()

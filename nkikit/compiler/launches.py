@@ -129,12 +129,11 @@ def device_profile(kernel: Any, target: str) -> tuple[Profile | None, str, bool]
 def record_launch(jit: Any, args: tuple, kwargs: dict) -> Any:
     """The launch hook: specialize, compile (once), simulate and record one launch."""
     from ..collector import gc_paused
-    from ..targets import default_target_name
     from ..trace.jit import run
 
     torch_on = launches.torch_profiling()
     name = jit.func.__name__
-    target = default_target_name()
+    target = jit.default_target()
     t0 = time.time_ns()
     before = jit._cache.puts
     with _range(torch_on, f"nkikit.trace {name}"):

@@ -17,6 +17,7 @@ Only what those programs use is here; any other name is an AttributeError saying
 
 from __future__ import annotations
 
+import importlib
 import sys
 from typing import Any
 
@@ -29,11 +30,11 @@ def device(index: int | None = None) -> Any:
     one: an index other than None or 0 is a ValueError."""
     import torch
 
-    from ..torch.neuron import neuron_device
-
     if index not in (None, 0):
         raise ValueError(f"torch_xla.device({index!r}): nkikit emulates one device, index 0")
-    neuron_device()
+    # the emulated device is in the torch layer above this dialect: looked up when first
+    # asked for, as ``nki.autotune`` is, so that the alias imports no torch until then
+    importlib.import_module("nkikit.torch.neuron").neuron_device()
     return torch.device("neuron", 0)
 
 

@@ -68,6 +68,9 @@ class JitKernel:
 
     dialect = ""
     """The front end's name, recorded in the IR (``Kernel.dialect``)."""
+    default_target_fallback = "trn2"
+    """The target a call is traced for when neither ``target=`` nor the environment names one
+    (``default_target``)."""
 
     def __init__(
         self, func: Callable, grid: tuple[int, ...] = (), options: dict | None = None, cache=None
@@ -167,19 +170,27 @@ class JitKernel:
         always for Beta-1 kernels; NKI 0.x kernels read ``NKI_PRECISE_FP``."""
         return True
 
+    def default_target(self) -> str:
+        """The target this kernel is traced for when no ``target=`` is given:
+        ``NEURON_PLATFORM_TARGET_OVERRIDE`` (or ``NKI_NC_VERSION``), else the dialect's own
+        (``default_target_fallback``)."""
+        from ..targets import default_target_name
+
+        return default_target_name(self.default_target_fallback)
+
     def specialize(self, *args, **kwargs) -> tuple[Kernel, inspect.BoundArguments]:
         """The IR for these arguments, traced and verified for the default target
-        (``NEURON_PLATFORM_TARGET_OVERRIDE``, else trn2).  Traced once per specialization."""
+        (:meth:`default_target`).  Traced once per specialization."""
         return self.specialize_for(None, *args, **kwargs)
 
     def specialize_for(self, target, *args, **kwargs) -> tuple[Kernel, inspect.BoundArguments]:
         """The IR for these arguments, traced for ``target`` (a name or None for the default:
         what ``nl.tile_size`` and ``nisa.get_nc_version()`` return while tracing) and verified
         against its limits.  The target is part of the specialization."""
-        from ..targets import canonical_name, default_target_name
+        from ..targets import canonical_name
 
         bound = self.bind(args, kwargs)
-        name = canonical_name(target) if target else default_target_name()
+        name = canonical_name(target) if target else self.default_target()
         # NKI_NC_VERSION changes what `nisa.get_nc_version()` answers while tracing
         key = (name, os.environ.get("NKI_NC_VERSION"), self._key(bound))
         entry = self._cache.get(key)

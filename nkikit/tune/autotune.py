@@ -132,7 +132,8 @@ class Autotuner:
 
     # -- the key --------------------------------------------------------------------------------
     def _target(self) -> Target:
-        return get_target(self.settings.target)
+        t = self.settings.target
+        return get_target(t if t is not None else self.kernel.default_target())
 
     def key_of(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
         """The values a choice depends on: the ``key`` arguments' shapes and dtypes (or values),

@@ -274,7 +274,8 @@ def test_tensor_scalar_bitvec_rules():
     _rejects(kernel, "err_invalid_argument", "Vector engine")
 
 
-def test_tensor_scalar_on_the_trn2_scalar_engine():
+def test_tensor_scalar_on_the_trn2_scalar_engine(monkeypatch):
+    monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", "trn2")
     kw = {"dt": nl.float32, "eng": nisa.engine.scalar}
     got = tscalar(np.zeros((1, 1), np.float32), op0=nl.multiply, op1=nl.add, **kw)
     np.testing.assert_array_equal(got, 19.0)
