@@ -501,6 +501,17 @@ class ErrSimulationOutOfMemory(NkiError):
     )
 
 
+class ErrDoubleBackwardNotSupported(NkiError, RuntimeError):
+    # not an NKI name: the torch binding gives a backward kernel no backward of its own; the
+    # wording is torch's for its once-differentiable functions ("does not support double backward")
+    name = "err_double_backward_not_supported"
+    template = (
+        "{op} (the backward kernel of {function!r}) does not support double backward: its "
+        "gradients cannot be differentiated again (create_graph=True, then a gradient of them); "
+        "take second derivatives of a torch implementation of {function!r} instead"
+    )
+
+
 CATALOGUE: dict[str, str] = {name: cls.template for name, cls in _CLASSES.items()}
 """NKI error name -> message template, for every entry above."""
 

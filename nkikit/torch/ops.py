@@ -9,10 +9,13 @@ For each function of a build (registry.runtime.KernelFunction) this registers, w
     simulation), so torch.compile and export see through the op;
   - when the manifest names a backward kernel, a second op `<function>_backward` taking one
     gradient per output (then the forward's arguments) and returning one gradient per input,
-    and `register_autograd` wiring it in. A function returning several outputs gets the
+    and an Autograd kernel wiring it in (`_register_autograd`), which plain autograd and the
+    torch.func transforms grad / vjp use alike. A function returning several outputs gets the
     gradient of each (zeros for an output the loss did not use). Inputs of a non-floating dtype
     (e.g. int class indices, see `input_dtypes` in kernel.toml) are not differentiable: autograd
-    gets no gradient for them, and the backward op returns zeros for them.
+    gets no gradient for them, and the backward op returns zeros for them. The backward op has
+    no backward: a gradient of it (double backward: create_graph=True, then a gradient of the
+    gradients) is ErrDoubleBackwardNotSupported, naming it.
 
 Each input is checked against its own declared dtypes (the manifest's `dtypes`, or its
 `input_dtypes` entry), each attr against the schema's type for it. Errors (KernelCallError): an
@@ -29,11 +32,15 @@ the registered op, so semantics are the same either way.
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
+from torch._functorch.utils import enable_single_level_autograd_function
 
+from ..errors import ErrDoubleBackwardNotSupported
 from ..registry.errors import KernelCallError
 from .convert import dtype_name, from_numpy, to_numpy, torch_dtype
 
@@ -114,20 +121,22 @@ class TorchBinding:
             self.qualname, self._impl, mutates_args=(), schema=schema_of(fn)
         )
         self.op_def.register_fake(self._fake)
-        self.backward_op = None
-        if fn.backward is not None:
-            self.bwd_def = torch.library.custom_op(
-                f"{ns}::{fn.name}_backward",
-                self._backward_impl,
-                mutates_args=(),
-                schema=backward_schema_of(fn),
-            )
-            self.bwd_def.register_fake(self._backward_fake)
-            self.op_def.register_autograd(
-                self._autograd_backward, setup_context=self._setup_context
-            )
-            self.backward_op = getattr(getattr(torch.ops, ns), f"{fn.name}_backward").default
         self.op = getattr(getattr(torch.ops, ns), fn.name).default
+        # the Autograd kernels below replace the ones custom_op registered (see _register_autograd)
+        self._lib = torch.library.Library(ns, "FRAGMENT")
+        self.backward_op = None
+        if fn.backward is None:
+            return
+        self.bwd_def = torch.library.custom_op(
+            f"{ns}::{fn.name}_backward",
+            self._backward_impl,
+            mutates_args=(),
+            schema=backward_schema_of(fn),
+        )
+        self.bwd_def.register_fake(self._backward_fake)
+        self.backward_op = getattr(getattr(torch.ops, ns), f"{fn.name}_backward").default
+        _register_autograd(self._lib, self.op, self._setup_context, self._autograd_backward)
+        _register_autograd(self._lib, self.backward_op, _save_nothing, self._no_double_backward)
 
     # -- argument handling -------------------------------------------------------------------
 
@@ -229,6 +238,11 @@ class TorchBinding:
             *([None] * len(ctx.attrs)),
         )
 
+    def _no_double_backward(self, ctx: Any, *grads: torch.Tensor | None) -> tuple:
+        """Autograd reached the backward op: a gradient of a gradient (create_graph=True). The
+        backward kernel has no backward of its own, and a gradient of zero would be wrong."""
+        raise ErrDoubleBackwardNotSupported(op=f"{self.qualname}_backward", function=self.fn.name)
+
     def _backward_impl(self, *args: Any, **kwargs: Any) -> list[torch.Tensor]:
         out_grads, rest = args[: self.nout], args[self.nout :]
         tensors, attrs = self._split(rest, kwargs)
@@ -272,6 +286,78 @@ class TorchBinding:
     def _backward_fake(self, *args: Any, **kwargs: Any) -> list[torch.Tensor]:
         tensors, _ = self._split(args[self.nout :], kwargs)
         return [torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in tensors]
+
+
+def _save_nothing(ctx: Any, inputs: tuple, output: Any) -> None:
+    """setup_context of an op whose backward only refuses: it needs nothing from the forward."""
+
+
+def _register_autograd(
+    lib: torch.library.Library,
+    op: torch._ops.OpOverload,
+    setup_context: Callable[[Any, tuple, Any], None],
+    backward: Callable[..., tuple],
+) -> None:
+    """Register `op`'s Autograd kernel: `backward(ctx, *output_grads)` gives one gradient per
+    argument of `op` (None for an attr), from what `setup_context(ctx, inputs, output)` saved.
+
+    Not `CustomOpDef.register_autograd`: the autograd.Function torch builds from it is refused
+    by the torch.func transforms that differentiate (grad, vjp, jacrev): it has no
+    `setup_context`, and a Function applied inside an op's Autograd kernel sees no transform to
+    lift it (pytorch/pytorch#168393, #170834; still so in torch 2.13). This kernel does what
+    torch's does, through a single-level Function, the kind functorch itself applies at one
+    transform level: without a gradient needed the call goes straight on to the implementation;
+    with one, the op runs in a Function whose backward is `backward`. Plain autograd, torch.func
+    (at each grad level), torch.compile (AOTAutograd traces this kernel) and opcheck all go
+    through it.
+    """
+    # an autograd.Function's outputs are tensors or tuples of them: a Tensor[] result (the
+    # backward op's) goes through as a tuple, or autograd would not track it
+    returns_list = isinstance(op._schema.returns[0].type, torch.ListType)
+
+    def below_autograd(keyset: torch._C.DispatchKeySet, *args: Any) -> Any:
+        with torch._C._AutoDispatchBelowAutograd():
+            return op.redispatch(keyset & torch._C._after_autograd_keyset, *args)
+
+    def forward(keyset: torch._C.DispatchKeySet, *args: Any) -> Any:
+        # a Function's forward runs with grad mode off, but under torch.func the call goes on
+        # down to the transform levels below this one (and to plain autograd under them), which
+        # must record it too (functorch's own single-level Functions turn it back on likewise)
+        with torch.enable_grad():
+            out = below_autograd(keyset, *args)
+        return tuple(out) if returns_list else out
+
+    def setup(ctx: Any, inputs: tuple, output: Any) -> None:
+        setup_context(ctx, inputs[1:], list(output) if returns_list else output)
+
+    def backward_with_keyset(ctx: Any, *grads: Any) -> tuple:
+        return (None, *backward(ctx, *grads))
+
+    # built with type() so that the grad_fn is named after the op: `<namespace>_<op>Backward`
+    function = type(
+        f"{op._namespace}_{op._opname}",
+        (torch.autograd.function._SingleLevelFunction,),
+        {
+            "forward": staticmethod(forward),
+            "setup_context": staticmethod(setup),
+            "backward": staticmethod(backward_with_keyset),
+        },
+    )
+
+    def kernel(keyset: torch._C.DispatchKeySet, *args: Any) -> Any:
+        if not torch.is_grad_enabled() or not any(
+            isinstance(a, torch.Tensor) and a.requires_grad for a in args
+        ):
+            return below_autograd(keyset, *args)
+        with enable_single_level_autograd_function():
+            out = function.apply(keyset, *args)
+        return list(out) if returns_list else out
+
+    with warnings.catch_warnings():
+        # torch warns (once per process) of any kernel registered over another: this one
+        # replaces custom_op's on purpose
+        warnings.filterwarnings("ignore", "(?s).*Overriding a previously registered kernel")
+        lib.impl(op, kernel, "Autograd", with_keyset=True)
 
 
 def _has_torch_dtype(name: str) -> bool:

@@ -118,6 +118,62 @@ def test_no_backward_kernel_says_so(tiny) -> None:  # noqa: ANN001
         s.sum().backward()  # ... and backward names the missing piece
 
 
+def _weighted_sum(y: torch.Tensor) -> torch.Tensor:
+    return (y * torch.linspace(-1, 1, y.shape[-1])).sum()
+
+
+def _rmsnorm_loss(op, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:  # noqa: ANN001
+    return _weighted_sum(op(x, w, eps=1e-3))
+
+
+@pytest.mark.parametrize("call", ["function", "op"])
+def test_torch_func_grad_and_vjp(tiny, lib, call: str) -> None:  # noqa: ANN001
+    """torch.func.grad / vjp of a bound function (or its op) give autograd's gradients."""
+    torch.manual_seed(6)
+    x, w = torch.randn(5, 64), torch.rand(64) + 0.5
+    rms = tiny.rmsnorm if call == "function" else tiny.rmsnorm.op
+    want = torch.autograd.grad(_rmsnorm_loss(rms, x.requires_grad_(), w.requires_grad_()), (x, w))
+    x, w = x.detach(), w.detach()
+    got = torch.func.grad(lambda a, b: _rmsnorm_loss(rms, a, b), argnums=(0, 1))(x, w)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    # two outputs: vjp hands the backward one cotangent per output
+    add = lib.add_rmsnorm if call == "function" else lib.add_rmsnorm.op
+    r = torch.randn(5, 64)
+    cy, ch = torch.randn(5, 64), torch.randn(5, 64)
+    (y, h), vjp = torch.func.vjp(lambda a, b, c: add(a, b, c), x, r, w)
+    leaves = [t.clone().requires_grad_() for t in (x, r, w)]
+    y2, h2 = add(*leaves)
+    want = torch.autograd.grad((y2, h2), leaves, (cy, ch))
+    torch.testing.assert_close(vjp((cy, ch)), want, rtol=0, atol=0)
+    torch.testing.assert_close((y, h), (y2, h2), rtol=0, atol=0)
+    # a transform over w alone, x a leaf of plain autograd: the call is recorded at both levels
+    xl = x.clone().requires_grad_()
+    out, _ = torch.func.vjp(lambda b: rms(xl, b, eps=1e-3), w)
+    (gx,) = torch.autograd.grad(_weighted_sum(out), xl)
+    torch.testing.assert_close(gx, torch.autograd.grad(_rmsnorm_loss(rms, xl, w), xl)[0])
+
+
+def test_double_backward_is_refused(tiny) -> None:  # noqa: ANN001
+    """create_graph=True gives the first-order gradients; differentiating them again fails
+    naming the backward op, as torch's once-differentiable functions do."""
+    from nkikit.errors import ErrDoubleBackwardNotSupported
+
+    torch.manual_seed(7)
+    x = torch.randn(5, 64, requires_grad=True)
+    w = (torch.rand(64) + 0.5).requires_grad_()
+    first = torch.autograd.grad(_rmsnorm_loss(tiny.rmsnorm, x, w), (x, w))
+    gx, gw = torch.autograd.grad(_rmsnorm_loss(tiny.rmsnorm, x, w), (x, w), create_graph=True)
+    torch.testing.assert_close((gx, gw), first, rtol=0, atol=0)
+    message = rf"{tiny.namespace}::rmsnorm_backward .*does not support double backward"
+    with pytest.raises(ErrDoubleBackwardNotSupported, match=message) as e:
+        torch.autograd.grad((gx**2).sum() + gw.sum(), (x, w))
+    assert isinstance(e.value, RuntimeError)
+    with pytest.raises(ErrDoubleBackwardNotSupported, match=message):  # and under torch.func
+        torch.func.grad(
+            lambda a: torch.func.grad(lambda b: _rmsnorm_loss(tiny.rmsnorm, b, w))(a).sum()
+        )(x.detach())
+
+
 def _torch_add_rmsnorm(x: torch.Tensor, r: torch.Tensor, w: torch.Tensor, eps: float = 1e-6):  # noqa: ANN202
     h = x.double() + r.double()
     return _torch_ref(h, w, eps), h
