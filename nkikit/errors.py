@@ -501,6 +501,17 @@ class ErrSimulationOutOfMemory(NkiError):
     )
 
 
+class ErrKernelHasNoBackward(NkiError, RuntimeError):
+    # not an NKI name: NKI has no autograd; torch's custom ops refuse at the same point (the
+    # forward runs, a backward that reaches the op fails), hence also a RuntimeError as theirs
+    name = "err_kernel_has_no_backward"
+    template = (
+        "{op}: a gradient was asked of kernel function {function!r}, which has no backward "
+        'kernel; name one with `backward = "<module>:<function>"` in [functions.{function}] '
+        "of the kernel's kernel.toml, or call it under torch.no_grad() (or on detached inputs)"
+    )
+
+
 class ErrDoubleBackwardNotSupported(NkiError, RuntimeError):
     # not an NKI name: the torch binding gives a backward kernel no backward of its own; the
     # wording is torch's for its once-differentiable functions ("does not support double backward")

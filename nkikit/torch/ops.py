@@ -15,7 +15,10 @@ For each function of a build (registry.runtime.KernelFunction) this registers, w
     (e.g. int class indices, see `input_dtypes` in kernel.toml) are not differentiable: autograd
     gets no gradient for them, and the backward op returns zeros for them. The backward op has
     no backward: a gradient of it (double backward: create_graph=True, then a gradient of the
-    gradients) is ErrDoubleBackwardNotSupported, naming it.
+    gradients) is ErrDoubleBackwardNotSupported, naming it;
+  - without a backward kernel, an Autograd kernel that lets the forward run on inputs that
+    require grad (as torch's own custom ops without an autograd formula do) and refuses a
+    backward that reaches it: ErrKernelHasNoBackward, naming the kernel and how to give one.
 
 Each input is checked against its own declared dtypes (the manifest's `dtypes`, or its
 `input_dtypes` entry), each attr against the schema's type for it. Errors (KernelCallError): an
@@ -40,7 +43,7 @@ import numpy as np
 import torch
 from torch._functorch.utils import enable_single_level_autograd_function
 
-from ..errors import ErrDoubleBackwardNotSupported
+from ..errors import ErrDoubleBackwardNotSupported, ErrKernelHasNoBackward
 from ..registry.errors import KernelCallError
 from .convert import dtype_name, from_numpy, to_numpy, torch_dtype
 
@@ -126,6 +129,7 @@ class TorchBinding:
         self._lib = torch.library.Library(ns, "FRAGMENT")
         self.backward_op = None
         if fn.backward is None:
+            _register_autograd(self._lib, self.op, _save_nothing, self._no_backward)
             return
         self.bwd_def = torch.library.custom_op(
             f"{ns}::{fn.name}_backward",
@@ -237,6 +241,12 @@ class TorchBinding:
             *(g if t.is_floating_point() else None for g, t in zip(in_grads, tensors)),
             *([None] * len(ctx.attrs)),
         )
+
+    def _no_backward(self, ctx: Any, *grads: torch.Tensor | None) -> tuple:
+        """Autograd reached the op of a function without a backward kernel. The forward ran
+        (and its outputs require grad), as torch's own custom ops without an autograd formula
+        do: a gradient may never be asked of them."""
+        raise ErrKernelHasNoBackward(op=self.qualname, function=self.fn.name)
 
     def _no_double_backward(self, ctx: Any, *grads: torch.Tensor | None) -> tuple:
         """Autograd reached the backward op: a gradient of a gradient (create_graph=True). The

@@ -110,12 +110,23 @@ def test_opcheck(tiny, lib) -> None:  # noqa: ANN001
 
 
 def test_no_backward_kernel_says_so(tiny) -> None:  # noqa: ANN001
+    """As torch's own custom ops without an autograd formula: the forward runs (its output
+    requires grad), and a backward that reaches it fails naming the kernel and the fix."""
+    from nkikit.errors import ErrKernelHasNoBackward
+
     x = torch.randn(128, 32, requires_grad=True)
     # add_sub (two outputs) has no backward kernel; rmsnorm has one
-    s, _ = tiny.add_sub(x, torch.randn(128, 32))  # the forward works ...
     assert tiny.add_sub.torch.backward_op is None
-    with pytest.raises(RuntimeError, match="no autograd formula was registered"):
-        s.sum().backward()  # ... and backward names the missing piece
+    s, _ = tiny.add_sub(x, torch.randn(128, 32))  # the forward works ...
+    assert s.requires_grad
+    message = rf"{tiny.namespace}::add_sub: .*'add_sub', which has no backward kernel.*kernel\.toml"
+    with pytest.raises(ErrKernelHasNoBackward, match=message) as e:
+        s.sum().backward()  # ... and backward names the kernel and the missing piece
+    assert isinstance(e.value, RuntimeError)  # what torch raises there, for `except RuntimeError`
+    with pytest.raises(ErrKernelHasNoBackward, match=message):  # the op itself, and torch.func
+        torch.func.grad(lambda a: tiny.add_sub.op(a, a)[1].sum())(x.detach())
+    with torch.no_grad():  # no gradient wanted: nothing to refuse
+        assert not tiny.add_sub(x, x)[0].requires_grad
 
 
 def _weighted_sum(y: torch.Tensor) -> torch.Tensor:
