@@ -523,6 +523,17 @@ class ErrDoubleBackwardNotSupported(NkiError, RuntimeError):
     )
 
 
+class ErrForwardModeAdNotSupported(NkiError, RuntimeError):
+    # not an NKI name: the torch binding has backward kernels (reverse mode) only; carrying no
+    # tangent through the op would give a zero derivative, so it refuses instead
+    name = "err_forward_mode_ad_not_supported"
+    template = (
+        "{op} does not support forward-mode AD (torch.func.jvp, jacfwd, "
+        "torch.autograd.forward_ad): nkikit kernels have backward kernels only; use reverse "
+        "mode (torch.autograd.grad, torch.func.grad / vjp / jacrev)"
+    )
+
+
 CATALOGUE: dict[str, str] = {name: cls.template for name, cls in _CLASSES.items()}
 """NKI error name -> message template, for every entry above."""
 

@@ -19,6 +19,9 @@ For each function of a build (registry.runtime.KernelFunction) this registers, w
   - without a backward kernel, an Autograd kernel that lets the forward run on inputs that
     require grad (as torch's own custom ops without an autograd formula do) and refuses a
     backward that reaches it: ErrKernelHasNoBackward, naming the kernel and how to give one.
+Forward-mode AD (torch.func.jvp, torch.autograd.forward_ad) reaches either op's Autograd kernel
+with a tangent, which no kernel can carry: ErrForwardModeAdNotSupported, rather than a silent
+zero derivative.
 
 Each input is checked against its own declared dtypes (the manifest's `dtypes`, or its
 `input_dtypes` entry), each attr against the schema's type for it. Errors (KernelCallError): an
@@ -41,9 +44,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
+import torch.autograd.forward_ad as fwAD
 from torch._functorch.utils import enable_single_level_autograd_function
 
-from ..errors import ErrDoubleBackwardNotSupported, ErrKernelHasNoBackward
+from ..errors import (
+    ErrDoubleBackwardNotSupported,
+    ErrForwardModeAdNotSupported,
+    ErrKernelHasNoBackward,
+)
 from ..registry.errors import KernelCallError
 from .convert import dtype_name, from_numpy, to_numpy, torch_dtype
 
@@ -343,6 +351,10 @@ def _register_autograd(
     def backward_with_keyset(ctx: Any, *grads: Any) -> tuple:
         return (None, *backward(ctx, *grads))
 
+    def jvp(ctx: Any, *tangents: Any) -> Any:
+        # a call that carried no tangent would give a derivative of zero: refuse instead
+        raise ErrForwardModeAdNotSupported(op=op._schema.name)
+
     # built with type() so that the grad_fn is named after the op: `<namespace>_<op>Backward`
     function = type(
         f"{op._namespace}_{op._opname}",
@@ -351,13 +363,12 @@ def _register_autograd(
             "forward": staticmethod(forward),
             "setup_context": staticmethod(setup),
             "backward": staticmethod(backward_with_keyset),
+            "jvp": staticmethod(jvp),
         },
     )
 
     def kernel(keyset: torch._C.DispatchKeySet, *args: Any) -> Any:
-        if not torch.is_grad_enabled() or not any(
-            isinstance(a, torch.Tensor) and a.requires_grad for a in args
-        ):
+        if not _needs_autograd(args):
             return below_autograd(keyset, *args)
         with enable_single_level_autograd_function():
             out = function.apply(keyset, *args)
@@ -368,6 +379,17 @@ def _register_autograd(
         # replaces custom_op's on purpose
         warnings.filterwarnings("ignore", "(?s).*Overriding a previously registered kernel")
         lib.impl(op, kernel, "Autograd", with_keyset=True)
+
+
+def _needs_autograd(args: tuple) -> bool:
+    """Whether a call must be recorded: an input requires grad (grad mode on), or carries a
+    forward-mode tangent (a dual tensor of torch.autograd.forward_ad or torch.func.jvp)."""
+    tensors = [a for a in args if isinstance(a, torch.Tensor)]
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        return True
+    if fwAD._current_level < 0:
+        return False
+    return any(fwAD.unpack_dual(t).tangent is not None for t in tensors)
 
 
 def _has_torch_dtype(name: str) -> bool:
@@ -381,8 +403,9 @@ def _has_torch_dtype(name: str) -> bool:
 def _eager_plain(tensors: tuple, allowed: tuple[frozenset[torch.dtype], ...] | None) -> bool:
     """True when a call can skip the dispatcher: plain tensors (on the CPU, each of a dtype
     its input allows, unless allowed is None), no autograd needed, no compile/export tracing,
-    no dispatch mode and no functorch transform active."""
-    if torch.compiler.is_compiling():
+    no dispatch mode, no functorch transform and no forward-mode AD level active (a dual
+    tensor is a plain tensor: only the Autograd kernel sees, and refuses, its tangent)."""
+    if torch.compiler.is_compiling() or fwAD._current_level >= 0:
         return False
     grad = torch.is_grad_enabled()
     for i, t in enumerate(tensors):

@@ -185,6 +185,24 @@ def test_double_backward_is_refused(tiny) -> None:  # noqa: ANN001
         )(x.detach())
 
 
+@pytest.mark.parametrize("call", ["function", "op"])
+def test_forward_mode_ad_is_refused(tiny, call: str) -> None:  # noqa: ANN001
+    """A tangent is never dropped (a zero derivative): forward mode is refused, naming the op."""
+    import torch.autograd.forward_ad as fwAD
+
+    from nkikit.errors import ErrForwardModeAdNotSupported
+
+    x, w, t = torch.randn(5, 64), torch.rand(64) + 0.5, torch.randn(5, 64)
+    rms = tiny.rmsnorm if call == "function" else tiny.rmsnorm.op
+    message = rf"{tiny.namespace}::rmsnorm does not support forward-mode AD"
+    with pytest.raises(ErrForwardModeAdNotSupported, match=message):
+        torch.func.jvp(lambda a: rms(a, w), (x,), (t,))
+    with fwAD.dual_level(), pytest.raises(ErrForwardModeAdNotSupported, match=message):
+        rms(fwAD.make_dual(x, t), w)
+    with fwAD.dual_level():  # no tangent: the call runs as ever
+        torch.testing.assert_close(rms(x, w), tiny.rmsnorm(x, w), rtol=0, atol=0)
+
+
 def _torch_add_rmsnorm(x: torch.Tensor, r: torch.Tensor, w: torch.Tensor, eps: float = 1e-6):  # noqa: ANN202
     h = x.double() + r.double()
     return _torch_ref(h, w, eps), h
