@@ -164,6 +164,16 @@ def test_torch_func_grad_and_vjp(tiny, lib, call: str) -> None:  # noqa: ANN001
     torch.testing.assert_close(gx, torch.autograd.grad(_rmsnorm_loss(rms, xl, w), xl)[0])
 
 
+def test_torch_func_grad_under_compile(tiny) -> None:  # noqa: ANN001
+    torch._dynamo.reset()
+    x, w = torch.randn(5, 64), torch.rand(64) + 0.5
+
+    def grad_x(a: torch.Tensor) -> torch.Tensor:
+        return torch.func.grad(lambda b: _rmsnorm_loss(tiny.rmsnorm, b, w))(a)
+
+    torch.testing.assert_close(torch.compile(grad_x, fullgraph=True)(x), grad_x(x))
+
+
 def test_double_backward_is_refused(tiny) -> None:  # noqa: ANN001
     """create_graph=True gives the first-order gradients; differentiating them again fails
     naming the backward op, as torch's once-differentiable functions do."""
