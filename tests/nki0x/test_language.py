@@ -30,6 +30,7 @@ def test_tile_size_follows_the_target(monkeypatch, target, moving, sbuf):
             sbuf=nl.tile_size.total_available_sbuf_size,
             bank=nl.tile_size.psum_fmax,
             version=nisa.get_nc_version(),
+            aligns=(nl.tile_size.sbuf_min_align, nl.tile_size.psum_min_align),
         )
         out = nl.ndarray((1, 1), dtype=nl.float32, buffer=nl.shared_hbm)
         nisa.dma_copy(dst=out, src=x)
@@ -39,6 +40,7 @@ def test_tile_size_follows_the_target(monkeypatch, target, moving, sbuf):
     assert seen["pmax"] == 128 and seen["bank"] == 512
     assert seen["moving"] == moving and seen["sbuf"] == sbuf
     assert seen["version"].name == {"trn1": "gen2", "trn2": "gen3", "trn3": "gen4"}[target]
+    assert seen["aligns"] == (64, 4)  # where nkikit's allocator places tiles
 
 
 def test_loops_are_python_ranges_and_launch_queries_are_ints():

@@ -82,8 +82,8 @@ def _buffer_name(buffer, loc: SourceLoc | None = None) -> str:
 
 
 class _TileSize:
-    """``nl.tile_size``: architecture limits of the target being traced for
-    (``NEURON_PLATFORM_TARGET_OVERRIDE``, else trn2), as Python ints."""
+    """``nl.tile_size``: architecture limits of the target being traced for (the kernel's
+    target; outside a trace ``NEURON_PLATFORM_TARGET_OVERRIDE``, else trn2), as Python ints."""
 
     @property
     def _target(self):
@@ -107,6 +107,10 @@ class _TileSize:
     sbuf_fmax = property(lambda self: self._target.sbuf_bytes // 4)
     total_available_sbuf_size = sbuf_fmax_bytes
     sbuf_size_bytes = property(lambda self: self._target.sbuf_bytes * self._target.partitions)
+    # AWS publishes no values for the minimum free-address alignments [reference/nki-0x.md
+    # §3.10]: these are the ones nkikit's allocator places tiles at (compiler/allocate.py)
+    sbuf_min_align = property(lambda self: self._target.sbuf_align)
+    psum_min_align = property(lambda self: 4)
 
     def __repr__(self) -> str:
         return "nl.tile_size"
