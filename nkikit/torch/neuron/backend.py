@@ -14,8 +14,12 @@ device time, and each compiled graph call is a ``torch.profiler`` range
 
 The model and its inputs live on the ``neuron`` device, as with TorchNeuron (Dynamo and
 AOTAutograd see through a device tensor to its storage, and the results come back as device
-tensors); CPU tensors work too, the graph still runs on the emulated device. Shapes are
-static: compile with ``dynamic=False`` (a node whose shape is symbolic falls back).
+tensors); CPU tensors work too, the graph still runs on the emulated device. Inside a graph
+every value is a host tensor (a device tensor's storage): tensors the graph makes on the device
+(factories, ``.to("neuron")``) are made on the host, and each output is returned on the device
+the graph traced it on, so ``.cpu()`` and ``.to("neuron")`` inside a graph give what they give
+in eager mode. Shapes are static: compile with ``dynamic=False`` (a node whose shape is
+symbolic falls back).
 
 :func:`compile_report` tells what happened: graphs compiled, graph breaks (from Dynamo's
 counters, with their reasons), regions, library calls and fallbacks (with reasons).
@@ -92,11 +96,16 @@ class CompiledGraph:
         # an instance attribute: wrappers (functools.wraps) copy it, so AOTAutograd still sees
         # the boxed convention through Dynamo's disable wrapper of the backward
         self._boxed_call = True
+        _on_host(gm.graph)
+        gm.recompile()
         self.gm = gm
         self.record = record
         self.placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         self.output = next(n for n in gm.graph.nodes if n.op == "output")
         self.constants = {n: _get_attr(gm, n.target) for n in gm.graph.nodes if n.op == "get_attr"}
+        # which outputs the graph was traced to put on the device (made there by a factory or
+        # a ``.to("neuron")``): the graph computes them on the host, they are returned on it
+        self.on_device = [_traced_on_device(o) for o in self.output.args[0]]
 
     def __call__(self, *args: Any) -> list[Any]:
         """Run the graph on its arguments: one list (AOTAutograd's boxed convention; the list
@@ -112,9 +121,11 @@ class CompiledGraph:
 
         rec = self.record
         rec.calls += 1
-        # Device tensors are run on their storage (the emulated HBM) and the results put back
-        # on the device: the graph is one device program, its ops are not dispatched one by one.
-        on_device = any(isinstance(a, NeuronTensor) for a in args)
+        # Device tensors are run on their storage (the emulated HBM) and the results the graph
+        # traced on the device put back on it: the graph is one device program, its ops are
+        # not dispatched one by one.  (Which device an output belongs on is the trace's to say,
+        # not the arguments': a backward graph handed device tensors saved by its forward still
+        # returns a host input's gradient on the host.)
         host = [storage(a) if isinstance(a, NeuronTensor) else a for a in args]
         env: dict[fx.Node, Any] = dict(zip(self.placeholders, host, strict=True))
         args.clear()
@@ -126,9 +137,10 @@ class CompiledGraph:
                 else:
                     self._op(step, env)
         outs = list(_load(self.output.args[0], env))
-        if on_device:
-            outs = [wrap(o) if isinstance(o, torch.Tensor) else o for o in outs]
-        return outs
+        return [
+            wrap(o) if isinstance(o, torch.Tensor) and dev else o
+            for o, dev in zip(outs, self.on_device, strict=True)
+        ]
 
     def _fused(self, step: FusedStep, env: dict[fx.Node, Any]) -> None:
         compiled = _compile(step.region)
@@ -152,6 +164,31 @@ class CompiledGraph:
         self.record.fallbacks[op] += 1
         with torch.profiler.record_function(f"neuron.fallback {op}"):
             env[n] = n.target(*args, **kwargs)
+
+
+def _traced_on_device(n: Any) -> bool:
+    """Whether the graph output ``n`` was traced as a tensor on the ``neuron`` device."""
+    from .device import DEVICE
+
+    val = n.meta.get("val") if isinstance(n, fx.Node) else None
+    return isinstance(val, torch.Tensor) and val.device.type == DEVICE
+
+
+def _on_host(graph: fx.Graph) -> None:
+    """Make the ops of ``graph`` that create a tensor on the device create it on the host.
+
+    A compiled graph is one device program run on host tensors (device tensors' storages, the
+    emulated HBM; :meth:`CompiledGraph._run`), so a factory the graph traced on the device
+    (``torch.ones(..., device="neuron")``, the scalar of ``torch.where(c, a, 0.0)``, a causal
+    mask) and a ``.to("neuron")`` inside it must give host tensors like every other op:
+    a device tensor there would meet kernels and host tensors that cannot take it. The
+    outputs traced on the device are put back on it when the graph returns."""
+    from .device import DEVICE, HOST
+
+    for n in graph.nodes:
+        dev = n.kwargs.get("device") if n.op == "call_function" else None
+        if dev is not None and torch.device(dev).type == DEVICE:
+            n.kwargs = {**n.kwargs, "device": HOST}
 
 
 def _strided_like(out: Any, n: fx.Node) -> Any:

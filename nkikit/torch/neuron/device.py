@@ -25,6 +25,7 @@ import torch
 from torch.utils._pytree import tree_leaves, tree_map
 
 DEVICE = "neuron"
+HOST = torch.device("cpu")  # where a device tensor's storage (the emulated HBM) lives
 _SETUP_LOCK = threading.Lock()
 _SETUP: list[Any] = []  # the torch.library.Library objects, kept alive once set up
 
@@ -71,12 +72,20 @@ class NeuronTensor(torch.Tensor):
     ) -> NeuronTensor:
         return NeuronTensor(inner["_storage"])
 
+    def __coerce_same_metadata_as_tangent__(
+        self, expected_metadata: Any, expected_type: type | None = None
+    ) -> torch.Tensor | None:
+        """The gradient AOTAutograd hands a compiled backward for an output the graph traced
+        as a plain tensor on the device (``.to("neuron")`` of a host input, a factory on the
+        device): the graph runs on host tensors, so the storage is that tensor (None, so
+        torch's own error, for any other expectation)."""
+        return self._storage if expected_type is torch.Tensor else None
+
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if _tracing(args, kwargs):  # under torch.compile's tracing: the op itself, no kernel
-            out = func(*tree_map(storage, args), **tree_map(storage, kwargs))
-            return tree_map(lambda t: wrap(t) if isinstance(t, torch.Tensor) else t, out)
+            return _trace(func, args, kwargs)
         from .dispatch import dispatch
 
         return dispatch(func, args, kwargs)
@@ -91,6 +100,38 @@ def _tracing(args: Any, kwargs: Any) -> bool:
         isinstance(a, NeuronTensor) and isinstance(a._storage, FakeTensor | FunctionalTensor)
         for a in tree_leaves((args, kwargs))
     )
+
+
+def _trace(func: Any, args: tuple, kwargs: dict) -> Any:
+    """One op on device tensors while torch.compile traces (Dynamo's fake run, AOTAutograd's
+    graph): the op itself on the storages, so the traced graph is a graph of host tensors that
+    the backend runs as one device program.
+
+    Contract: the result is a device tensor, as in eager mode, unless the op moves it to
+    another device (``.cpu()``, ``.to("cpu")``: ``_to_copy`` with a host ``device=``), which
+    returns the host tensor itself.  A tensor the graph made on the device (a factory's
+    result, such as the scalar ``torch.where(c, a, 0.0)`` makes or attention's causal mask) is,
+    while tracing, a plain fake tensor whose device is ``neuron``, with no storage: it is
+    copied to the host (a ``_to_copy`` in the graph, which the backend runs on the host) so
+    that the op sees tensors of one device; ``device="neuron"`` arguments become the host's."""
+    to = kwargs.get("device")
+    leaves = to is not None and torch.device(to).type != DEVICE
+    if to is not None and not leaves:
+        kwargs = {**kwargs, "device": HOST}
+    out = func(*tree_map(_traced_storage, args), **tree_map(_traced_storage, kwargs))
+    if leaves:
+        return out
+    return tree_map(lambda t: wrap(t) if isinstance(t, torch.Tensor) else t, out)
+
+
+def _traced_storage(t: Any) -> Any:
+    """A traced device tensor's storage; a traced tensor made on the device, copied to the
+    host (see :func:`_trace`); anything else as it is."""
+    if isinstance(t, NeuronTensor):
+        return t._storage
+    if isinstance(t, torch.Tensor) and t.device.type == DEVICE:
+        return torch.ops.aten._to_copy.default(t, device=HOST)
+    return t
 
 
 def wrap(t: torch.Tensor) -> NeuronTensor:

@@ -285,17 +285,22 @@ def test_a_generated_kernel_is_a_kernel_folder_the_registry_reads(tmp_path):
     np.testing.assert_allclose(out, ref, rtol=2e-5, atol=2e-5)
 
 
-def test_device_tensors_in_a_compiled_graph_stay_on_the_device():
-    """The backend runs a graph on device tensors' storage and returns device tensors (the
-    graph here is called directly: how Dynamo hands device tensors over is the device's)."""
+def test_a_compiled_graph_returns_each_output_on_the_device_it_was_traced_on():
+    """The backend runs a graph on host tensors (device tensors' storages) and returns the
+    outputs the graph traced on the device as device tensors, the others on the host, whatever
+    its arguments' devices (a backward graph is handed device tensors its forward saved and
+    still returns a host input's gradient on the host)."""
     from nkikit.torch.neuron.backend import CompiledGraph, GraphRecord
 
-    (gm,) = aten_graphs(lambda x: (x * 2).relu(), torch.randn(8, 16))
+    (gm,) = aten_graphs(lambda x: ((x * 2).relu().to("neuron"), x + 1), torch.randn(8, 16))
     rec = GraphRecord(0, "inference", partition(gm.graph, last_axis_only))
     x = torch.randn(8, 16)
-    (out,) = CompiledGraph(gm, rec)([x.to("neuron")])
-    assert out.device.type == "neuron"
-    close(out.cpu(), (x * 2).relu(), torch.float32, "elementwise")
+    for arg in (x, x.to("neuron")):
+        dev, host = CompiledGraph(gm, rec)([arg])
+        assert type(dev) is neuron.NeuronTensor and type(dev._storage) is torch.Tensor
+        assert type(host) is torch.Tensor
+        close(dev.cpu(), (x * 2).relu(), torch.float32, "elementwise")
+        close(host, x + 1, torch.float32, "elementwise")
 
 
 def test_compile_on_device_tensors_runs_one_graph_and_returns_device_tensors():
@@ -331,3 +336,71 @@ def test_the_backend_object_works_as_well_as_its_name():
     with torch.no_grad():
         close(fn(x), (x + 1).exp(), torch.float32, "transcendental")
     assert sum(neuron.compile_report().launches.values()) == 1
+
+
+# -- graphs that make tensors on the device, transfers inside graphs ---------------------------
+
+MAKES_DEVICE_TENSORS = {
+    # a scalar tensor made on the device (torch.where's 0.0)
+    "where_scalar": lambda a: torch.where(a > 0, a, 0.0),
+    # a factory that falls back (arange) and one returned as an output
+    "arange_and_full": lambda a: (
+        a + torch.arange(a.shape[-1], device=a.device, dtype=a.dtype),
+        torch.full((2, 3), 3.0, device="neuron"),
+    ),
+    # attention's decomposition builds its causal mask on the device
+    "causal_attention": lambda a: F.scaled_dot_product_attention(
+        a.view(1, 2, 4, 8), a.view(1, 2, 4, 8).flip(-1), a.view(1, 2, 4, 8), is_causal=True
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MAKES_DEVICE_TENSORS))
+def test_a_graph_of_device_tensors_that_makes_tensors_on_the_device_matches_cpu(name):
+    fn = MAKES_DEVICE_TENSORS[name]
+    a = torch.randn(8, 8)
+    with torch.no_grad():
+        out = compiled(fn, fullgraph=True)(a.to("neuron"))
+    ref = fn(a)
+    outs, refs = (out, ref) if isinstance(ref, tuple) else ((out,), (ref,))
+    for o, r in zip(outs, refs, strict=True):
+        assert type(o) is neuron.NeuronTensor, name
+        close(o.cpu(), r.cpu(), torch.float32, "transcendental")
+    assert neuron.compile_report().dynamo_graphs == 1
+
+
+def test_causal_attention_on_device_tensors_trains_under_compile():
+    q, k, v = (torch.randn(1, 2, 16, 8) for _ in range(3))
+    dev = [t.to("neuron").requires_grad_() for t in (q, k, v)]
+    cpu = [t.clone().requires_grad_() for t in (q, k, v)]
+
+    def attend(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    compiled(attend, fullgraph=True)(*dev).pow(2).sum().backward()
+    attend(*cpu).pow(2).sum().backward()
+    for d, c in zip(dev, cpu, strict=True):
+        assert d.grad.device.type == "neuron"
+        close(d.grad.cpu(), c.grad, torch.float32, "matmul")
+
+
+def test_a_transfer_inside_a_compiled_graph_lands_where_eager_puts_it():
+    """``.cpu()`` in a graph of device tensors gives a host tensor, ``.to("neuron")`` in a
+    graph of host tensors a device tensor, as in eager mode; gradients flow back through
+    both to their inputs' devices."""
+    a = torch.randn(4, 8)
+
+    def to_host(t):
+        return (t * 2).cpu().exp()
+
+    def to_device(t):
+        return (t * 2).to("neuron").exp()
+
+    for fn, x, want in ((to_host, a.to("neuron"), "cpu"), (to_device, a.clone(), "neuron")):
+        x.requires_grad_()
+        out = compiled(fn, fullgraph=True)(x)
+        assert out.device.type == want == fn(x).device.type
+        close(out.cpu(), (2 * a).exp(), torch.float32, "transcendental")
+        out.sum().backward()
+        assert x.grad.device == x.device
+        close(x.grad.cpu(), 2 * (2 * a).exp(), torch.float32, "transcendental")
