@@ -163,6 +163,10 @@ def _check_node(node: Node, region: Region) -> str | None:
             return f"{v.name} is int64, which has no NKI tile dtype (it stays on the CPU)"
         if v.dtype not in NL_DTYPES:
             return f"{v.name} is {v.dtype}, which the code generator does not handle"
+        if 0 in v.shape:
+            # an NKI tensor has no empty dimension (nl.ndarray refuses one): there is nothing
+            # for a kernel to compute, so CPU torch makes the empty (or reduced-from-empty) result
+            return f"{v.name} has no elements (shape {list(v.shape)}), which an NKI tensor cannot"
     return RULES[node.op].check(node, tensor_dtypes(node, dtype_of))
 
 

@@ -46,6 +46,11 @@ class NeuronTensor(torch.Tensor):
             strides=data.stride(),
             storage_offset=data.storage_offset(),
             requires_grad=requires_grad,
+            # the wrapper's own storage is metadata (the data is ``_storage``).  One of zero
+            # bytes is resized when torch.compile fakes the tensor, and a Python device has no
+            # resize hook (PrivateUse1's is C++ only): a nominal byte keeps an empty tensor
+            # from asking
+            storage_size=None if data.numel() else 1,
         )
         r._storage = data
         return r

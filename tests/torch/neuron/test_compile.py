@@ -404,3 +404,22 @@ def test_a_transfer_inside_a_compiled_graph_lands_where_eager_puts_it():
         out.sum().backward()
         assert x.grad.device == x.device
         close(x.grad.cpu(), 2 * (2 * a).exp(), torch.float32, "transcendental")
+
+
+def test_zero_size_device_tensors_compile_and_match_cpu():
+    """A device tensor with no elements compiles (its wrapper storage is never resized: a
+    Python device has no resize hook), and every op with an empty operand or result runs on
+    the CPU, counted, since an NKI tensor has no empty dimension."""
+    a = torch.randn(0, 8)
+    x = a.to("neuron").requires_grad_()
+    y = compiled(lambda t: ((t * 2).exp().sum(0), t[:, :0] + 1), fullgraph=True)(x)
+    assert [type(o) for o in y] == [neuron.NeuronTensor] * 2
+    assert y[0].shape == (8,) and torch.equal(y[0].cpu(), torch.zeros(8))
+    assert y[1].shape == (0, 0)
+    y[0].sum().backward()
+    assert x.grad.device.type == "neuron" and x.grad.shape == (0, 8)
+    b = torch.randn(4, 8)
+    with torch.no_grad():
+        empty = compiled(lambda t: t[:0] * 2, fullgraph=True)(b.to("neuron"))
+    assert type(empty) is neuron.NeuronTensor and empty.shape == (0, 8)
+    assert "no elements" in neuron.compile_report().fallback_reasons()["mul.Tensor"]
