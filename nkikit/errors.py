@@ -534,6 +534,16 @@ class ErrForwardModeAdNotSupported(NkiError, RuntimeError):
     )
 
 
+class ErrNoSuchNeuronDevice(NkiError, RuntimeError):
+    # not an NKI name: the ``neuron`` torch device (nkikit.torch.neuron) emulates one
+    # NeuronCore; a RuntimeError too, as torch's refusal of a device it does not have is
+    name = "err_no_such_neuron_device"
+    template = (
+        "{device}: the emulated neuron device has one NeuronCore, index 0 "
+        "(torch.neuron.device_count() is 1); use 'neuron' or 'neuron:0'"
+    )
+
+
 CATALOGUE: dict[str, str] = {name: cls.template for name, cls in _CLASSES.items()}
 """NKI error name -> message template, for every entry above."""
 

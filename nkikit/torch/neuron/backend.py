@@ -183,10 +183,11 @@ def _on_host(graph: fx.Graph) -> None:
     mask) and a ``.to("neuron")`` inside it must give host tensors like every other op:
     a device tensor there would meet kernels and host tensors that cannot take it. The
     outputs traced on the device are put back on it when the graph returns."""
-    from .device import DEVICE, HOST
+    from .device import DEVICE, HOST, check_index
 
     for n in graph.nodes:
         dev = n.kwargs.get("device") if n.op == "call_function" else None
+        check_index(dev)  # a graph that makes a tensor on ``neuron:1`` is refused as eager is
         if dev is not None and torch.device(dev).type == DEVICE:
             n.kwargs = {**n.kwargs, "device": HOST}
 

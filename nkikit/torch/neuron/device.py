@@ -120,6 +120,7 @@ def _trace(func: Any, args: tuple, kwargs: dict) -> Any:
     copied to the host (a ``_to_copy`` in the graph, which the backend runs on the host) so
     that the op sees tensors of one device; ``device="neuron"`` arguments become the host's."""
     to = kwargs.get("device")
+    check_index(to)
     leaves = to is not None and torch.device(to).type != DEVICE
     if to is not None and not leaves:
         kwargs = {**kwargs, "device": HOST}
@@ -137,6 +138,25 @@ def _traced_storage(t: Any) -> Any:
     if isinstance(t, torch.Tensor) and t.device.type == DEVICE:
         return torch.ops.aten._to_copy.default(t, device=HOST)
     return t
+
+
+def check_index(device: Any) -> None:
+    """Refuse ``device`` if it names a ``neuron`` device other than index 0.
+
+    There is one emulated NeuronCore (``torch.neuron.device_count()`` is 1), so ``neuron:1``
+    is a device this machine does not have: a tensor created or moved there raises
+    :class:`nkikit.errors.ErrNoSuchNeuronDevice` at the user's line, as torch refuses a
+    device ordinal it does not have, rather than landing silently on ``neuron:0``.  ``None``
+    and other device types pass."""
+    if device is None:
+        return
+    d = torch.device(device)
+    if d.type == DEVICE and d.index not in (None, 0):
+        from nkikit.errors import ErrNoSuchNeuronDevice, SourceLoc
+
+        from .dispatch import _user_frame
+
+        raise ErrNoSuchNeuronDevice(SourceLoc(*_user_frame()), device=str(d))
 
 
 def wrap(t: torch.Tensor) -> NeuronTensor:
@@ -214,11 +234,13 @@ def _setup() -> None:
 
 
 def _empty(size, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    check_index(device)  # every factory and host -> device copy allocates here first
     fmt = memory_format or torch.contiguous_format
     return wrap(torch.empty(size, dtype=dtype, memory_format=fmt))
 
 
 def _empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory=None):
+    check_index(device)
     return wrap(torch.empty_strided(size, stride, dtype=dtype))
 
 

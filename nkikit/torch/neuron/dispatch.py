@@ -32,7 +32,7 @@ import torch
 from torch._C import DispatchKey
 from torch.utils._pytree import tree_flatten, tree_map
 
-from .device import NeuronTensor, storage, wrap
+from .device import NeuronTensor, check_index, storage, wrap
 from .ops import entry
 from .region import Node, Region, Value
 from .stats import device_stats
@@ -54,6 +54,7 @@ def op_name(func: Any) -> str:
 def dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
     """Run ``func(*args, **kwargs)`` for device tensors (see the module doc for the routes)."""
     name = op_name(func)
+    check_index(kwargs.get("device"))  # ``.to("neuron:1")``, ``new_empty(..., device=...)``
     if name == "_to_copy.default":
         return _to_copy(func, args, kwargs)
     if name == "copy_.default":

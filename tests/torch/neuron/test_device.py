@@ -362,3 +362,37 @@ def test_rng_state_is_the_cpu_generators():
     with torch.random.fork_rng(devices=[0], device_type="neuron"):
         torch.randn(5)
     assert torch.equal(torch.get_rng_state(), before)
+
+
+NOT_A_DEVICE = {
+    "factory": lambda x: torch.zeros(2, device="neuron:1"),
+    "random factory": lambda x: torch.randn(2, device=torch.device("neuron", 1)),
+    "host to device": lambda x: x.to("neuron:1"),
+    "device to device": lambda x: x.to("neuron").to("neuron:1"),
+    "allocation like": lambda x: torch.empty_like(x.to("neuron"), device="neuron:1"),
+    "module": lambda x: torch.nn.Linear(3, 2).to("neuron:1"),
+}
+
+
+@pytest.mark.parametrize("how", sorted(NOT_A_DEVICE))
+def test_a_device_index_other_than_0_is_refused_by_name(how):
+    """There is one emulated NeuronCore: ``neuron:1`` is refused where a tensor is created or
+    moved there (as torch refuses a device ordinal it lacks), never silently ``neuron:0``."""
+    from nkikit.errors import ErrNoSuchNeuronDevice
+
+    x = torch.randn(2, 3)
+    with pytest.raises(ErrNoSuchNeuronDevice, match="err_no_such_neuron_device: neuron:1"):
+        NOT_A_DEVICE[how](x)
+    assert x.to("neuron:0").device == x.to("neuron").device == torch.device("neuron", 0)
+
+
+def test_a_compiled_graph_that_makes_a_tensor_on_device_1_is_refused_by_name():
+    torch._dynamo.reset()
+    x = torch.randn(2, 3)
+    for fn, arg in (
+        (lambda t: (t * 2).to("neuron:1"), x),
+        (lambda t: t + torch.ones(3, device="neuron:1"), x.to("neuron")),
+    ):
+        with pytest.raises(Exception, match="err_no_such_neuron_device: neuron:1"):
+            torch.compile(fn, backend="neuron", fullgraph=True)(arg)
+        torch._dynamo.reset()
