@@ -174,8 +174,6 @@ class _Attention(torch.autograd.Function):
 def _attention_fits(q, k, v, attn_mask, dropout_p, enable_gqa) -> bool:
     if not all(isinstance(t, NeuronTensor) for t in (q, k, v)) or attn_mask is not None:
         return False
-    if _tracing((q, k, v), {}):  # torch.compile's fake storage (see _norm_fits)
-        return False
     if dropout_p or q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         return False
     if not (q.dtype == k.dtype == v.dtype and q.dtype in _FLOATS):
@@ -197,6 +195,16 @@ def scaled_dot_product_attention(
             q, k, v, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa
         )
     s = float(scale) if scale is not None else 1.0 / math.sqrt(q.shape[-1])
+    if _tracing((q, k, v), {}):
+        # torch.compile traces fake storage, where no kernel can launch: the graph gets the
+        # flash-attention op (and autograd its backward op), which the compile backend runs on
+        # the same library kernels; grouped heads decompose (the op takes equal head counts)
+        if q.shape[1] != k.shape[1]:
+            return torch.ops.aten.scaled_dot_product_attention.default.decompose(
+                q, k, v, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa
+            )
+        flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
+        return flash(q, k, v, 0.0, bool(is_causal), scale=s)[0]
     return _Attention.apply(q, k, v, bool(is_causal), s)
 
 

@@ -348,9 +348,14 @@ MAKES_DEVICE_TENSORS = {
         a + torch.arange(a.shape[-1], device=a.device, dtype=a.dtype),
         torch.full((2, 3), 3.0, device="neuron"),
     ),
-    # attention's decomposition builds its causal mask on the device
-    "causal_attention": lambda a: F.scaled_dot_product_attention(
-        a.view(1, 2, 4, 8), a.view(1, 2, 4, 8).flip(-1), a.view(1, 2, 4, 8), is_causal=True
+    # attention's decomposition (grouped heads: not the library kernel) builds its causal mask
+    # on the device
+    "causal_attention_gqa": lambda a: F.scaled_dot_product_attention(
+        a.view(1, 4, 4, 4),
+        a[:4].view(1, 2, 4, 4).flip(-1),
+        a[4:].view(1, 2, 4, 4),
+        is_causal=True,
+        enable_gqa=True,
     ),
 }
 
@@ -379,6 +384,10 @@ def test_causal_attention_on_device_tensors_trains_under_compile():
 
     compiled(attend, fullgraph=True)(*dev).pow(2).sum().backward()
     attend(*cpu).pow(2).sum().backward()
+    # the library's attention kernels, forward and backward, as for compiled CPU tensors
+    rep = neuron.compile_report()
+    assert rep.launches["flash_attention_fwd_kernel"] == rep.launches["attention_backward"] == 1
+    assert not rep.fallbacks
     for d, c in zip(dev, cpu, strict=True):
         assert d.grad.device.type == "neuron"
         close(d.grad.cpu(), c.grad, torch.float32, "matmul")
