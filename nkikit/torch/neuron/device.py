@@ -7,7 +7,9 @@ printing and autograd all work on unmodified PyTorch code.  A tensor on the devi
 :class:`NeuronTensor`: a wrapper subclass whose data lives in a CPU tensor (``_storage``), the
 emulated HBM.  Every ATen op on it goes through :func:`nkikit.torch.neuron.dispatch.dispatch`,
 which runs it as an NKI kernel on the simulator, as a zero-cost view of the storage, or as a
-counted CPU fallback (see the ops table in :mod:`nkikit.torch.neuron.ops`).
+counted CPU fallback (see the ops table in :mod:`nkikit.torch.neuron.ops`).  There is one
+device, ``neuron:0`` (one emulated NeuronCore): a tensor created or moved to another index is
+refused (:func:`check_index`).
 
 How (PyTorch's pure-Python extension points, torch 2.x): the PrivateUse1 backend is renamed
 ``neuron`` (``torch.utils.backend_registration``), factories get Python kernels at the
