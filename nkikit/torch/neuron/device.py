@@ -26,7 +26,9 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_leaves, tree_map
 
-DEVICE = "neuron"
+from ...arrays import DEVICE_TYPE
+
+DEVICE = DEVICE_TYPE  # "neuron"
 HOST = torch.device("cpu")  # where a device tensor's storage (the emulated HBM) lives
 _SETUP_LOCK = threading.Lock()
 _SETUP: list[Any] = []  # the torch.library.Library objects, kept alive once set up
@@ -230,6 +232,13 @@ def _setup() -> None:
     # torch.tensor(data, device="neuron") copies below the Python dispatch key
     lib.impl("_copy_from", _copy_from, "PrivateUse1")
     _SETUP.append(lib)
+    # the autograd engine runs the backward of a non-CPU device on a thread of its own, which
+    # for a device set up from Python holds Python state: one still alive while the
+    # interpreter shuts down aborts the process ("terminate called without an active
+    # exception", about one exit in two after a backward on the device).  Every op of this
+    # device runs on the host anyway: backward runs on the calling thread, as on the CPU
+    # (per thread: the thread that sets the device up, the main one as a rule)
+    torch.autograd.set_multithreading_enabled(False)
     from .fused import register
 
     _SETUP.append(register())
