@@ -6,6 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
+from .options import path_arg
+
 
 def add_compare(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -15,10 +17,15 @@ def add_compare(sub: argparse._SubParsersAction) -> None:
         "system: key_averages.json; or the folders holding them): per-metric, per-engine, "
         "per-line and per-kernel deltas.",
     )
-    p.add_argument("a", help="profile A: *.nkikit.json, key_averages.json, or their folder")
-    p.add_argument("b", help="profile B")
-    p.add_argument("--html", default=None, help="write a side-by-side HTML report here")
-    p.add_argument("--json", default=None, help="write the comparison as JSON here")
+    # type=path_arg: an empty path would be the current folder, read or written silently
+    p.add_argument(
+        "a", type=path_arg, help="profile A: *.nkikit.json, key_averages.json, or their folder"
+    )
+    p.add_argument("b", type=path_arg, help="profile B")
+    p.add_argument(
+        "--html", type=path_arg, default=None, help="write a side-by-side HTML report here"
+    )
+    p.add_argument("--json", type=path_arg, default=None, help="write the comparison as JSON here")
     p.set_defaults(fn=cmd_compare)
 
 

@@ -134,7 +134,7 @@ def _profile_launches(ns: argparse.Namespace, target) -> int:  # noqa: ANN001
     from .options import UsageError
 
     fn = load_kernel(ns.kernel)
-    if ns.grid:
+    if ns.grid is not None:
         raise UsageError("--grid: a function given with --launches launches its own kernels")
     positional, named = split_args(parse_args_spec(ns.args))
     values = materialize([*positional, *named.values()], 0)

@@ -37,6 +37,8 @@ TARGET_HELP = (
 )
 
 _TENSOR = re.compile(r"^(\d+(?:x\d+)*)(?::([A-Za-z0-9_]+))?$")
+# sizes joined by x: int() alone would also take "+2", " 2" and "1_0" (read as 10)
+_SIZES = re.compile(r"\d+(?:x\d+)*")
 
 
 class UsageError(Exception):
@@ -52,7 +54,8 @@ def add_args(p: argparse.ArgumentParser) -> None:
 
 
 def add_grid(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--grid", default="", metavar="GRID", help=GRID_HELP)
+    # None when not given, so an explicit `--grid ''` is an error and not "no grid"
+    p.add_argument("--grid", default=None, metavar="GRID", help=GRID_HELP)
 
 
 def add_target(p: argparse.ArgumentParser) -> None:
@@ -60,14 +63,37 @@ def add_target(p: argparse.ArgumentParser) -> None:
 
 
 def add_out(p: argparse.ArgumentParser, what: str, default: str | None = None) -> None:
-    p.add_argument("-o", "--out", default=default, metavar="PATH", help=what)
+    p.add_argument("-o", "--out", type=path_arg, default=default, metavar="PATH", help=what)
 
 
 def add_hub(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--endpoint", default=None, help="Hub URL (default: HF_ENDPOINT or huggingface.co)"
+        "--endpoint",
+        type=nonempty_arg,
+        default=None,
+        help="Hub URL (default: HF_ENDPOINT or huggingface.co)",
     )
-    p.add_argument("--token", default=None, help="Hub token (default: HF_TOKEN / the saved login)")
+    p.add_argument(
+        "--token",
+        type=nonempty_arg,
+        default=None,
+        help="Hub token (default: HF_TOKEN / the saved login)",
+    )
+
+
+def path_arg(text: str) -> str:
+    """argparse ``type`` of a path option: ``''`` (an unset shell variable, say) is refused,
+    since ``Path('')`` is the current folder and the command would write there silently."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("expected a path, got an empty string")
+    return text
+
+
+def nonempty_arg(text: str) -> str:
+    """argparse ``type`` of an option whose empty value would silently mean "not given"."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("expected a value, got an empty string")
+    return text
 
 
 def load_kernel(target: str) -> Any:
@@ -169,14 +195,13 @@ def _value(value: str, item: str) -> Any:
         return value
 
 
-def parse_grid(text: str) -> tuple[int, ...]:
-    """``'2x4'`` -> (2, 4); ``''`` -> (). Raises UsageError."""
-    if not text:
+def parse_grid(text: str | None) -> tuple[int, ...]:
+    """``'2x4'`` -> (2, 4); None (no ``--grid``) -> (). Raises UsageError."""
+    if text is None:
         return ()
-    try:
-        grid = tuple(int(g) for g in text.split("x"))
-    except ValueError:
-        raise UsageError(f"--grid: expected sizes joined by x, e.g. 2x4, got {text!r}") from None
+    if not _SIZES.fullmatch(text):
+        raise UsageError(f"--grid: expected sizes joined by x, e.g. 2x4, got {text!r}")
+    grid = tuple(int(g) for g in text.split("x"))
     if any(g < 1 for g in grid):
         raise UsageError(f"--grid: every size must be at least 1, got {text!r}")
     return grid

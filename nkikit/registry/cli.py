@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..cli.options import UsageError, add_hub, add_out
+from ..cli.options import UsageError, add_hub, add_out, nonempty_arg, path_arg
 from .errors import RegistryError
 
 # the registry's documented failures: reported as one line (exit 1), never as a traceback
@@ -68,6 +68,7 @@ def add_publish(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "path",
         nargs="?",
+        type=path_arg,  # '' would publish the current folder
         default="kernels",
         help="kernel folder (or, with --all, the folder of kernel folders)",
     )
@@ -144,7 +145,7 @@ def add_pull(sub: argparse._SubParsersAction) -> None:
     g.add_argument(
         "--version", type=int, default=None, help="major version (branch vN); default: latest"
     )
-    g.add_argument("--revision", default=None, help="branch, tag or commit")
+    g.add_argument("--revision", type=nonempty_arg, default=None, help="branch, tag or commit")
     p.add_argument("--backend", default="cpu", choices=["cpu", "neuron"])
     p.add_argument(
         "--trust-remote-code",
@@ -153,11 +154,14 @@ def add_pull(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--lockfile",
+        type=path_arg,
         default=None,
         help="kernels.lock to honour (default: ./kernels.lock if present)",
     )
     p.add_argument("--no-lockfile", action="store_true", help="ignore ./kernels.lock")
-    p.add_argument("--cache-dir", default=None, help="HF cache folder (default: HF_HUB_CACHE)")
+    p.add_argument(
+        "--cache-dir", type=path_arg, default=None, help="HF cache folder (default: HF_HUB_CACHE)"
+    )
     p.add_argument(
         "--download-only", action="store_true", help="download and verify, do not import"
     )
@@ -219,6 +223,7 @@ def add_lock(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "targets",
         nargs="*",
+        type=nonempty_arg,
         default=["."],
         help="a project folder / pyproject.toml, or repo ids org/name[@N]",
     )

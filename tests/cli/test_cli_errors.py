@@ -75,9 +75,27 @@ def _one_line(text: str) -> str:
         (["run", "{f}::double", "--args", "x=-1x4"], "--args: bad tensor"),
         (["run", "{f}::double", "--args", "x=4x4,x=4x4"], "'x' is given twice"),
         (["run", "{f}::double", "--args", "x=4x4,,y=1"], "--args: an empty item"),
+        # an empty value (an unset shell variable) was read as "not given" or as "."
+        (["run", "{f}::double", "--args", "x=128x64", "--grid", ""], "--grid: expected sizes"),
+        (["run", "{f}::double", "--args", "x=128x64", "--grid", "1_0"], "--grid: expected"),
+        (["profile", "{f}::double", "--args", "x=128x64", "-o", ""], "-o/--out: expected a path"),
+        (["compare", "a.json", "b.json", "--json", ""], "--json: expected a path"),
+        (["compare", "a.json", "b.json", "--html", " "], "--html: expected a path"),
+        (["compare", "", "b.json"], "argument a: expected a path"),
+        (["new", "my_add", "-o", ""], "-o/--out: expected a path"),
+        (["demo", "-o", ""], "-o/--out: expected a path"),
+        (["lock", "org/k", "-o", ""], "-o/--out: expected a path"),
+        (["lock", ""], "argument targets: expected a value"),
+        (["publish", ""], "argument path: expected a path"),
+        (["pull", "org/k", "--revision", ""], "--revision: expected a value"),
+        (["pull", "org/k", "--cache-dir", ""], "--cache-dir: expected a path"),
+        (["pull", "org/k", "--lockfile", ""], "--lockfile: expected a path"),
+        (["pull", "org/k", "--endpoint", ""], "--endpoint: expected a value"),
+        (["pull", "org/k", "--token", ""], "--token: expected a value"),
     ],
 )
-def test_usage_errors_are_one_line_and_exit_2(folder, capsys, argv, message):
+def test_usage_errors_are_one_line_and_exit_2(folder, capsys, monkeypatch, argv, message):
+    monkeypatch.chdir(folder)  # a command that wrongly runs writes in a temporary folder
     argv = [a.replace("{f}", str(folder / "mykernels.py")) for a in argv]
     assert main(argv) == 2
     err = capsys.readouterr().err
