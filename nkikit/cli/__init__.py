@@ -25,7 +25,7 @@ import sys
 import traceback
 from collections.abc import Callable, Sequence
 
-from .options import UsageError, load_kernel, parse_args_spec
+from .options import UsageError, describe_os_error, load_kernel, parse_args_spec
 
 __all__ = ["main", "build_parser", "COMMANDS", "UsageError", "load_kernel", "parse_args_spec"]
 
@@ -126,8 +126,10 @@ def describe(e: BaseException) -> str | None:
     registry = sys.modules.get("nkikit.registry.errors")
     if registry is not None and isinstance(e, registry.RegistryError):
         return str(e)
-    if isinstance(e, FileNotFoundError | PermissionError):
-        return str(e)
+    if isinstance(e, OSError) and e.filename is not None:
+        # a path that cannot be read or written: the path and why, in words (checked before
+        # the user's frames: pathlib's own frame is not the user's line)
+        return describe_os_error(e)
     if isinstance(e, SyntaxError) and e.filename:  # the user's file, at its own line
         return f"{os.path.basename(e.filename)}:{e.lineno}: SyntaxError: {e.msg}"
     user = [f for f in traceback.extract_tb(e.__traceback__) if not _is_internal(f.filename)]

@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from .options import path_arg
+from .options import output_file, path_arg
 
 
 def add_compare(sub: argparse._SubParsersAction) -> None:
@@ -34,6 +34,10 @@ def cmd_compare(ns: argparse.Namespace) -> int:
 
     from ..profiler.compare import compare, load, render_text, write_html
 
+    outputs = {"--html": ns.html, "--json": ns.json}
+    for option, out in outputs.items():
+        if out is not None:
+            output_file(out, option)
     profiles = []
     for path in (ns.a, ns.b):
         try:
@@ -47,6 +51,9 @@ def cmd_compare(ns: argparse.Namespace) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 1
     print(render_text(c), end="")
+    for out in outputs.values():
+        if out is not None:
+            Path(out).parent.mkdir(parents=True, exist_ok=True)
     if ns.html:
         print(f"html: {write_html(c, ns.html, (str(ns.a), str(ns.b)))}")
     if ns.json:

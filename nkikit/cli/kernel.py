@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from .options import (
     add_args,
@@ -14,6 +13,7 @@ from .options import (
     kernel_and_args,
     load_kernel,
     materialize,
+    output_folder,
     parse_args_spec,
     split_args,
 )
@@ -113,9 +113,10 @@ def cmd_profile(ns: argparse.Namespace) -> int:
     if ns.launches:
         return _profile_launches(ns, target)
     kernel, positional, named = kernel_and_args(ns)
+    # checked before the profile, which can take minutes (the default is named by the kernel)
+    out = output_folder(ns.out or f"nkikit-profile-{kernel.func.__name__}")
     program = compile(kernel, *positional, target=target, **named)
     prof = program.profile()
-    out = Path(ns.out or f"nkikit-profile-{program.kernel}")
     files = write_profile_artifacts(
         program, prof, out, trace_name="profile", neff_name=program.kernel, html=not ns.no_html
     )
@@ -137,6 +138,7 @@ def _profile_launches(ns: argparse.Namespace, target) -> int:  # noqa: ANN001
     if ns.grid is not None:
         raise UsageError("--grid: a function given with --launches launches its own kernels")
     positional, named = split_args(parse_args_spec(ns.args))
+    out = output_folder(ns.out or f"nkikit-profile-{getattr(fn, '__name__', 'function')}")
     values = materialize([*positional, *named.values()], 0)
     args, kwargs = values[: len(positional)], dict(zip(named, values[len(positional) :]))
     # the function's kernels are traced for the default target, which the environment names
@@ -150,7 +152,6 @@ def _profile_launches(ns: argparse.Namespace, target) -> int:  # noqa: ANN001
             os.environ.pop(TARGET_ENV_VAR, None)
         else:
             os.environ[TARGET_ENV_VAR] = saved
-    out = Path(ns.out or f"nkikit-profile-{getattr(fn, '__name__', 'function')}")
     out.mkdir(parents=True, exist_ok=True)
     files = {
         "trace": sp.to_perfetto(out / "system_trace.json"),

@@ -19,7 +19,7 @@ import argparse
 import keyword
 from pathlib import Path
 
-from .options import UsageError, add_out
+from .options import UsageError, add_out, output_folder
 
 KERNEL_BETA1 = '''"""{name}: ``a + b`` for two [N, D] arrays of one dtype (NKI Beta 1).
 
@@ -194,7 +194,7 @@ def create(name: str, parent: Path, dialect: str = "beta1") -> Path:
 
 
 def cmd_new(ns: argparse.Namespace) -> int:
-    folder = create(ns.name, Path(ns.out), ns.dialect)
+    folder = create(ns.name, output_folder(ns.out), ns.dialect)
     print(f"created {folder}/ ({', '.join(sorted(p.name for p in folder.iterdir()))})")
     print(f"next: nkikit test {folder}   then: nkikit publish {folder} --repo ORG/{ns.name}")
     return 0

@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import argparse
 import ast
+import errno
 import importlib
 import importlib.util
+import os
 import re
 import sys
 from pathlib import Path
@@ -94,6 +96,56 @@ def nonempty_arg(text: str) -> str:
     if not text.strip():
         raise argparse.ArgumentTypeError("expected a value, got an empty string")
     return text
+
+
+# what an OSError's errno means for a path the user named (strerror is C's wording)
+_OS_REASONS = {
+    errno.ENOTDIR: "a part of it is a file, not a folder",
+    errno.EEXIST: "it exists and is not a folder",
+    errno.EISDIR: "it is a folder, not a file",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "permission denied",
+    errno.EROFS: "the file system is read-only",
+    errno.ENOSPC: "no space left on the device",
+    errno.ENAMETOOLONG: "the name is too long",
+    errno.ENOENT: "no such file or folder",
+}
+
+
+def describe_os_error(e: OSError) -> str:
+    """``PATH: REASON`` for an OSError about a path, e.g. ``out/x: permission denied``."""
+    reason = _OS_REASONS.get(e.errno or 0) or (e.strerror or str(e)).lower()
+    return f"{e.filename}: {reason}" if e.filename is not None else reason
+
+
+def output_folder(path: str, option: str = "-o/--out") -> Path:
+    """Check that the folder ``path`` exists or can be created, and can be written in; raise
+    a UsageError naming ``option`` if not. Called before any work (a profile can take minutes)
+    and creates nothing (the work may still fail)."""
+    _check_folder(Path(path), path, option)
+    return Path(path)
+
+
+def output_file(path: str, option: str) -> Path:
+    """Like :func:`output_folder`, for the file ``path`` (the writer creates its folder)."""
+    file = Path(path)
+    if file.is_dir():
+        raise UsageError(f"{option}: {path} is a folder, not a file")
+    _check_folder(file.parent, path, option)
+    if file.exists() and not os.access(file, os.W_OK):
+        raise UsageError(f"{option}: {path}: permission denied")
+    return file
+
+
+def _check_folder(folder: Path, named: str, option: str) -> None:
+    """The nearest existing one of ``folder`` and its parents must be a writable folder."""
+    existing = next(p for p in (folder.absolute(), *folder.absolute().parents) if p.exists())
+    # the path itself, or the part of it in the way (named: what the user typed)
+    where = named if existing == Path(named).absolute() else f"{named}: {existing}"
+    if not existing.is_dir():
+        raise UsageError(f"{option}: {where} is a file, not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UsageError(f"{option}: {where}: cannot write in this folder (permission denied)")
 
 
 def load_kernel(target: str) -> Any:

@@ -234,7 +234,7 @@ def add_demo(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_demo(ns: argparse.Namespace) -> int:
-    from ..cli.options import UsageError
+    from ..cli.options import UsageError, output_folder
 
     try:
         n, d = (int(s) for s in ns.shape.split("x"))
@@ -242,7 +242,7 @@ def cmd_demo(ns: argparse.Namespace) -> int:
         raise UsageError(
             f"--shape: expected ROWSxCOLUMNS, e.g. 256x1024, got {ns.shape!r}"
         ) from None
-    out = Path(ns.out)
+    out = output_folder(ns.out)  # before minutes of work
     if not ns.no_torch:
         from .torch_story import run_torch_story
 

@@ -14,7 +14,14 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..cli.options import UsageError, add_hub, add_out, nonempty_arg, path_arg
+from ..cli.options import (
+    UsageError,
+    add_hub,
+    add_out,
+    nonempty_arg,
+    output_file,
+    path_arg,
+)
 from .errors import RegistryError
 
 # the registry's documented failures: reported as one line (exit 1), never as a traceback
@@ -245,6 +252,7 @@ def cmd_lock(args: argparse.Namespace) -> int:
         out = (base if base.is_dir() else base.parent) / "kernels.lock"
     else:
         out = Path("kernels.lock")
+    output_file(str(out), "-o/--out" if args.out else "the lockfile")  # before the Hub calls
     entries = _expected(lambda: lock(deps, out, endpoint=args.endpoint, token=args.token))
     for e in entries:
         print(f"{e.repo_id} @ {e.sha}")

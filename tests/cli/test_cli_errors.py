@@ -196,3 +196,51 @@ def test_version(capsys):
 
     assert main(["--version"]) == 0
     assert capsys.readouterr().out.strip() == f"nkikit {nkikit.__version__}"
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["profile", "{f}::double", "--args", "x=128x64", "-o", "afile"], "afile is a file"),
+        (["profile", "{f}::double", "--args", "x=128x64", "-o", "afile/sub"], "afile is a file"),
+        (["profile", "{f}::double", "--launches", "--args", "x=128x64", "-o", "afile"], "afile"),
+        (["new", "my_add", "-o", "afile"], "-o/--out: afile is a file, not a folder"),
+        (["compare", "a.json", "b.json", "--json", "."], "--json: . is a folder, not a file"),
+        (["compare", "a.json", "b.json", "--html", "afile/c.html"], "afile is a file"),
+        (["lock", "org/k", "-o", "afile/kernels.lock"], "afile is a file"),
+        (["demo", "-o", "afile"], "-o/--out: afile is a file, not a folder"),
+    ],
+)
+def test_an_output_path_that_cannot_be_written_is_a_usage_error(
+    folder, capsys, monkeypatch, argv, message
+):
+    # pathlib's own error came out after the work, as "error: pathlib.py:1116: ..."
+    monkeypatch.chdir(folder)
+    (folder / "afile").write_text("")
+    assert main([a.replace("{f}", str(folder / "mykernels.py")) for a in argv]) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert line.startswith(f"nkikit {argv[0]}: error: ") and message in line
+
+
+def test_an_output_folder_without_permission_is_a_usage_error(folder, capsys, monkeypatch):
+    import os
+
+    monkeypatch.chdir(folder)
+    # the tests may run as root, for whom every folder is writable: os.access says no instead
+    monkeypatch.setattr(os, "access", lambda *a, **k: False)
+    assert main(["new", "my_add", "-o", "locked/inner"]) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert line.endswith(
+        f"-o/--out: locked/inner: {folder}: cannot write in this folder (permission denied)"
+    )
+
+
+def test_a_path_error_while_writing_names_the_path_in_words(tmp_path, capsys):
+    from nkikit.cli import run_command
+
+    (tmp_path / "afile").write_text("")
+    # a real pathlib error; pathlib's frame was shown as if it were the user's line
+    assert run_command("nkikit x", lambda: (tmp_path / "afile" / "sub").mkdir(parents=True)) == 1
+    assert _one_line(capsys.readouterr().err) == (
+        f"error: {tmp_path / 'afile' / 'sub'}: a part of it is a file, not a folder"
+    )
