@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 
 from .options import (
     add_args,
@@ -126,10 +128,19 @@ def cmd_profile(ns: argparse.Namespace) -> int:
     return 0
 
 
+def _launched_nothing(name: str, fn: object) -> str:
+    """The error for ``--launches`` of a function that launched no kernel, at its ``def``."""
+    code = getattr(getattr(fn, "func", fn), "__code__", None)  # (an @nki.jit kernel's .func)
+    where = f"{os.path.basename(code.co_filename)}:{code.co_firstlineno}: " if code else ""
+    return (
+        f"{where}{getattr(fn, '__name__', name)}() launched no NKI kernel, so there is nothing "
+        "to profile; --launches profiles the kernels a function calls (to profile a kernel "
+        "itself, leave out --launches)"
+    )
+
+
 def _profile_launches(ns: argparse.Namespace, target) -> int:  # noqa: ANN001
     """``nkikit profile FILE.py::function --launches``: one profile per kernel launch."""
-    import os
-
     from ..compiler.launches import profile_launches
     from ..targets import ENV_VAR as TARGET_ENV_VAR
     from .options import UsageError
@@ -152,6 +163,9 @@ def _profile_launches(ns: argparse.Namespace, target) -> int:  # noqa: ANN001
             os.environ.pop(TARGET_ENV_VAR, None)
         else:
             os.environ[TARGET_ENV_VAR] = saved
+    if not sp.runs:  # a report of the host call alone says nothing: most likely a wrong name
+        print(f"error: {_launched_nothing(ns.kernel, fn)}", file=sys.stderr)
+        return 1
     out.mkdir(parents=True, exist_ok=True)
     files = {
         "trace": sp.to_perfetto(out / "system_trace.json"),

@@ -244,3 +244,14 @@ def test_a_path_error_while_writing_names_the_path_in_words(tmp_path, capsys):
     assert _one_line(capsys.readouterr().err) == (
         f"error: {tmp_path / 'afile' / 'sub'}: a part of it is a file, not a folder"
     )
+
+
+def test_profile_launches_of_a_function_that_launches_no_kernel_is_an_error(folder, capsys):
+    # it wrote a report of the host call alone, without a word
+    (folder / "calls.py").write_text("def no_kernel(x):\n    return x\n")
+    out = folder / "report"
+    argv = ["profile", f"{folder / 'calls.py'}::no_kernel", "--launches", "--args", "x=128x64"]
+    assert main([*argv, "-o", str(out)]) == 1
+    line = _one_line(capsys.readouterr().err)
+    assert line.startswith("error: calls.py:1: no_kernel() launched no NKI kernel")
+    assert not out.exists()
