@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -218,7 +219,11 @@ def add_demo(sub: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_out(p, "folder for reports (default: ./nkikit-demo)", default="nkikit-demo")
-    p.add_argument("--shape", default="4096x4096", help="rows x columns (default 4096x4096)")
+    p.add_argument(
+        "--shape",
+        default="4096x4096",
+        help="ROWSxCOLUMNS, the rows a multiple of 128 (default 4096x4096)",
+    )
     p.add_argument(
         "--dtype",
         default="bfloat16",
@@ -233,22 +238,45 @@ def add_demo(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(fn=cmd_demo)
 
 
+def parse_shape(text: str) -> tuple[int, int]:
+    """``--shape ROWSxCOLUMNS`` -> (rows, columns), a shape the demo's kernels run at.
+    Raises UsageError."""
+    from ..cli.options import UsageError
+    from .variants import P
+
+    m = re.fullmatch(r"(\d+)x(\d+)", text)
+    if m is None:
+        raise UsageError(f"--shape: expected ROWSxCOLUMNS, e.g. 256x1024, got {text!r}")
+    n, d = int(m[1]), int(m[2])
+    # the naive and fused kernels walk the rows in whole tiles of P partitions (rows left over
+    # would be left unwritten)
+    if n == 0 or n % P:
+        raise UsageError(
+            f"--shape {text}: the rows must be a positive multiple of {P}, e.g. {P}x{d}"
+        )
+    if d == 0:
+        raise UsageError(f"--shape {text}: the columns must be at least 1")
+    return n, d
+
+
 def cmd_demo(ns: argparse.Namespace) -> int:
     from ..cli.options import UsageError, output_folder
+    from ..errors import NkiError
 
-    try:
-        n, d = (int(s) for s in ns.shape.split("x"))
-    except ValueError:
-        raise UsageError(
-            f"--shape: expected ROWSxCOLUMNS, e.g. 256x1024, got {ns.shape!r}"
-        ) from None
+    n, d = parse_shape(ns.shape)
     out = output_folder(ns.out)  # before minutes of work
-    if not ns.no_torch:
-        from .torch_story import run_torch_story
+    try:
+        if not ns.no_torch:
+            from .torch_story import run_torch_story
 
-        run_torch_story(out / "torch", n, d, ns.dtype, ns.target)
-        print("Kernel level: the same RMSNorm as three hand-written NKI kernels")
-    run_profile_demo(out, n, d, ns.dtype, ns.target)
+            run_torch_story(out / "torch", n, d, ns.dtype, ns.target)
+            print("Kernel level: the same RMSNorm as three hand-written NKI kernels")
+        run_profile_demo(out, n, d, ns.dtype, ns.target)
+    except NkiError as e:  # the demo's own kernels: the shape asked too much of them
+        first = str(e).splitlines()[0]
+        raise UsageError(
+            f"--shape {ns.shape}: the demo's kernels cannot run at this shape: {first}"
+        ) from e
     if not ns.no_share:
         from ..registry.demo import sharing_demo
 

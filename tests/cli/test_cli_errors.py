@@ -92,6 +92,15 @@ def _one_line(text: str) -> str:
         (["pull", "org/k", "--lockfile", ""], "--lockfile: expected a path"),
         (["pull", "org/k", "--endpoint", ""], "--endpoint: expected a value"),
         (["pull", "org/k", "--token", ""], "--token: expected a value"),
+        # the demo's naive and fused kernels walk whole 128-row tiles: 100 rows ran, unchecked
+        (["demo", "--shape", "100x64"], "--shape 100x64: the rows must be a positive multiple"),
+        (["demo", "--shape", "0x64"], "the rows must be a positive multiple of 128"),
+        (["demo", "--shape", "128x0"], "the columns must be at least 1"),
+        (["demo", "--shape=-128x64"], "--shape: expected ROWSxCOLUMNS"),
+        (
+            ["demo", "--shape", "128x65536", "--no-torch", "--no-share"],
+            "--shape 128x65536: the demo's kernels cannot run at this shape: variants.py:",
+        ),
     ],
 )
 def test_usage_errors_are_one_line_and_exit_2(folder, capsys, monkeypatch, argv, message):
