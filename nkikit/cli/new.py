@@ -16,7 +16,11 @@ tiles returned); ``--dialect nki`` an NKI 0.x kernel (``nisa`` instructions with
 from __future__ import annotations
 
 import argparse
+import importlib.machinery
 import keyword
+import os
+import re
+import sys
 from pathlib import Path
 
 from .options import UsageError, add_out, output_folder
@@ -159,7 +163,11 @@ def add_new(sub: argparse._SubParsersAction) -> None:
         description=__doc__.split("\n\n", 1)[1],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("name", metavar="NAME", help="the kernel's name: a Python identifier")
+    p.add_argument(
+        "name",
+        metavar="NAME",
+        help="the kernel's name: a lowercase ASCII Python identifier, e.g. my_add",
+    )
     p.add_argument(
         "--dialect",
         choices=sorted(DIALECTS),
@@ -170,11 +178,42 @@ def add_new(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(fn=cmd_new)
 
 
+# a lowercase ASCII identifier that is also a Hub kernel name once "_" is "-" (the Hub's
+# rule, nkikit.registry.names: a letter first, a letter or digit last, two characters at least)
+_NAME = re.compile(r"[a-z][a-z0-9_]*[a-z0-9]")
+# the folder's own modules: `from .kernel import NAME` in __init__.py would replace them
+_OWN_MODULES = ("kernel", "reference")
+
+
+def check_name(name: str) -> None:
+    """Raise UsageError for a NAME the scaffold cannot use as its package, its function and its
+    Hub repo name."""
+    if keyword.iskeyword(name):
+        raise UsageError(f"NAME {name!r} is a Python keyword; choose another, e.g. my_{name}")
+    if not _NAME.fullmatch(name):
+        raise UsageError(
+            "NAME must be a lowercase Python identifier of ASCII letters, digits and _, "
+            f"starting with a letter and ending with a letter or digit (e.g. my_add), got {name!r}"
+        )
+    if name in _OWN_MODULES:
+        raise UsageError(
+            f"NAME {name!r} is the name of a module in the kernel folder "
+            f"({', '.join(m + '.py' for m in _OWN_MODULES)}); choose another, e.g. my_{name}"
+        )
+    # pytest imports the folder as a top-level package: it would hide the module of that name
+    # (a folder named json breaks every `import json` run from beside it, nkikit's own too)
+    path = [p for p in sys.path if p not in ("", os.getcwd())]  # not what lies beside it now
+    if name in sys.stdlib_module_names or importlib.machinery.PathFinder.find_spec(name, path):
+        raise UsageError(
+            f"NAME {name!r} is the name of an installed Python module, which the kernel "
+            f"folder would hide; choose another, e.g. {name}_kernel"
+        )
+
+
 def create(name: str, parent: Path, dialect: str = "beta1") -> Path:
     """Write the kernel folder ``parent/name``; return its path. Raises UsageError for a name
-    that is not a Python identifier or a folder that already exists."""
-    if not name.isidentifier() or keyword.iskeyword(name) or not name.islower():
-        raise UsageError(f"NAME must be a lowercase Python identifier (e.g. my_add), got {name!r}")
+    :func:`check_name` refuses or a folder that already exists."""
+    check_name(name)
     folder = parent / name
     if folder.exists():
         raise UsageError(f"{folder} already exists")

@@ -264,3 +264,25 @@ def test_profile_launches_of_a_function_that_launches_no_kernel_is_an_error(fold
     line = _one_line(capsys.readouterr().err)
     assert line.startswith("error: calls.py:1: no_kernel() launched no NKI kernel")
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "name, message",
+    [
+        # each was created, then failed in its tests or at publish (or broke `import json`)
+        ("héllo", "ASCII letters, digits and _"),
+        ("a", "ending with a letter or digit"),  # the Hub's kernel names have two characters
+        ("_x", "starting with a letter"),
+        ("x_", "ending with a letter or digit"),
+        ("class", "is a Python keyword"),
+        ("kernel", "is the name of a module in the kernel folder"),
+        ("json", "is the name of an installed Python module"),
+        ("numpy", "is the name of an installed Python module"),
+    ],
+)
+def test_new_refuses_a_name_the_scaffold_cannot_use(tmp_path, capsys, monkeypatch, name, message):
+    monkeypatch.chdir(tmp_path)
+    assert main(["new", name]) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert line.startswith("nkikit new: error: NAME") and message in line
+    assert not list(tmp_path.iterdir())
