@@ -162,7 +162,8 @@ def pytest_matrix(paths: Sequence[str], rootdir: str, markexpr: str = "not slow"
     for p in paths:
         path = (root / p).resolve()
         found = sorted(path.rglob("test_*.py")) if path.is_dir() else [path]
-        files += [str(f.relative_to(root)) for f in found]
+        # a file outside rootdir (the library, tested from any folder) keeps its absolute path
+        files += [str(f.relative_to(root) if f.is_relative_to(root) else f) for f in found]
     tasks = [
         Task(
             "nkikit.tune.tasks:pytest_files",

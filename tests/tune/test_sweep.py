@@ -100,3 +100,17 @@ def test_a_test_suite_as_a_sweep(tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "FAIL test_bad.py: 1 failed" in out and "ok   test_good.py: 1 passed" in out
     assert "1 of 2 test files passed" in out
+
+
+def test_a_test_sweep_takes_files_outside_its_rootdir(tmp_path):
+    # `nkikit test --sweep` from any folder but the checkout tests the library, which is not
+    # under the current folder: relative_to raised ValueError, shown as pathlib's line
+    from nkikit.tune.tasks import pytest_matrix
+
+    for folder in ("here", "elsewhere"):
+        (tmp_path / folder).mkdir()
+    _suite(tmp_path / "elsewhere")
+    sweep = pytest_matrix([str(tmp_path / "elsewhere")], str(tmp_path / "here"))
+    assert [t.inputs["files"] for t in sweep.tasks] == [
+        [str(tmp_path / "elsewhere" / f)] for f in ("test_bad.py", "test_good.py")
+    ]
