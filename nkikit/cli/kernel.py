@@ -146,6 +146,8 @@ def _profile_launches(ns: argparse.Namespace, target) -> int:  # noqa: ANN001
     from .options import UsageError
 
     fn = load_kernel(ns.kernel)
+    if not callable(fn):  # it is called below: "'int' object is not callable" was a traceback
+        raise UsageError(f"{ns.kernel}: expected a function, got {type(fn).__name__}")
     if ns.grid is not None:
         raise UsageError("--grid: a function given with --launches launches its own kernels")
     positional, named = split_args(parse_args_spec(ns.args))
