@@ -104,14 +104,9 @@ def add_profile(sub: argparse._SubParsersAction) -> None:
 
 def cmd_profile(ns: argparse.Namespace) -> int:
     from ..compiler.api import compile, write_profile_artifacts
-    from ..targets import get_target
-    from .options import UsageError
+    from .options import parse_target
 
-    try:
-        # checked now; with no --target each kernel's own default applies (its dialect's)
-        target = get_target(ns.target) if ns.target is not None else None
-    except (KeyError, ValueError) as e:
-        raise UsageError(f"--target: {e.args[0] if e.args else e}") from None
+    target = parse_target(ns.target)  # None: each kernel its own default (its dialect's)
     if ns.launches:
         return _profile_launches(ns, target)
     kernel, positional, named = kernel_and_args(ns)

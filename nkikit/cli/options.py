@@ -259,6 +259,21 @@ def parse_grid(text: str | None) -> tuple[int, ...]:
     return grid
 
 
+def parse_target(text: str | None) -> Any:
+    """``--target`` -> its Target; None when it is not given (each kernel is then built for
+    its own default: ``NEURON_PLATFORM_TARGET_OVERRIDE``, else its dialect's), after checking
+    that variable.  Raises UsageError."""
+    from ..targets import default_target_name, get_target
+
+    try:
+        if text is None:
+            default_target_name()  # a bad NEURON_PLATFORM_TARGET_OVERRIDE, before any work
+            return None
+        return get_target(text)
+    except (KeyError, ValueError) as e:
+        raise UsageError(f"--target: {e.args[0] if e.args else e}") from None
+
+
 def kernel_and_args(ns: argparse.Namespace) -> tuple[Any, list[Any], dict[str, Any]]:
     """The jitted kernel (launched on ``--grid``) and its ``--args``, checked against its
     signature, so a misspelled argument is a usage error and not a trace."""

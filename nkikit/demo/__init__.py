@@ -260,11 +260,12 @@ def parse_shape(text: str) -> tuple[int, int]:
 
 
 def cmd_demo(ns: argparse.Namespace) -> int:
-    from ..cli.options import UsageError, output_folder
+    from ..cli.options import UsageError, output_folder, parse_target
     from ..errors import NkiError
 
     n, d = parse_shape(ns.shape)
     out = output_folder(ns.out)  # before minutes of work
+    parse_target(ns.target)  # also before it (the torch story names the variable it sets)
     try:
         if not ns.no_torch:
             from .torch_story import run_torch_story

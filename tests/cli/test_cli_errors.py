@@ -98,6 +98,7 @@ def _one_line(text: str) -> str:
         (["demo", "--shape", "0x64"], "the rows must be a positive multiple of 128"),
         (["demo", "--shape", "128x0"], "the columns must be at least 1"),
         (["demo", "--shape=-128x64"], "--shape: expected ROWSxCOLUMNS"),
+        (["demo", "--target", "trn9"], "--target: unknown target 'trn9'"),
         (
             ["demo", "--shape", "128x65536", "--no-torch", "--no-share"],
             "--shape 128x65536: the demo's kernels cannot run at this shape: variants.py:",
