@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from .options import output_file, path_arg
+from .options import describe_os_error, output_file, path_arg
 
 
 def add_compare(sub: argparse._SubParsersAction) -> None:
@@ -29,6 +29,18 @@ def add_compare(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(fn=cmd_compare)
 
 
+def _unreadable(path: str, e: Exception) -> str:
+    """Why the profile ``path`` cannot be read, in one line that names it once."""
+    if isinstance(e, OSError):
+        return describe_os_error(e)  # "[Errno 2] No such file or directory: ..." in words
+    if isinstance(e, json.JSONDecodeError):
+        return f"{path}: not JSON ({e.msg} at line {e.lineno} column {e.colno})"
+    if isinstance(e, KeyError):
+        return f"{path}: not a profile nkikit wrote (it has no {e} field)"
+    message = str(e)  # load's own errors already start with the path
+    return message if message.startswith(f"{path}:") else f"{path}: {message}"
+
+
 def cmd_compare(ns: argparse.Namespace) -> int:
     import sys
 
@@ -43,7 +55,7 @@ def cmd_compare(ns: argparse.Namespace) -> int:
         try:
             profiles.append(load(path))
         except (OSError, ValueError, KeyError) as e:  # a missing or unreadable profile: exit 1
-            print(f"error: {path}: {e}", file=sys.stderr)
+            print(f"error: {_unreadable(path, e)}", file=sys.stderr)
             return 1
     try:
         c = compare(*profiles)

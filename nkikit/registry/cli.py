@@ -18,6 +18,7 @@ from ..cli.options import (
     UsageError,
     add_hub,
     add_out,
+    describe_os_error,
     nonempty_arg,
     output_file,
     path_arg,
@@ -48,7 +49,9 @@ def _expected(fn):  # noqa: ANN001, ANN202
     except RegistryError:
         raise
     except _EXPECTED as e:
-        raise RegistryError(str(e)) from e
+        # an OSError about a path in words, not "[Errno 2] No such file or directory: ..."
+        path_error = isinstance(e, OSError) and e.filename is not None
+        raise RegistryError(describe_os_error(e) if path_error else str(e)) from e
 
 
 def main_publish(argv: Sequence[str] | None = None) -> int:

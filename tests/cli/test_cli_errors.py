@@ -202,6 +202,26 @@ def test_compare_names_the_file_it_cannot_read_and_publish_all_the_empty_folder(
     assert p.returncode == 1 and "no kernel folder" in _one_line(p.stderr)
 
 
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        # each named the path twice, or in Python's "[Errno 2] No such ... : 'x'" form
+        (["compare", "missing.json", "a.json"], "error: missing.json: no such file or folder"),
+        (["compare", "bad.json", "a.json"], "error: bad.json: not JSON (Expecting value at line 1"),
+        (["compare", "a.json", "a.json"], "error: a.json: neither an nkikit profile nor"),
+        (["lock"], "error: pyproject.toml: no such file or folder"),
+    ],
+)
+def test_a_file_that_cannot_be_read_is_named_once_in_words(
+    tmp_path, capsys, monkeypatch, argv, message
+):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a.json").write_text("{}")
+    (tmp_path / "bad.json").write_text("garbage")
+    assert main(argv) == 1
+    assert _one_line(capsys.readouterr().err).startswith(message)
+
+
 def test_version(capsys):
     import nkikit
 
