@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import warnings
 
 from .options import (
     add_args,
@@ -55,10 +56,12 @@ def cmd_run(ns: argparse.Namespace) -> int:
     outs = out if isinstance(out, tuple | list) else [out]
     for i, o in enumerate(outs):
         a = np.asarray(o, dtype=np.float32)
-        print(
-            f"output {i}: shape={a.shape} dtype={np.asarray(o).dtype} mean={np.nanmean(a):.6g} "
-            f"min={np.nanmin(a):.6g} max={np.nanmax(a):.6g} nan={int(np.isnan(a).sum())}"
-        )
+        with warnings.catch_warnings():  # inf - inf or an all-NaN output: the line says nan
+            warnings.simplefilter("ignore", RuntimeWarning)
+            print(
+                f"output {i}: shape={a.shape} dtype={np.asarray(o).dtype} mean={np.nanmean(a):.6g} "
+                f"min={np.nanmin(a):.6g} max={np.nanmax(a):.6g} nan={int(np.isnan(a).sum())}"
+            )
     return 0
 
 

@@ -34,6 +34,12 @@ KERNELS = textwrap.dedent(
         i = nl.program_id(0)
         nl.store(out[i * 128 : (i + 1) * 128, :], value=nl.load(x[i * 128 : (i + 1) * 128, :]))
         return out
+
+    @nki.jit
+    def scale(x, s):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        nl.store(out, value=nl.multiply(nl.load(x), s))
+        return out
     """
 )
 
@@ -220,6 +226,12 @@ def test_a_file_that_cannot_be_read_is_named_once_in_words(
     (tmp_path / "bad.json").write_text("garbage")
     assert main(argv) == 1
     assert _one_line(capsys.readouterr().err).startswith(message)
+
+
+def test_run_prints_the_statistics_of_an_infinite_output_without_numpy_warnings(folder):
+    # inf and -inf in one output: numpy's "invalid value encountered" came out as 2 lines
+    p = nkikit("run", "mykernels.py::scale", "--args", "x=128x64,s=1e400", cwd=folder)
+    assert p.returncode == 0 and "mean=nan min=-inf max=inf" in p.stdout and p.stderr == ""
 
 
 def test_version(capsys):
