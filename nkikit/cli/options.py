@@ -297,6 +297,24 @@ def kernel_and_args(ns: argparse.Namespace) -> tuple[Any, list[Any], dict[str, A
     return kernel, positional, named
 
 
+def _check_fits(shape: tuple[int, ...]) -> None:
+    """Refuse a random input larger than this machine's memory: numpy's "array is too big"
+    (shown at numpy's own line) or, worse, the OOM killer part way through filling it."""
+    import math
+
+    need = math.prod(shape) * 8  # the float64 draw (float32 and the dtype's copy come after)
+    try:
+        have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # no sysconf (Windows): numpy decides
+        return
+    if need > have:
+        dims = "x".join(map(str, shape))
+        raise UsageError(
+            f"--args: a {dims} input needs {need / 2**30:,.1f} GiB to fill with random values; "
+            f"this machine has {have / 2**30:,.1f} GiB"
+        )
+
+
 def materialize(values: list[Any], seed: int) -> list[Any]:
     """Random arrays for the tensor specs in ``values`` (normal, cast to the dtype; integers
     scaled by 10; booleans a fair coin each), the rest as given."""
@@ -309,6 +327,7 @@ def materialize(values: list[Any], seed: int) -> list[Any]:
     out = []
     for v in values:
         if isinstance(v, TensorSpec):
+            _check_fits(v.shape)
             x = rng.standard_normal(v.shape).astype(np.float32)
             if v.dtype == np.bool_:  # (x * 10).astype(bool) is True almost everywhere
                 v = x > 0

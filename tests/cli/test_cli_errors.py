@@ -81,6 +81,7 @@ def _one_line(text: str) -> str:
         (["run", "{f}::double", "--args", "x=-1x4"], "--args: bad tensor"),
         (["run", "{f}::double", "--args", "x=4x4,x=4x4"], "'x' is given twice"),
         (["run", "{f}::double", "--args", "x=4x4,,y=1"], "--args: an empty item"),
+        (["run", "{f}::double", "--args", "x=99999999999x9999999"], "--args: a 99999999999x"),
         (["profile", "{f}::nl", "--launches"], "::nl: expected a function, got module"),
         # an empty value (an unset shell variable) was read as "not given" or as "."
         (["run", "{f}::double", "--args", "x=128x64", "--grid", ""], "--grid: expected sizes"),
