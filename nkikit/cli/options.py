@@ -317,7 +317,8 @@ def _check_fits(shape: tuple[int, ...]) -> None:
 
 def materialize(values: list[Any], seed: int) -> list[Any]:
     """Random arrays for the tensor specs in ``values`` (normal, cast to the dtype; integers
-    scaled by 10; booleans a fair coin each), the rest as given."""
+    scaled by 10, unsigned ones of its magnitude; booleans a fair coin each), the rest as
+    given."""
     import numpy as np
 
     from .. import dtypes
@@ -331,6 +332,8 @@ def materialize(values: list[Any], seed: int) -> list[Any]:
             x = rng.standard_normal(v.shape).astype(np.float32)
             if v.dtype == np.bool_:  # (x * 10).astype(bool) is True almost everywhere
                 v = x > 0
+            elif np.issubdtype(v.dtype, np.unsignedinteger):  # -3 would wrap to 4294967293
+                v = (np.abs(x) * 10).astype(v.dtype)
             else:
                 v = (
                     dtypes.cast(x, v.dtype)

@@ -176,6 +176,15 @@ def test_random_bool_inputs_are_a_fair_coin():
     assert 0.4 < x.mean() < 0.6  # (x * 10).astype(bool) made them all True
 
 
+@pytest.mark.parametrize("dtype", ["uint8", "uint16", "uint32"])
+def test_random_unsigned_inputs_do_not_wrap_around(dtype):
+    from nkikit.cli.options import materialize
+    from nkikit.typing import TensorSpec
+
+    (x,) = materialize([TensorSpec((128, 64), np.dtype(dtype))], seed=0)
+    assert x.dtype == dtype and x.max() < 100 and x.mean() > 1  # -3 was 4294967293 in uint32
+
+
 def test_running_an_nki_file_or_module_that_is_not_there_is_one_line(tmp_path):
     import subprocess
     import sys
