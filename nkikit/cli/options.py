@@ -237,9 +237,9 @@ def _value(value: str, item: str) -> Any:
         except TypeError as e:
             raise UsageError(f"--args: {item!r}: {e}") from None
         return TensorSpec(dims, dt)
-    if (":" in value and re.match(r"^[\dx]+:", value)) or re.fullmatch(
-        r"-?\d+(x-?\d*)+", value
-    ):  # a shape gone wrong (4096x, -1x4, 4x4x), not a string the kernel takes
+    if (":" in value and re.match(r"^[\dxX*]+:", value)) or re.fullmatch(
+        r"-?\d+([xX*]-?\d*)+", value
+    ):  # a shape gone wrong (4096x, -1x4, 4x4x, 128X64, 128*64), not a string the kernel takes
         raise UsageError(f"--args: bad tensor {item!r}; use SHAPE:DTYPE, e.g. 128x512:bfloat16")
     try:
         return ast.literal_eval(value)

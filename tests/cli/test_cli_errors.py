@@ -79,6 +79,8 @@ def _one_line(text: str) -> str:
         (["run", "{f}::double", "--args", "x=128x64", "--seed", "-1"], "argument --seed"),
         (["run", "{f}::double", "--args", "x=4096x"], "--args: bad tensor 'x=4096x'"),
         (["run", "{f}::double", "--args", "x=-1x4"], "--args: bad tensor"),
+        (["run", "{f}::double", "--args", "x=128X64"], "--args: bad tensor 'x=128X64'"),
+        (["run", "{f}::double", "--args", "x=128*64:bfloat16"], "--args: bad tensor"),
         (["run", "{f}::double", "--args", "x=4x4,x=4x4"], "'x' is given twice"),
         (["run", "{f}::double", "--args", "x=4x4,,y=1"], "--args: an empty item"),
         (["run", "{f}::double", "--args", "x=99999999999x9999999"], "--args: a 99999999999x"),
