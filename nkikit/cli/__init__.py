@@ -130,6 +130,8 @@ def describe(e: BaseException) -> str | None:
         # a path that cannot be read or written: the path and why, in words (checked before
         # the user's frames: pathlib's own frame is not the user's line)
         return describe_os_error(e)
+    if isinstance(e, FileNotFoundError | PermissionError):  # raised with a message of its own
+        return str(e)
     if isinstance(e, SyntaxError) and e.filename:  # the user's file, at its own line
         return f"{os.path.basename(e.filename)}:{e.lineno}: SyntaxError: {e.msg}"
     user = [f for f in traceback.extract_tb(e.__traceback__) if not _is_internal(f.filename)]

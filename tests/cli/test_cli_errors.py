@@ -332,3 +332,13 @@ def test_new_refuses_a_name_the_scaffold_cannot_use(tmp_path, capsys, monkeypatc
     line = _one_line(capsys.readouterr().err)
     assert line.startswith("nkikit new: error: NAME") and message in line
     assert not list(tmp_path.iterdir())
+
+
+def test_a_file_not_found_error_with_a_message_of_its_own_is_one_line(capsys):
+    from nkikit.cli import run_command
+
+    def fail() -> None:
+        raise FileNotFoundError("no kernel.toml in the folder")
+
+    assert run_command("nkikit x", fail) == 1
+    assert _one_line(capsys.readouterr().err) == "error: no kernel.toml in the folder"
