@@ -80,13 +80,23 @@ class Tile:
             why="tiles cannot be iterated in Python; loop with nl.affine_range over an index",
         )
 
-    def __array__(self, *args, **kwargs):
-        raise NkiError(
-            "err_invalid_argument",
-            caller_loc(),
-            op="numpy conversion",
-            why="a tile has no value while the kernel is traced; use nl.* / nisa.* on it",
-        )
+    def __array__(self, dtype=None, copy=None):
+        """The values the tile holds after the instructions traced so far
+        (:mod:`nkikit.trace.peek`: for a look from ``print`` or ``breakpoint()``)."""
+        from ..trace.builder import maybe_current
+        from ..trace.peek import values_so_far
+
+        loc = caller_loc()
+        b = maybe_current()
+        if b is None:
+            raise NkiError(
+                "err_invalid_argument",
+                loc,
+                op="numpy conversion",
+                why="a tile has values only while its kernel is traced or runs",
+            )
+        values = values_so_far(b, self.access, loc)
+        return values if dtype is None else values.astype(dtype)
 
     def __repr__(self) -> str:
         a = self.access

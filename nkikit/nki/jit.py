@@ -137,11 +137,19 @@ class Kernel0x(JitKernel):
                 raise
             super().verify(kernel, target)
 
+    def _prepare_prefix(self, prefix: Kernel) -> None:
+        # an input the prefix writes is written by the whole kernel too: mutable (as below)
+        written = _written(prefix.body, set())
+        for t in prefix.params:
+            if t.uid in written:
+                t.mutable = True
+
     def _trace(self, bound: inspect.BoundArguments, target: str | None = None) -> Kernel:
         code = self.func.__code__
         loc = SourceLoc(code.co_filename, code.co_firstlineno, self.func.__name__)
         b = Builder(self.func.__name__, ())
         call_args, params = self._parameters(b, bound, loc, NkiTensor.whole)
+        b.concrete = self._concrete(bound, params, target)
         with _target_scope(target):
             results = trace_programs(b, self.grid, lambda: self.call_with(call_args))
         check_closed(b)

@@ -51,6 +51,9 @@ class Builder:
         self.aliases: dict[int, Access] = {}  # by the temporary's uid
         self.line_names: dict[tuple[str, int], str | None] = {}  # name_for's reading of a line
         self.splits = splits
+        # the call's arrays, when it has them: what ``np.asarray(tile)`` inside the kernel
+        # runs the instructions traced so far on (``nkikit.trace.peek``)
+        self.concrete = None
         # the rolled loops traced so far: their ``for`` line and the factor they are split by
         self.loop_sites: dict[LoopVar, tuple[LoopSite, int]] = {}
         # open rolled loops whose first body copy is being traced: they may split in place

@@ -38,6 +38,7 @@ from . import launches
 from .builder import Builder, LoopSite, maybe_current, tracing
 from .loops import SplitLoops
 from .outputs import check_outputs
+from .peek import Concrete
 
 # each re-trace grows a loop's split factor; a kernel needing more is beyond reason
 _MAX_RETRACES = 16
@@ -280,6 +281,27 @@ class JitKernel:
                 last = s
         raise last.error() from None
 
+    def _concrete(
+        self, bound: inspect.BoundArguments, params: list[Tensor], target: str | None
+    ) -> Concrete | None:
+        """What a look at a tile's values inside the kernel runs on (``nkikit.trace.peek``):
+        None when the call has only shapes (``nt.tensor`` specs)."""
+        values = [bound.arguments.get(t.name) for t in params]
+        if any(v is None or isinstance(v, TensorSpec) for v in values):
+            return None
+        return Concrete(
+            list(zip(params, values)),
+            target or self.default_target(),
+            self._precise_fp(),
+            self.dialect,
+            self._prepare_prefix,
+            math.prod(self.grid),
+        )
+
+    def _prepare_prefix(self, prefix: Kernel) -> None:
+        """Make a prefix of the trace a kernel the verifier takes as the dialect would the
+        whole (NKI 0.x marks inputs it writes as mutable)."""
+
     def _trace_once(
         self, bound: inspect.BoundArguments, target: str, splits: dict[LoopSite, int]
     ) -> Kernel:
@@ -290,6 +312,7 @@ class JitKernel:
         loc = SourceLoc(code.co_filename, code.co_firstlineno, self.func.__name__)
         b = Builder(self.func.__name__, self.grid, dict(splits))
         call_args, params = self._parameters(b, bound, loc, self.proxy)
+        b.concrete = self._concrete(bound, params, target)
         outputs: list[Tensor] = []
 
         def collect(r):
