@@ -11,8 +11,11 @@ ALU_OPS = frozenset(
     """add subtract multiply divide maximum minimum power mod fmod equal not_equal greater
     greater_equal less less_equal logical_and logical_or logical_xor logical_not bitwise_and
     bitwise_or bitwise_xor left_shift right_shift invert abs rsqrt reciprocal bypass
-    arith_shift_right abs_max abs_min""".split()
+    arith_shift_right abs_max abs_min square relu""".split()
 )
+# the ALU operators that read only their first operand (the docs' "arithmetic unary" row:
+# abs, square, relu, rsqrt, reciprocal; plus the bitvec/logical nots and bypass)
+ALU_UNARY = frozenset("bypass abs square relu rsqrt reciprocal invert logical_not".split())
 ACTIVATIONS = frozenset(
     """copy identity exp log tanh sigmoid relu gelu gelu_dx gelu_apprx_tanh gelu_apprx_sigmoid
     silu silu_dx erf erf_dx softplus mish sqrt rsqrt reciprocal square sin cos tan arctan abs

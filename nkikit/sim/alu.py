@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..ir.opnames import ALU_UNARY
+
 
 def _int(x):
     return np.asarray(x).astype(np.int64)
@@ -89,6 +91,8 @@ ALU = {
     # unary ALU ops ignore their second operand
     "bypass": lambda a, b: a,
     "abs": lambda a, b: np.abs(a),
+    "square": lambda a, b: np.square(a),
+    "relu": lambda a, b: np.maximum(a, 0),
     "invert": lambda a, b: np.invert(_int(a)).astype(np.float64),
     "logical_not": lambda a, b: np.asarray(a == 0).astype(np.float32),  # a may be a scalar
     "reciprocal": lambda a, b: _safe_div(1.0, a),
@@ -132,7 +136,7 @@ REDUCE = {
 
 
 # the ALU ops that read only their first operand
-UNARY = frozenset({"bypass", "abs", "invert", "logical_not", "reciprocal", "rsqrt"})
+UNARY = ALU_UNARY
 
 
 def alu(name: str, a, b, reverse: bool = False):
