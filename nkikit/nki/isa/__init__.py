@@ -26,7 +26,7 @@ from ... import dtypes, errors
 from ...errors import NkiError, SourceLoc, caller_loc, warn_at
 from ...ir.affine import Affine, Axis, Predicate
 from ...ir.core import Access
-from ...ir.opnames import op_name
+from ...ir.opnames import ALU_UNARY, op_name
 from ...ir.prims import local_gather_indices
 from ...isa import engine, matmul_perf_mode, nc_version, oob_mode, reduce_cmd
 from ...trace import accumulators as ACC
@@ -1659,9 +1659,7 @@ def _tensor_scalar(
     n0 = op_name(op0)
     if n0 in E._BITVEC or (op1 is not None and op_name(op1) in E._BITVEC) or eng == "scalar":
         _tensor_scalar_rules(d, a, n0, op1, eng, loc)  # rare: not on the common path
-    if operand0 is None and n0 != "bypass":
-        raise _invalid("tensor_scalar", f"op0={op0!r} needs operand0", loc)
-    s0 = _scalar_or_vector(0.0 if operand0 is None else operand0, loc, "operand0", a)
+    s0 = _operand0(operand0, n0, reverse0, a, loc, "tensor_scalar")
     s1 = None if operand1 is None else _scalar_or_vector(operand1, loc, "operand1", a)
     return _done(
         E.emit_tensor_scalar(
@@ -1677,6 +1675,30 @@ def _tensor_scalar(
             loc=loc,
         )
     )
+
+
+def _operand0(operand0, n0: str, reverse0, a: Access, loc: SourceLoc, op: str) -> Access | float:
+    """``operand0`` of ``tensor_scalar`` / ``tensor_scalar_reduce``.  A unary ``op0``
+    (``nl.abs``, ``nl.square``, ...) reads no operand, so it takes ``None`` or 0 and nothing
+    else [ISA tensor_scalar: "Must be None or 0 when op0 is a unary operator"].  Reversed, a
+    unary operator reads the operand instead of the data (the tile filled with op(operand0)),
+    so there the operand is kept; so is ``nl.bypass``'s, which the ALU table does not list as
+    unary.  Any other ``op0`` needs an operand."""
+    if n0 in ALU_UNARY:
+        if operand0 is None:
+            return 0.0
+        if not reverse0 and n0 != "bypass":
+            if not (_is_number(operand0) and float(operand0) == 0.0):
+                got = repr(operand0) if _is_number(operand0) else got_type(operand0)
+                why = f"op0=nl.{n0} is unary: operand0 must be None or 0, got {got}"
+                raise _invalid(op, why, loc)
+    elif operand0 is None:
+        raise _invalid(op, f"op0=nl.{n0} needs operand0", loc)
+    return _scalar_or_vector(operand0, loc, "operand0", a)
+
+
+def _is_number(x) -> bool:
+    return isinstance(x, int | float | np.integer | np.floating)
 
 
 def _tensor_scalar_rules(d: Access, a: Access, n0: str, op1, eng, loc: SourceLoc) -> None:
@@ -1764,9 +1786,7 @@ def tensor_scalar_reduce(
         loc=loc,
         op="tensor_scalar_reduce",
     )
-    if operand0 is None and op_name(op0) != "bypass":
-        raise _invalid("tensor_scalar_reduce", f"op0={op0!r} needs operand0", loc)
-    s0 = _scalar_or_vector(0.0 if operand0 is None else operand0, loc, "operand0", a)
+    s0 = _operand0(operand0, op_name(op0), reverse0, a, loc, "tensor_scalar_reduce")
     op = E.emit_tensor_scalar(
         d,
         a,
