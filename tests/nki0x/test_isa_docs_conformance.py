@@ -6,6 +6,8 @@ kernel's own line.
   ``nl.rsqrt``, ``nl.reciprocal``) are operators of ``tensor_scalar``.
 - A unary ``op0`` of ``tensor_scalar`` / ``tensor_scalar_reduce`` takes ``operand0`` None or 0
   (not reversed: reversed, the operator reads the operand, which stays free).
+- ``tensor_tensor`` and ``tensor_reduce`` with a bitvec operator take integer tiles only, and
+  ``tensor_reduce`` negates only an arithmetic reduction.
 """
 
 import numpy as np
@@ -111,3 +113,61 @@ def _reciprocal_with_vector(x):
 def test_unary_op0_rejects_an_operand():
     _rejects(_abs_with_operand, "operand0 must be None or 0, got 2.5", _ramp())
     _rejects(_reciprocal_with_vector, "operand0 must be None or 0", _ramp())
+
+
+# -- bitvec operators on integer tiles --------------------------------------------------------
+
+
+@nki.jit
+def _xor_of_ints(x, y):
+    a, b = _load(x), _load(y)
+    c = nl.ndarray((P, F), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.tensor_tensor(dst=c, data1=a, data2=b, op=nl.bitwise_xor)
+    r = nl.ndarray((P, 1), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.tensor_reduce(dst=r, op=nl.bitwise_or, data=a, axis=1)
+    return _out(c), _out(r)
+
+
+def test_bitvec_operators_on_integers():
+    x = np.arange(P * F, dtype=np.int32).reshape(P, F) * 37
+    y = np.full((P, F), 0x55, np.int32)
+    c, r = _xor_of_ints(x, y)
+    np.testing.assert_array_equal(c, x ^ y)
+    np.testing.assert_array_equal(r[:, 0], np.bitwise_or.reduce(x, axis=1))
+
+
+@nki.jit
+def _and_of_floats(x):
+    a = _load(x)
+    c = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_tensor(dst=c, data1=a, data2=a, op=nl.bitwise_and)
+    return _out(c)
+
+
+@nki.jit
+def _or_reduce_of_floats(x):
+    a = _load(x)
+    r = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_reduce(dst=r, op=nl.bitwise_or, data=a, axis=1)
+    return _out(r)
+
+
+@nki.jit
+def _negated_or_reduce(x):
+    a = _load(x)
+    r = nl.ndarray((P, 1), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.tensor_reduce(dst=r, op=nl.bitwise_or, data=a, axis=1, negate=True)
+    return _out(r)
+
+
+def test_bitvec_operators_refuse_floats_and_negate():
+    with pytest.raises(NkiError) as e:
+        _and_of_floats(_ramp())
+    assert e.value.name == "err_unsupported_dtype" and "data1 of a bitvec" in str(e.value)
+    assert "test_isa_docs_conformance.py" in str(e.value)
+    with pytest.raises(NkiError) as e:
+        _or_reduce_of_floats(_ramp())
+    assert e.value.name == "err_unsupported_dtype" and "data of a bitvec" in str(e.value)
+    _rejects(
+        _negated_or_reduce, "negate=True needs an arithmetic operator", np.ones((P, F), np.int32)
+    )

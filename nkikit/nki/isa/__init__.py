@@ -1613,7 +1613,26 @@ def _tensor_tensor(dst, data1, data2, op, engine) -> NkiInstruction:  # noqa: A0
     _dst_chip(dst, loc, "tensor_tensor")
     eng = _engine_arg(engine, "tensor_tensor", loc)
     d, a, b = _tiles(loc, "tensor_tensor", dst, data1, data2)
+    _bitvec_on_ints(op, "tensor_tensor", loc, data1=a, data2=b, dst=d)
     return _done(E.emit_tensor_tensor(d, a, b, op=op, engine=eng, loc=loc))
+
+
+def _bitvec_on_ints(op, what: str, loc: SourceLoc, **tiles: Access) -> bool:
+    """A bitvec operator reads its inputs as bit patterns, so the input and output tiles must
+    have integer dtypes [ISA tensor_tensor, tensor_reduce: "For bitvec operators, the
+    input/output data types must be integer types"].  Whether ``op`` is bitvec."""
+    if op_name(op) not in E._BITVEC:
+        return False
+    for role, x in tiles.items():
+        if not dtypes.is_int(x.dtype):
+            raise NkiError(
+                "err_unsupported_dtype",
+                loc,
+                op=f"nisa.{what}",
+                dtype=dtypes.name(x.dtype),
+                why=f"{role} of a bitvec operator must be an integer dtype",
+            )
+    return True
 
 
 def tensor_scalar(
@@ -1986,6 +2005,9 @@ def tensor_reduce(dst, op, data, axis, negate=False, keepdims=False, name=None) 
     strides += [0] * len(axes)
     d = _acc(dst._with(shape, strides), loc, "tensor_reduce dst")
     a = _acc(data, loc, "tensor_reduce data")
+    if _bitvec_on_ints(op, "tensor_reduce", loc, data=a, dst=d) and negate:
+        # the engine negates by multiplying with -1.0, an arithmetic step [ISA tensor_reduce]
+        raise _invalid("tensor_reduce", "negate=True needs an arithmetic operator", loc)
     return _done(E.emit_tensor_reduce(d, a, op=op, axes=axes, negate=negate, loc=loc))
 
 
