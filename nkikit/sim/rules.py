@@ -359,23 +359,33 @@ def _max8(op, ins, ctx):
 
 @rule("nc_find_index8")
 def _find8(op, ins, ctx):
+    # a value repeated in vals takes the value's successive occurrences in data, in
+    # ascending order across the columns (the first copy the first occurrence, the second
+    # the next, ...); a copy with no occurrence left, like a value not in data, gets the
+    # all-ones sentinel [ISA nc_match_replace8, nc_find_index8]
     x = ins[0].reshape(ins[0].shape[0], -1)
     vals = ins[1].reshape(ins[1].shape[0], -1)[:, :8]
     out = np.full(vals.shape, np.iinfo(np.uint32).max, dtype=np.float64)
     for j in range(vals.shape[1]):
         hit = x == vals[:, j : j + 1]
-        found = hit.any(axis=1)
-        out[found, j] = hit.argmax(axis=1)[found]
+        # how many earlier columns hold the same value: this column takes the next occurrence
+        rank = (vals[:, :j] == vals[:, j : j + 1]).sum(axis=1, keepdims=True)
+        nth = hit & (np.cumsum(hit, axis=1) == rank + 1)
+        found = nth.any(axis=1)
+        out[found, j] = nth.argmax(axis=1)[found]
     return [out]
 
 
 @rule("nc_match_replace8")
 def _replace8(op, ins, ctx):
+    # vals are matched last column first (i = 7, ..., 0), each replacing the first occurrence
+    # still in the data: a value repeated in vals pairs its first occurrence with its highest
+    # column [ISA nc_match_replace8, the opposite of nc_find_index8's order]
     x = ins[0].reshape(ins[0].shape[0], -1).copy()
     vals = ins[1].reshape(ins[1].shape[0], -1)[:, :8]
     idx = np.zeros(vals.shape, dtype=np.float64)
     rows = np.arange(x.shape[0])
-    for j in range(vals.shape[1]):
+    for j in reversed(range(vals.shape[1])):
         hit = x == vals[:, j : j + 1]
         found = hit.any(axis=1)
         pos = hit.argmax(axis=1)

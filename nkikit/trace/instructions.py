@@ -1112,7 +1112,8 @@ def emit_nc_find_index8(
     dst: Access, data: Access, vals: Access, *, mask: Predicate | None = None, loc: SourceLoc
 ) -> Op:
     """``dst`` (P, 8) uint16/uint32 = per partition, the index in ``data`` of the first
-    occurrence of each of the 8 values of ``vals`` (P, 8), on the VectorE."""
+    occurrence of each of the 8 values of ``vals`` (P, 8) (a repeated value: the next
+    occurrence), on the VectorE."""
     _same_partitions("nc_find_index8", loc, data, vals, dst)
     if _free(vals) != 8 or _free(data) < 8:
         raise _invalid(

@@ -171,3 +171,31 @@ def test_bitvec_operators_refuse_floats_and_negate():
     _rejects(
         _negated_or_reduce, "negate=True needs an arithmetic operator", np.ones((P, F), np.int32)
     )
+
+
+# -- repeated values in max8 / nc_find_index8 / nc_match_replace8 -----------------------------
+
+
+@nki.jit
+def _find_and_replace(x, v):
+    data, vals = _load(x), _load(v)
+    found = nl.ndarray((P, 8), dtype=nl.uint32, buffer=nl.sbuf)
+    nisa.nc_find_index8(dst=found, data=data, vals=vals)
+    replaced = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)
+    where = nl.ndarray((P, 8), dtype=nl.uint32, buffer=nl.sbuf)
+    nisa.nc_match_replace8(dst=replaced, data=data, vals=vals, imm=0.0, dst_idx=where)
+    return _out(found), _out(replaced), _out(where)
+
+
+def test_repeated_values_pair_with_successive_occurrences():
+    # 5.0 three times in vals and four times in data; 7.0 once; 2.0 twice but once in data
+    row = np.array([5, 1, 7, 5, 2, 5, 9, 5, 3, 4], np.float32)
+    vals = np.array([5, 7, 5, 2, 5, 2, 6, 1], np.float32)
+    found, replaced, where = _find_and_replace(np.tile(row, (P, 1)), np.tile(vals, (P, 1)))
+    none = np.iinfo(np.uint32).max
+    # find_index8: a repeated value takes the next occurrence, ascending over the columns
+    np.testing.assert_array_equal(found[3], [0, 2, 3, 4, 5, none, none, 1])
+    # match_replace8 matches the last column first: the first 5 goes to the highest 5-column
+    np.testing.assert_array_equal(where[3][[0, 2, 4]], [5, 3, 0])
+    np.testing.assert_array_equal(where[3][[1, 7]], [2, 1])
+    np.testing.assert_array_equal(replaced[3], [0, 0, 0, 0, 0, 0, 9, 5, 3, 4])
