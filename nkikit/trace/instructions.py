@@ -982,12 +982,18 @@ def emit_topk(val_dst: Access, idx_dst: Access, src: Access, *, n: int, loc: Sou
     return _emit("topk", [val_dst, idx_dst], [src], {"n": int(n), "k": k}, None, loc)
 
 
-def _per_partition(prim: str, min_free: int = 1) -> Callable[..., Op]:
+# max8 and nc_find_index8 read 8 to 16,384 elements per partition [ISA max8, nc_find_index8]
+MAX8_FREE = (8, 16384)
+
+
+def _per_partition(prim: str, free: tuple[int, int] | None = None) -> Callable[..., Op]:
     def emit(dst: Access, data: Access, *, mask: Predicate | None = None, loc: SourceLoc) -> Op:
         _same_partitions(prim, loc, data, dst)
-        if min_free > 1 and _free(data) < min_free:
+        if free is not None and not free[0] <= _free(data) <= free[1]:
             raise _invalid(
-                prim, loc, f"data has {_free(data)} elements per partition, at least {min_free}"
+                prim,
+                loc,
+                f"data has {_free(data)} elements per partition, {free[0]} to {free[1]} allowed",
             )
         return _emit(prim, [dst], [data], {}, mask, loc)
 
@@ -1001,7 +1007,7 @@ mean, count * variance of the even elements, then of the odd ones) on the Vector
 emit_bn_aggr = _per_partition("bn_aggr")
 emit_bn_aggr.__doc__ = """``dst`` (P, 2) = (mean, variance) per partition, aggregated from the
 ``bn_stats`` groups in ``data``, on the VectorE."""
-emit_max8 = _per_partition("max8", min_free=8)
+emit_max8 = _per_partition("max8", MAX8_FREE)
 emit_max8.__doc__ = """``dst`` (P, 8) = the 8 largest values of each partition of ``data``,
 descending, on the VectorE."""
 
@@ -1115,11 +1121,12 @@ def emit_nc_find_index8(
     occurrence of each of the 8 values of ``vals`` (P, 8) (a repeated value: the next
     occurrence), on the VectorE."""
     _same_partitions("nc_find_index8", loc, data, vals, dst)
-    if _free(vals) != 8 or _free(data) < 8:
+    lo, hi = MAX8_FREE
+    if _free(vals) != 8 or not lo <= _free(data) <= hi:
         raise _invalid(
             "nc_find_index8",
             loc,
-            f"vals must hold 8 values per partition (got {_free(vals)}) and data at least 8 "
+            f"vals must hold 8 values per partition (got {_free(vals)}) and data {lo} to {hi} "
             f"(got {_free(data)})",
         )
     return _emit("nc_find_index8", [dst], [data, vals], {}, mask, loc)

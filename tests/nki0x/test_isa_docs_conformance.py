@@ -199,3 +199,28 @@ def test_repeated_values_pair_with_successive_occurrences():
     np.testing.assert_array_equal(where[3][[0, 2, 4]], [5, 3, 0])
     np.testing.assert_array_equal(where[3][[1, 7]], [2, 1])
     np.testing.assert_array_equal(replaced[3], [0, 0, 0, 0, 0, 0, 9, 5, 3, 4])
+
+
+@nki.jit
+def _max8_too_wide(x):
+    t = nl.ndarray((P, 16400), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.memset(dst=t, value=0.0)
+    top = nl.ndarray((P, 8), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.max8(dst=top, src=t)
+    return _out(top)
+
+
+@nki.jit
+def _find_index8_too_wide(x):
+    t = nl.ndarray((P, 16400), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.memset(dst=t, value=0.0)
+    v = nl.ndarray((P, 8), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.memset(dst=v, value=0.0)
+    at = nl.ndarray((P, 8), dtype=nl.uint32, buffer=nl.sbuf)
+    nisa.nc_find_index8(dst=at, data=t, vals=v)
+    return _out(at)
+
+
+def test_max8_and_find_index8_read_at_most_16384_elements():
+    _rejects(_max8_too_wide, "16400 elements per partition, 8 to 16384 allowed", _ramp())
+    _rejects(_find_index8_too_wide, "data 8 to 16384 (got 16400)", _ramp())
