@@ -83,20 +83,9 @@ class Tile:
     def __array__(self, dtype=None, copy=None):
         """The values the tile holds after the instructions traced so far
         (:mod:`nkikit.trace.peek`: for a look from ``print`` or ``breakpoint()``)."""
-        from ..trace.builder import maybe_current
-        from ..trace.peek import values_so_far
+        from ..trace.peek import look
 
-        loc = caller_loc()
-        b = maybe_current()
-        if b is None:
-            raise NkiError(
-                "err_invalid_argument",
-                loc,
-                op="numpy conversion",
-                why="a tile has values only while its kernel is traced or runs",
-            )
-        values = values_so_far(b, self.access, loc)
-        return values if dtype is None else values.astype(dtype)
+        return look(lambda loc: self.access, caller_loc(), dtype)
 
     def __repr__(self) -> str:
         a = self.access

@@ -176,20 +176,9 @@ class NkiTensor:
     def __array__(self, dtype=None, copy=None):
         """The values the tensor holds after the instructions traced so far
         (:mod:`nkikit.trace.peek`: for a look from ``print`` or ``breakpoint()``)."""
-        from ..trace.builder import maybe_current
-        from ..trace.peek import values_so_far
+        from ..trace.peek import look
 
-        loc = caller_loc()
-        b = maybe_current()
-        if b is None:
-            raise NkiError(
-                "err_invalid_argument",
-                loc,
-                op="numpy conversion",
-                why="a tensor has values only while its kernel is traced or runs",
-            )
-        values = values_so_far(b, access_of(self, loc, "numpy conversion"), loc)
-        return values if dtype is None else values.astype(dtype)
+        return look(lambda loc: access_of(self, loc, "numpy conversion"), caller_loc(), dtype)
 
     def _with(self, shape, strides, offset=None) -> NkiTensor:
         return NkiTensor._view(

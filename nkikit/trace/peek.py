@@ -49,6 +49,23 @@ def _refuse(loc: SourceLoc, why: str) -> NkiError:
     )
 
 
+def look(access: Callable[[SourceLoc], Access], loc: SourceLoc, dtype: Any = None) -> np.ndarray:
+    """``np.asarray`` of a front end's tensor at ``loc``: the values its access (``access(loc)``)
+    reads where the trace stands, as ``dtype`` if given (see the module docstring)."""
+    from .builder import maybe_current
+
+    b = maybe_current()
+    if b is None:
+        raise NkiError(
+            "err_invalid_argument",
+            loc,
+            op="numpy conversion",
+            why="a tensor has values only while its kernel is traced or runs",
+        )
+    values = values_so_far(b, access(loc), loc)
+    return values if dtype is None else values.astype(dtype)
+
+
 def values_so_far(b: Builder, access: Access, loc: SourceLoc) -> np.ndarray:
     """The values ``access`` reads after the instructions traced so far (see the module
     docstring); raises ``err_invalid_argument`` at ``loc`` where no single answer exists."""

@@ -12,6 +12,8 @@ kernel's own line.
 
 import numpy as np
 import pytest
+from nki0x_helpers import load as _load
+from nki0x_helpers import store as _out
 
 import nkikit.nki as nki
 import nkikit.nki.isa as nisa
@@ -19,18 +21,6 @@ import nkikit.nki.language as nl
 from nkikit.errors import NkiError
 
 P, F = 32, 12
-
-
-def _load(x):
-    t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
-    nisa.dma_copy(dst=t, src=x)
-    return t
-
-
-def _out(t):
-    out = nl.ndarray(t.shape, dtype=t.dtype, buffer=nl.shared_hbm)
-    nisa.dma_copy(dst=out, src=t)
-    return out
 
 
 def _rejects(kernel, words: str, *args) -> None:
