@@ -139,10 +139,7 @@ class Kernel0x(JitKernel):
 
     def _prepare_prefix(self, prefix: Kernel) -> None:
         # an input the prefix writes is written by the whole kernel too: mutable (as below)
-        written = _written(prefix.body, set())
-        for t in prefix.params:
-            if t.uid in written:
-                t.mutable = True
+        _mark_written_inputs(prefix.params, prefix.body)
 
     def _trace(self, bound: inspect.BoundArguments, target: str | None = None) -> Kernel:
         code = self.func.__code__
@@ -154,12 +151,7 @@ class Kernel0x(JitKernel):
             results = trace_programs(b, self.grid, lambda: self.call_with(call_args))
         check_closed(b)
         outputs: list[Tensor] = []
-        written_inputs = _written(b.body, set())
-        for t in params:
-            # NKI 0.x kernels may write their inputs in place (the simulator updates the caller's
-            # array): an input that is written is mutable
-            if t.uid in written_inputs:
-                t.mutable = True
+        _mark_written_inputs(params, b.body)
 
         def collect(r):
             if r is None:
@@ -228,6 +220,15 @@ class Kernel0x(JitKernel):
             "nki-0.x",
             tuple(sorted(b.unlaunched_program_ids)),
         )
+
+
+def _mark_written_inputs(params: list[Tensor], body: list) -> None:
+    """NKI 0.x kernels may write their inputs in place (the simulator updates the caller's
+    array): an input that ``body`` writes is mutable."""
+    written = _written(body, set())
+    for t in params:
+        if t.uid in written:
+            t.mutable = True
 
 
 def _written(body: list, uids: set[int]) -> set[int]:

@@ -28,14 +28,11 @@ PROVIDED = ("device", "xla_device", "sync", "mark_step", "wait_device_ops")
 def device(index: int | None = None) -> Any:
     """The emulated NeuronCore as a torch device (``torch.device("neuron", 0)``).  There is
     one: an index other than None or 0 is a ValueError."""
-    import torch
-
     if index not in (None, 0):
         raise ValueError(f"torch_xla.device({index!r}): nkikit emulates one device, index 0")
     # the emulated device is in the torch layer above this dialect: looked up when first
     # asked for, as ``nki.autotune`` is, so that the alias imports no torch until then
-    importlib.import_module("nkikit.torch.neuron").neuron_device()
-    return torch.device("neuron", 0)
+    return importlib.import_module("nkikit.torch.neuron").neuron_device()
 
 
 def xla_device(n: int | None = None, devkind: str | None = None) -> Any:
