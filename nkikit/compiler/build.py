@@ -8,6 +8,7 @@ import numpy as np
 
 from ..collector import gc_paused
 from ..ir.core import Kernel
+from ..ir.unrolled import unroll
 from ..targets import Target, get_target
 from .allocate import allocate
 from .lower import DMA, ENGINES, count_instructions, lower
@@ -36,6 +37,7 @@ def build_program(
     t0 = time.perf_counter()
     tgt = get_target(target)
     with gc_paused():
+        kernel = unroll(kernel)  # the compiler places and schedules the steps themselves
         alloc = allocate(kernel, tgt, rotation=rotation)
         lk = lower(kernel, tgt, alloc)
         n = count_instructions(lk.steps, tgt)

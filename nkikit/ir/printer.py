@@ -7,6 +7,7 @@ import os
 from .. import dtypes
 from .core import Access, Alloc, Kernel, Loop, Op, Tensor
 from .prims import PRIMS
+from .unrolled import UNROLLED
 
 
 def _ty(t: Tensor) -> str:
@@ -73,7 +74,9 @@ def print_kernel(k: Kernel) -> str:
                 lines.append(f"{pad}{head}:  # {_loc(s.loc)}")
                 body(s.body, depth + 1)
             elif isinstance(s, Loop):
-                lines.append(f"{pad}for {s.var.name} in {s.kind}_range({s.trip}):  # {_loc(s.loc)}")
+                # a re-rolled run of unrolled steps (``trace/reroll.py``) was a Python range
+                kind = "" if s.kind == UNROLLED else f"{s.kind}_"
+                lines.append(f"{pad}for {s.var.name} in {kind}range({s.trip}):  # {_loc(s.loc)}")
                 body(s.body, depth + 1)
             else:
                 outs = ", ".join(_operand(o) for o in s.outs)

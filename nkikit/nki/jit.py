@@ -19,6 +19,7 @@ from ..ir.core import Alloc, Kernel, Loop, Op, Tensor
 from ..targets import target_scope as _target_scope
 from ..trace.builder import Builder, maybe_current, tracing
 from ..trace.jit import JitKernel
+from ..trace.reroll import reroll
 from .isa.registers import check_closed
 from .launch import trace_programs
 from .tensor import NkiTensor, _layout_alias
@@ -150,6 +151,7 @@ class Kernel0x(JitKernel):
         with _target_scope(target):
             results = trace_programs(b, self.grid, lambda: self.call_with(call_args))
         check_closed(b)
+        b.body, b.tensors = reroll(b.body, b.tensors)
         outputs: list[Tensor] = []
         _mark_written_inputs(params, b.body)
 

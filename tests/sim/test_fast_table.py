@@ -6,6 +6,8 @@ default."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -19,6 +21,7 @@ import nkikit.language as nl  # noqa: E402
 import nkikit.sim.interp as interp  # noqa: E402
 from nkikit.sim import fast, same_bits  # noqa: E402
 from nkikit.sim.fast import table as fast_table  # noqa: E402
+from nkikit.trace import reroll  # noqa: E402
 
 
 @pytest.fixture
@@ -84,13 +87,17 @@ def test_unrolled_kernel_is_table_driven_and_identical():
 
 
 def _benchmark_kernel(steps: int):
+    """The NKI 0.x size benchmark's kernel of ``steps`` steps, traced as written: unrolled,
+    not re-rolled (``nkikit/trace/reroll.py``)."""
     from benchmarks.nki0x.run import BLOCKS, TARGET, F, P, make_kernel
 
     k = make_kernel(steps)
     rng = np.random.default_rng(1)
     a = rng.standard_normal((BLOCKS * P, F), dtype=np.float32)
     w = rng.standard_normal((P, P), dtype=np.float32)
-    return k._trace(k.bind((a, w), {}), TARGET), [a, w]
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(reroll, "ROLL_ABOVE", math.inf)
+        return k._trace(k.bind((a, w), {}), TARGET), [a, w]
 
 
 def _checked_and_plain(ir, monkeypatch):
