@@ -12,10 +12,12 @@ rows of a size run the same computation: their first runs do the same BLAS work.
 its own, so that its peak memory is its own); ``--million`` adds 10^6, ``--sizes 1000,1000000``
 picks the sizes; ``--tiny`` is a smoke test.  Each size is measured twice in its process: one
 ``@nki.jit`` call from numpy arguments to the returned array, timed whole (*call->result*),
-then the stages of that call one by one on a fresh copy of the kernel (trace; verify and the
-outputs' coverage check; fast-path codegen; first run), then the compiler's build and profile;
-``--call-only`` leaves those two out, which keeps a 10^6 row to a few minutes.  A three-step
-kernel runs first, so that imports and one-time set-up are not counted.  Results:
+then the stages of that call one by one on a fresh copy of the kernel (trace, with the steps
+folded back into a loop; verify and the outputs' coverage check; fast-path codegen; first run),
+then the compiler's build and profile (of the steps: the compiler unrolls the loop again);
+``--call-only`` leaves those two out, which keeps a 10^6 row to a few minutes;
+``--compare-unrolled`` adds, after each size, the same kernel kept as traced (not re-rolled).
+A three-step kernel runs first, so that imports and one-time set-up are not counted.  Results:
 ``benchmarks/nki0x/results.{json,md}`` (or ``--out DIR``).  As in ``@nki.jit``, the cyclic
 garbage collector is paused while a kernel is traced, verified and first run.
 """
@@ -25,6 +27,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import math
 import os
 import platform
 import resource
@@ -81,18 +84,23 @@ def _peak_mb() -> float:
     return peak / 2**20 if sys.platform == "darwin" else peak / 2**10
 
 
-def measure(ops: int, call_only: bool = False) -> dict[str, Any]:
+def measure(ops: int, call_only: bool = False, unrolled: bool = False) -> dict[str, Any]:
     """The kernel of about ``ops`` IR ops, in this process: first one ``@nki.jit`` call from
     arguments to result, timed whole (``call``), then every stage of that call on a fresh
     copy of the kernel (trace; verify with the outputs' coverage check, as the call does;
     fast-path codegen; first run), then compile and profile (``call_only``: not those).
-    A three-step kernel runs first, so that imports and one-time set-up are not counted."""
+    A three-step kernel runs first, so that imports and one-time set-up are not counted.
+    ``unrolled``: the kernel's trace is kept as traced, its steps not re-rolled into a loop
+    (``nkikit/trace/reroll.py``), for comparison."""
     from nkikit.compiler.build import build_program
     from nkikit.ir.cache import give_back
     from nkikit.ir.verify import verify
     from nkikit.sim import fast
+    from nkikit.trace import reroll
     from nkikit.trace.outputs import check_outputs
 
+    if unrolled:
+        reroll.ROLL_ABOVE = math.inf
     steps = max(1, (ops - 1) // 4)
     rng = np.random.default_rng(0)
     a = rng.standard_normal((BLOCKS * P, F), dtype=np.float32)
@@ -129,7 +137,10 @@ def measure(ops: int, call_only: bool = False) -> dict[str, Any]:
                 summary = stage("profile", lambda: program.profile().summary)
         finally:
             gc.enable()
-    n_ops = sum(1 for _ in ir.ops())
+    # the instructions the kernel executes (a re-rolled loop's body once per iteration), and
+    # the statements its IR holds
+    n_ops = sum(math.prod(loop.trip for loop in loops) for _, loops in ir.ops())
+    statements = sum(1 for _ in ir.walk())
     # the kernel's own arithmetic: its tile matmuls alone, as the simulator calls BLAS (one
     # thread, the stationary tile transposed), on the same operands; what no front end or
     # simulator design could take off the call
@@ -144,6 +155,8 @@ def measure(ops: int, call_only: bool = False) -> dict[str, Any]:
     return {
         "steps": steps,
         "ir_ops": n_ops,
+        "rerolled": not unrolled,
+        "statements": statements,
         **{f"{k}_s": v for k, v in times.items()},
         "total_s": sum(times[k] for k in staged),
         "us_per_op": 1e6 * sum(times[k] for k in staged) / n_ops,
@@ -162,7 +175,7 @@ def measure(ops: int, call_only: bool = False) -> dict[str, Any]:
     }
 
 
-def _child(ops: int, call_only: bool = False) -> dict[str, Any]:
+def _child(ops: int, call_only: bool = False, unrolled: bool = False) -> dict[str, Any]:
     # the whole call is traced for TARGET too, as the stages are (a 0.x kernel's own default
     # target is trn3)
     env = dict(
@@ -173,7 +186,8 @@ def _child(ops: int, call_only: bool = False) -> dict[str, Any]:
     )
     r = subprocess.run(
         [sys.executable, "-m", "benchmarks.nki0x.run", "--one", str(ops)]
-        + (["--call-only"] if call_only else []),
+        + (["--call-only"] if call_only else [])
+        + (["--unrolled"] if unrolled else []),
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -187,10 +201,10 @@ def _child(ops: int, call_only: bool = False) -> dict[str, Any]:
 
 def _markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     head = (
-        "| IR ops | call→result s | CPU s call→result | CPU µs/op call→result "
+        "| IR ops | IR statements | call→result s | CPU s call→result | CPU µs/op call→result "
         "| CPU s trace / verify / codegen / first run | CPU s of its matmuls alone "
         "| compile s | profile s | µs/op (all stages) | peak MB | matches numpy |\n"
-        "|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|:---:|\n"
+        "|---:|---|---:|---:|---:|---|---:|---:|---:|---:|---:|:---:|\n"
     )
     lines = []
     for r in rows:
@@ -199,8 +213,13 @@ def _markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         comp = f"{r['compile_s']:.2f}" if "compile_s" in r else "—"
         prof = f"{r['profile_s']:.2f}" if "profile_s" in r else "—"
         floor = f"{r['matmul_cpu_s']:.2f}" if "matmul_cpu_s" in r else "—"
+        # rows of earlier runs have no statement count: their traces were never re-rolled
+        stmts = r.get("statements")
+        held = (
+            "—" if stmts is None else f"{stmts:,}" + ("" if r.get("rerolled") else " (as traced)")
+        )
         lines.append(
-            f"| {r['ir_ops']:,} | {r['call_s']:.2f} | {c['call']:.2f} "
+            f"| {r['ir_ops']:,} | {held} | {r['call_s']:.2f} | {c['call']:.2f} "
             f"| {1e6 * c['call'] / r['ir_ops']:.0f} "
             f"| {c['trace']:.2f} / {c['verify']:.2f} / {c['codegen']:.2f} / {c['first_run']:.2f} "
             f"| {floor} | {comp} | {prof} | {r['us_per_op']:.0f} | {r['peak_rss_mb']:.0f} "
@@ -217,7 +236,8 @@ def _markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         "`benchmarks/scale`.  *call→result*: one `@nki.jit` call from numpy arguments to "
         "the returned array (wall clock, and the process's own CPU time, which other "
         "processes on a busy machine do not inflate); then the stages of that call on a "
-        "fresh copy of the kernel (CPU s; verify includes the outputs' coverage check), "
+        "fresh copy of the kernel (CPU s; trace includes folding the unrolled steps back into "
+        "loops, `nkikit/trace/reroll.py`; verify includes the outputs' coverage check), "
         "and the compiler's build and profile (wall s).  *Its matmuls alone*: the kernel's "
         "tile matmuls as the simulator calls BLAS (one thread), nothing else: the part of "
         "the first run that is the kernel's own arithmetic.\n\n" + head + "\n".join(lines) + "\n"
@@ -249,8 +269,15 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="stop each size after its first run (no compile / profile stages)",
     )
+    ap.add_argument(
+        "--compare-unrolled",
+        action="store_true",
+        help="after each size, the same kernel kept as traced (its steps not re-rolled into a "
+        "loop), in the same run",
+    )
     ap.add_argument("--out", type=Path, default=HERE, help="folder for results.{json,md}")
     ap.add_argument("--one", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--unrolled", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument(
         "--markdown", action="store_true", help="rewrite results.md from results.json in --out"
     )
@@ -260,7 +287,7 @@ def main(argv: list[str] | None = None) -> None:
         (args.out / "results.md").write_text(_markdown(data["rows"], data["meta"]))
         return
     if args.one:
-        print(json.dumps(measure(args.one, args.call_only)))
+        print(json.dumps(measure(args.one, args.call_only, args.unrolled)))
         return
     if args.sizes:
         sizes = args.sizes
@@ -269,13 +296,14 @@ def main(argv: list[str] | None = None) -> None:
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else ""
     rows = []
     for ops in sizes:
-        row = _child(ops, args.call_only)
-        rows.append(row)
-        print(
-            f"{row['ir_ops']:>9,} ops  call {row['call_s']:7.2f} s  stages {row['total_s']:7.2f} s"
-            f"  peak {row['peak_rss_mb']:6.0f} MB",
-            flush=True,
-        )
+        for unrolled in (False, True) if args.compare_unrolled else (False,):
+            row = _child(ops, args.call_only, unrolled)
+            rows.append(row)
+            print(
+                f"{row['ir_ops']:>9,} ops  call {row['call_s']:7.2f} s  stages {row['total_s']:7.2f} s"
+                f"  peak {row['peak_rss_mb']:6.0f} MB{'  (as traced)' if unrolled else ''}",
+                flush=True,
+            )
     meta = {
         "load": load,
         "machine": platform.machine(),

@@ -25,3 +25,15 @@ def test_nki0x_benchmark_sizes_call_only(tmp_path):
     assert row["ir_ops"] == 41 and row["matches_numpy"]
     assert "compile" not in row["cpu_s"] and row["instructions"] is None
     assert "| 41 |" in (tmp_path / "results.md").read_text()
+
+
+def test_nki0x_benchmark_compares_rerolled_and_unrolled_traces(tmp_path):
+    """A size past the re-rolling threshold, then the same kernel kept as traced: the same
+    instructions and results, held in a few statements against thousands."""
+    main(["--sizes", "2400", "--call-only", "--compare-unrolled", "--out", str(tmp_path)])
+    rolled, flat = json.loads((tmp_path / "results.json").read_text())["rows"]
+    assert rolled["rerolled"] and not flat["rerolled"]
+    assert rolled["ir_ops"] == flat["ir_ops"] == 2397
+    assert rolled["matches_numpy"] and flat["matches_numpy"]
+    assert rolled["statements"] < 200 < 4000 < flat["statements"]
+    assert "(as traced)" in (tmp_path / "results.md").read_text()
