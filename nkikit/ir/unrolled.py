@@ -92,21 +92,28 @@ def _copy(t: Tensor, var: LoopVar, taken: set[str], counters: dict[str, int]) ->
         name = f"{base}.{n}"
     counters[base] = n
     taken.add(name)
-    return Tensor(
-        name,
-        t.shape,
-        t.dtype,
-        t.buffer,
-        t.kind,
-        t.par_axis,
-        t.loc,
-        tuple(v for v in t.scope if v is not var),
-        None,
-        t.mutable,
-        t.const_value,
-        t.user_span,
-        t.address,
-    )
+    return copy_tensor(t, name=name, scope=tuple(v for v in t.scope if v is not var))
+
+
+def copy_tensor(t: Tensor, **changes) -> Tensor:
+    """A new tensor (its own uid) like ``t`` but for ``changes`` (field -> value)."""
+    fields = {
+        "name": t.name,
+        "shape": t.shape,
+        "dtype": t.dtype,
+        "buffer": t.buffer,
+        "kind": t.kind,
+        "par_axis": t.par_axis,
+        "loc": t.loc,
+        "scope": t.scope,
+        "base": t.base,
+        "mutable": t.mutable,
+        "const_value": t.const_value,
+        "user_span": t.user_span,
+        "address": t.address,
+    }
+    fields.update(changes)
+    return Tensor(**fields)
 
 
 def _at(
@@ -141,21 +148,6 @@ def _tensor_at(t: Tensor, fresh: dict[int, Tensor], tensors: list[Tensor]) -> Te
     base = _tensor_at(t.base, fresh, tensors)
     if base is t.base:
         return t
-    view = Tensor(
-        f"{base.name}.reshape",
-        t.shape,
-        t.dtype,
-        t.buffer,
-        t.kind,
-        t.par_axis,
-        t.loc,
-        base.scope,
-        base,
-        t.mutable,
-        t.const_value,
-        t.user_span,
-        t.address,
-    )
-    fresh[t.uid] = view
+    view = fresh[t.uid] = copy_tensor(t, name=f"{base.name}.reshape", base=base, scope=base.scope)
     tensors.append(view)
     return view

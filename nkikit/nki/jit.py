@@ -129,6 +129,17 @@ class Kernel0x(JitKernel):
         from ..language.eviction import evict_oversized_psum
         from ..targets import get_target
 
+        as_traced = kernel.facts.pop(_AS_TRACED, None)
+        if as_traced is not None:
+            # steps folded into loops (``trace/reroll.py``): used when the verifier takes them
+            # as they are; otherwise the steps as traced decide (and are evicted from PSUM if
+            # need be), so folding never changes a verdict or its message
+            try:
+                super().verify(kernel, target)
+                return
+            except NkiError:
+                kernel.body, kernel.tensors = as_traced
+                kernel.facts.clear()
         try:
             super().verify(kernel, target)
         except NkiError as e:
@@ -151,7 +162,6 @@ class Kernel0x(JitKernel):
         with _target_scope(target):
             results = trace_programs(b, self.grid, lambda: self.call_with(call_args))
         check_closed(b)
-        b.body, b.tensors = reroll(b.body, b.tensors)
         outputs: list[Tensor] = []
         _mark_written_inputs(params, b.body)
 
@@ -210,18 +220,22 @@ class Kernel0x(JitKernel):
             structure = collect(results[0])
             for other in results[1:]:
                 collect(other)  # every program returns the same shared tensors
-        return Kernel(
+        body, tensors = reroll(b.body, b.tensors)
+        kernel = Kernel(
             self.func.__name__,
             params,
             outputs,
-            b.body,
+            body,
             (),
             loc,
-            b.tensors,
+            tensors,
             structure,
             "nki-0.x",
             tuple(sorted(b.unlaunched_program_ids)),
         )
+        if body is not b.body:  # kept until verified: the verifier may want the steps
+            kernel.facts[_AS_TRACED] = (b.body, b.tensors)
+        return kernel
 
 
 def _mark_written_inputs(params: list[Tensor], body: list) -> None:
@@ -250,6 +264,8 @@ def _written(body: list, uids: set[int]) -> set[int]:
                 uids.add(o.tensor.root.uid)
     return uids
 
+
+_AS_TRACED = "as_traced"  # Kernel.facts: the steps a folded kernel was traced as, until verified
 
 _COMPILER_OPTIONS = (
     "platform_target",

@@ -33,7 +33,7 @@ import numpy as np
 
 from ..ir.affine import Affine, LoopVar
 from ..ir.core import Access, Alloc, Loop, Op, Tensor
-from ..ir.unrolled import UNROLLED
+from ..ir.unrolled import UNROLLED, copy_tensor
 
 ROLL_ABOVE = 2048  # bodies with more statements than this are re-rolled
 MIN_STEPS = 4  # a run of fewer steps stays unrolled
@@ -46,20 +46,24 @@ class _Fail(Exception):
 
 
 def reroll(body: list, tensors: list[Tensor]) -> tuple[list, list[Tensor]]:
-    """``body`` with its repeated runs as loops, and ``tensors`` without the tiles of the
-    steps folded away.  A body of ``ROLL_ABOVE`` statements or fewer is returned as is."""
+    """``body`` with its repeated runs as loops, and ``tensors`` with the loops' tiles in place
+    of the steps'.  New lists, statements and tiles: ``body``, ``tensors`` and what they hold
+    are left as they are.  A body of ``ROLL_ABOVE`` statements or fewer is returned as is,
+    as is one with no run to fold."""
     if len(body) <= ROLL_ABOVE:
         return body, tensors
     runs = _Finder(body).find()
     if not runs:
         return body, tensors
-    out, dropped = _materialize(body, runs)
-    if not dropped:
+    out, gone, loop_tiles = _materialize(body, runs)
+    if not loop_tiles:
         return body, tensors
-    kept = [t for t in tensors if t.uid not in dropped]
-    for t in kept:
-        if t.base is not None:  # a view of a loop's tile lives in the loop as its tile does
-            t.scope = t.root.scope
+    kept = []
+    for t in tensors:
+        if t.uid in loop_tiles:  # a tile (or view) of a first step: the loop's own copy
+            kept.append(loop_tiles[t.uid])
+        elif t.uid not in gone and (t.base is None or t.root.uid not in gone):
+            kept.append(t)
     return out, kept
 
 
@@ -395,8 +399,9 @@ def _root(t: Tensor) -> Tensor:
 
 
 # -- writing loops -----------------------------------------------------------------------------
-def _materialize(body: list, runs: list[_Run]) -> tuple[list, set[int]]:
-    """The body with ``runs`` as loops; the uids of the tiles folded away.  A run whose step's
+def _materialize(body: list, runs: list[_Run]) -> tuple[list, set[int], dict[int, Tensor]]:
+    """The body with ``runs`` as loops, the uids of the steps' tiles, and the loops' tiles
+    by the uid of the first step's tile (or view) each copies.  A run whose step's
     tile a later statement uses ends before that step (a tile of its first step: the run is
     not folded), since the loop's tile holds the last iteration's data once it ends."""
     owner: dict[int, _Run] = {}
@@ -411,17 +416,18 @@ def _materialize(body: list, runs: list[_Run]) -> tuple[list, set[int]]:
             _check_uses(body[r.start : r.start + r.period], owner, r)
             pos = r.start + r.steps * r.period
     out: list = []
-    dropped: set[int] = set()
+    gone: set[int] = set()
+    loop_tiles: dict[int, Tensor] = {}
     pos = 0
     for n, r in enumerate(runs):
         if r.steps < MIN_STEPS:
             continue
         out.extend(body[pos : r.start])
-        out.append(_loop(body, r, n))
-        dropped.update(u for u, k in r.tiles.items() if 0 < k < r.steps)
+        out.append(_loop(body, r, n, loop_tiles))
+        gone.update(u for u, k in r.tiles.items() if k < r.steps)
         pos = r.start + r.steps * r.period
     out.extend(body[pos:])
-    return out, dropped
+    return out, gone, loop_tiles
 
 
 def _check_uses(stmts: list, owner: dict[int, _Run], current: _Run | None) -> None:
@@ -441,8 +447,9 @@ def _check_uses(stmts: list, owner: dict[int, _Run], current: _Run | None) -> No
             _check_uses(s.body, owner, current)
 
 
-def _loop(body: list, r: _Run, n: int) -> Loop:
-    """The loop of run ``r``: its first step, offsets affine in the loop variable."""
+def _loop(body: list, r: _Run, n: int, loop_tiles: dict[int, Tensor]) -> Loop:
+    """The loop of run ``r``: its first step, offsets affine in the loop variable, on copies
+    of its tiles that live in the loop (added to ``loop_tiles``)."""
     first = body[r.start : r.start + r.period]
     second = body[r.start + r.period : r.start + 2 * r.period]
     var = LoopVar(f"step{n}", r.steps, UNROLLED)
@@ -451,22 +458,25 @@ def _loop(body: list, r: _Run, n: int) -> Loop:
     for s0, s1 in zip(first, second):
         if type(s0) is Alloc:
             t = s0.tensor
-            t.scope = (*t.scope, var)
-            out.append(s0)
+            loop_tiles[t.uid] = copy_tensor(t, scope=(*t.scope, var))
+            out.append(Alloc(loop_tiles[t.uid]))
             continue
         loc = loc or s0.loc
         made: dict[int, Access] = {}
-        outs = [_moved(a0, a1, var, made) for a0, a1 in zip(s0.outs, s1.outs)]
+        outs = [_moved(a0, a1, var, made, loop_tiles) for a0, a1 in zip(s0.outs, s1.outs)]
         ins = [
-            _moved(a0, a1, var, made) if type(a0) is Access else a0
+            _moved(a0, a1, var, made, loop_tiles) if type(a0) is Access else a0
             for a0, a1 in zip(s0.ins, s1.ins)
         ]
         out.append(Op(s0.prim, outs, ins, s0.attrs, s0.loc, s0.mask))
     return Loop(var, out, loc or first[0].tensor.loc)
 
 
-def _moved(a0: Access, a1: Access, var: LoopVar, made: dict[int, Access]) -> Access:
-    """``a0`` with each index constant growing by its stride (``a1 - a0``) per iteration."""
+def _moved(
+    a0: Access, a1: Access, var: LoopVar, made: dict[int, Access], loop_tiles: dict[int, Tensor]
+) -> Access:
+    """``a0`` with each index constant growing by its stride (``a1 - a0``) per iteration, on
+    the loop's copy of its tile."""
     hit = made.get(id(a0))
     if hit is not None:
         return hit
@@ -480,10 +490,24 @@ def _moved(a0: Access, a1: Access, var: LoopVar, made: dict[int, Access]) -> Acc
         )
     ind = a0.indirect
     if ind is not None:
-        ind = _moved(ind, a1.indirect, var, made)
-    if index is a0.index and ind is a0.indirect:
+        ind = _moved(ind, a1.indirect, var, made, loop_tiles)
+    t = _loop_tile(a0.tensor, loop_tiles)
+    if t is a0.tensor and index is a0.index and ind is a0.indirect:
         made[id(a0)] = a0
         return a0
-    moved = Access(a0.tensor, a0.shape, index, ind, a0.indirect_dim, a0.indirect_extent)
+    moved = Access(t, a0.shape, index, ind, a0.indirect_dim, a0.indirect_extent)
     made[id(a0)] = moved
     return moved
+
+
+def _loop_tile(t: Tensor, loop_tiles: dict[int, Tensor]) -> Tensor:
+    """The loop's copy of ``t`` when it is a tile of the first step or a view of one, else
+    ``t`` (a view's copy is made here, viewing the copy of its base)."""
+    hit = loop_tiles.get(t.uid)
+    if hit is not None or t.base is None:
+        return hit or t
+    base = _loop_tile(t.base, loop_tiles)
+    if base is t.base:
+        return t
+    view = loop_tiles[t.uid] = copy_tensor(t, base=base, scope=base.scope)
+    return view

@@ -299,3 +299,37 @@ def test_the_steps_of_each_program_of_an_lnc_launch_fold():
     rolled, flat = runs_alike(program_steps, [_data(16 * P)], grid=2)
     assert sum(loop.trip for loop in loops(rolled)) in (8, 16)
     assert str(unroll(rolled)) == str(flat)
+
+
+def test_folding_leaves_the_trace_as_it_was():
+    args = [_data(8 * P)]
+    flat = traced(scale_steps, args, roll=False)
+    before = str(flat), [t.scope for t in flat.tensors]
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(reroll, "ROLL_ABOVE", 0)
+        body, tensors = reroll.reroll(flat.body, flat.tensors)
+    assert body is not flat.body and any(type(s) is Loop for s in body)
+    assert (str(flat), [t.scope for t in flat.tensors]) == before
+
+
+def test_a_folded_kernel_the_verifier_refuses_is_verified_as_traced(monkeypatch):
+    """Folding never changes a verdict: were the verifier to refuse the loop, the steps as
+    traced are verified (and simulated) instead."""
+    import nkikit.ir.verify as verify_module
+    from nkikit.errors import NkiError
+    from nkikit.ir.unrolled import has_unrolled
+
+    real = verify_module.verify
+
+    def refuses_loops(kernel, target=None):
+        if has_unrolled(kernel):
+            raise NkiError("err_invalid_argument", kernel.loc, op="test", why="a folded loop")
+        return real(kernel, target)
+
+    monkeypatch.setattr(verify_module, "verify", refuses_loops)
+    monkeypatch.setattr(reroll, "ROLL_ABOVE", 0)
+    args = [_data(8 * P)]
+    kernel = nki.jit(scale_steps)
+    ir = kernel.ir(*args)
+    assert not loops(ir) and sum(1 for _ in ir.ops()) == 24
+    assert same_bits(kernel(*args), args[0] * np.float32(3.0))
