@@ -333,3 +333,28 @@ def test_a_folded_kernel_the_verifier_refuses_is_verified_as_traced(monkeypatch)
     ir = kernel.ir(*args)
     assert not loops(ir) and sum(1 for _ in ir.ops()) == 24
     assert same_bits(kernel(*args), args[0] * np.float32(3.0))
+
+
+def oversized_steps(a):
+    out = nl.ndarray((8 * P, 4), dtype=nl.float32, buffer=nl.shared_hbm)
+    for i in range(8):
+        t = nl.ndarray((P, 40000), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.memset(dst=t, value=1.0)
+        u = nl.ndarray((P, 40000), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_tensor(dst=u, data1=t, data2=t, op=nl.add)  # two 160 KB tiles at once
+        nisa.dma_copy(dst=out[i * P : (i + 1) * P, :], src=u[:, 0:4])
+    return out
+
+
+def test_a_kernel_the_verifier_refuses_gets_the_same_message_folded_or_not():
+    from nkikit.errors import NkiError
+
+    messages = []
+    for limit in (0, math.inf):
+        with pytest.MonkeyPatch.context() as m:
+            m.setattr(reroll, "ROLL_ABOVE", limit)
+            with pytest.raises(NkiError) as info:
+                nki.jit(oversized_steps)(_data(P))
+        messages.append((info.value.name, str(info.value)))
+    assert messages[0] == messages[1]
+    assert messages[0][0] == "err_sbuf_capacity_exceeded"
