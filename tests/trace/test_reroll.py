@@ -159,36 +159,30 @@ def test_steps_whose_first_tile_is_read_after_them_stay_unrolled():
     assert not loops(rolled) and len(rolled.body) == len(flat.body)
 
 
-def signed_zero_steps(a):
-    out = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.shared_hbm)
-    for i in range(8):
-        t = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.sbuf)
-        nisa.dma_copy(dst=t, src=a[i * P : (i + 1) * P, :])
-        u = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.sbuf)
-        # the first four steps multiply by 0.0, the others by -0.0: equal numbers, other bits
-        nisa.tensor_scalar(dst=u, data=t, op0=nl.multiply, operand0=0.0 if i < 4 else -0.0)
-        nisa.dma_copy(dst=out[i * P : (i + 1) * P, :], src=u)
-    return out
+def multiplied_steps(factors: list[float]):
+    """A kernel whose step ``i`` multiplies its rows by ``factors[i]``."""
+
+    def kernel(a):
+        out = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+        for i in range(len(factors)):
+            t = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=a[i * P : (i + 1) * P, :])
+            u = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.tensor_scalar(dst=u, data=t, op0=nl.multiply, operand0=factors[i])
+            nisa.dma_copy(dst=out[i * P : (i + 1) * P, :], src=u)
+        return out
+
+    return kernel
 
 
 def test_steps_whose_immediates_differ_only_in_sign_of_zero_fold_apart():
-    rolled, _ = runs_alike(signed_zero_steps, [_data(8 * P)])
+    # 0.0 and -0.0 are equal numbers with other bits: the two halves fold apart
+    rolled, _ = runs_alike(multiplied_steps([0.0] * 4 + [-0.0] * 4), [_data(8 * P)])
     assert [loop.trip for loop in loops(rolled)] == [4, 4]
 
 
-def counted_steps(a):
-    out = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.shared_hbm)
-    for i in range(8):
-        t = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.sbuf)
-        nisa.dma_copy(dst=t, src=a[i * P : (i + 1) * P, :])
-        u = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.sbuf)
-        nisa.tensor_scalar(dst=u, data=t, op0=nl.add, operand0=float(i))
-        nisa.dma_copy(dst=out[i * P : (i + 1) * P, :], src=u)
-    return out
-
-
 def test_steps_with_their_own_immediates_stay_unrolled():
-    rolled, _ = runs_alike(counted_steps, [_data(8 * P)])
+    rolled, _ = runs_alike(multiplied_steps([float(i) for i in range(8)]), [_data(8 * P)])
     assert not loops(rolled)
 
 
