@@ -37,12 +37,21 @@ from ..ir.unrolled import UNROLLED, copy_tensor
 
 ROLL_ABOVE = 2048  # bodies with more statements than this are re-rolled
 MIN_STEPS = 4  # a run of fewer steps stays unrolled
-_MAX_PERIODS = 4  # periods tried per position (successive repeats of its statement)
+_MAX_PERIODS = 3  # periods tried per position (successive repeats of its statement)
+_WORK_PER_STATEMENT = 4  # statement comparisons the search may spend per statement
 _PLAIN = (int, bool, str, type(None))
 
 
 class _Fail(Exception):
-    """A step differs from the first: the run ends before it."""
+    """A step differs from the first: the run ends before it.  ``at``: the position in the
+    step of the statement that differs."""
+
+    at = 0
+
+
+class _TensorFail(_Fail):
+    """A step's statement differs from the first's only in a tensor: a run starting later
+    may see that tensor made before it and agree."""
 
 
 def reroll(body: list, tensors: list[Tensor]) -> tuple[list, list[Tensor]]:
@@ -56,7 +65,7 @@ def reroll(body: list, tensors: list[Tensor]) -> tuple[list, list[Tensor]]:
     if not runs:
         return body, tensors
     out, gone, loop_tiles = _materialize(body, runs)
-    if not loop_tiles:
+    if len(out) == len(body):  # every run was cut short by a later use of its tiles
         return body, tensors
     kept = []
     for t in tensors:
@@ -105,6 +114,11 @@ class _Finder:
         self.body = body
         self.sig = _signatures(body)
         self._match: dict[int, np.ndarray] = {}  # period -> run length of equal signatures
+        self._dead: dict[int, int] = {}  # period -> last position no run of it starts from
+        # statements compared so far, and at most: a trace whose steps almost agree everywhere
+        # would otherwise be compared over and over, once per position and period
+        self._work = 0
+        self._budget = _WORK_PER_STATEMENT * len(body)
 
     def _equal_run(self, p: int) -> np.ndarray:
         """For each position i: how many positions from i on have the signature of the one
@@ -123,13 +137,12 @@ class _Finder:
             hit = self._match[p] = next_zero - idx
         return hit
 
-    def _best(self, i: int, j: int, nxt: np.ndarray) -> tuple[int, int, set[int]] | None:
-        """The run from ``i`` that covers the most statements: (steps, period, uids of the
-        later steps' tiles), or None.  The periods tried are the distances to the next few
+    def _best(self, i: int, j: int, nxt: np.ndarray) -> tuple[int, int, dict[int, int]] | None:
+        """The run from ``i`` that covers the most statements: (steps, period, the tiles its
+        steps allocate), or None.  The periods tried are the distances to the next few
         repeats of statement ``i``; a run cut short by offsets that stop growing (``i % k``)
         is tried again with its agreeing steps as one step."""
-        best: tuple[int, int, set[int]] | None = None
-        tried: set[int] = set()
+        best: tuple[int, int, dict[int, int]] | None = None
         bound = 0  # the most statements any run from i can cover
         for _ in range(_MAX_PERIODS):
             if j <= i:
@@ -140,26 +153,30 @@ class _Finder:
             bound = max(bound, steps * p)
             if best is not None and best[0] * best[1] + best[1] >= bound:
                 break  # nothing can do better
-            for q in (p,):
-                if steps < MIN_STEPS or q in tried:
-                    continue
-                tried.add(q)
-                got = _fold(self.body, i, q, steps)
-                if got is None:
-                    continue
-                if best is None or got[0] * q > best[0] * best[1]:
-                    best = (got[0], q, got[1])
-                if 2 <= got[0] < steps:
-                    q2 = got[0] * q
-                    steps2 = int(self._equal_run(q2)[i]) // q2 + 1
-                    if steps2 >= MIN_STEPS and q2 not in tried:
-                        tried.add(q2)
-                        more = _fold(self.body, i, q2, steps2)
-                        if more is not None and more[0] * q2 > best[0] * best[1]:
-                            best = (more[0], q2, more[1])
+            got = self._fold(i, p, steps)
+            if got is None:
+                continue
+            if best is None or got[0] * p > best[0] * best[1]:
+                best = (got[0], p, got[1])
+            if 2 <= got[0] < steps:
+                q = got[0] * p
+                more = self._fold(i, q, int(self._equal_run(q)[i]) // q + 1)
+                if more is not None and more[0] * q > best[0] * best[1]:
+                    best = (more[0], q, more[1])
         if best is None or best[0] < MIN_STEPS:
             return None
         return best
+
+    def _fold(self, i: int, p: int, steps: int) -> tuple[int, dict[int, int]] | None:
+        """``_fold`` from ``i`` with period ``p``, unless no run of that period can start
+        at ``i`` (or the search has spent its budget): (steps, tiles) or None."""
+        if steps < MIN_STEPS or i <= self._dead.get(p, -1) or self._work > self._budget:
+            return None
+        ok, tiles, work, dead = _fold(self.body, i, p, steps)
+        self._work += work
+        if dead >= 0:
+            self._dead[p] = dead
+        return ok, tiles
 
     def find(self) -> list[_Run]:
         n = len(self.body)
@@ -178,32 +195,32 @@ class _Finder:
 
 
 # -- comparing steps -------------------------------------------------------------------------
-def _fold(body: list, start: int, p: int, steps: int) -> tuple[int, dict[int, int]] | None:
-    """How many steps from ``start`` (at most ``steps``, period ``p``) agree with the first,
-    and the tiles the agreeing steps allocate (uid -> step number)."""
+def _fold(body: list, start: int, p: int, steps: int) -> tuple[int, dict[int, int], int, int]:
+    """How many steps from ``start`` (at most ``steps``, period ``p``) agree with the first;
+    the tiles the agreeing steps allocate (uid -> step number); how many statements were
+    looked at; and the last position from which no run of period ``p`` can start (-1: none
+    known).  A step 1 that differs from step 0 other than in a tensor differs at a pair of
+    statements ``p`` apart that every run of period ``p`` starting up to there compares."""
     first = body[start : start + p]
     own: set[int] = set()  # uids of the first step's tiles
-    for s in first:
+    for at, s in enumerate(first):
         if type(s) is Loop:
-            return None
+            return 1, {}, at + 1, -1
         if type(s) is Alloc:
             own.add(s.tensor.uid)
-    if steps < 2:
-        return None
     tiles = dict.fromkeys(own, 0)
+    ok = 1
     try:
         plan = _plan(first, body[start + p : start + 2 * p], own)
-    except _Fail:
-        return 1, tiles
-    ok = 1
-    for k in range(1, steps):
-        at = start + k * p
-        try:
+        for k in range(1, steps):
+            at = start + k * p
             tiles.update(dict.fromkeys(_check(plan, body[at : at + p], k), k))
-        except _Fail:
-            break
-        ok += 1
-    return ok, tiles
+            ok += 1
+    except _Fail as e:
+        work = p + (ok - 1) * p + e.at + 1
+        dead = start + e.at if ok == 1 and type(e) is _Fail else -1
+        return ok, tiles, work, dead
+    return ok, tiles, ok * p, -1
 
 
 # what ``_check`` compares a statement of a step with: per position of the first step,
@@ -216,21 +233,30 @@ _EXACT = frozenset({int, bool, str, type(None), np.dtype})
 
 
 def _plan(first: list, second: list, own: set[int]) -> list[tuple]:
-    plan = []
-    for s0, s1 in zip(first, second):
-        if type(s0) is Alloc:
-            plan.append((_ALLOC, s0.tensor))
-            continue
-        if type(s1) is not Op or len(s1.outs) != len(s0.outs) or len(s1.ins) != len(s0.ins):
-            raise _Fail
-        values = s0.attrs.values()
-        types = tuple(map(type, values))
-        # equal dicts of values of these types are equal attributes when their types agree
-        exact = all(t in _EXACT or issubclass(t, enum.Enum) for t in types)
-        operands = [_operand(a0, a1, own) for a0, a1 in zip(s0.outs, s1.outs)]
-        operands += [_operand(a0, a1, own) for a0, a1 in zip(s0.ins, s1.ins)]
-        plan.append((_OP, s0, types if exact else None, operands))
+    """The plan of a run's first step (``second``: the step after it, which gives the
+    strides); ``_Fail`` when the two differ in the kinds of their statements or operands."""
+    plan: list[tuple] = []
+    try:
+        for s0, s1 in zip(first, second):
+            plan.append(_plan_statement(s0, s1, own))
+    except _Fail as e:
+        e.at = len(plan)
+        raise
     return plan
+
+
+def _plan_statement(s0: Any, s1: Any, own: set[int]) -> tuple:
+    """The plan entry of the first step's statement ``s0`` (``s1``: the next step's)."""
+    if type(s0) is Alloc:
+        return (_ALLOC, s0.tensor)
+    if type(s1) is not Op or len(s1.outs) != len(s0.outs) or len(s1.ins) != len(s0.ins):
+        raise _Fail
+    types = tuple(map(type, s0.attrs.values()))
+    # equal dicts of values of these types are equal attributes when their types agree
+    exact = all(t in _EXACT or issubclass(t, enum.Enum) for t in types)
+    operands = [_operand(a0, a1, own) for a0, a1 in zip(s0.outs, s1.outs)]
+    operands += [_operand(a0, a1, own) for a0, a1 in zip(s0.ins, s1.ins)]
+    return (_OP, s0, types if exact else None, operands)
 
 
 def _operand(a0: Any, a1: Any, own: set[int]) -> tuple:
@@ -261,34 +287,45 @@ def _check(plan: list, step: list, k: int) -> list[int]:
     """Check that ``step`` (the ``k``-th) is the first step of ``plan`` with its own tiles
     and its offsets moved ``k`` strides; the uids of its tiles."""
     local: dict[int, Tensor] = {}  # a tile of this step -> the first step's
-    for entry, sk in zip(plan, step):
-        if entry[0] is _ALLOC:
-            if type(sk) is not Alloc or not _same_tile(entry[1], sk.tensor):
-                raise _Fail
-            local[sk.tensor.uid] = entry[1]
-            continue
-        _, s0, types, operands = entry
-        if type(sk) is not Op or sk.loc is not s0.loc or sk.prim != s0.prim:
-            raise _Fail
-        if (sk.mask is not None or s0.mask is not None) and sk.mask != s0.mask:
-            raise _Fail
-        a, b = s0.attrs, sk.attrs
-        if a is not b:
-            if types is not None:
-                if a != b or tuple(map(type, b.values())) != types:
-                    raise _Fail
-            elif not _same_attrs(a, b):
-                raise _Fail
-        outs, ins = sk.outs, sk.ins
-        if len(outs) + len(ins) != len(operands) or len(outs) != len(s0.outs):
-            raise _Fail
-        for op_plan, x in zip(operands, (*outs, *ins)):
-            if op_plan[0] is _VALUE:
-                if not _same_value(op_plan[1], x):
-                    raise _Fail
-            else:
-                _check_access(op_plan, x, k, local)
+    at = 0
+    try:
+        for entry, sk in zip(plan, step):
+            _check_statement(entry, sk, k, local)
+            at += 1
+    except _Fail as e:
+        e.at = at
+        raise
     return list(local)
+
+
+def _check_statement(entry: tuple, sk: Any, k: int, local: dict[int, Tensor]) -> None:
+    """Check one statement of a step against its plan entry (see ``_check``)."""
+    if entry[0] is _ALLOC:
+        if type(sk) is not Alloc or not _same_tile(entry[1], sk.tensor):
+            raise _Fail
+        local[sk.tensor.uid] = entry[1]
+        return
+    _, s0, types, operands = entry
+    if type(sk) is not Op or sk.loc is not s0.loc or sk.prim != s0.prim:
+        raise _Fail
+    if (sk.mask is not None or s0.mask is not None) and sk.mask != s0.mask:
+        raise _Fail
+    a, b = s0.attrs, sk.attrs
+    if a is not b:
+        if types is not None:
+            if a != b or tuple(map(type, b.values())) != types:
+                raise _Fail
+        elif not _same_attrs(a, b):
+            raise _Fail
+    outs, ins = sk.outs, sk.ins
+    if len(outs) + len(ins) != len(operands) or len(outs) != len(s0.outs):
+        raise _Fail
+    for op_plan, x in zip(operands, (*outs, *ins)):
+        if op_plan[0] is _VALUE:
+            if not _same_value(op_plan[1], x):
+                raise _Fail
+        else:
+            _check_access(op_plan, x, k, local)
 
 
 def _check_access(plan: tuple, ak: Any, k: int, local: dict[int, Tensor]) -> None:
@@ -300,9 +337,9 @@ def _check_access(plan: tuple, ak: Any, k: int, local: dict[int, Tensor]) -> Non
     tk = ak.tensor
     if mine == 0:
         if tk is not a0.tensor:
-            raise _Fail
+            raise _TensorFail
     elif local.get(tk.uid) is not a0.tensor and (mine == 1 or not _same_view(a0.tensor, tk, local)):
-        raise _Fail
+        raise _TensorFail
     if ak.shape != a0.shape:
         raise _Fail
     ik = ak.index

@@ -352,3 +352,21 @@ def test_a_kernel_the_verifier_refuses_gets_the_same_message_folded_or_not():
         messages.append((info.value.name, str(info.value)))
     assert messages[0] == messages[1]
     assert messages[0][0] == "err_sbuf_capacity_exceeded"
+
+
+def accumulating_steps(a):
+    out = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.shared_hbm)
+    t = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=a[0:P, :])
+    acc = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.memset(dst=acc, value=0.0)
+    for _ in range(8):  # steps with no tile of their own
+        nisa.tensor_tensor(dst=acc, data1=acc, data2=t, op=nl.add)
+    nisa.dma_copy(dst=out, src=acc)
+    return out
+
+
+def test_steps_that_allocate_nothing_fold_too():
+    rolled, _ = runs_alike(accumulating_steps, [_data(P)])
+    (loop,) = loops(rolled)
+    assert loop.trip == 8 and len(loop.body) == 1
