@@ -25,10 +25,11 @@ def unroll(kernel: Kernel) -> Kernel:
     """``kernel`` with each ``"unrolled"`` loop of its body replaced by its steps: the
     loop's body once per iteration, the loop variable a constant, a fresh tile for each
     allocation (named as the trace names the allocations of one line: ``t``, ``t.1``, ...).
-    The same kernel when it has none; computed once per kernel."""
+    The same kernel when it has none.  Made anew at every call, not kept with the kernel:
+    the steps take the memory folding saved."""
     if not has_unrolled(kernel):
         return kernel
-    return kernel.derived("unrolled", _unroll)
+    return _unroll(kernel)
 
 
 def _unroll(kernel: Kernel) -> Kernel:

@@ -125,7 +125,9 @@ class Kernel0x(JitKernel):
         first has them placed where the compiler would (:mod:`nkikit.language.eviction`, with
         finished accumulations evicted whole: the Neuron compiler spills what exceeds PSUM to
         the next tier [reference/nki.md §2.1], and AWS's simulator checks no capacity
-        [reference/nki-0x.md §6.5]) and is verified again.  Kernels that fit pay nothing."""
+        [reference/nki-0x.md §6.5]) and is verified again.  Kernels that fit pay nothing.
+        A kernel whose steps were folded into loops (``trace/reroll.py``) keeps them folded
+        when the verifier takes it so; otherwise it is verified (and evicted) as traced."""
         from ..language.eviction import evict_oversized_psum
         from ..targets import get_target
 

@@ -18,10 +18,17 @@ code it stands for), and a run is folded only when every step is the first with
   own tiles where the first step uses a tile it allocated (never another step's);
 * every index constant the first step's plus the step number times one fixed stride.
 
-A tile a step allocates and anything after the run reads is not folded (the loop's tile is
-the last step's only at run time): such a run stays unrolled.  Views and indirect accesses
-of a step's own tiles are compared as their tiles are.  Nothing else changes: the ops keep
-their source lines, so every message names the user's line.
+A run ends before the first step whose tile (or a view of it) a statement after the run uses:
+once the loop ends, its tile holds the last iteration's data only.  Views and indirect
+accesses of a step's own tiles are compared as their tiles are.  Nothing else changes: the
+ops keep their source lines, so every message names the user's line.  The folded kernel is
+new (its loops' tiles are copies of the first steps'): the trace is left as it was, which
+``nkikit.nki.jit`` verifies instead when the verifier refuses the folded kernel.
+
+The search is linear: a number per statement from its source line, runs of equal numbers
+found with numpy, each candidate step compared with the first through a plan of the first made
+once; periods that cannot start at a position are skipped, and the comparisons are bounded
+(``_WORK_PER_STATEMENT``), so a trace whose steps almost agree costs a bounded amount.
 """
 
 from __future__ import annotations
