@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import errno
 import ipaddress
+import math
 import os
 import sys
 import threading
@@ -184,13 +185,37 @@ def _port(text: str) -> int:
     return port
 
 
+def _root(text: str) -> str:
+    """A folder path; an empty one (which would serve the current folder) is refused."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("expected a folder path, got an empty one")
+    return text
+
+
+def _positive(what: str):
+    """An argparse type: a finite number above 0 (``what`` names it in the message)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not (math.isfinite(value) and value > 0):
+            raise argparse.ArgumentTypeError(f"expected {what} above 0, got {text!r}")
+        return value
+
+    return parse
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="nkikit hub serve",
         description="Serve a folder as a Hugging Face Hub-compatible registry "
         "(point huggingface_hub at it with endpoint=URL or HF_ENDPOINT=URL).",
     )
-    p.add_argument("--root", required=True, help="folder holding the repos (created if missing)")
+    p.add_argument(
+        "--root", required=True, type=_root, help="folder holding the repos (created if missing)"
+    )
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
     p.add_argument("--port", type=_port, default=0, help="port (default: 0, any free port)")
     p.add_argument(
@@ -218,13 +243,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--max-upload-mb",
-        type=float,
+        type=_positive("a size in MiB"),
         default=DEFAULT_MAX_UPLOAD / (1 << 20),
         help=f"largest request body in MiB (default {DEFAULT_MAX_UPLOAD >> 20}; 413 beyond)",
     )
     p.add_argument(
         "--timeout",
-        type=float,
+        type=_positive("a number of seconds"),
         default=DEFAULT_TIMEOUT,
         help=f"seconds an idle connection is kept (default {DEFAULT_TIMEOUT:g})",
     )
