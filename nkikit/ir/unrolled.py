@@ -10,6 +10,8 @@ steps: ``compiler/allocate.py``), so :func:`unroll` gives it the steps back.
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 from .affine import Affine, LoopVar
 from .core import Access, Alloc, Kernel, Loop, Op, Tensor
 
@@ -98,23 +100,8 @@ def _copy(t: Tensor, var: LoopVar, taken: set[str], counters: dict[str, int]) ->
 
 def copy_tensor(t: Tensor, **changes) -> Tensor:
     """A new tensor (its own uid) like ``t`` but for ``changes`` (field -> value)."""
-    fields = {
-        "name": t.name,
-        "shape": t.shape,
-        "dtype": t.dtype,
-        "buffer": t.buffer,
-        "kind": t.kind,
-        "par_axis": t.par_axis,
-        "loc": t.loc,
-        "scope": t.scope,
-        "base": t.base,
-        "mutable": t.mutable,
-        "const_value": t.const_value,
-        "user_span": t.user_span,
-        "address": t.address,
-    }
-    fields.update(changes)
-    return Tensor(**fields)
+    kept = {f.name: getattr(t, f.name) for f in fields(Tensor) if f.init and f.name != "uid"}
+    return Tensor(**{**kept, **changes})
 
 
 def _at(
